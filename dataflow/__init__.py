@@ -1,0 +1,41 @@
+"""The dataflow core: graph IR, op registry, autodiff, optimizers and executor."""
+
+from __future__ import annotations
+
+from . import ops  # registers every op
+from .autodiff import gradients
+from .cells import CellgraphWarning, cell_scope
+from .graph import (
+    Graph,
+    Node,
+    Tensor,
+    colocate_with,
+    control_dependencies,
+    device,
+    get_default_graph,
+    name_scope,
+    reset_default_graph,
+)
+from .opdef import OPS, OpDef, TensorSpec, not_differentiable
+from .session import Session
+
+__all__ = [
+    "OPS",
+    "CellgraphWarning",
+    "Graph",
+    "Node",
+    "OpDef",
+    "Session",
+    "Tensor",
+    "TensorSpec",
+    "cell_scope",
+    "colocate_with",
+    "control_dependencies",
+    "device",
+    "get_default_graph",
+    "gradients",
+    "name_scope",
+    "not_differentiable",
+    "ops",
+    "reset_default_graph",
+]

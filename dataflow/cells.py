@@ -1,0 +1,163 @@
+"""Cell-aware graphs: re-running a notebook cell replaces that cell's nodes.
+
+TensorFlow 1's default graph grows ``dense_1``, ``dense_2``, ... each time a
+cell is re-run, and old nodes keep feeding the new ones. Here a cell's nodes are
+taken out of the graph when the cell starts again, the re-run makes them anew
+under the same names, and nodes in other cells that consumed them are re-bound
+to the new ones, or marked stale (with the cells to re-run) when they no longer
+fit. A cell that raises leaves the graph exactly as it was.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from .errors import CellgraphError, GraphError
+from .graph import Graph, Node, get_default_graph
+from .opdef import InferContext
+
+
+class CellgraphWarning(UserWarning):
+    """Something the user should know about but that does not stop the cell."""
+
+
+def _fmt(shape: tuple[int | None, ...]) -> str:
+    dims = [("None" if d is None else str(d)) for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+class CellRun:
+    """One execution of a cell: the nodes it replaces and the nodes it makes."""
+
+    def __init__(self, graph: Graph, cell_id: str, label: str | None) -> None:
+        self.graph = graph
+        self.cell_id = cell_id
+        self.label = label if label is not None else cell_id
+        self.old: dict[str, Node] = {}
+        self.new: list[Node] = []
+
+    def begin(self) -> None:
+        for name in list(self.graph.cells.get(self.cell_id, [])):
+            node = self.graph.node(name)
+            self.old[name] = node
+            self.graph._remove(node)
+        self.graph.cells.pop(self.cell_id, None)
+
+    def adopt(self, node: Node) -> None:
+        self.new.append(node)
+
+    def rollback(self) -> None:
+        for node in reversed(self.new):
+            if node.name in self.graph._nodes:
+                self.graph._remove(node)
+        self.graph.cells.pop(self.cell_id, None)
+        for node in self.old.values():
+            self.graph._add(node)
+
+    def commit(self) -> list[str]:
+        """Re-bind consumers of replaced nodes; return the warnings given."""
+        new_by_name = {n.name: n for n in self.new}
+        notes = self._variable_notes(new_by_name)
+        stale_cells: dict[str, str] = {}
+        old_ids = {id(n) for n in self.old.values()}
+        for consumer in self.graph.nodes:
+            if consumer.cell == self.cell_id:
+                continue
+            touched = removed = False
+            for i, t in enumerate(consumer.inputs):
+                if id(t.node) not in old_ids:
+                    continue
+                touched = True
+                replacement = new_by_name.get(t.node.name)
+                if replacement is None or t.index >= len(replacement.specs):
+                    removed = True
+                    consumer.stale = (
+                        f"its input {t.name!r} was removed when cell {self.label} was re-run"
+                    )
+                    continue
+                consumer.inputs[i] = replacement.output(t.index)
+            consumer.control_inputs = [
+                new_by_name.get(c.name, c) if id(c) in old_ids else c
+                for c in consumer.control_inputs
+            ]
+            if touched and not removed:
+                self._reinfer(consumer)
+            if touched and consumer.stale:
+                label = consumer.cell_label or consumer.cell or "outside any cell"
+                stale_cells[str(label)] = consumer.stale
+        if stale_cells:
+            cells = ", ".join(sorted(stale_cells))
+            notes.append(
+                f"re-running cell {self.label} made nodes in cell(s) {cells} stale; "
+                f"re-run cell(s) {cells}"
+            )
+        self.graph.version += 1
+        for note in notes:
+            warnings.warn(note, CellgraphWarning, stacklevel=4)
+        return notes
+
+    def _reinfer(self, consumer: Node) -> None:
+        try:
+            specs = consumer.opdef.infer(InferContext(consumer, [t.spec for t in consumer.inputs]))
+        except CellgraphError as err:
+            consumer.stale = f"its inputs from cell {self.label} no longer fit: {err}"
+            return
+        specs = list(specs) if isinstance(specs, list) else [specs]
+        if specs != consumer.specs:
+            before = ", ".join(_fmt(s.shape) for s in consumer.specs)
+            after = ", ".join(_fmt(s.shape) for s in specs)
+            consumer.stale = (
+                f"re-running cell {self.label} changed its output from {before} to {after}"
+            )
+        else:
+            consumer.stale = None
+
+    def _variable_notes(self, new_by_name: dict[str, Node]) -> list[str]:
+        notes = []
+        for name, old in self.old.items():
+            new = new_by_name.get(name)
+            if old.op == "Variable" and new is not None and new.op == "Variable":
+                if old.specs != new.specs:
+                    o, n = old.specs[0], new.specs[0]
+                    notes.append(
+                        f"variable {name!r} (cell {self.label}) changed from "
+                        f"{_fmt(o.shape)} {o.dtype} to {_fmt(n.shape)} {n.dtype}; "
+                        "it is re-initialised"
+                    )
+        return notes
+
+
+@contextmanager
+def cell_scope(cell_id: str, label: str | None = None, graph: Graph | None = None) -> Iterator[CellRun]:
+    """Tag the nodes made inside with ``cell_id``; a second run replaces them.
+
+    Examples
+    --------
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     for _ in range(2):  # the same cell, run twice
+    ...         with cg.cell_scope("cell-a", label="1"):
+    ...             x = cg.placeholder((None, 4), "float32", name="x")
+    >>> [n.name for n in g.nodes]
+    ['x']
+    """
+    g = graph or get_default_graph()
+    if g._cell_run is not None:
+        raise GraphError(
+            f"cell_scope({cell_id!r}) inside cell_scope({g._cell_run.cell_id!r}): "
+            "cell scopes do not nest"
+        )
+    run = CellRun(g, str(cell_id), label)
+    run.begin()
+    g._cell_run = run
+    try:
+        yield run
+    except BaseException:
+        g._cell_run = None
+        run.rollback()
+        raise
+    g._cell_run = None
+    run.commit()

@@ -1,0 +1,440 @@
+"""The graph IR: ``Graph`` holds ``Node``s and hands out ``Tensor`` handles.
+
+Name scopes, device scopes and control dependencies are stacks on the graph,
+applied as each node is created. A node records the cell and source line that
+created it, so every error can point back at the user's code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import GraphError
+from .opdef import OPS, InferContext, Shape, TensorSpec
+
+if TYPE_CHECKING:
+    from .cells import CellRun
+
+# Frames from these folders are cellgraph's own; the first frame outside them
+# is the user's line that created a node.
+_OWN_DIRS = tuple(
+    os.path.dirname(os.path.abspath(p)) + os.sep
+    for p in (__file__, os.path.join(os.path.dirname(__file__), "..", "cellgraph", "x"))
+)
+_STDLIB_CONTEXTLIB = os.path.dirname(os.path.abspath(__import__("contextlib").__file__))
+
+
+def _user_location() -> tuple[str | None, int | None]:
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_OWN_DIRS) and not filename.endswith("contextlib.py"):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back  # type: ignore[assignment]
+    return None, None
+
+
+@dataclass(eq=False)
+class Node:
+    """One operation in a graph. Identity, not value, makes two nodes equal."""
+
+    name: str
+    op: str
+    inputs: list[Tensor]
+    attrs: dict[str, Any]
+    device: str = ""
+    cell: str | None = None
+    cell_label: str | None = None
+    line: int | None = None
+    file: str | None = None
+    control_inputs: list[Node] = field(default_factory=list)
+    specs: list[TensorSpec] = field(default_factory=list)
+    graph: Graph | None = field(default=None, repr=False)
+    # Why this node can no longer run (its input was replaced and no longer
+    # fits), or None while it is healthy.
+    stale: str | None = None
+    _outputs: list[Tensor] = field(default_factory=list, repr=False)
+
+    @property
+    def opdef(self):  # noqa: ANN201 - OpDef, kept loose to avoid an import cycle in stubs
+        return OPS.lookup(self.op)
+
+    @property
+    def outputs(self) -> list[Tensor]:
+        if len(self._outputs) != len(self.specs):
+            self._outputs = [Tensor(self, i) for i in range(len(self.specs))]
+        return self._outputs
+
+    def output(self, index: int = 0) -> Tensor:
+        return self.outputs[index]
+
+    def where(self) -> str:
+        """Where the node was made: ``cell 7, line 3`` or ``file.py:12``."""
+        if self.cell is not None:
+            label = self.cell_label if self.cell_label is not None else self.cell
+            return f"cell {label}, line {self.line}" if self.line else f"cell {label}"
+        if self.file is not None:
+            return f"{os.path.basename(self.file)}:{self.line}"
+        return "unknown location"
+
+    def describe(self) -> str:
+        """``MatMul 'dense/matmul' (cell 7, line 3)``: the prefix of every node error."""
+        return f"{self.op} '{self.name}' ({self.where()})"
+
+
+@dataclass(frozen=True, eq=False)
+class Tensor:
+    """A handle to one output of a node."""
+
+    node: Node
+    index: int = 0
+
+    @property
+    def spec(self) -> TensorSpec:
+        return self.node.specs[self.index]
+
+    @property
+    def shape(self) -> Shape:
+        return self.spec.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.spec.dtype
+
+    @property
+    def name(self) -> str:
+        return f"{self.node.name}:{self.index}"
+
+    @property
+    def graph(self) -> Graph:
+        assert self.node.graph is not None
+        return self.node.graph
+
+    @property
+    def op(self) -> str:
+        return self.node.op
+
+    def __repr__(self) -> str:
+        dims = ", ".join("?" if d is None else str(d) for d in self.shape)
+        return f"<Tensor {self.name!r} shape=({dims}) dtype={self.dtype}>"
+
+    # Python operators build graph ops; the functions live in the op families.
+    def __add__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.add(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.sub(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.sub(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.mul(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.mul(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.div(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.div(other, self)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.matmul(other, self)
+
+    def __pow__(self, other: Any) -> Tensor:
+        from .ops import math
+
+        return math.pow(self, other)
+
+    def __neg__(self) -> Tensor:
+        from .ops import math
+
+        return math.neg(self)
+
+    def __getitem__(self, key: Any) -> Tensor:
+        from .ops import array
+
+        return array.getitem(self, key)
+
+    def __bool__(self) -> bool:
+        raise GraphError(
+            f"the truth value of tensor {self.name!r} is unknown until the graph runs; "
+            "use cg.equal / cg.less and run them in a Session"
+        )
+
+
+class Graph:
+    """A dataflow graph: nodes in creation order, plus the scopes that name them."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, Node] = {}
+        # Every name prefix ("dense", "dense/matmul") in use, so a new scope or
+        # node gets a fresh name, and removing a cell's nodes frees theirs.
+        self._prefixes: Counter[str] = Counter()
+        self._name_stack: list[str] = []
+        self._device_stack: list[str] = []
+        self._control_stack: list[list[Node]] = []
+        self._colocate_stack: list[Node] = []
+        self._cell_run: CellRun | None = None
+        self.cells: dict[str, list[str]] = {}
+        # Bumped by every change, so executors can cache plans per version.
+        self.version = 0
+
+    # ----------------------------------------------------------------- nodes
+    @property
+    def nodes(self) -> list[Node]:
+        return list(self._nodes.values())
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(list(self._nodes.values()))
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, Tensor):
+            item = item.node
+        return isinstance(item, Node) and self._nodes.get(item.name) is item
+
+    def node(self, name: str) -> Node:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise GraphError(f"no node named {name!r} in this graph") from None
+
+    def tensor(self, name: str) -> Tensor:
+        """The tensor ``"node:index"`` (or ``"node"`` for output 0)."""
+        node_name, _, index = name.partition(":")
+        node = self.node(node_name)
+        i = int(index) if index else 0
+        if not 0 <= i < len(node.specs):
+            raise GraphError(f"node {node_name!r} has {len(node.specs)} outputs, not index {i}")
+        return node.output(i)
+
+    def variables(self) -> list[Node]:
+        return [n for n in self._nodes.values() if n.op == "Variable"]
+
+    def _add(self, node: Node) -> None:
+        self._nodes[node.name] = node
+        for prefix in _prefixes(node.name):
+            self._prefixes[prefix] += 1
+        if node.cell is not None:
+            self.cells.setdefault(node.cell, []).append(node.name)
+        self.version += 1
+
+    def _remove(self, node: Node) -> None:
+        del self._nodes[node.name]
+        for prefix in _prefixes(node.name):
+            self._prefixes[prefix] -= 1
+            if not self._prefixes[prefix]:
+                del self._prefixes[prefix]
+        if node.cell is not None and node.cell in self.cells:
+            names = self.cells[node.cell]
+            if node.name in names:
+                names.remove(node.name)
+        self.version += 1
+
+    def unique_name(self, name: str) -> str:
+        """``name`` under the current name scope, suffixed ``_1``, ``_2`` if taken."""
+        full = "/".join([*self._name_stack, name]) if self._name_stack else name
+        if full not in self._prefixes:
+            return full
+        i = 1
+        while f"{full}_{i}" in self._prefixes:
+            i += 1
+        return f"{full}_{i}"
+
+    # ---------------------------------------------------------------- scopes
+    @contextmanager
+    def as_default(self) -> Iterator[Graph]:
+        _default.stack.append(self)
+        try:
+            yield self
+        finally:
+            _default.stack.pop()
+
+    @contextmanager
+    def name_scope(self, name: str) -> Iterator[str]:
+        """Prefix the names of nodes made inside with ``name/`` (made unique)."""
+        if not name or "/" in name or ":" in name:
+            raise GraphError(f"bad name scope {name!r}: use a non-empty name without '/' or ':'")
+        scope = self.unique_name(name)
+        saved = self._name_stack
+        self._name_stack = scope.split("/")
+        # Reserve the scope so a sibling scope of the same name gets a suffix.
+        self._prefixes[scope] += 1
+        try:
+            yield scope
+        finally:
+            self._name_stack = saved
+            self._prefixes[scope] -= 1
+            if not self._prefixes[scope]:
+                del self._prefixes[scope]
+
+    @contextmanager
+    def device(self, spec: str) -> Iterator[None]:
+        self._device_stack.append(spec)
+        try:
+            yield
+        finally:
+            self._device_stack.pop()
+
+    @contextmanager
+    def control_dependencies(self, deps: Iterable[Tensor | Node]) -> Iterator[None]:
+        nodes = [d.node if isinstance(d, Tensor) else d for d in deps]
+        for d in nodes:
+            self._check_owned(d)
+        self._control_stack.append(nodes)
+        try:
+            yield
+        finally:
+            self._control_stack.pop()
+
+    @contextmanager
+    def colocate_with(self, tensor: Tensor | Node) -> Iterator[None]:
+        node = tensor.node if isinstance(tensor, Tensor) else tensor
+        self._check_owned(node)
+        self._colocate_stack.append(node)
+        try:
+            yield
+        finally:
+            self._colocate_stack.pop()
+
+    def _check_owned(self, node: Node) -> None:
+        if node.graph is not self:
+            raise GraphError(f"node {node.name!r} belongs to another graph")
+        if self._nodes.get(node.name) is not node:
+            raise GraphError(
+                f"node {node.name!r} ({node.where()}) was removed from the graph "
+                "(its cell was re-run); use the new handle"
+            )
+
+    # ------------------------------------------------------------- creation
+    def create_node(
+        self,
+        op: str,
+        inputs: Sequence[Tensor],
+        attrs: dict[str, Any] | None = None,
+        name: str | None = None,
+    ) -> Node:
+        """Build, shape-check and add one node; raise before adding anything."""
+        opdef = OPS.lookup(op)
+        for t in inputs:
+            if not isinstance(t, Tensor):
+                raise GraphError(f"{op} input {t!r} is not a Tensor")
+            self._check_owned(t.node)
+        file, line = _user_location()
+        run = self._cell_run
+        node = Node(
+            name=self.unique_name(name or _snake(op)),
+            op=op,
+            inputs=list(inputs),
+            attrs=dict(attrs or {}),
+            device=self._device_stack[-1] if self._device_stack else "",
+            cell=run.cell_id if run else None,
+            cell_label=run.label if run else None,
+            line=line,
+            file=file,
+            control_inputs=[n for deps in self._control_stack for n in deps],
+            graph=self,
+        )
+        if self._colocate_stack:
+            node.attrs.setdefault("_colocate", self._colocate_stack[-1].name)
+        specs = opdef.infer(InferContext(node, [t.spec for t in inputs]))
+        node.specs = list(specs) if isinstance(specs, list) else [specs]
+        if run is not None:
+            run.adopt(node)
+        self._add(node)
+        return node
+
+    def consumers(self, node: Node) -> list[Node]:
+        return [n for n in self._nodes.values() if any(t.node is node for t in n.inputs)]
+
+
+def _prefixes(name: str) -> Iterator[str]:
+    parts = name.split("/")
+    for i in range(1, len(parts) + 1):
+        yield "/".join(parts[:i])
+
+
+def _snake(op: str) -> str:
+    out = []
+    for i, ch in enumerate(op):
+        if ch.isupper() and i and not op[i - 1].isupper():
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+class _DefaultGraph(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[Graph] = []
+
+
+_default = _DefaultGraph()
+_global_graph = Graph()
+
+
+def get_default_graph() -> Graph:
+    """The innermost ``with g.as_default()`` graph, else one global graph."""
+    return _default.stack[-1] if _default.stack else _global_graph
+
+
+def reset_default_graph() -> Graph:
+    """Replace the global default graph with an empty one and return it."""
+    global _global_graph
+    if _default.stack:
+        raise GraphError("reset_default_graph() inside a 'with graph.as_default()' block")
+    _global_graph = Graph()
+    return _global_graph
+
+
+def name_scope(name: str) -> Any:
+    return get_default_graph().name_scope(name)
+
+
+def device(spec: str) -> Any:
+    return get_default_graph().device(spec)
+
+
+def control_dependencies(deps: Iterable[Tensor | Node]) -> Any:
+    return get_default_graph().control_dependencies(deps)
+
+
+def colocate_with(tensor: Tensor | Node) -> Any:
+    return get_default_graph().colocate_with(tensor)

@@ -1,0 +1,1 @@
+"""Kernels by device: ``cpu`` (Numba njit) now, ``cuda`` with the devices issue."""

@@ -1,0 +1,104 @@
+"""What one op is: its shape rule, reference, gradient and kernels, in one entry.
+
+Every pass (shape inference, autodiff, the executor, later placement and
+fusion) reads an op's behaviour from its ``OpDef``; none branches on op names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import DTypeError, ShapeError
+from .registry import Registry
+
+if TYPE_CHECKING:
+    from .graph import Node, Tensor
+
+Shape = tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """The static type of a tensor: shape (``None`` for an unknown dim) and dtype."""
+
+    shape: Shape
+    dtype: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+class InferContext:
+    """What a shape rule sees: the node being built, its input specs and attrs."""
+
+    def __init__(self, node: Node, inputs: Sequence[TensorSpec]) -> None:
+        self.node = node
+        self.inputs = list(inputs)
+        self.attrs = node.attrs
+
+    def shape_error(self, message: str) -> ShapeError:
+        return ShapeError(f"{self.node.describe()}: {message}")
+
+    def dtype_error(self, message: str) -> DTypeError:
+        return DTypeError(f"{self.node.describe()}: {message}")
+
+
+class _NotDifferentiable:
+    """The recorded decision that an op has no gradient (argmax, equal, ...)."""
+
+    def __repr__(self) -> str:
+        return "not_differentiable"
+
+
+not_differentiable = _NotDifferentiable()
+
+InferFn = Callable[[InferContext], "TensorSpec | list[TensorSpec]"]
+# A gradient rule gets the forward node and one upstream gradient per output
+# (None where nothing flows back) and returns one gradient per input.
+GradFn = Callable[["Node", "list[Tensor | None]"], "Sequence[Tensor | None]"]
+# A kernel factory binds a node (its attrs, its state) to a plain callable that
+# takes the input arrays and returns the output array (a tuple for several).
+KernelFactory = Callable[["Node", "KernelContext"], Callable[..., Any]]
+
+
+class KernelContext:
+    """What a bound kernel may reach besides its inputs: the session's variables."""
+
+    def __init__(self, variables: Any) -> None:
+        self.variables = variables
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op: everything any pass needs to know about it."""
+
+    name: str
+    family: str
+    infer: InferFn
+    reference: Callable[..., Any]
+    grad: GradFn | _NotDifferentiable
+    kernels: dict[str, KernelFactory] = field(default_factory=dict)
+    # Reads or writes variable state: never constant-folded or deduplicated.
+    stateful: bool = False
+    # The CPU kernel may return (a view of) its first input instead of a new
+    # buffer, so the executor copies such outputs before handing them out.
+    view: bool = False
+    # Inputs broadcast NumPy-style; autodiff sums gradients back to each input.
+    broadcasts: bool = False
+    # Scalar expression over {0}, {1}, ... for elementwise fusion, if any.
+    elementwise: str | None = None
+
+
+OPS: Registry[OpDef] = Registry("op")
+
+
+def register_op(opdef: OpDef) -> OpDef:
+    return OPS.register(opdef.name, opdef, depth=2)
+
+
+def simple_kernel(fn: Callable[..., Any]) -> KernelFactory:
+    """A kernel factory for a kernel that needs neither attrs nor state."""
+    return lambda node, ctx: fn

@@ -1,0 +1,105 @@
+"""Building nodes: turn Python values into tensors and apply registered ops."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import as_dtype
+from ..errors import DTypeError
+from ..graph import Graph, Node, Tensor, get_default_graph
+from ..opdef import InferContext, TensorSpec
+from ..shapes import broadcast, fmt
+
+TensorLike = Tensor | float | int | bool | np.ndarray | Sequence[Any]
+
+
+def graph_of(values: Sequence[Any]) -> Graph:
+    """The graph the tensors among ``values`` live in, else the default graph."""
+    for v in values:
+        if isinstance(v, Tensor):
+            return v.graph
+    return get_default_graph()
+
+
+def as_tensor(value: TensorLike, dtype: str | None = None, graph: Graph | None = None) -> Tensor:
+    """``value`` itself if it is a Tensor, else a new Const node holding it."""
+    if isinstance(value, Tensor):
+        if dtype is not None and value.dtype != dtype:
+            raise DTypeError(f"tensor {value.name!r} has dtype {value.dtype}, expected {dtype}")
+        return value
+    array = np.asarray(value)
+    if dtype is None:
+        # Python floats become float32 (the working precision), not float64.
+        dtype = "float32" if array.dtype.kind == "f" else as_dtype(array.dtype.name.replace("int64", "int32"))
+    from .state import constant
+
+    return constant(array.astype(dtype), graph=graph)
+
+
+def apply(
+    op: str,
+    inputs: Sequence[TensorLike],
+    attrs: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> Tensor:
+    """Add one node of type ``op`` and return its first output."""
+    return apply_node(op, inputs, attrs, name).output(0)
+
+
+def apply_node(
+    op: str,
+    inputs: Sequence[TensorLike],
+    attrs: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> Node:
+    g = graph_of(inputs)
+    tensors = [as_tensor(v, graph=g) for v in inputs]
+    return g.create_node(op, tensors, attrs, name)
+
+
+def binary_inputs(a: TensorLike, b: TensorLike) -> tuple[Tensor, Tensor]:
+    """Two operands of one dtype: a Python scalar takes the other side's dtype."""
+    g = graph_of([a, b])
+    if isinstance(a, Tensor) and not isinstance(b, Tensor):
+        return a, as_tensor(b, a.dtype if np.ndim(b) == 0 else None, g)
+    if isinstance(b, Tensor) and not isinstance(a, Tensor):
+        return as_tensor(a, b.dtype if np.ndim(a) == 0 else None, g), b
+    return as_tensor(a, graph=g), as_tensor(b, graph=g)
+
+
+# ------------------------------------------------------------ shape rules
+def infer_same(ctx: InferContext) -> TensorSpec:
+    """Output like the first input (unary elementwise ops)."""
+    return ctx.inputs[0]
+
+
+def infer_float_unary(ctx: InferContext) -> TensorSpec:
+    x = ctx.inputs[0]
+    if x.dtype not in ("float32", "float64"):
+        raise ctx.dtype_error(f"expects a float tensor, got {x.dtype}")
+    return x
+
+
+def infer_broadcast(ctx: InferContext, out_dtype: str | None = None) -> TensorSpec:
+    """Binary elementwise op: same dtypes, NumPy-broadcast shapes."""
+    a, b = ctx.inputs
+    if a.dtype != b.dtype:
+        raise ctx.dtype_error(f"operands have different dtypes: {a.dtype} and {b.dtype}")
+    shape = broadcast(a.shape, b.shape)
+    if shape is None:
+        raise ctx.shape_error(f"shapes do not broadcast: {fmt(a.shape)} and {fmt(b.shape)}")
+    return TensorSpec(shape, out_dtype or a.dtype)
+
+
+def infer_float_broadcast(ctx: InferContext) -> TensorSpec:
+    spec = infer_broadcast(ctx)
+    if spec.dtype not in ("float32", "float64"):
+        raise ctx.dtype_error(f"expects float tensors, got {spec.dtype}")
+    return spec
+
+
+def infer_compare(ctx: InferContext) -> TensorSpec:
+    return infer_broadcast(ctx, out_dtype="bool")

@@ -1,0 +1,403 @@
+"""Math ops: elementwise arithmetic, comparisons, matmul, reductions, casts."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import as_dtype, is_float
+from ..graph import Node, Tensor
+from ..kernels.cpu import elementwise as ew
+from ..kernels.cpu.matmul import matmul as matmul_kernel
+from ..kernels.cpu.reduce import reducer
+from ..opdef import InferContext, OpDef, TensorSpec, not_differentiable, register_op, simple_kernel
+from ..shapes import fmt, normalize_axes
+from .base import (
+    TensorLike,
+    apply,
+    binary_inputs,
+    infer_broadcast,
+    infer_compare,
+    infer_float_broadcast,
+    infer_float_unary,
+    infer_same,
+)
+
+FAMILY = "math"
+Dys = list[Tensor | None]
+
+# --------------------------------------------------- elementwise, as a table
+# name, kernel, reference, gradient (x/y: inputs, z: output, g: upstream grad),
+# and the scalar expression elementwise fusion will use.
+_x = lambda n: n.inputs[0]  # noqa: E731
+_y = lambda n: n.inputs[1]  # noqa: E731
+_z = lambda n: n.output(0)  # noqa: E731
+
+_BINARY = [
+    ("Add",     ew.add,     np.add,      lambda n, g: [g, g],                                             "({0} + {1})"),
+    ("Sub",     ew.sub,     np.subtract, lambda n, g: [g, neg(g)],                                        "({0} - {1})"),
+    ("Mul",     ew.mul,     np.multiply, lambda n, g: [g * _y(n), g * _x(n)],                             "({0} * {1})"),
+    ("Div",     ew.div,     np.divide,   lambda n, g: [g / _y(n), neg(g) * _z(n) / _y(n)],                "({0} / {1})"),
+    ("Pow",     ew.power,   np.power,    lambda n, g: [g * _y(n) * pow(_x(n), _y(n) - 1.0), g * _z(n) * log(_x(n))], "({0} ** {1})"),
+    ("Maximum", ew.maximum, np.maximum,  lambda n, g: [g * _mask(greater_equal(_x(n), _y(n))), g * _mask(less(_x(n), _y(n)))], "max({0}, {1})"),
+    ("Minimum", ew.minimum, np.minimum,  lambda n, g: [g * _mask(less_equal(_x(n), _y(n))), g * _mask(less(_y(n), _x(n)))], "min({0}, {1})"),
+]  # fmt: skip
+
+_UNARY = [
+    ("Neg",    ew.neg,    np.negative, lambda n, g: [neg(g)],                         "(-{0})"),
+    ("Square", ew.square, np.square,   lambda n, g: [g * 2.0 * _x(n)],                "({0} * {0})"),
+    ("Sqrt",   ew.sqrt,   np.sqrt,     lambda n, g: [g * 0.5 / _z(n)],                "math.sqrt({0})"),
+    ("Exp",    ew.exp,    np.exp,      lambda n, g: [g * _z(n)],                      "math.exp({0})"),
+    ("Log",    ew.log,    np.log,      lambda n, g: [g / _x(n)],                      "math.log({0})"),
+]  # fmt: skip
+
+_COMPARE = [
+    ("Equal",        ew.equal,         np.equal),
+    ("Less",         ew.less,          np.less),
+    ("GreaterEqual", ew.greater_equal, np.greater_equal),
+]  # fmt: skip
+
+
+def _mask(cond: Tensor) -> Tensor:
+    return cast(cond, "float32")
+
+
+def _as_list_grad(rule: Any) -> Any:
+    return lambda node, dys: rule(node, dys[0])
+
+
+for _name, _kernel, _ref, _rule, _expr in _BINARY:
+    register_op(OpDef(
+        name=_name, family=FAMILY,
+        infer=infer_broadcast if _name in ("Add", "Sub", "Mul", "Maximum", "Minimum") else infer_float_broadcast,
+        reference=lambda attrs, a, b, _f=_ref: _f(a, b),
+        grad=_as_list_grad(_rule), kernels={"cpu": simple_kernel(_kernel)},
+        broadcasts=True, elementwise=_expr,
+    ))  # fmt: skip
+for _name, _kernel, _ref, _rule, _expr in _UNARY:
+    register_op(OpDef(
+        name=_name, family=FAMILY, infer=infer_same if _name in ("Neg", "Square") else infer_float_unary,
+        reference=lambda attrs, x, _f=_ref: _f(x),
+        grad=_as_list_grad(_rule), kernels={"cpu": simple_kernel(_kernel)}, elementwise=_expr,
+    ))  # fmt: skip
+for _name, _kernel, _ref in _COMPARE:
+    register_op(OpDef(
+        name=_name, family=FAMILY, infer=infer_compare,
+        reference=lambda attrs, a, b, _f=_ref: _f(a, b),
+        grad=not_differentiable, kernels={"cpu": simple_kernel(_kernel)}, broadcasts=True,
+    ))  # fmt: skip
+
+
+def add(a: TensorLike, b: TensorLike, name: str = "add") -> Tensor:
+    """``a + b`` with NumPy broadcasting."""
+    return apply("Add", binary_inputs(a, b), name=name)
+
+
+def sub(a: TensorLike, b: TensorLike, name: str = "sub") -> Tensor:
+    return apply("Sub", binary_inputs(a, b), name=name)
+
+
+def mul(a: TensorLike, b: TensorLike, name: str = "mul") -> Tensor:
+    return apply("Mul", binary_inputs(a, b), name=name)
+
+
+def div(a: TensorLike, b: TensorLike, name: str = "div") -> Tensor:
+    return apply("Div", binary_inputs(a, b), name=name)
+
+
+def pow(a: TensorLike, b: TensorLike, name: str = "pow") -> Tensor:  # noqa: A001 - TF's name
+    return apply("Pow", binary_inputs(a, b), name=name)
+
+
+def maximum(a: TensorLike, b: TensorLike, name: str = "maximum") -> Tensor:
+    return apply("Maximum", binary_inputs(a, b), name=name)
+
+
+def minimum(a: TensorLike, b: TensorLike, name: str = "minimum") -> Tensor:
+    return apply("Minimum", binary_inputs(a, b), name=name)
+
+
+def neg(x: TensorLike, name: str = "neg") -> Tensor:
+    return apply("Neg", [x], name=name)
+
+
+def square(x: TensorLike, name: str = "square") -> Tensor:
+    return apply("Square", [x], name=name)
+
+
+def sqrt(x: TensorLike, name: str = "sqrt") -> Tensor:
+    return apply("Sqrt", [x], name=name)
+
+
+def exp(x: TensorLike, name: str = "exp") -> Tensor:
+    return apply("Exp", [x], name=name)
+
+
+def log(x: TensorLike, name: str = "log") -> Tensor:
+    return apply("Log", [x], name=name)
+
+
+def equal(a: TensorLike, b: TensorLike, name: str = "equal") -> Tensor:
+    """Elementwise ``a == b`` as a bool tensor (not differentiable)."""
+    return apply("Equal", binary_inputs(a, b), name=name)
+
+
+def less(a: TensorLike, b: TensorLike, name: str = "less") -> Tensor:
+    return apply("Less", binary_inputs(a, b), name=name)
+
+
+def greater_equal(a: TensorLike, b: TensorLike, name: str = "greater_equal") -> Tensor:
+    return apply("GreaterEqual", binary_inputs(a, b), name=name)
+
+
+def less_equal(a: TensorLike, b: TensorLike, name: str = "less_equal") -> Tensor:
+    a, b = binary_inputs(a, b)
+    return apply("GreaterEqual", [b, a], name=name)
+
+
+# ------------------------------------------------------------------- Cast
+def _infer_cast(ctx: InferContext) -> TensorSpec:
+    return TensorSpec(ctx.inputs[0].shape, ctx.attrs["dtype"])
+
+
+def _grad_cast(node: Node, dys: Dys) -> list[Tensor | None]:
+    src, dst = node.inputs[0].dtype, node.attrs["dtype"]
+    if dys[0] is None or not (is_float(src) and is_float(dst)):
+        return [None]  # a cast to or from an integer has no gradient: the truth
+    return [cast(dys[0], src)]
+
+
+register_op(OpDef(
+    name="Cast", family=FAMILY, infer=_infer_cast,
+    reference=lambda attrs, x: x.astype(attrs["dtype"]),
+    grad=_grad_cast,
+    kernels={"cpu": lambda node, ctx: lambda x, _d=np.dtype(node.attrs["dtype"]): x.astype(_d)},
+))  # fmt: skip
+
+
+def cast(x: TensorLike, dtype: str, name: str = "cast") -> Tensor:
+    return apply("Cast", [x], {"dtype": as_dtype(dtype)}, name=name)
+
+
+# ----------------------------------------------------------------- MatMul
+def _infer_matmul(ctx: InferContext) -> TensorSpec:
+    a, b = ctx.inputs
+    if a.dtype != b.dtype:
+        raise ctx.dtype_error(f"operands have different dtypes: {a.dtype} and {b.dtype}")
+    if a.rank != 2 or b.rank != 2:
+        raise ctx.shape_error(f"expects two matrices, got {fmt(a.shape)} @ {fmt(b.shape)}")
+    m, k1 = a.shape[::-1] if ctx.attrs["transpose_a"] else a.shape
+    k2, n = b.shape[::-1] if ctx.attrs["transpose_b"] else b.shape
+    if k1 is not None and k2 is not None and k1 != k2:
+        raise ctx.shape_error(f"inner dimensions differ: {fmt(a.shape)} @ {fmt(b.shape)}")
+    return TensorSpec((m, n), a.dtype)
+
+
+def _ref_matmul(attrs: dict[str, Any], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a.T if attrs["transpose_a"] else a) @ (b.T if attrs["transpose_b"] else b)
+
+
+def _grad_matmul(node: Node, dys: Dys) -> list[Tensor | None]:
+    g, (a, b) = dys[0], node.inputs
+    assert g is not None
+    ta, tb = node.attrs["transpose_a"], node.attrs["transpose_b"]
+    da = matmul(b, g, transpose_a=tb, transpose_b=True) if ta else matmul(g, b, transpose_b=not tb)
+    db = matmul(g, a, transpose_a=True, transpose_b=ta) if tb else matmul(a, g, transpose_a=not ta)
+    return [da, db]
+
+
+register_op(OpDef(
+    name="MatMul", family=FAMILY, infer=_infer_matmul, reference=_ref_matmul, grad=_grad_matmul,
+    kernels={"cpu": lambda node, ctx: matmul_kernel(node.attrs["transpose_a"], node.attrs["transpose_b"])},
+))  # fmt: skip
+
+
+def matmul(a: TensorLike, b: TensorLike, transpose_a: bool = False, transpose_b: bool = False, name: str = "matmul") -> Tensor:
+    """Matrix product of two rank-2 tensors, optionally transposing either."""
+    return apply("MatMul", binary_inputs(a, b), {"transpose_a": transpose_a, "transpose_b": transpose_b}, name=name)
+
+
+# ------------------------------------------------------------- reductions
+def _reduced_shape(ctx: InferContext) -> tuple[int | None, ...]:
+    x = ctx.inputs[0]
+    axes = ctx.attrs["axes"]
+    if any(not 0 <= a < x.rank for a in axes):
+        raise ctx.shape_error(f"axis {ctx.attrs['axis']} is out of range for shape {fmt(x.shape)}")
+    if ctx.attrs["keepdims"]:
+        return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+
+
+def _infer_reduce(ctx: InferContext) -> TensorSpec:
+    return TensorSpec(_reduced_shape(ctx), ctx.inputs[0].dtype)
+
+
+def _infer_reduce_float(ctx: InferContext) -> TensorSpec:
+    if not is_float(ctx.inputs[0].dtype):
+        raise ctx.dtype_error(f"expects a float tensor, got {ctx.inputs[0].dtype}")
+    return _infer_reduce(ctx)
+
+
+def _infer_argmax(ctx: InferContext) -> TensorSpec:
+    return TensorSpec(_reduced_shape(ctx), "int32")
+
+
+def _grad_reduce_sum(node: Node, dys: Dys) -> list[Tensor | None]:
+    return [broadcast_like(dys[0], node.inputs[0], node.attrs["axes"], node.attrs["keepdims"])]
+
+
+def _grad_reduce_mean(node: Node, dys: Dys) -> list[Tensor | None]:
+    return [broadcast_like(dys[0], node.inputs[0], node.attrs["axes"], node.attrs["keepdims"], mean=True)]
+
+
+def _grad_reduce_max(node: Node, dys: Dys) -> list[Tensor | None]:
+    x, axes, keep = node.inputs[0], node.attrs["axes"], node.attrs["keepdims"]
+    # Ties share the gradient equally, as TensorFlow does.
+    hit = cast(equal(x, broadcast_like(node.output(0), x, axes, keep)), x.dtype)
+    count = broadcast_like(reduce_sum(hit, axes, keepdims=keep), x, axes, keep)
+    return [broadcast_like(dys[0], x, axes, keep) * hit / count]
+
+
+def _reduce_kernel(kind: str) -> Any:
+    return lambda node, ctx: reducer(kind, node.attrs["axes"], node.attrs["keepdims"])
+
+
+_REDUCE = [
+    ("ReduceSum",  "sum",    _infer_reduce,       lambda a, x: np.sum(x, axis=a["axes"], keepdims=a["keepdims"]),   _grad_reduce_sum),
+    ("ReduceMean", "mean",   _infer_reduce_float, lambda a, x: np.mean(x, axis=a["axes"], keepdims=a["keepdims"]).astype(x.dtype), _grad_reduce_mean),
+    ("ReduceMax",  "max",    _infer_reduce,       lambda a, x: np.max(x, axis=a["axes"], keepdims=a["keepdims"]),   _grad_reduce_max),
+    ("ArgMax",     "argmax", _infer_argmax,       lambda a, x: np.argmax(x, axis=a["axes"][0]).astype(np.int32),   not_differentiable),
+]  # fmt: skip
+for _name, _kind, _infer, _ref, _grad in _REDUCE:
+    register_op(OpDef(
+        name=_name, family=FAMILY, infer=_infer, reference=_ref, grad=_grad, kernels={"cpu": _reduce_kernel(_kind)},
+    ))  # fmt: skip
+
+
+def _reduce(op: str, x: TensorLike, axis: int | Sequence[int] | None, keepdims: bool, name: str) -> Tensor:
+    from .base import as_tensor
+
+    t = as_tensor(x)
+    axes = normalize_axes(axis, len(t.shape))
+    # An out-of-range axis is reported by the shape rule, with the node's name.
+    attrs = {"axis": axis, "axes": axes if axes is not None else (-1,), "keepdims": keepdims}
+    return apply(op, [t], attrs, name=name)
+
+
+def reduce_sum(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_sum") -> Tensor:
+    """Sum over ``axis`` (all axes when None)."""
+    return _reduce("ReduceSum", x, axis, keepdims, name)
+
+
+def reduce_mean(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_mean") -> Tensor:
+    """Mean over ``axis`` (all axes when None)."""
+    return _reduce("ReduceMean", x, axis, keepdims, name)
+
+
+def reduce_max(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_max") -> Tensor:
+    return _reduce("ReduceMax", x, axis, keepdims, name)
+
+
+def argmax(x: TensorLike, axis: int = -1, name: str = "argmax") -> Tensor:
+    """Index of the largest value along ``axis``, as int32."""
+    return _reduce("ArgMax", x, axis, False, name)
+
+
+# ------------------------------------------ autodiff plumbing (internal ops)
+def _infer_broadcast_like(ctx: InferContext) -> TensorSpec:
+    return TensorSpec(ctx.inputs[1].shape, ctx.inputs[0].dtype)
+
+
+def _broadcast_like_kernel(node: Any, ctx: Any) -> Any:
+    axes, keepdims, mean = node.attrs["axes"], node.attrs["keepdims"], node.attrs["mean"]
+
+    def run(g: np.ndarray, like: np.ndarray) -> np.ndarray:
+        if not keepdims and axes:
+            g = g.reshape(tuple(1 if i in axes else d for i, d in enumerate(like.shape)))
+        out = np.broadcast_to(g, like.shape)
+        if mean:
+            count = builtins.max(int(np.prod([like.shape[a] for a in axes], dtype=np.int64)), 1)
+            return out / np.asarray(count, out.dtype)
+        return np.ascontiguousarray(out)
+
+    return run
+
+
+def _ref_broadcast_like(attrs: dict[str, Any], g: np.ndarray, like: np.ndarray) -> np.ndarray:
+    return _broadcast_like_kernel(type("N", (), {"attrs": attrs})(), None)(g, like)
+
+
+def _grad_broadcast_like(node: Node, dys: Dys) -> list[Tensor | None]:
+    g, (x, _) = dys[0], node.inputs
+    assert g is not None
+    summed = reduce_sum(g, node.attrs["axes"], keepdims=node.attrs["keepdims"])
+    if node.attrs["mean"]:
+        summed = summed * reduce_sum(ones_like(x)) / reduce_sum(ones_like(node.inputs[1]))
+    return [sum_to_shape_of(summed, x), None]
+
+
+register_op(OpDef(
+    name="BroadcastLike", family=FAMILY, infer=_infer_broadcast_like, reference=_ref_broadcast_like,
+    grad=_grad_broadcast_like, kernels={"cpu": _broadcast_like_kernel},
+))  # fmt: skip
+
+
+def broadcast_like(g: Tensor | None, like: Tensor, axes: Sequence[int] = (), keepdims: bool = True, mean: bool = False) -> Tensor:
+    """``g`` (reduced over ``axes``) broadcast back to ``like``'s run-time shape."""
+    assert g is not None
+    attrs = {"axes": tuple(axes), "keepdims": keepdims, "mean": mean}
+    return apply("BroadcastLike", [g, like], attrs, name="broadcast_like")
+
+
+def _sum_to_shape(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``g`` over the axes NumPy broadcasting added to reach it from ``shape``."""
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(shape) if d == 1 and g.shape[i + lead] != 1)
+    return np.sum(g, axis=axes).reshape(shape) if axes else g.reshape(shape)
+
+
+def _sum_to_shape_kernel(node: Any, ctx: Any) -> Any:
+    return lambda g, like: _sum_to_shape(g, like.shape)
+
+
+register_op(OpDef(
+    name="SumToShapeOf", family=FAMILY,
+    infer=lambda ctx: TensorSpec(ctx.inputs[1].shape, ctx.inputs[0].dtype),
+    reference=lambda attrs, g, like: _sum_to_shape(g, like.shape),
+    grad=lambda node, dys: [broadcast_like(dys[0], node.inputs[0]), None],
+    kernels={"cpu": _sum_to_shape_kernel}, view=True,
+))  # fmt: skip
+
+
+def sum_to_shape_of(g: Tensor, like: Tensor) -> Tensor:
+    """Undo broadcasting: sum ``g`` down to ``like``'s run-time shape."""
+    return apply("SumToShapeOf", [g, like], name="sum_to_shape")
+
+
+_FILL = [("OnesLike", np.ones_like), ("ZerosLike", np.zeros_like)]
+for _name, _fill in _FILL:
+    register_op(OpDef(
+        name=_name, family=FAMILY, infer=infer_same,
+        reference=lambda attrs, x, _f=_fill: _f(x),
+        grad=not_differentiable, kernels={"cpu": simple_kernel(_fill)},
+    ))  # fmt: skip
+
+
+def ones_like(x: TensorLike, name: str = "ones_like") -> Tensor:
+    return apply("OnesLike", [x], name=name)
+
+
+def zeros_like(x: TensorLike, name: str = "zeros_like") -> Tensor:
+    return apply("ZerosLike", [x], name=name)
+
+
+__all__ = [
+    "add", "argmax", "cast", "div", "equal", "exp", "greater_equal", "less", "less_equal", "log", "matmul",
+    "maximum", "minimum", "mul", "neg", "ones_like", "pow", "reduce_max", "reduce_mean", "reduce_sum",
+    "sqrt", "square", "sub", "zeros_like",
+]  # fmt: skip

@@ -1,0 +1,202 @@
+"""State and plumbing ops: constants, placeholders, variables, assignment, grouping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import as_dtype
+from ..errors import GraphError, ShapeError
+from ..graph import Graph, Node, Tensor, get_default_graph
+from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op
+from ..shapes import fmt
+from .base import TensorLike, apply, apply_node, as_tensor, infer_same
+
+FAMILY = "state"
+
+
+# ------------------------------------------------------------------- Const
+def _const_kernel(node: Node, ctx: KernelContext) -> Callable[[], np.ndarray]:
+    value = node.attrs["value"]
+    return lambda: value
+
+
+register_op(OpDef(
+    name="Const", family=FAMILY,
+    infer=lambda ctx: TensorSpec(ctx.attrs["value"].shape, ctx.attrs["value"].dtype.name),
+    reference=lambda attrs: attrs["value"],
+    grad=lambda node, dys: [],
+    kernels={"cpu": _const_kernel}, view=True,
+))
+
+
+def constant(value: Any, dtype: str | None = None, name: str = "const", graph: Graph | None = None) -> Tensor:
+    """A tensor holding a fixed value."""
+    array = np.array(value, dtype=as_dtype(dtype) if dtype else None)
+    if dtype is None and array.dtype == np.float64:
+        array = array.astype(np.float32)
+    if dtype is None and array.dtype == np.int64:
+        array = array.astype(np.int32)
+    as_dtype(array.dtype)
+    array.flags.writeable = False
+    g = graph or get_default_graph()
+    return g.create_node("Const", [], {"value": array}, name).output(0)
+
+
+# ------------------------------------------------------------- Placeholder
+def _placeholder_kernel(node: Node, ctx: KernelContext) -> Callable[[], np.ndarray]:
+    raise GraphError(f"placeholder {node.name!r} ({node.where()}) needs a value: pass it in feed_dict")
+
+
+register_op(OpDef(
+    name="Placeholder", family=FAMILY,
+    infer=lambda ctx: TensorSpec(tuple(ctx.attrs["shape"]), ctx.attrs["dtype"]),
+    reference=lambda attrs: None,
+    grad=lambda node, dys: [],
+    kernels={"cpu": _placeholder_kernel},
+))
+
+
+def placeholder(shape: Sequence[int | None], dtype: str = "float32", name: str = "placeholder") -> Tensor:
+    """An input that is fed at run time; ``None`` dims accept any size."""
+    dims = tuple(None if d is None or d == -1 else int(d) for d in shape)
+    if any(d is not None and d < 0 for d in dims):
+        raise ShapeError(f"placeholder {name!r}: negative dimension in shape {fmt(dims)}")
+    return get_default_graph().create_node("Placeholder", [], {"shape": dims, "dtype": as_dtype(dtype)}, name).output(0)
+
+
+# ---------------------------------------------------------------- Variable
+def _variable_kernel(node: Node, ctx: KernelContext) -> Callable[[], np.ndarray]:
+    value = ctx.variables.value(node)
+    return lambda: value
+
+
+register_op(OpDef(
+    name="Variable", family=FAMILY,
+    infer=lambda ctx: TensorSpec(ctx.attrs["initial_value"].shape, ctx.attrs["initial_value"].dtype.name),
+    reference=lambda attrs: attrs["initial_value"],
+    grad=lambda node, dys: [],
+    kernels={"cpu": _variable_kernel}, stateful=True, view=True,
+))
+
+
+def variable(
+    init: Any,
+    shape: Sequence[int] | None = None,
+    dtype: str = "float32",
+    name: str = "variable",
+    trainable: bool = True,
+    seed: int | None = None,
+) -> Tensor:
+    """A trainable tensor whose value lives in the session.
+
+    ``init`` is an array-like, or an initializer from ``cg.init`` called with
+    ``shape`` and ``dtype``.
+
+    Examples
+    --------
+    >>> import cellgraph as cg
+    >>> w = cg.variable(cg.init.zeros, shape=(3, 2), name="w")
+    >>> w.shape
+    (3, 2)
+    """
+    if callable(init):
+        if shape is None:
+            raise ShapeError(f"variable {name!r}: an initializer needs a shape")
+        value = np.asarray(init(tuple(shape), as_dtype(dtype), seed))
+    else:
+        value = np.array(init, dtype=as_dtype(dtype))
+        if shape is not None and tuple(shape) != value.shape:
+            raise ShapeError(f"variable {name!r}: initial value has shape {fmt(value.shape)}, expected {fmt(tuple(shape))}")
+    value.flags.writeable = False
+    g = get_default_graph()
+    return g.create_node("Variable", [], {"initial_value": value, "trainable": trainable}, name).output(0)
+
+
+# ----------------------------------------------------------------- Identity
+register_op(OpDef(
+    name="Identity", family=FAMILY, infer=infer_same,
+    reference=lambda attrs, x: x,
+    grad=lambda node, dys: [dys[0]],
+    kernels={"cpu": lambda node, ctx: lambda x: x}, view=True,
+))
+
+
+def identity(x: TensorLike, name: str = "identity") -> Tensor:
+    return apply("Identity", [x], name=name)
+
+
+# ------------------------------------------------------- Assign, AssignAdd
+def _infer_assign(ctx: InferContext) -> TensorSpec:
+    ref, value = ctx.inputs
+    target = ctx.node.inputs[0].node
+    if target.op != "Variable":
+        raise ctx.shape_error(f"can only assign to a variable, not to {target.op} '{target.name}'")
+    if ref.dtype != value.dtype:
+        raise ctx.dtype_error(f"value has dtype {value.dtype}, variable '{target.name}' has {ref.dtype}")
+    if len(ref.shape) != len(value.shape) or any(v is not None and v != r for r, v in zip(ref.shape, value.shape)):
+        raise ctx.shape_error(f"value has shape {fmt(value.shape)}, variable '{target.name}' has {fmt(ref.shape)}")
+    return ref
+
+
+def _assign(ref: np.ndarray, value: np.ndarray) -> np.ndarray:
+    ref[...] = value
+    return ref
+
+
+def _assign_add(ref: np.ndarray, value: np.ndarray) -> np.ndarray:
+    ref += value
+    return ref
+
+
+register_op(OpDef(
+    name="Assign", family=FAMILY, infer=_infer_assign,
+    reference=lambda attrs, ref, value: value.copy(),
+    grad=not_differentiable,
+    kernels={"cpu": lambda node, ctx: _assign}, stateful=True, view=True,
+))
+register_op(OpDef(
+    name="AssignAdd", family=FAMILY, infer=_infer_assign,
+    reference=lambda attrs, ref, value: ref + value,
+    grad=not_differentiable,
+    kernels={"cpu": lambda node, ctx: _assign_add}, stateful=True, view=True,
+))
+
+
+def assign(ref: Tensor, value: TensorLike, name: str = "assign") -> Tensor:
+    """Write ``value`` into variable ``ref`` when run; returns the new value."""
+    return apply("Assign", [ref, as_tensor(value, ref.dtype, ref.graph)], name=name)
+
+
+def assign_add(ref: Tensor, value: TensorLike, name: str = "assign_add") -> Tensor:
+    """Add ``value`` to variable ``ref`` in place when run."""
+    return apply("AssignAdd", [ref, as_tensor(value, ref.dtype, ref.graph)], name=name)
+
+
+# ---------------------------------------------------------------- NoOp
+register_op(OpDef(
+    name="NoOp", family=FAMILY, infer=lambda ctx: [],
+    reference=lambda attrs: (),
+    grad=not_differentiable,
+    kernels={"cpu": lambda node, ctx: lambda: ()},
+))
+
+
+def group(*deps: Tensor | Node, name: str = "group") -> Node:
+    """One node that, when run, runs everything in ``deps`` first."""
+    g = get_default_graph()
+    for d in deps:
+        if isinstance(d, (Tensor, Node)):
+            g = d.graph if isinstance(d, Tensor) else d.graph or g
+            break
+    with g.control_dependencies(list(deps)):
+        return g.create_node("NoOp", [], {}, name)
+
+
+def no_op(name: str = "no_op") -> Node:
+    return apply_node("NoOp", [], name=name)
+
+
+__all__ = ["assign", "assign_add", "constant", "group", "identity", "no_op", "placeholder", "variable"]

@@ -1,0 +1,117 @@
+"""``Session``: runs fetches of a graph with feeds, holding its variables' values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import DTypeError, GraphError, ShapeError
+from .executor import Plan
+from .graph import Graph, Node, Tensor, get_default_graph
+from .shapes import compatible, fmt
+from .variables import VariableStore
+
+Fetch = Tensor | Node | str
+
+
+class Session:
+    """Runs parts of one graph; owns the values of that graph's variables.
+
+    Examples
+    --------
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     x = cg.placeholder((None,), "float32", name="x")
+    ...     y = x * 2.0
+    >>> cg.Session(g).run(y, {x: [1.0, 2.0]})
+    array([2., 4.], dtype=float32)
+    """
+
+    def __init__(self, graph: Graph | None = None) -> None:
+        self.graph = graph if graph is not None else get_default_graph()
+        self.variables = VariableStore()
+        self._plans: dict[tuple[Any, ...], Plan] = {}
+
+    def run(self, fetches: Any, feed_dict: Mapping[Tensor | str, Any] | None = None) -> Any:
+        """Compute ``fetches`` (a tensor, node, name, or a list/tuple/dict of them).
+
+        Returns the same structure with NumPy arrays (None for nodes). Every
+        feed is checked before any kernel runs, so a bad feed changes nothing.
+        """
+        flat: list[Fetch] = []
+        rebuild = _flatten(fetches, flat)
+        feeds = dict(feed_dict or {})
+        feed_tensors = sorted((self._tensor(k, "feed") for k in feeds), key=lambda t: t.name)
+        by_tensor = {self._tensor(k, "feed"): v for k, v in feeds.items()}
+        values = [_convert_feed(t, by_tensor[t]) for t in feed_tensors]
+        plan = self._plan(flat, feed_tensors)
+        results = iter(plan(*values))
+        out = [None if isinstance(self._resolve(f), Node) else next(results) for f in flat]
+        return rebuild(iter(out))
+
+    def make_callable(self, fetches: Sequence[Fetch], feed_list: Sequence[Tensor] = ()) -> Callable[..., tuple[Any, ...]]:
+        """A function of the feed arrays (in ``feed_list`` order) returning the fetched
+        tensors, skipping ``run``'s per-call checks; for tight training loops."""
+        feeds = [self._tensor(t, "feed") for t in feed_list]
+        return self._plan(list(fetches), feeds, sort=False)
+
+    def variable_values(self) -> dict[str, np.ndarray]:
+        """Current values of every variable of the graph, by name (initialising any not yet used)."""
+        return {n.name: self.variables.value(n).copy() for n in self.graph.variables()}
+
+    def _plan(self, flat: Sequence[Fetch], feeds: Sequence[Tensor], sort: bool = True) -> Plan:
+        resolved = [self._resolve(f) for f in flat]
+        tensors = [r for r in resolved if isinstance(r, Tensor)]
+        targets = [r for r in resolved if isinstance(r, Node)]
+        key = (self.graph.version, tuple(id(r) for r in resolved), tuple(id(t) for t in feeds))
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) > 256:  # a loop building fetches anew must not grow without bound
+                self._plans.clear()
+            plan = self._plans[key] = Plan(self.graph, tensors, targets, feeds, self.variables)
+        return plan
+
+    def _resolve(self, fetch: Fetch) -> Tensor | Node:
+        if isinstance(fetch, str):
+            return self.graph.tensor(fetch) if ":" in fetch else self.graph.node(fetch)
+        if isinstance(fetch, (Tensor, Node)):
+            if fetch not in self.graph:
+                name = fetch.name
+                raise GraphError(f"fetch {name!r} is not in this session's graph (another graph, or its cell was re-run)")
+            return fetch
+        raise GraphError(f"cannot fetch {fetch!r}: fetch a Tensor, a node, or a name")
+
+    def _tensor(self, key: Tensor | str, role: str) -> Tensor:
+        t = self.graph.tensor(key) if isinstance(key, str) else key
+        if not isinstance(t, Tensor):
+            raise GraphError(f"{role} key {key!r} is not a Tensor")
+        if t not in self.graph:
+            raise GraphError(f"{role} {t.name!r} is not in this session's graph (another graph, or its cell was re-run)")
+        return t
+
+
+def _convert_feed(t: Tensor, value: Any) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype != t.dtype:
+        if not np.can_cast(array.dtype, t.dtype, "same_kind"):
+            raise DTypeError(f"feed for {t.name!r} has dtype {array.dtype}, expected {t.dtype}")
+        array = array.astype(t.dtype)
+    if not compatible(t.shape, array.shape):
+        raise ShapeError(f"feed for {t.name!r} has shape {fmt(array.shape)}, expected {fmt(t.shape)}")
+    return array
+
+
+def _flatten(fetches: Any, flat: list[Fetch]) -> Callable[[Iterator[Any]], Any]:
+    """Collect the leaves of a fetch structure; return how to rebuild it from results."""
+    if isinstance(fetches, (list, tuple)):
+        parts = [_flatten(f, flat) for f in fetches]
+        kind = list if isinstance(fetches, list) else tuple
+        return lambda it: kind(part(it) for part in parts)
+    if isinstance(fetches, Mapping):
+        keyed = [(k, _flatten(v, flat)) for k, v in fetches.items()]
+        return lambda it: {k: part(it) for k, part in keyed}
+    flat.append(fetches)
+    return lambda it: next(it)
