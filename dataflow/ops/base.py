@@ -36,7 +36,7 @@ def as_tensor(value: TensorLike, dtype: str | None = None, graph: Graph | None =
         dtype = "float32" if array.dtype.kind == "f" else as_dtype(array.dtype.name.replace("int64", "int32"))
     from .state import constant
 
-    return constant(array.astype(dtype), graph=graph)
+    return constant(array, dtype=dtype, graph=graph)
 
 
 def apply(

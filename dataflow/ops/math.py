@@ -42,8 +42,8 @@ _BINARY = [
     ("Mul",     ew.mul,     np.multiply, lambda n, g: [g * _y(n), g * _x(n)],                             "({0} * {1})"),
     ("Div",     ew.div,     np.divide,   lambda n, g: [g / _y(n), neg(g) * _z(n) / _y(n)],                "({0} / {1})"),
     ("Pow",     ew.power,   np.power,    lambda n, g: [g * _y(n) * pow(_x(n), _y(n) - 1.0), g * _z(n) * log(_x(n))], "({0} ** {1})"),
-    ("Maximum", ew.maximum, np.maximum,  lambda n, g: [g * _mask(greater_equal(_x(n), _y(n))), g * _mask(less(_x(n), _y(n)))], "max({0}, {1})"),
-    ("Minimum", ew.minimum, np.minimum,  lambda n, g: [g * _mask(less_equal(_x(n), _y(n))), g * _mask(less(_y(n), _x(n)))], "min({0}, {1})"),
+    ("Maximum", ew.maximum, np.maximum,  lambda n, g: [g * _mask(greater_equal(_x(n), _y(n)), g), g * _mask(less(_x(n), _y(n)), g)], "max({0}, {1})"),
+    ("Minimum", ew.minimum, np.minimum,  lambda n, g: [g * _mask(less_equal(_x(n), _y(n)), g), g * _mask(less(_y(n), _x(n)), g)], "min({0}, {1})"),
 ]  # fmt: skip
 
 _UNARY = [
@@ -61,8 +61,21 @@ _COMPARE = [
 ]  # fmt: skip
 
 
-def _mask(cond: Tensor) -> Tensor:
-    return cast(cond, "float32")
+def _mask(cond: Tensor, like: Tensor) -> Tensor:
+    return cast(cond, like.dtype)
+
+
+def _elementwise_kernel(fn: Any) -> Any:
+    """Bind an elementwise kernel; Numba returns a scalar for 0-d operands, so
+    rank-0 nodes (known when binding) wrap the result back into an array."""
+
+    def factory(node: Node, ctx: Any) -> Any:
+        if node.specs[0].shape:
+            return fn
+        dtype = np.dtype(node.specs[0].dtype)
+        return lambda *args: np.asarray(fn(*args), dtype)
+
+    return factory
 
 
 def _as_list_grad(rule: Any) -> Any:
@@ -74,20 +87,20 @@ for _name, _kernel, _ref, _rule, _expr in _BINARY:
         name=_name, family=FAMILY,
         infer=infer_broadcast if _name in ("Add", "Sub", "Mul", "Maximum", "Minimum") else infer_float_broadcast,
         reference=lambda attrs, a, b, _f=_ref: _f(a, b),
-        grad=_as_list_grad(_rule), kernels={"cpu": simple_kernel(_kernel)},
+        grad=_as_list_grad(_rule), kernels={"cpu": _elementwise_kernel(_kernel)},
         broadcasts=True, elementwise=_expr,
     ))  # fmt: skip
 for _name, _kernel, _ref, _rule, _expr in _UNARY:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=infer_same if _name in ("Neg", "Square") else infer_float_unary,
         reference=lambda attrs, x, _f=_ref: _f(x),
-        grad=_as_list_grad(_rule), kernels={"cpu": simple_kernel(_kernel)}, elementwise=_expr,
+        grad=_as_list_grad(_rule), kernels={"cpu": _elementwise_kernel(_kernel)}, elementwise=_expr,
     ))  # fmt: skip
 for _name, _kernel, _ref in _COMPARE:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=infer_compare,
         reference=lambda attrs, a, b, _f=_ref: _f(a, b),
-        grad=not_differentiable, kernels={"cpu": simple_kernel(_kernel)}, broadcasts=True,
+        grad=not_differentiable, kernels={"cpu": _elementwise_kernel(_kernel)}, broadcasts=True,
     ))  # fmt: skip
 
 
