@@ -43,3 +43,6 @@ for _family in _FAMILIES:
         globals()[_name] = getattr(_family, _name)
 
 __version__ = "0.1.0"
+
+# The conveniences over the ops; imported last, they use the names above.
+from cellgraph import init, layers, losses, metrics, optim  # noqa: E402

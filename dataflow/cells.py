@@ -60,7 +60,8 @@ class CellRun:
         """Re-bind consumers of replaced nodes; return the warnings given."""
         new_by_name = {n.name: n for n in self.new}
         notes = self._variable_notes(new_by_name)
-        stale_cells: dict[str, str] = {}
+        stale_cells: set[str] = set()
+        loose: list[str] = []
         old_ids = {id(n) for n in self.old.values()}
         for consumer in self.graph.nodes:
             if consumer.cell == self.cell_id:
@@ -85,14 +86,16 @@ class CellRun:
             if touched and not removed:
                 self._reinfer(consumer)
             if touched and consumer.stale:
-                label = consumer.cell_label or consumer.cell or "outside any cell"
-                stale_cells[str(label)] = consumer.stale
+                if consumer.cell is None:
+                    loose.append(consumer.name)
+                else:
+                    stale_cells.add(str(consumer.cell_label or consumer.cell))
         if stale_cells:
             cells = ", ".join(sorted(stale_cells))
-            notes.append(
-                f"re-running cell {self.label} made nodes in cell(s) {cells} stale; "
-                f"re-run cell(s) {cells}"
-            )
+            notes.append(f"re-running cell {self.label} made nodes in cell(s) {cells} stale; re-run cell(s) {cells}")
+        if loose:
+            names = ", ".join(repr(n) for n in loose)
+            notes.append(f"re-running cell {self.label} made node(s) {names}, made outside any cell, stale; build them again")
         self.graph.version += 1
         for note in notes:
             warnings.warn(note, CellgraphWarning, stacklevel=4)

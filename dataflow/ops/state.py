@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,16 +103,20 @@ def variable(
     >>> w.shape
     (3, 2)
     """
+    g = get_default_graph()
     if callable(init):
         if shape is None:
             raise ShapeError(f"variable {name!r}: an initializer needs a shape")
+        # Without a seed, the variable's full name seeds it: the same model
+        # starts from the same values every run, and a re-run cell too.
+        if seed is None:
+            seed = zlib.crc32(g.unique_name(name).encode())
         value = np.asarray(init(tuple(shape), as_dtype(dtype), seed))
     else:
         value = np.array(init, dtype=as_dtype(dtype))
         if shape is not None and tuple(shape) != value.shape:
             raise ShapeError(f"variable {name!r}: initial value has shape {fmt(value.shape)}, expected {fmt(tuple(shape))}")
     value.flags.writeable = False
-    g = get_default_graph()
     return g.create_node("Variable", [], {"initial_value": value, "trainable": trainable}, name).output(0)
 
 

@@ -1,0 +1,69 @@
+"""Variable initializers: ``cg.variable(cg.init.glorot_uniform, shape=(64, 128))``.
+
+An initializer is called with ``(shape, dtype, seed)`` and returns an array.
+The parametrised ones are classes (``cg.init.Normal(stddev=0.1)``); the
+lower-case names are instances with the usual defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(fan_in, fan_out) for a dense (in, out) or a conv (h, w, in, out) kernel."""
+    if len(shape) < 2:
+        size = int(np.prod(shape)) if shape else 1
+        return size, size
+    receptive = int(np.prod(shape[:-2]))
+    return shape[-2] * receptive, shape[-1] * receptive
+
+
+@dataclass(frozen=True)
+class Zeros:
+    def __call__(self, shape: tuple[int, ...], dtype: str = "float32", seed: int | None = None) -> np.ndarray:
+        return np.zeros(shape, dtype)
+
+
+@dataclass(frozen=True)
+class Ones:
+    def __call__(self, shape: tuple[int, ...], dtype: str = "float32", seed: int | None = None) -> np.ndarray:
+        return np.ones(shape, dtype)
+
+
+@dataclass(frozen=True)
+class Normal:
+    mean: float = 0.0
+    stddev: float = 0.05
+
+    def __call__(self, shape: tuple[int, ...], dtype: str = "float32", seed: int | None = None) -> np.ndarray:
+        return np.random.default_rng(seed).normal(self.mean, self.stddev, shape).astype(dtype)
+
+
+@dataclass(frozen=True)
+class GlorotUniform:
+    """Uniform in ±sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010)."""
+
+    def __call__(self, shape: tuple[int, ...], dtype: str = "float32", seed: int | None = None) -> np.ndarray:
+        fan_in, fan_out = _fans(shape)
+        limit = math.sqrt(6.0 / max(fan_in + fan_out, 1))
+        return np.random.default_rng(seed).uniform(-limit, limit, shape).astype(dtype)
+
+
+@dataclass(frozen=True)
+class HeNormal:
+    """Normal with stddev sqrt(2 / fan_in), for ReLU layers (He et al., 2015)."""
+
+    def __call__(self, shape: tuple[int, ...], dtype: str = "float32", seed: int | None = None) -> np.ndarray:
+        fan_in, _ = _fans(shape)
+        return np.random.default_rng(seed).normal(0.0, math.sqrt(2.0 / max(fan_in, 1)), shape).astype(dtype)
+
+
+zeros = Zeros()
+ones = Ones()
+normal = Normal()
+glorot_uniform = GlorotUniform()
+he_normal = HeNormal()

@@ -1,0 +1,101 @@
+"""Layers: each makes a name scope holding its variables and ops.
+
+``cg.layers.dense(x, 128, activation="relu")`` makes ``dense/kernel``,
+``dense/bias`` and the ops between; a second dense layer gets ``dense_1``,
+unless its cell is being re-run, where it replaces the first run's nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from cellgraph import init as initializers
+from cellgraph.dataflow.errors import GraphError, ShapeError
+from cellgraph.dataflow.graph import Tensor, name_scope
+from cellgraph.dataflow.ops import array, math, nn
+from cellgraph.dataflow.ops.state import variable
+from cellgraph.dataflow.shapes import fmt
+
+Initializer = Callable[..., object]
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": lambda x: nn.relu(x),
+    "sigmoid": lambda x: nn.sigmoid(x),
+    "tanh": lambda x: nn.tanh(x),
+    "softmax": lambda x: nn.softmax(x),
+}
+
+
+def _activate(x: Tensor, activation: str | Callable[[Tensor], Tensor] | None) -> Tensor:
+    if activation is None:
+        return x
+    if callable(activation):
+        return activation(x)
+    if activation not in ACTIVATIONS:
+        raise GraphError(f"unknown activation {activation!r}; known: {', '.join(sorted(ACTIVATIONS))}, or a callable")
+    return ACTIVATIONS[activation](x)
+
+
+def dense(
+    x: Tensor,
+    units: int,
+    activation: str | Callable[[Tensor], Tensor] | None = None,
+    use_bias: bool = True,
+    kernel_init: Initializer = initializers.glorot_uniform,
+    bias_init: Initializer = initializers.zeros,
+    name: str = "dense",
+) -> Tensor:
+    """``activation(x @ kernel + bias)`` for ``x`` of shape (batch, features)."""
+    if len(x.shape) != 2 or x.shape[1] is None:
+        raise ShapeError(f"dense layer {name!r} needs a (batch, features) input with known features, got {fmt(x.shape)}")
+    with name_scope(name):
+        kernel = variable(kernel_init, shape=(x.shape[1], units), dtype=x.dtype, name="kernel")
+        y = math.matmul(x, kernel)
+        if use_bias:
+            y = nn.bias_add(y, variable(bias_init, shape=(units,), dtype=x.dtype, name="bias"))
+        return _activate(y, activation)
+
+
+def conv2d(
+    x: Tensor,
+    filters: int,
+    kernel_size: int | Sequence[int],
+    strides: int | Sequence[int] = 1,
+    padding: str = "SAME",
+    activation: str | Callable[[Tensor], Tensor] | None = None,
+    use_bias: bool = True,
+    kernel_init: Initializer = initializers.he_normal,
+    name: str = "conv2d",
+) -> Tensor:
+    """2-D convolution over NHWC ``x`` with ``filters`` output channels."""
+    kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    if len(x.shape) != 4 or x.shape[3] is None:
+        raise ShapeError(f"conv2d layer {name!r} needs an NHWC input with known channels, got {fmt(x.shape)}")
+    with name_scope(name):
+        kernel = variable(kernel_init, shape=(kh, kw, x.shape[3], filters), dtype=x.dtype, name="kernel")
+        y = nn.conv2d(x, kernel, strides=strides, padding=padding)
+        if use_bias:
+            y = nn.bias_add(y, variable(initializers.zeros, shape=(filters,), dtype=x.dtype, name="bias"))
+        return _activate(y, activation)
+
+
+def max_pool2d(x: Tensor, pool_size: int = 2, strides: int | None = None, padding: str = "VALID", name: str = "max_pool") -> Tensor:
+    return nn.max_pool(x, pool_size, strides or pool_size, padding, name=name)
+
+
+def avg_pool2d(x: Tensor, pool_size: int = 2, strides: int | None = None, padding: str = "VALID", name: str = "avg_pool") -> Tensor:
+    return nn.avg_pool(x, pool_size, strides or pool_size, padding, name=name)
+
+
+def flatten(x: Tensor, name: str = "flatten") -> Tensor:
+    """(batch, ...) -> (batch, features)."""
+    features = 1
+    for d in x.shape[1:]:
+        if d is None:
+            raise ShapeError(f"flatten {name!r} needs known non-batch dims, got {fmt(x.shape)}")
+        features *= d
+    return array.reshape(x, (-1, features), name=name)
+
+
+def dropout(x: Tensor, rate: float, seed: int = 0, name: str = "dropout") -> Tensor:
+    return nn.dropout(x, rate, seed=seed, name=name)

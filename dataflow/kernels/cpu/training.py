@@ -1,0 +1,48 @@
+"""Optimizer updates, in place on the variable and its slots.
+
+Each kernel walks the flat (C-ordered) buffers once, so an update is one pass
+over memory however many slots the optimizer keeps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import kernel
+
+
+@kernel
+def sgd(var, lr, grad):  # type: ignore[no-untyped-def]
+    for i in range(var.size):
+        var[i] -= lr * grad[i]
+
+
+@kernel
+def momentum(var, accum, lr, grad, mu, nesterov):  # type: ignore[no-untyped-def]
+    for i in range(var.size):
+        accum[i] = mu * accum[i] + grad[i]
+        if nesterov:
+            var[i] -= lr * (grad[i] + mu * accum[i])
+        else:
+            var[i] -= lr * accum[i]
+
+
+@kernel
+def adam(var, m, v, lr_t, grad, beta1, beta2, epsilon):  # type: ignore[no-untyped-def]
+    for i in range(var.size):
+        g = grad[i]
+        m[i] = beta1 * m[i] + (1.0 - beta1) * g
+        v[i] = beta2 * v[i] + (1.0 - beta2) * g * g
+        var[i] -= lr_t * m[i] / (math.sqrt(v[i]) + epsilon)
+
+
+def flat(x: np.ndarray) -> np.ndarray:
+    """A 1-D view of a C-contiguous buffer (variables and slots always are)."""
+    return x.reshape(-1)
+
+
+def adam_step_size(lr: float, beta1: float, beta2: float, t: float) -> float:
+    """Adam's bias-corrected step size for step ``t`` (1-based)."""
+    return lr * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)

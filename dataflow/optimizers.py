@@ -1,0 +1,133 @@
+"""Optimizers: SGD, Momentum (with Nesterov) and Adam, built from update ops.
+
+``minimize`` = ``compute_gradients`` + ``apply_gradients``, as in TensorFlow.
+Slots (momentum accumulators, Adam moments and step count) are variables named
+after the variable they serve, so re-running a cell keeps them, and a later
+issue can place them beside their variable on a parameter server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .autodiff import gradients
+from .errors import GradientError, GraphError
+from .graph import Graph, Node, Tensor
+from .ops import training
+from .ops.state import assign_add, constant, group, variable
+
+
+def _trainable_inputs(loss: Tensor) -> list[Tensor]:
+    from .executor import _schedule
+
+    return [n.output(0) for n in _schedule([loss], [], []) if n.op == "Variable" and n.attrs.get("trainable", True)]
+
+
+class Optimizer:
+    """Base class: subclasses say which slots they keep and which update op they apply."""
+
+    name = "Optimizer"
+
+    def __init__(self, learning_rate: float) -> None:
+        if not learning_rate > 0:
+            raise ValueError(f"{self.name}: learning_rate must be positive, got {learning_rate}")
+        self.learning_rate = float(learning_rate)
+
+    def compute_gradients(self, loss: Tensor, var_list: Sequence[Tensor] | None = None) -> list[tuple[Tensor | None, Tensor]]:
+        """``(gradient, variable)`` pairs for every trainable variable ``loss`` depends on."""
+        variables = list(var_list) if var_list is not None else _trainable_inputs(loss)
+        if not variables:
+            raise GradientError(f"{self.name}: {loss.name!r} depends on no trainable variable; nothing to optimise")
+        return list(zip(gradients(loss, variables), variables))
+
+    def apply_gradients(
+        self, grads_and_vars: Sequence[tuple[Tensor | None, Tensor]], global_step: Tensor | None = None, name: str | None = None
+    ) -> Node:
+        """One node that applies every update (and increments ``global_step``)."""
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not pairs:
+            names = ", ".join(v.name for _, v in grads_and_vars)
+            raise GradientError(f"{self.name}: no gradient flows to any of {names}")
+        graph = pairs[0][1].graph
+        updates: list[Tensor | Node] = []
+        with graph.name_scope(name or self.name):
+            lrs: dict[str, Tensor] = {}
+            for grad, var in pairs:
+                if var.dtype not in lrs:
+                    lrs[var.dtype] = constant(self.learning_rate, dtype=var.dtype, name="learning_rate")
+                updates.append(self._apply(graph, var, grad, lrs[var.dtype]))
+            if global_step is not None:
+                with graph.control_dependencies(updates):
+                    return group(assign_add(global_step, 1), name="update")
+            return group(*updates, name="update")
+
+    def minimize(self, loss: Tensor, var_list: Sequence[Tensor] | None = None, global_step: Tensor | None = None) -> Node:
+        """The training op: run it once per step.
+
+        Examples
+        --------
+        >>> import cellgraph as cg
+        >>> g = cg.Graph()
+        >>> with g.as_default():
+        ...     w = cg.variable([3.0], name="w")
+        ...     train = cg.optim.SGD(0.25).minimize(cg.reduce_sum(w * w))
+        >>> sess = cg.Session(g)
+        >>> _ = sess.run(train)
+        >>> sess.run(w)
+        array([1.5], dtype=float32)
+        """
+        return self.apply_gradients(self.compute_gradients(loss, var_list), global_step)
+
+    def _slot(self, graph: Graph, var: Tensor, slot: str, shape: tuple[int, ...] | None = None) -> Tensor:
+        if var.node.op != "Variable":
+            raise GraphError(f"{self.name} can only update variables, not {var.node.describe()}")
+        shape = tuple(d for d in var.shape if d is not None) if shape is None else shape
+        return variable(np.zeros(shape, var.dtype), name=f"{var.node.name}/{slot}", trainable=False)
+
+    def _apply(self, graph: Graph, var: Tensor, grad: Tensor, lr: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """Plain stochastic gradient descent: ``var -= learning_rate * grad``."""
+
+    name = "SGD"
+
+    def _apply(self, graph: Graph, var: Tensor, grad: Tensor, lr: Tensor) -> Tensor:
+        return training.apply_gradient_descent(var, lr, grad)
+
+
+class Momentum(Optimizer):
+    """SGD with momentum, optionally Nesterov's."""
+
+    name = "Momentum"
+
+    def __init__(self, learning_rate: float, momentum: float = 0.9, nesterov: bool = False) -> None:
+        super().__init__(learning_rate)
+        if not 0 <= momentum < 1:
+            raise ValueError(f"Momentum: momentum must be in [0, 1), got {momentum}")
+        self.momentum, self.nesterov = float(momentum), bool(nesterov)
+
+    def _apply(self, graph: Graph, var: Tensor, grad: Tensor, lr: Tensor) -> Tensor:
+        accum = self._slot(graph, var, "momentum")
+        return training.apply_momentum(var, accum, lr, grad, self.momentum, self.nesterov)
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba, 2015) with bias correction."""
+
+    name = "Adam"
+
+    def __init__(self, learning_rate: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8) -> None:
+        super().__init__(learning_rate)
+        for label, beta in (("beta1", beta1), ("beta2", beta2)):
+            if not 0 <= beta < 1:
+                raise ValueError(f"Adam: {label} must be in [0, 1), got {beta}")
+        self.beta1, self.beta2, self.epsilon = float(beta1), float(beta2), float(epsilon)
+
+    def _apply(self, graph: Graph, var: Tensor, grad: Tensor, lr: Tensor) -> Tensor:
+        m, v = self._slot(graph, var, "m"), self._slot(graph, var, "v")
+        t = self._slot(graph, var, "t", shape=())
+        return training.apply_adam(var, m, v, t, lr, grad, self.beta1, self.beta2, self.epsilon)

@@ -1,0 +1,35 @@
+"""Rows for the optimizer update ops (stateful: variables are inputs)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import cellgraph as cg
+
+from . import OpCase, rand
+
+var, grad = rand(3, 4, seed=1), rand(3, 4, seed=2)
+slot = rand(3, 4, seed=3)
+lr = np.array(0.1, np.float32)
+
+CASES = [
+    OpCase("ApplyGradientDescent", lambda v, lr_, g: cg.apply_gradient_descent(v, lr_, g), [var, lr, grad], variables=(0,), grad=False),
+    OpCase(
+        "ApplyMomentum", lambda v, a, lr_, g: cg.apply_momentum(v, a, lr_, g, 0.9), [var, slot, lr, grad], variables=(0, 1), grad=False
+    ),
+    OpCase(
+        "ApplyMomentum",
+        lambda v, a, lr_, g: cg.apply_momentum(v, a, lr_, g, 0.9, nesterov=True),
+        [var, slot, lr, grad],
+        variables=(0, 1),
+        grad=False,
+        id="nesterov",
+    ),
+    OpCase(
+        "ApplyAdam",
+        lambda v, m, s, t, lr_, g: cg.apply_adam(v, m, s, t, lr_, g),
+        [var, slot, np.abs(slot), np.array(3.0, np.float32), lr, grad],
+        variables=(0, 1, 2, 3),
+        grad=False,
+    ),
+]

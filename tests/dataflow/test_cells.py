@@ -1,0 +1,130 @@
+"""Re-running a cell replaces its nodes; consumers in other cells follow or go stale."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+
+
+def _run(cell: str, label: str, body):  # noqa: ANN001, ANN202
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with cg.cell_scope(cell, label=label):
+            result = body()
+    return result, [str(w.message) for w in caught]
+
+
+def test_rerun_replaces_nodes_without_name_pileup() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        for _ in range(3):
+            _run("a", "1", lambda: cg.layers.dense(cg.placeholder((None, 4), name="x"), 3, name="dense"))
+    names = [n.name for n in g.nodes]
+    assert "dense/kernel" in names and not any(n.startswith("dense_1") for n in names)
+    assert len(names) == len(set(names)) == len(g.cells["a"])
+
+
+def test_variables_keep_values_when_shape_is_unchanged() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        w, _ = _run("a", "1", lambda: cg.variable(np.ones(3, np.float32), name="w"))
+        sess = cg.Session(g)
+        sess.run(cg.assign(w, [5.0, 5.0, 5.0]))
+        w2, notes = _run("a", "1", lambda: cg.variable(np.ones(3, np.float32), name="w"))
+        assert notes == []
+        np.testing.assert_array_equal(sess.run(w2), [5.0, 5.0, 5.0])
+        w3, notes = _run("a", "2", lambda: cg.variable(np.ones(4, np.float32), name="w"))
+    assert notes == [
+        "variable 'w' (cell 2) changed from (3,) float32 to (4,) float32; it is re-initialised",
+        "re-running cell 2 made node(s) 'assign', made outside any cell, stale; build them again",
+    ]
+    np.testing.assert_array_equal(sess.run(w3), np.ones(4))
+
+
+def test_consumers_in_other_cells_are_rebound() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x, _ = _run("a", "1", lambda: cg.placeholder((None, 2), name="x") * 2.0)
+        y, _ = _run("b", "2", lambda: x + 1.0)
+        # Re-run cell a with a different body of the same shape: y follows it.
+        x2, notes = _run("a", "3", lambda: cg.placeholder((None, 2), name="x") * 10.0)
+    assert notes == []
+    assert y.node.inputs[0].node is x2.node
+    feed = {g.tensor("x:0"): np.ones((1, 2), np.float32)}
+    np.testing.assert_array_equal(cg.Session(g).run(y, feed), [[11.0, 11.0]])
+
+
+def test_consumers_that_no_longer_fit_are_stale_until_their_cell_reruns() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        h, _ = _run("a", "1", lambda: cg.layers.dense(cg.placeholder((None, 4), name="x"), 8, name="hidden"))
+        logits, _ = _run("b", "2", lambda: cg.layers.dense(h, 3, name="out"))
+        h2, notes = _run("a", "3", lambda: cg.layers.dense(cg.placeholder((None, 4), name="x"), 16, name="hidden"))
+        assert "re-running cell 3 made nodes in cell(s) 2 stale; re-run cell(s) 2" in notes
+        feed = {g.tensor("x:0"): np.ones((1, 4), np.float32)}
+        with pytest.raises(cg.StaleNodeError, match=r"MatMul 'out/matmul' \(cell 2, line \d+\) is stale: .*re-run cell 2"):
+            cg.Session(g).run(logits, feed)
+        logits2, _ = _run("b", "4", lambda: cg.layers.dense(h2, 3, name="out"))
+    assert cg.Session(g).run(logits2, feed).shape == (1, 3)
+
+
+def test_removed_input_makes_consumer_stale() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x, _ = _run("a", "1", lambda: cg.placeholder((2,), name="x"))
+        y, _ = _run("b", "2", lambda: x * 3.0)
+        _, notes = _run("a", "3", lambda: cg.placeholder((2,), name="other"))
+    assert y.node.stale == "its input 'x:0' was removed when cell 3 was re-run"
+    assert notes == ["re-running cell 3 made nodes in cell(s) 2 stale; re-run cell(s) 2"]
+
+
+def test_a_failing_cell_leaves_the_graph_as_it_was() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        _run("a", "1", lambda: cg.layers.dense(cg.placeholder((None, 4), name="x"), 3))
+        before = [(n.name, n) for n in g.nodes]
+
+        def broken() -> None:
+            cg.layers.dense(cg.placeholder((None, 4), name="x"), 5)
+            raise RuntimeError("user bug")
+
+        with pytest.raises(RuntimeError, match="user bug"):
+            _run("a", "2", broken)
+    assert [(n.name, n) for n in g.nodes] == before
+
+
+def test_cell_scopes_do_not_nest() -> None:
+    g = cg.Graph()
+    with g.as_default(), cg.cell_scope("a"):
+        with pytest.raises(cg.GraphError, match=r"cell_scope\('b'\) inside cell_scope\('a'\): cell scopes do not nest"):
+            with cg.cell_scope("b"):
+                pass
+
+
+def test_training_cell_rerun_keeps_trained_weights() -> None:
+    g = cg.Graph()
+    rng = np.random.default_rng(0)
+    xv = rng.normal(size=(32, 4)).astype(np.float32)
+    yv = (xv.sum(1) > 0).astype(np.int32)
+    with g.as_default():
+        (x, y, logits), _ = _run("model", "1", lambda: _model())
+        train, _ = _run("train", "2", lambda: cg.optim.Adam(0.05).minimize(cg.losses.sparse_softmax_cross_entropy(logits, y)))
+        sess = cg.Session(g)
+        for _ in range(30):
+            sess.run(train, {x: xv, y: yv})
+        trained = sess.run(g.tensor("dense/kernel:0"))
+        # Re-running the optimizer cell rebuilds the update ops, not the model.
+        train, _ = _run("train", "3", lambda: cg.optim.Adam(0.05).minimize(cg.losses.sparse_softmax_cross_entropy(logits, y)))
+    np.testing.assert_array_equal(sess.run(g.tensor("dense/kernel:0")), trained)
+    assert len([n for n in g.nodes if n.name.startswith("Adam_1")]) == 0
+    sess.run(train, {x: xv, y: yv})
+
+
+def _model():  # noqa: ANN202
+    x = cg.placeholder((None, 4), name="x")
+    y = cg.placeholder((None,), "int32", name="y")
+    return x, y, cg.layers.dense(x, 2)

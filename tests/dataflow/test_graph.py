@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+
+
+def test_names_are_unique_per_scope() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 2), name="x")
+        a, b = x + 1.0, x + 2.0
+        with cg.name_scope("hidden"):
+            c = x * 2.0
+        with cg.name_scope("hidden"):
+            d = x * 3.0
+    assert a.node.name == "add" and b.node.name == "add_1"
+    assert c.node.name == "hidden/mul" and d.node.name == "hidden_1/mul"
+    assert a.name == "add:0"
+
+
+def test_device_scope_and_control_dependencies_are_recorded() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2,), name="x")
+        with cg.device("/job:worker/task:0/device:cpu:0"):
+            y = x * 2.0
+        with cg.control_dependencies([y]):
+            z = x + 1.0
+    assert y.node.device == "/job:worker/task:0/device:cpu:0"
+    assert x.node.device == ""
+    assert z.node.control_inputs == [y.node]
+
+
+def test_node_records_the_line_that_made_it() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2,), name="x")  # this line
+    assert x.node.file is not None and x.node.file.endswith("test_graph.py")
+    assert x.node.where().startswith("test_graph.py:")
+
+
+def test_shape_error_names_op_node_location_and_shapes() -> None:
+    g = cg.Graph()
+    with g.as_default(), cg.cell_scope("c7", label="7"):
+        x = cg.placeholder((None, 64), name="x")
+        w = cg.variable(np.zeros((128, 10), np.float32), name="w")
+        with cg.name_scope("dense_1"), pytest.raises(cg.ShapeError) as err:
+            cg.matmul(x, w)
+    assert str(err.value).startswith("MatMul 'dense_1/matmul' (cell 7, line ")
+    assert str(err.value).endswith("inner dimensions differ: (None, 64) @ (128, 10)")
+    assert [n.name for n in g.nodes] == ["x", "w"]  # nothing half-built was added
+
+
+def test_dtype_and_broadcast_errors() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        a = cg.placeholder((3, 4), "float32", name="a")
+        i = cg.placeholder((3, 4), "int32", name="i")
+        with pytest.raises(cg.DTypeError, match=r"Add 'add' \(test_graph.py:\d+\): operands have different dtypes: float32 and int32"):
+            cg.add(a, i)
+        with pytest.raises(cg.ShapeError, match=r"shapes do not broadcast: \(3, 4\) and \(5,\)"):
+            a + cg.placeholder((5,), name="b")
+        with pytest.raises(cg.DTypeError, match=r"Sqrt 'sqrt' .*expects a float tensor, got int32"):
+            cg.sqrt(i)
+        with pytest.raises(cg.ShapeError, match=r"ReduceSum 'reduce_sum' .*axis 2 is out of range for shape \(3, 4\)"):
+            cg.reduce_sum(a, axis=2)
+
+
+def test_foreign_tensor_is_rejected() -> None:
+    g1, g2 = cg.Graph(), cg.Graph()
+    with g1.as_default():
+        x = cg.placeholder((2,), name="x")
+    with g2.as_default():
+        y = cg.placeholder((2,), name="y")
+    with pytest.raises(cg.GraphError, match=r"node 'y' belongs to another graph"):
+        g1.create_node("Add", [x, y])
+
+
+def test_tensor_truth_value_is_an_error() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2,), name="x")
+    with pytest.raises(cg.GraphError, match=r"the truth value of tensor 'x:0' is unknown until the graph runs"):
+        bool(x)
+
+
+def test_bad_name_scope() -> None:
+    g = cg.Graph()
+    with pytest.raises(cg.GraphError, match=r"bad name scope 'a/b'"):
+        with g.name_scope("a/b"):
+            pass
+
+
+def test_python_operators_build_ops() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2, 2), name="x")
+        w = cg.placeholder((2, 2), name="w")
+        y = -(2.0 * x - 1.0) / (x + 1.0) @ w
+    xv = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    wv = np.eye(2, dtype=np.float32) * 3
+    np.testing.assert_allclose(cg.Session(g).run(y, {x: xv, w: wv}), (-(2 * xv - 1) / (xv + 1)) @ wv, rtol=1e-6)
+
+
+def test_default_graph_and_reset() -> None:
+    g = cg.reset_default_graph()
+    x = cg.placeholder((1,), name="x")
+    assert x.graph is g is cg.get_default_graph()
+    with cg.Graph().as_default(), pytest.raises(cg.GraphError, match="reset_default_graph\\(\\) inside"):
+        cg.reset_default_graph()

@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+
+
+@pytest.fixture
+def model():  # noqa: ANN201
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 3), "float32", name="x")
+        w = cg.variable(np.ones((3, 2), np.float32), name="w")
+        y = x @ w
+        loss = cg.reduce_mean(cg.square(y))
+        train = cg.optim.SGD(0.1).minimize(loss)
+    return g, x, w, y, loss, train
+
+
+def test_fetch_structures(model) -> None:  # noqa: ANN001
+    g, x, w, y, loss, train = model
+    sess = cg.Session(g)
+    feed = {x: np.ones((2, 3), np.float32)}
+    out = sess.run({"y": y, "pair": (loss, [w])}, feed)
+    assert out["y"].shape == (2, 2)
+    assert isinstance(out["pair"], tuple) and isinstance(out["pair"][1], list)
+    assert sess.run(train, feed) is None
+    assert sess.run("w:0").shape == (3, 2)
+    assert sess.run("x:0", feed).shape == (2, 3)
+
+
+def test_fetched_variable_is_a_copy(model) -> None:  # noqa: ANN001
+    g, x, w, *_ = model
+    sess = cg.Session(g)
+    value = sess.run(w)
+    value[...] = 42
+    assert sess.run(w)[0, 0] == 1.0
+
+
+def _bad(sess, fetch, feed, error, match, w):  # noqa: ANN001, ANN202
+    before = sess.run(w)
+    with pytest.raises(error, match=match):
+        sess.run(fetch, feed)
+    np.testing.assert_array_equal(sess.run(w), before)  # a rejected run changes nothing
+
+
+def test_bad_feeds_are_rejected_before_anything_runs(model) -> None:  # noqa: ANN001
+    g, x, w, y, loss, train = model
+    sess = cg.Session(g)
+    good = np.ones((2, 3), np.float32)
+    _bad(sess, [train], {x: np.ones((2, 4), np.float32)}, cg.ShapeError, r"feed for 'x:0' has shape \(2, 4\), expected \(None, 3\)", w)
+    _bad(sess, [train], {x: good.astype(np.complex64)}, cg.DTypeError, r"feed for 'x:0' has dtype complex64, expected float32", w)
+    _bad(sess, [train], {}, cg.GraphError, r"placeholder 'x' \(test_session.py:\d+\) needs a value: pass it in feed_dict", w)
+    _bad(sess, [train], {"nope:0": good}, cg.GraphError, r"no node named 'nope' in this graph", w)
+    other = cg.Graph()
+    with other.as_default():
+        z = cg.placeholder((1,), name="z")
+    _bad(sess, [z], {x: good}, cg.GraphError, r"fetch 'z:0' is not in this session's graph", w)
+    _bad(sess, [42], {x: good}, cg.GraphError, r"cannot fetch 42: fetch a Tensor, a node, or a name", w)
+
+
+def test_int_feed_to_float_is_converted_but_float_to_int_is_not() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        f = cg.placeholder((2,), "float32", name="f")
+        i = cg.placeholder((2,), "int32", name="i")
+    sess = cg.Session(g)
+    assert sess.run(f, {f: [1, 2]}).dtype == np.float32
+    with pytest.raises(cg.DTypeError, match=r"feed for 'i:0' has dtype float64, expected int32"):
+        sess.run(i, {i: [1.5, 2.0]})
+
+
+def test_kernel_failure_names_the_node() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        a = cg.placeholder((None, 3), name="a")
+        b = cg.placeholder((None, 3), name="b")
+        c = a + b
+    with pytest.raises(cg.ExecutionError, match=r"Add 'add' \(test_session.py:\d+\) failed while running: "):
+        cg.Session(g).run(c, {a: np.ones((2, 3)), b: np.ones((4, 3))})
+
+
+def test_training_reduces_the_loss(model) -> None:  # noqa: ANN001
+    g, x, w, y, loss, train = model
+    sess = cg.Session(g)
+    feed = {x: np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)}
+    first = sess.run(loss, feed)
+    for _ in range(20):
+        sess.run(train, feed)
+    assert sess.run(loss, feed) < first * 0.1
+
+
+def test_make_callable_matches_run(model) -> None:  # noqa: ANN001
+    g, x, w, y, loss, train = model
+    sess = cg.Session(g)
+    xv = np.ones((2, 3), np.float32)
+    fn = sess.make_callable([y, loss], [x])
+    got = fn(xv)
+    np.testing.assert_allclose(got[0], sess.run(y, {x: xv}))
+
+
+def test_trace_reports_live_bytes_of_intermediates(model) -> None:  # noqa: ANN001
+    g, x, w, y, loss, train = model
+    sess = cg.Session(g)
+    plan = sess.make_callable([loss], [x])
+    xv = np.ones((64, 3), np.float32)
+    (value,), peak = plan.trace(xv)
+    np.testing.assert_allclose(value, sess.run(loss, {x: xv}))
+    # y and its square are (64, 2) float32 each and live together at the square.
+    assert peak == 2 * 64 * 2 * 4
