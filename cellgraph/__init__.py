@@ -18,12 +18,12 @@ from cellgraph.dataflow import (
     colocate_with,
     control_dependencies,
     device,
+    errors,
     get_default_graph,
     gradients,
     name_scope,
     reset_default_graph,
 )
-from cellgraph.dataflow import errors
 from cellgraph.dataflow.errors import (
     CellgraphError,
     DTypeError,

@@ -28,7 +28,6 @@ _OWN_DIRS = tuple(
     os.path.dirname(os.path.abspath(p)) + os.sep
     for p in (__file__, os.path.join(os.path.dirname(__file__), "..", "cellgraph", "x"))
 )
-_STDLIB_CONTEXTLIB = os.path.dirname(os.path.abspath(__import__("contextlib").__file__))
 
 
 def _user_location() -> tuple[str | None, int | None]:

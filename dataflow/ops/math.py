@@ -36,7 +36,7 @@ _x = lambda n: n.inputs[0]  # noqa: E731
 _y = lambda n: n.inputs[1]  # noqa: E731
 _z = lambda n: n.output(0)  # noqa: E731
 
-_BINARY = [
+_BINARY: list[tuple[Any, ...]] = [
     ("Add",     ew.add,     np.add,      lambda n, g: [g, g],                                             "({0} + {1})"),
     ("Sub",     ew.sub,     np.subtract, lambda n, g: [g, neg(g)],                                        "({0} - {1})"),
     ("Mul",     ew.mul,     np.multiply, lambda n, g: [g * _y(n), g * _x(n)],                             "({0} * {1})"),
@@ -46,7 +46,7 @@ _BINARY = [
     ("Minimum", ew.minimum, np.minimum,  lambda n, g: [g * _mask(less_equal(_x(n), _y(n)), g), g * _mask(less(_y(n), _x(n)), g)], "min({0}, {1})"),
 ]  # fmt: skip
 
-_UNARY = [
+_UNARY: list[tuple[Any, ...]] = [
     ("Neg",    ew.neg,    np.negative, lambda n, g: [neg(g)],                         "(-{0})"),
     ("Square", ew.square, np.square,   lambda n, g: [g * 2.0 * _x(n)],                "({0} * {0})"),
     ("Sqrt",   ew.sqrt,   np.sqrt,     lambda n, g: [g * 0.5 / _z(n)],                "math.sqrt({0})"),
@@ -54,7 +54,7 @@ _UNARY = [
     ("Log",    ew.log,    np.log,      lambda n, g: [g / _x(n)],                      "math.log({0})"),
 ]  # fmt: skip
 
-_COMPARE = [
+_COMPARE: list[tuple[Any, ...]] = [
     ("Equal",        ew.equal,         np.equal),
     ("Less",         ew.less,          np.less),
     ("GreaterEqual", ew.greater_equal, np.greater_equal),
@@ -183,11 +183,15 @@ def _grad_cast(node: Node, dys: Dys) -> list[Tensor | None]:
     return [cast(dys[0], src)]
 
 
+def _cast_kernel(node: Node, ctx: Any) -> Any:
+    dtype = np.dtype(node.attrs["dtype"])
+    return lambda x: x.astype(dtype)
+
+
 register_op(OpDef(
     name="Cast", family=FAMILY, infer=_infer_cast,
     reference=lambda attrs, x: x.astype(attrs["dtype"]),
-    grad=_grad_cast,
-    kernels={"cpu": lambda node, ctx: lambda x, _d=np.dtype(node.attrs["dtype"]): x.astype(_d)},
+    grad=_grad_cast, kernels={"cpu": _cast_kernel},
 ))  # fmt: skip
 
 
@@ -278,7 +282,7 @@ def _reduce_kernel(kind: str) -> Any:
     return lambda node, ctx: reducer(kind, node.attrs["axes"], node.attrs["keepdims"])
 
 
-_REDUCE = [
+_REDUCE: list[tuple[Any, ...]] = [
     ("ReduceSum",  "sum",    _infer_reduce,       lambda a, x: np.sum(x, axis=a["axes"], keepdims=a["keepdims"]),   _grad_reduce_sum),
     ("ReduceMean", "mean",   _infer_reduce_float, lambda a, x: np.mean(x, axis=a["axes"], keepdims=a["keepdims"]).astype(x.dtype), _grad_reduce_mean),
     ("ReduceMax",  "max",    _infer_reduce,       lambda a, x: np.max(x, axis=a["axes"], keepdims=a["keepdims"]),   _grad_reduce_max),
@@ -392,7 +396,7 @@ def sum_to_shape_of(g: Tensor, like: Tensor) -> Tensor:
     return apply("SumToShapeOf", [g, like], name="sum_to_shape")
 
 
-_FILL = [("OnesLike", np.ones_like), ("ZerosLike", np.zeros_like)]
+_FILL: list[tuple[Any, ...]] = [("OnesLike", np.ones_like), ("ZerosLike", np.zeros_like)]
 for _name, _fill in _FILL:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=infer_same,

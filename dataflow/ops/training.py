@@ -95,7 +95,7 @@ def _adam_kernel(node: Node, ctx: KernelContext) -> Any:
     return run
 
 
-_APPLY = [
+_APPLY: list[tuple[Any, ...]] = [
     ("ApplyGradientDescent", ("var", "lr", "grad"),                    _ref_sgd,      _sgd_kernel),
     ("ApplyMomentum",        ("var", "accum", "lr", "grad"),           _ref_momentum, _momentum_kernel),
     ("ApplyAdam",            ("var", "m", "v", "t", "lr", "grad"),     _ref_adam,     _adam_kernel),
