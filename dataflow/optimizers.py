@@ -84,7 +84,7 @@ class Optimizer:
         if var.node.op != "Variable":
             raise GraphError(f"{self.name} can only update variables, not {var.node.describe()}")
         shape = tuple(d for d in var.shape if d is not None) if shape is None else shape
-        return variable(np.zeros(shape, var.dtype), name=f"{var.node.name}/{slot}", trainable=False)
+        return variable(np.zeros(shape, var.dtype), dtype=var.dtype, name=f"{var.node.name}/{slot}", trainable=False)
 
     def _apply(self, graph: Graph, var: Tensor, grad: Tensor, lr: Tensor) -> Tensor:
         raise NotImplementedError
