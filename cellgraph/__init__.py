@@ -18,11 +18,13 @@ from cellgraph.dataflow import (
     colocate_with,
     control_dependencies,
     device,
+    from_graphdef,
     errors,
     get_default_graph,
     gradients,
     name_scope,
     reset_default_graph,
+    to_graphdef,
 )
 from cellgraph.dataflow.errors import (
     CellgraphError,

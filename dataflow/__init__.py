@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import ops  # registers every op
 from .autodiff import gradients
 from .cells import CellgraphWarning, cell_scope
+from .graphdef import from_graphdef, to_graphdef
 from .graph import (
     Graph,
     Node,
@@ -32,10 +33,12 @@ __all__ = [
     "colocate_with",
     "control_dependencies",
     "device",
+    "from_graphdef",
     "get_default_graph",
     "gradients",
     "name_scope",
     "not_differentiable",
     "ops",
     "reset_default_graph",
+    "to_graphdef",
 ]

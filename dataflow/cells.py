@@ -34,7 +34,7 @@ class CellRun:
     def __init__(self, graph: Graph, cell_id: str, label: str | None) -> None:
         self.graph = graph
         self.cell_id = cell_id
-        self.label = label if label is not None else cell_id
+        self.label = str(label) if label is not None else cell_id
         self.old: dict[str, Node] = {}
         self.new: list[Node] = []
 
@@ -79,10 +79,15 @@ class CellRun:
                     )
                     continue
                 consumer.inputs[i] = replacement.output(t.index)
-            consumer.control_inputs = [
-                new_by_name.get(c.name, c) if id(c) in old_ids else c
-                for c in consumer.control_inputs
-            ]
+            for i, c in enumerate(consumer.control_inputs):
+                if id(c) not in old_ids:
+                    continue
+                touched = True
+                if c.name in new_by_name:
+                    consumer.control_inputs[i] = new_by_name[c.name]
+                else:
+                    removed = True
+                    consumer.stale = f"its control input {c.name!r} was removed when cell {self.label} was re-run"
             if touched and not removed:
                 self._reinfer(consumer)
             if touched and consumer.stale:
@@ -102,6 +107,11 @@ class CellRun:
         return notes
 
     def _reinfer(self, consumer: Node) -> None:
+        missing = [t.name for t in consumer.inputs if t.node not in self.graph]
+        missing += [c.name for c in consumer.control_inputs if c not in self.graph]
+        if missing:  # another input is still gone: re-binding this one does not heal it
+            consumer.stale = f"its input(s) {', '.join(repr(m) for m in missing)} are no longer in the graph"
+            return
         try:
             specs = consumer.opdef.infer(InferContext(consumer, [t.spec for t in consumer.inputs]))
         except CellgraphError as err:

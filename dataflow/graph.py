@@ -20,6 +20,8 @@ from .errors import GraphError
 from .opdef import OPS, InferContext, Shape, TensorSpec
 
 if TYPE_CHECKING:
+    from cellgraph.protos import graph_pb2
+
     from .cells import CellRun
 
 # Frames from these folders are cellgraph's own; the first frame outside them
@@ -244,6 +246,12 @@ class Graph:
         if not 0 <= i < len(node.specs):
             raise GraphError(f"node {node_name!r} has {len(node.specs)} outputs, not index {i}")
         return node.output(i)
+
+    def as_graph_def(self) -> graph_pb2.GraphDef:
+        """This graph as a ``GraphDef`` protobuf; ``cg.from_graphdef`` reads it back."""
+        from .graphdef import to_graphdef
+
+        return to_graphdef(self)
 
     def variables(self) -> list[Node]:
         return [n for n in self._nodes.values() if n.op == "Variable"]

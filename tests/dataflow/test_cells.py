@@ -128,3 +128,33 @@ def _model():  # noqa: ANN202
     x = cg.placeholder((None, 4), name="x")
     y = cg.placeholder((None,), "int32", name="y")
     return x, y, cg.layers.dense(x, 2)
+
+
+def test_removed_control_input_makes_consumer_stale() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        v, _ = _run("a", "1", lambda: cg.variable([1.0], name="v"))
+        step, _ = _run("a", "1", lambda: cg.assign_add(cg.variable([1.0], name="v"), [1.0], name="bump"))
+        grp, _ = _run("b", "2", lambda: cg.group(step))
+        _run("a", "3", lambda: cg.variable([1.0], name="v"))  # no 'bump' any more
+    assert grp.stale == "its control input 'bump' was removed when cell 3 was re-run"
+    with pytest.raises(cg.StaleNodeError, match=r"NoOp 'group' \(cell 2, line \d+\) is stale"):
+        cg.Session(g).run(grp)
+
+
+def test_consumer_stays_stale_while_another_input_is_gone() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x, _ = _run("a", "1", lambda: cg.placeholder((2,), name="x"))
+        y, _ = _run("b", "2", lambda: cg.placeholder((2,), name="y"))
+        z, _ = _run("c", "3", lambda: x + y)
+        _run("a", "4", lambda: cg.placeholder((2,), name="not_x"))
+        _run("b", "5", lambda: cg.placeholder((2,), name="y"))
+    assert z.node.stale == "its input(s) 'x:0' are no longer in the graph"
+
+
+def test_integer_labels_are_strings() -> None:
+    g = cg.Graph()
+    with g.as_default(), cg.cell_scope("a", label=7):  # type: ignore[arg-type]
+        x = cg.placeholder((2,), name="x")
+    assert x.node.cell_label == "7"
