@@ -192,6 +192,16 @@ class Tensor:
 
         return array.getitem(self, key)
 
+    def __iter__(self) -> Iterator[Tensor]:
+        # Without this, Python would iterate through __getitem__ with ever
+        # larger indices; with an unknown first dim that would never end.
+        if not self.shape or self.shape[0] is None:
+            raise GraphError(
+                f"cannot iterate over tensor {self.name!r} of shape {_fmt(self.shape)}: "
+                "its first dimension must be known; index or slice it instead"
+            )
+        return (self[i] for i in range(self.shape[0]))
+
     def __bool__(self) -> bool:
         raise GraphError(
             f"the truth value of tensor {self.name!r} is unknown until the graph runs; "
@@ -391,6 +401,12 @@ class Graph:
 
     def consumers(self, node: Node) -> list[Node]:
         return [n for n in self._nodes.values() if any(t.node is node for t in n.inputs)]
+
+
+def _fmt(shape: Shape) -> str:
+    from .shapes import fmt
+
+    return fmt(shape)
 
 
 def _prefixes(name: str) -> Iterator[str]:

@@ -338,7 +338,7 @@ def _broadcast_like_kernel(node: Any, ctx: Any) -> Any:
         if mean:
             count = builtins.max(int(np.prod([like.shape[a] for a in axes], dtype=np.int64)), 1)
             return out / np.asarray(count, out.dtype)
-        return np.ascontiguousarray(out)
+        return np.array(out)  # a fresh C-ordered buffer; keeps rank 0 as rank 0
 
     return run
 

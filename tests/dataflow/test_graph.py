@@ -110,3 +110,14 @@ def test_default_graph_and_reset() -> None:
     assert x.graph is g is cg.get_default_graph()
     with cg.Graph().as_default(), pytest.raises(cg.GraphError, match="reset_default_graph\\(\\) inside"):
         cg.reset_default_graph()
+
+
+def test_iterating_needs_a_known_first_dim() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 2), name="x")
+        y = cg.placeholder((3, 2), name="y")
+        with pytest.raises(cg.GraphError, match=r"cannot iterate over tensor 'x:0' of shape \(None, 2\): its first dimension must be known"):
+            list(x)
+        rows = list(y)
+    assert [r.shape for r in rows] == [(2,)] * 3
