@@ -21,9 +21,11 @@ from cellgraph.dataflow import (
     from_graphdef,
     errors,
     get_default_graph,
+    get_num_threads,
     gradients,
     name_scope,
     reset_default_graph,
+    set_num_threads,
     to_graphdef,
 )
 from cellgraph.dataflow.errors import (

@@ -19,6 +19,7 @@ from .graph import (
 )
 from .opdef import OPS, OpDef, TensorSpec, not_differentiable
 from .session import Session
+from .threads import get_num_threads, set_num_threads
 
 __all__ = [
     "OPS",
@@ -35,10 +36,12 @@ __all__ = [
     "device",
     "from_graphdef",
     "get_default_graph",
+    "get_num_threads",
     "gradients",
     "name_scope",
     "not_differentiable",
     "ops",
     "reset_default_graph",
+    "set_num_threads",
     "to_graphdef",
 ]

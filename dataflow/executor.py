@@ -19,6 +19,7 @@ import numpy as np
 from .errors import ExecutionError, KernelNotFound, StaleNodeError
 from .graph import Graph, Node, Tensor
 from .opdef import KernelContext
+from .threads import ensure_configured
 from .variables import VariableStore
 
 _plan_ids = itertools.count()
@@ -45,6 +46,7 @@ class Plan:
                 cell = node.cell_label or node.cell
                 again = f"; re-run cell {cell}" if cell is not None else ""
                 raise StaleNodeError(f"{node.describe()} is stale: {node.stale}{again}")
+        ensure_configured()
         ctx = KernelContext(variables)
         self.kernels = [_bind(node, ctx, device) for node in self.order]
         self._filename = f"<cellgraph plan {next(_plan_ids)}>"
