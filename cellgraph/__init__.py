@@ -18,8 +18,8 @@ from cellgraph.dataflow import (
     colocate_with,
     control_dependencies,
     device,
-    from_graphdef,
     errors,
+    from_graphdef,
     get_default_graph,
     get_num_threads,
     gradients,
@@ -39,12 +39,76 @@ from cellgraph.dataflow.errors import (
     ShapeError,
     StaleNodeError,
 )
-from cellgraph.dataflow.ops import FAMILIES as _FAMILIES
+from cellgraph.dataflow.ops.array import (
+    concat,
+    expand_dims,
+    gather,
+    getitem,
+    one_hot,
+    pad,
+    reshape,
+    slice,
+    squeeze,
+    transpose,
+)
+from cellgraph.dataflow.ops.math import (
+    add,
+    argmax,
+    cast,
+    div,
+    equal,
+    exp,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    matmul,
+    maximum,
+    minimum,
+    mul,
+    neg,
+    ones_like,
+    pow,
+    reduce_max,
+    reduce_mean,
+    reduce_sum,
+    sqrt,
+    square,
+    sub,
+    zeros_like,
+)
+from cellgraph.dataflow.ops.nn import (
+    avg_pool,
+    bias_add,
+    conv2d,
+    conv2d_backprop_filter,
+    conv2d_backprop_input,
+    dropout,
+    log_softmax,
+    max_pool,
+    relu,
+    sigmoid,
+    softmax,
+    sparse_softmax_cross_entropy,
+    tanh,
+)
 
 # Every public op function, from every family, as cg.<name>.
-for _family in _FAMILIES:
-    for _name in getattr(_family, "__all__", ()):
-        globals()[_name] = getattr(_family, _name)
+from cellgraph.dataflow.ops.state import (
+    assign,
+    assign_add,
+    constant,
+    group,
+    identity,
+    no_op,
+    placeholder,
+    variable,
+)
+from cellgraph.dataflow.ops.training import (
+    apply_adam,
+    apply_gradient_descent,
+    apply_momentum,
+)
 
 __version__ = "0.1.0"
 

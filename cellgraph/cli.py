@@ -18,7 +18,10 @@ def _demo(args: argparse.Namespace) -> int:
         import sklearn  # noqa: F401
         import tqdm  # noqa: F401
     except ImportError as err:
-        print(f"cellgraph demo needs the examples extra ({err.name} is missing): pip install 'cellgraph[examples]'", file=sys.stderr)
+        print(
+            f"cellgraph demo needs the examples extra ({err.name} is missing): pip install 'cellgraph[examples]'",
+            file=sys.stderr,
+        )
         return 2
     from cellgraph.examples import digits, models
     from cellgraph.examples.train import fit

@@ -47,7 +47,9 @@ def dense(
 ) -> Tensor:
     """``activation(x @ kernel + bias)`` for ``x`` of shape (batch, features)."""
     if len(x.shape) != 2 or x.shape[1] is None:
-        raise ShapeError(f"dense layer {name!r} needs a (batch, features) input with known features, got {fmt(x.shape)}")
+        raise ShapeError(
+            f"dense layer {name!r} needs a (batch, features) input with known features, got {fmt(x.shape)}"
+        )
     with name_scope(name):
         kernel = variable(kernel_init, shape=(x.shape[1], units), dtype=x.dtype, name="kernel")
         y = math.matmul(x, kernel)
@@ -79,11 +81,15 @@ def conv2d(
         return _activate(y, activation)
 
 
-def max_pool2d(x: Tensor, pool_size: int = 2, strides: int | None = None, padding: str = "VALID", name: str = "max_pool") -> Tensor:
+def max_pool2d(
+    x: Tensor, pool_size: int = 2, strides: int | None = None, padding: str = "VALID", name: str = "max_pool"
+) -> Tensor:
     return nn.max_pool(x, pool_size, strides or pool_size, padding, name=name)
 
 
-def avg_pool2d(x: Tensor, pool_size: int = 2, strides: int | None = None, padding: str = "VALID", name: str = "avg_pool") -> Tensor:
+def avg_pool2d(
+    x: Tensor, pool_size: int = 2, strides: int | None = None, padding: str = "VALID", name: str = "avg_pool"
+) -> Tensor:
     return nn.avg_pool(x, pool_size, strides or pool_size, padding, name=name)
 
 

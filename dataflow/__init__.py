@@ -5,7 +5,6 @@ from __future__ import annotations
 from . import ops  # registers every op
 from .autodiff import gradients
 from .cells import CellgraphWarning, cell_scope
-from .graphdef import from_graphdef, to_graphdef
 from .graph import (
     Graph,
     Node,
@@ -17,6 +16,7 @@ from .graph import (
     name_scope,
     reset_default_graph,
 )
+from .graphdef import from_graphdef, to_graphdef
 from .opdef import OPS, OpDef, TensorSpec, not_differentiable
 from .session import Session
 from .threads import get_num_threads, set_num_threads

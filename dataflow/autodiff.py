@@ -93,9 +93,7 @@ def _total(parts: list[Tensor]) -> Tensor | None:
 
 
 def _check(node: Node, i: int, x: Tensor, gx: Tensor) -> None:
-    fits = len(gx.shape) == len(x.shape) and all(
-        a is None or b is None or a == b for a, b in zip(gx.shape, x.shape)
-    )
+    fits = len(gx.shape) == len(x.shape) and all(a is None or b is None or a == b for a, b in zip(gx.shape, x.shape))
     if not fits or gx.dtype != x.dtype:
         raise GradientError(
             f"gradient rule of {node.describe()} returned {fmt(gx.shape)} {gx.dtype} for input {i} "

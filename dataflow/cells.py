@@ -74,9 +74,7 @@ class CellRun:
                 replacement = new_by_name.get(t.node.name)
                 if replacement is None or t.index >= len(replacement.specs):
                     removed = True
-                    consumer.stale = (
-                        f"its input {t.name!r} was removed when cell {self.label} was re-run"
-                    )
+                    consumer.stale = f"its input {t.name!r} was removed when cell {self.label} was re-run"
                     continue
                 consumer.inputs[i] = replacement.output(t.index)
             for i, c in enumerate(consumer.control_inputs):
@@ -100,7 +98,9 @@ class CellRun:
             notes.append(f"re-running cell {self.label} made nodes in cell(s) {cells} stale; re-run cell(s) {cells}")
         if loose:
             names = ", ".join(repr(n) for n in loose)
-            notes.append(f"re-running cell {self.label} made node(s) {names}, made outside any cell, stale; build them again")
+            notes.append(
+                f"re-running cell {self.label} made node(s) {names}, made outside any cell, stale; build them again"
+            )
         self.graph.version += 1
         for note in notes:
             warnings.warn(note, CellgraphWarning, stacklevel=4)
@@ -121,9 +121,7 @@ class CellRun:
         if specs != consumer.specs:
             before = ", ".join(_fmt(s.shape) for s in consumer.specs)
             after = ", ".join(_fmt(s.shape) for s in specs)
-            consumer.stale = (
-                f"re-running cell {self.label} changed its output from {before} to {after}"
-            )
+            consumer.stale = f"re-running cell {self.label} changed its output from {before} to {after}"
         else:
             consumer.stale = None
 
@@ -159,10 +157,7 @@ def cell_scope(cell_id: str, label: str | None = None, graph: Graph | None = Non
     """
     g = graph or get_default_graph()
     if g._cell_run is not None:
-        raise GraphError(
-            f"cell_scope({cell_id!r}) inside cell_scope({g._cell_run.cell_id!r}): "
-            "cell scopes do not nest"
-        )
+        raise GraphError(f"cell_scope({cell_id!r}) inside cell_scope({g._cell_run.cell_id!r}): cell scopes do not nest")
     run = CellRun(g, str(cell_id), label)
     run.begin()
     g._cell_run = run

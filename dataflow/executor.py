@@ -189,4 +189,3 @@ def _schedule(fetches: list[Tensor], targets: list[Node], feeds: list[Tensor]) -
                 elif state[id(dep)] == 1:  # on the current path: a back edge
                     raise ExecutionError(f"the graph has a cycle through {dep.describe()}")
     return order
-

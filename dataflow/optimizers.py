@@ -35,7 +35,9 @@ class Optimizer:
             raise ValueError(f"{self.name}: learning_rate must be positive, got {learning_rate}")
         self.learning_rate = float(learning_rate)
 
-    def compute_gradients(self, loss: Tensor, var_list: Sequence[Tensor] | None = None) -> list[tuple[Tensor | None, Tensor]]:
+    def compute_gradients(
+        self, loss: Tensor, var_list: Sequence[Tensor] | None = None
+    ) -> list[tuple[Tensor | None, Tensor]]:
         """``(gradient, variable)`` pairs for every trainable variable ``loss`` depends on."""
         variables = list(var_list) if var_list is not None else _trainable_inputs(loss)
         if not variables:
@@ -43,7 +45,10 @@ class Optimizer:
         return list(zip(gradients(loss, variables), variables))
 
     def apply_gradients(
-        self, grads_and_vars: Sequence[tuple[Tensor | None, Tensor]], global_step: Tensor | None = None, name: str | None = None
+        self,
+        grads_and_vars: Sequence[tuple[Tensor | None, Tensor]],
+        global_step: Tensor | None = None,
+        name: str | None = None,
     ) -> Node:
         """One node that applies every update (and increments ``global_step``)."""
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
@@ -63,7 +68,9 @@ class Optimizer:
                     return group(assign_add(global_step, 1), name="update")
             return group(*updates, name="update")
 
-    def minimize(self, loss: Tensor, var_list: Sequence[Tensor] | None = None, global_step: Tensor | None = None) -> Node:
+    def minimize(
+        self, loss: Tensor, var_list: Sequence[Tensor] | None = None, global_step: Tensor | None = None
+    ) -> Node:
         """The training op: run it once per step.
 
         Examples
@@ -120,7 +127,9 @@ class Adam(Optimizer):
 
     name = "Adam"
 
-    def __init__(self, learning_rate: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8) -> None:
+    def __init__(
+        self, learning_rate: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8
+    ) -> None:
         super().__init__(learning_rate)
         for label, beta in (("beta1", beta1), ("beta2", beta2)):
             if not 0 <= beta < 1:

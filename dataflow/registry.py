@@ -30,9 +30,7 @@ class Registry(Generic[T]):
 
     def register(self, name: str, value: T, *, depth: int = 1) -> T:
         if name in self._values:
-            raise RegistryError(
-                f"{self.kind} {name!r} is already registered (at {self._where[name]})"
-            )
+            raise RegistryError(f"{self.kind} {name!r} is already registered (at {self._where[name]})")
         self._values[name] = value
         self._where[name] = _caller_location(depth)
         return value

@@ -52,7 +52,9 @@ class Session:
         out = [None if isinstance(self._resolve(f), Node) else next(results) for f in flat]
         return rebuild(iter(out))
 
-    def make_callable(self, fetches: Sequence[Fetch], feed_list: Sequence[Tensor] = ()) -> Callable[..., tuple[Any, ...]]:
+    def make_callable(
+        self, fetches: Sequence[Fetch], feed_list: Sequence[Tensor] = ()
+    ) -> Callable[..., tuple[Any, ...]]:
         """A function of the feed arrays (in ``feed_list`` order) returning the fetched
         tensors, skipping ``run``'s per-call checks; for tight training loops."""
         feeds = [self._tensor(t, "feed") for t in feed_list]
@@ -80,7 +82,9 @@ class Session:
         if isinstance(fetch, (Tensor, Node)):
             if fetch not in self.graph:
                 name = fetch.name
-                raise GraphError(f"fetch {name!r} is not in this session's graph (another graph, or its cell was re-run)")
+                raise GraphError(
+                    f"fetch {name!r} is not in this session's graph (another graph, or its cell was re-run)"
+                )
             return fetch
         raise GraphError(f"cannot fetch {fetch!r}: fetch a Tensor, a node, or a name")
 
@@ -89,7 +93,9 @@ class Session:
         if not isinstance(t, Tensor):
             raise GraphError(f"{role} key {key!r} is not a Tensor")
         if t not in self.graph:
-            raise GraphError(f"{role} {t.name!r} is not in this session's graph (another graph, or its cell was re-run)")
+            raise GraphError(
+                f"{role} {t.name!r} is not in this session's graph (another graph, or its cell was re-run)"
+            )
         return t
 
 

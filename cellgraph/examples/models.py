@@ -28,7 +28,15 @@ class Model:
     image_input: bool
 
 
-def _finish(name: str, g: cg.Graph, x: cg.Tensor, y: cg.Tensor, logits: cg.Tensor, optimizer: cg.optim.Optimizer, image_input: bool) -> Model:
+def _finish(
+    name: str,
+    g: cg.Graph,
+    x: cg.Tensor,
+    y: cg.Tensor,
+    logits: cg.Tensor,
+    optimizer: cg.optim.Optimizer,
+    image_input: bool,
+) -> Model:
     loss = cg.losses.sparse_softmax_cross_entropy(logits, y)
     train_op = optimizer.minimize(loss)
     return Model(name, g, x, y, logits, loss, cg.metrics.accuracy(logits, y), train_op, image_input)
@@ -49,8 +57,20 @@ def inception_block(x: cg.Tensor, width: int = 8, name: str = "inception") -> cg
     """Four parallel branches over ``x``, concatenated on channels (4 * ``width``)."""
     with cg.name_scope(name):
         b1 = cg.layers.conv2d(x, width, 1, activation="relu", name="b1x1")
-        b3 = cg.layers.conv2d(cg.layers.conv2d(x, width, 1, activation="relu", name="b3x3_reduce"), width, 3, activation="relu", name="b3x3")
-        b5 = cg.layers.conv2d(cg.layers.conv2d(x, width, 1, activation="relu", name="b5x5_reduce"), width, 5, activation="relu", name="b5x5")
+        b3 = cg.layers.conv2d(
+            cg.layers.conv2d(x, width, 1, activation="relu", name="b3x3_reduce"),
+            width,
+            3,
+            activation="relu",
+            name="b3x3",
+        )
+        b5 = cg.layers.conv2d(
+            cg.layers.conv2d(x, width, 1, activation="relu", name="b5x5_reduce"),
+            width,
+            5,
+            activation="relu",
+            name="b5x5",
+        )
         pool = cg.max_pool(x, 3, 1, "SAME", name="pool")
         bp = cg.layers.conv2d(pool, width, 1, activation="relu", name="pool_proj")
         return cg.concat([b1, b3, b5, bp], axis=3)

@@ -232,7 +232,9 @@ register_op(OpDef(
 ))  # fmt: skip
 
 
-def matmul(a: TensorLike, b: TensorLike, transpose_a: bool = False, transpose_b: bool = False, name: str = "matmul") -> Tensor:
+def matmul(
+    a: TensorLike, b: TensorLike, transpose_a: bool = False, transpose_b: bool = False, name: str = "matmul"
+) -> Tensor:
     """Matrix product of two rank-2 tensors, optionally transposing either."""
     return apply("MatMul", binary_inputs(a, b), {"transpose_a": transpose_a, "transpose_b": transpose_b}, name=name)
 
@@ -304,17 +306,23 @@ def _reduce(op: str, x: TensorLike, axis: int | Sequence[int] | None, keepdims: 
     return apply(op, [t], attrs, name=name)
 
 
-def reduce_sum(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_sum") -> Tensor:
+def reduce_sum(
+    x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_sum"
+) -> Tensor:
     """Sum over ``axis`` (all axes when None)."""
     return _reduce("ReduceSum", x, axis, keepdims, name)
 
 
-def reduce_mean(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_mean") -> Tensor:
+def reduce_mean(
+    x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_mean"
+) -> Tensor:
     """Mean over ``axis`` (all axes when None)."""
     return _reduce("ReduceMean", x, axis, keepdims, name)
 
 
-def reduce_max(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_max") -> Tensor:
+def reduce_max(
+    x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_max"
+) -> Tensor:
     return _reduce("ReduceMax", x, axis, keepdims, name)
 
 
@@ -362,7 +370,9 @@ register_op(OpDef(
 ))  # fmt: skip
 
 
-def broadcast_like(g: Tensor | None, like: Tensor, axes: Sequence[int] = (), keepdims: bool = True, mean: bool = False) -> Tensor:
+def broadcast_like(
+    g: Tensor | None, like: Tensor, axes: Sequence[int] = (), keepdims: bool = True, mean: bool = False
+) -> Tensor:
     """``g`` (reduced over ``axes``) broadcast back to ``like``'s run-time shape."""
     assert g is not None
     attrs = {"axes": tuple(axes), "keepdims": keepdims, "mean": mean}

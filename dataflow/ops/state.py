@@ -24,13 +24,17 @@ def _const_kernel(node: Node, ctx: KernelContext) -> Callable[[], np.ndarray]:
     return lambda: value
 
 
-register_op(OpDef(
-    name="Const", family=FAMILY,
-    infer=lambda ctx: TensorSpec(ctx.attrs["value"].shape, ctx.attrs["value"].dtype.name),
-    reference=lambda attrs: attrs["value"],
-    grad=lambda node, dys: [],
-    kernels={"cpu": _const_kernel}, view=True,
-))
+register_op(
+    OpDef(
+        name="Const",
+        family=FAMILY,
+        infer=lambda ctx: TensorSpec(ctx.attrs["value"].shape, ctx.attrs["value"].dtype.name),
+        reference=lambda attrs: attrs["value"],
+        grad=lambda node, dys: [],
+        kernels={"cpu": _const_kernel},
+        view=True,
+    )
+)
 
 
 def constant(value: Any, dtype: str | None = None, name: str = "const", graph: Graph | None = None) -> Tensor:
@@ -51,13 +55,16 @@ def _placeholder_kernel(node: Node, ctx: KernelContext) -> Callable[[], np.ndarr
     raise GraphError(f"placeholder {node.name!r} ({node.where()}) needs a value: pass it in feed_dict")
 
 
-register_op(OpDef(
-    name="Placeholder", family=FAMILY,
-    infer=lambda ctx: TensorSpec(tuple(ctx.attrs["shape"]), ctx.attrs["dtype"]),
-    reference=lambda attrs: None,
-    grad=lambda node, dys: [],
-    kernels={"cpu": _placeholder_kernel},
-))
+register_op(
+    OpDef(
+        name="Placeholder",
+        family=FAMILY,
+        infer=lambda ctx: TensorSpec(tuple(ctx.attrs["shape"]), ctx.attrs["dtype"]),
+        reference=lambda attrs: None,
+        grad=lambda node, dys: [],
+        kernels={"cpu": _placeholder_kernel},
+    )
+)
 
 
 def placeholder(shape: Sequence[int | None], dtype: str = "float32", name: str = "placeholder") -> Tensor:
@@ -74,13 +81,18 @@ def _variable_kernel(node: Node, ctx: KernelContext) -> Callable[[], np.ndarray]
     return lambda: value
 
 
-register_op(OpDef(
-    name="Variable", family=FAMILY,
-    infer=lambda ctx: TensorSpec(ctx.attrs["initial_value"].shape, ctx.attrs["initial_value"].dtype.name),
-    reference=lambda attrs: attrs["initial_value"],
-    grad=lambda node, dys: [],
-    kernels={"cpu": _variable_kernel}, stateful=True, view=True,
-))
+register_op(
+    OpDef(
+        name="Variable",
+        family=FAMILY,
+        infer=lambda ctx: TensorSpec(ctx.attrs["initial_value"].shape, ctx.attrs["initial_value"].dtype.name),
+        reference=lambda attrs: attrs["initial_value"],
+        grad=lambda node, dys: [],
+        kernels={"cpu": _variable_kernel},
+        stateful=True,
+        view=True,
+    )
+)
 
 
 def variable(
@@ -115,18 +127,25 @@ def variable(
     else:
         value = np.array(init, dtype=as_dtype(dtype))
         if shape is not None and tuple(shape) != value.shape:
-            raise ShapeError(f"variable {name!r}: initial value has shape {fmt(value.shape)}, expected {fmt(tuple(shape))}")
+            raise ShapeError(
+                f"variable {name!r}: initial value has shape {fmt(value.shape)}, expected {fmt(tuple(shape))}"
+            )
     value.flags.writeable = False
     return g.create_node("Variable", [], {"initial_value": value, "trainable": trainable}, name).output(0)
 
 
 # ----------------------------------------------------------------- Identity
-register_op(OpDef(
-    name="Identity", family=FAMILY, infer=infer_same,
-    reference=lambda attrs, x: x,
-    grad=lambda node, dys: [dys[0]],
-    kernels={"cpu": lambda node, ctx: lambda x: x}, view=True,
-))
+register_op(
+    OpDef(
+        name="Identity",
+        family=FAMILY,
+        infer=infer_same,
+        reference=lambda attrs, x: x,
+        grad=lambda node, dys: [dys[0]],
+        kernels={"cpu": lambda node, ctx: lambda x: x},
+        view=True,
+    )
+)
 
 
 def identity(x: TensorLike, name: str = "identity") -> Tensor:
@@ -156,18 +175,30 @@ def _assign_add(ref: np.ndarray, value: np.ndarray) -> np.ndarray:
     return ref
 
 
-register_op(OpDef(
-    name="Assign", family=FAMILY, infer=_infer_assign,
-    reference=lambda attrs, ref, value: value.copy(),
-    grad=not_differentiable,
-    kernels={"cpu": lambda node, ctx: _assign}, stateful=True, view=True,
-))
-register_op(OpDef(
-    name="AssignAdd", family=FAMILY, infer=_infer_assign,
-    reference=lambda attrs, ref, value: ref + value,
-    grad=not_differentiable,
-    kernels={"cpu": lambda node, ctx: _assign_add}, stateful=True, view=True,
-))
+register_op(
+    OpDef(
+        name="Assign",
+        family=FAMILY,
+        infer=_infer_assign,
+        reference=lambda attrs, ref, value: value.copy(),
+        grad=not_differentiable,
+        kernels={"cpu": lambda node, ctx: _assign},
+        stateful=True,
+        view=True,
+    )
+)
+register_op(
+    OpDef(
+        name="AssignAdd",
+        family=FAMILY,
+        infer=_infer_assign,
+        reference=lambda attrs, ref, value: ref + value,
+        grad=not_differentiable,
+        kernels={"cpu": lambda node, ctx: _assign_add},
+        stateful=True,
+        view=True,
+    )
+)
 
 
 def assign(ref: Tensor, value: TensorLike, name: str = "assign") -> Tensor:
@@ -181,12 +212,16 @@ def assign_add(ref: Tensor, value: TensorLike, name: str = "assign_add") -> Tens
 
 
 # ---------------------------------------------------------------- NoOp
-register_op(OpDef(
-    name="NoOp", family=FAMILY, infer=lambda ctx: [],
-    reference=lambda attrs: (),
-    grad=not_differentiable,
-    kernels={"cpu": lambda node, ctx: lambda: ()},
-))
+register_op(
+    OpDef(
+        name="NoOp",
+        family=FAMILY,
+        infer=lambda ctx: [],
+        reference=lambda attrs: (),
+        grad=not_differentiable,
+        kernels={"cpu": lambda node, ctx: lambda: ()},
+    )
+)
 
 
 def group(*deps: Tensor | Node, name: str = "group") -> Node:

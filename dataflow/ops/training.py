@@ -48,13 +48,23 @@ def _ref_sgd(attrs: dict[str, Any], var: np.ndarray, lr: np.ndarray, grad: np.nd
     return var - lr * grad
 
 
-def _ref_momentum(attrs: dict[str, Any], var: np.ndarray, accum: np.ndarray, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:
+def _ref_momentum(
+    attrs: dict[str, Any], var: np.ndarray, accum: np.ndarray, lr: np.ndarray, grad: np.ndarray
+) -> np.ndarray:
     accum = attrs["momentum"] * accum + grad
     step = grad + attrs["momentum"] * accum if attrs["nesterov"] else accum
     return (var - lr * step).astype(var.dtype)
 
 
-def _ref_adam(attrs: dict[str, Any], var: np.ndarray, m: np.ndarray, v: np.ndarray, t: np.ndarray, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:
+def _ref_adam(
+    attrs: dict[str, Any],
+    var: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    t: np.ndarray,
+    lr: np.ndarray,
+    grad: np.ndarray,
+) -> np.ndarray:
     b1, b2, eps = attrs["beta1"], attrs["beta2"], attrs["epsilon"]
     step = float(t) + 1.0
     m = b1 * m + (1 - b1) * grad
@@ -85,7 +95,9 @@ def _momentum_kernel(node: Node, ctx: KernelContext) -> Any:
 def _adam_kernel(node: Node, ctx: KernelContext) -> Any:
     b1, b2, eps = node.attrs["beta1"], node.attrs["beta2"], node.attrs["epsilon"]
 
-    def run(var: np.ndarray, m: np.ndarray, v: np.ndarray, t: np.ndarray, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    def run(
+        var: np.ndarray, m: np.ndarray, v: np.ndarray, t: np.ndarray, lr: np.ndarray, grad: np.ndarray
+    ) -> np.ndarray:
         t += 1  # the step count is a slot too, so it is saved with the others
         lr_t = var.dtype.type(k.adam_step_size(float(lr), b1, b2, float(t)))
         g = k.flat(np.ascontiguousarray(grad))
@@ -114,7 +126,13 @@ def apply_gradient_descent(var: Tensor, lr: Tensor, grad: Tensor, name: str = "a
 
 
 def apply_momentum(
-    var: Tensor, accum: Tensor, lr: Tensor, grad: Tensor, momentum: float, nesterov: bool = False, name: str = "apply_momentum"
+    var: Tensor,
+    accum: Tensor,
+    lr: Tensor,
+    grad: Tensor,
+    momentum: float,
+    nesterov: bool = False,
+    name: str = "apply_momentum",
 ) -> Tensor:
     """``accum = momentum * accum + grad; var -= lr * accum`` (or the Nesterov step)."""
     attrs = {"_inputs": INPUTS["ApplyMomentum"], "momentum": float(momentum), "nesterov": bool(nesterov)}

@@ -39,7 +39,9 @@ def test_no_path_gives_none_and_integer_ys_are_rejected() -> None:
         assert cg.gradients(cg.reduce_sum(x), [z]) == [None]
         # argmax is not differentiable: a recorded decision, nothing flows.
         assert cg.gradients(cg.cast(cg.argmax(x, 0), "float32"), [x]) == [None]
-        with pytest.raises(cg.GradientError, match=r"cannot differentiate 'argmax_1:0': its dtype is int32, not a float"):
+        with pytest.raises(
+            cg.GradientError, match=r"cannot differentiate 'argmax_1:0': its dtype is int32, not a float"
+        ):
             cg.gradients(cg.argmax(x, 0), [x])
 
 

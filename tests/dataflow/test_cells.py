@@ -66,7 +66,9 @@ def test_consumers_that_no_longer_fit_are_stale_until_their_cell_reruns() -> Non
         h2, notes = _run("a", "3", lambda: cg.layers.dense(cg.placeholder((None, 4), name="x"), 16, name="hidden"))
         assert "re-running cell 3 made nodes in cell(s) 2 stale; re-run cell(s) 2" in notes
         feed = {g.tensor("x:0"): np.ones((1, 4), np.float32)}
-        with pytest.raises(cg.StaleNodeError, match=r"MatMul 'out/matmul' \(cell 2, line \d+\) is stale: .*re-run cell 2"):
+        with pytest.raises(
+            cg.StaleNodeError, match=r"MatMul 'out/matmul' \(cell 2, line \d+\) is stale: .*re-run cell 2"
+        ):
             cg.Session(g).run(logits, feed)
         logits2, _ = _run("b", "4", lambda: cg.layers.dense(h2, 3, name="out"))
     assert cg.Session(g).run(logits2, feed).shape == (1, 3)
@@ -112,13 +114,17 @@ def test_training_cell_rerun_keeps_trained_weights() -> None:
     yv = (xv.sum(1) > 0).astype(np.int32)
     with g.as_default():
         (x, y, logits), _ = _run("model", "1", lambda: _model())
-        train, _ = _run("train", "2", lambda: cg.optim.Adam(0.05).minimize(cg.losses.sparse_softmax_cross_entropy(logits, y)))
+        train, _ = _run(
+            "train", "2", lambda: cg.optim.Adam(0.05).minimize(cg.losses.sparse_softmax_cross_entropy(logits, y))
+        )
         sess = cg.Session(g)
         for _ in range(30):
             sess.run(train, {x: xv, y: yv})
         trained = sess.run(g.tensor("dense/kernel:0"))
         # Re-running the optimizer cell rebuilds the update ops, not the model.
-        train, _ = _run("train", "3", lambda: cg.optim.Adam(0.05).minimize(cg.losses.sparse_softmax_cross_entropy(logits, y)))
+        train, _ = _run(
+            "train", "3", lambda: cg.optim.Adam(0.05).minimize(cg.losses.sparse_softmax_cross_entropy(logits, y))
+        )
     np.testing.assert_array_equal(sess.run(g.tensor("dense/kernel:0")), trained)
     assert len([n for n in g.nodes if n.name.startswith("Adam_1")]) == 0
     sess.run(train, {x: xv, y: yv})

@@ -58,7 +58,9 @@ def test_dtype_and_broadcast_errors() -> None:
     with g.as_default():
         a = cg.placeholder((3, 4), "float32", name="a")
         i = cg.placeholder((3, 4), "int32", name="i")
-        with pytest.raises(cg.DTypeError, match=r"Add 'add' \(test_graph.py:\d+\): operands have different dtypes: float32 and int32"):
+        with pytest.raises(
+            cg.DTypeError, match=r"Add 'add' \(test_graph.py:\d+\): operands have different dtypes: float32 and int32"
+        ):
             cg.add(a, i)
         with pytest.raises(cg.ShapeError, match=r"shapes do not broadcast: \(3, 4\) and \(5,\)"):
             a + cg.placeholder((5,), name="b")
@@ -117,7 +119,10 @@ def test_iterating_needs_a_known_first_dim() -> None:
     with g.as_default():
         x = cg.placeholder((None, 2), name="x")
         y = cg.placeholder((3, 2), name="y")
-        with pytest.raises(cg.GraphError, match=r"cannot iterate over tensor 'x:0' of shape \(None, 2\): its first dimension must be known"):
+        with pytest.raises(
+            cg.GraphError,
+            match=r"cannot iterate over tensor 'x:0' of shape \(None, 2\): its first dimension must be known",
+        ):
             list(x)
         rows = list(y)
     assert [r.shape for r in rows] == [(2,)] * 3

@@ -59,7 +59,9 @@ def test_forward_matches_reference_and_shape_rule(case: OpCase) -> None:
     got = cg.Session(g).run(node.outputs, feeds)
     assert len(got) == len(expected) == len(node.specs)
     for value, want, spec in zip(got, expected, node.specs):
-        assert value.dtype == np.dtype(spec.dtype), f"{node.op}: kernel gave {value.dtype}, shape rule says {spec.dtype}"
+        assert value.dtype == np.dtype(spec.dtype), (
+            f"{node.op}: kernel gave {value.dtype}, shape rule says {spec.dtype}"
+        )
         assert len(value.shape) == len(spec.shape)
         assert all(s is None or s == v for s, v in zip(spec.shape, value.shape)), (spec.shape, value.shape)
         np.testing.assert_allclose(value, want, rtol=case.rtol, atol=case.atol)

@@ -42,7 +42,10 @@ def _torch_trajectory(make, steps: int) -> np.ndarray:  # noqa: ANN001
     [
         (lambda: cg.optim.SGD(0.1), lambda p: torch.optim.SGD(p, lr=0.1)),
         (lambda: cg.optim.Momentum(0.05, 0.9), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
-        (lambda: cg.optim.Momentum(0.05, 0.9, nesterov=True), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True)),
+        (
+            lambda: cg.optim.Momentum(0.05, 0.9, nesterov=True),
+            lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True),
+        ),
         (lambda: cg.optim.Adam(0.01), lambda p: torch.optim.Adam(p, lr=0.01, eps=1e-8)),
     ],
     ids=["sgd", "momentum", "nesterov", "adam"],
@@ -67,7 +70,9 @@ def test_minimize_without_variables_is_an_error() -> None:
     g = cg.Graph()
     with g.as_default():
         x = cg.placeholder((3,), name="x")
-        with pytest.raises(cg.GradientError, match=r"SGD: 'reduce_sum:0' depends on no trainable variable; nothing to optimise"):
+        with pytest.raises(
+            cg.GradientError, match=r"SGD: 'reduce_sum:0' depends on no trainable variable; nothing to optimise"
+        ):
             cg.optim.SGD(0.1).minimize(cg.reduce_sum(x))
 
 

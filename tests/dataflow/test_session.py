@@ -49,9 +49,30 @@ def test_bad_feeds_are_rejected_before_anything_runs(model) -> None:  # noqa: AN
     g, x, w, y, loss, train = model
     sess = cg.Session(g)
     good = np.ones((2, 3), np.float32)
-    _bad(sess, [train], {x: np.ones((2, 4), np.float32)}, cg.ShapeError, r"feed for 'x:0' has shape \(2, 4\), expected \(None, 3\)", w)
-    _bad(sess, [train], {x: good.astype(np.complex64)}, cg.DTypeError, r"feed for 'x:0' has dtype complex64, expected float32", w)
-    _bad(sess, [train], {}, cg.GraphError, r"placeholder 'x' \(test_session.py:\d+\) needs a value: pass it in feed_dict", w)
+    _bad(
+        sess,
+        [train],
+        {x: np.ones((2, 4), np.float32)},
+        cg.ShapeError,
+        r"feed for 'x:0' has shape \(2, 4\), expected \(None, 3\)",
+        w,
+    )
+    _bad(
+        sess,
+        [train],
+        {x: good.astype(np.complex64)},
+        cg.DTypeError,
+        r"feed for 'x:0' has dtype complex64, expected float32",
+        w,
+    )
+    _bad(
+        sess,
+        [train],
+        {},
+        cg.GraphError,
+        r"placeholder 'x' \(test_session.py:\d+\) needs a value: pass it in feed_dict",
+        w,
+    )
     _bad(sess, [train], {"nope:0": good}, cg.GraphError, r"no node named 'nope' in this graph", w)
     other = cg.Graph()
     with other.as_default():

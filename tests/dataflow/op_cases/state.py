@@ -15,5 +15,7 @@ CASES = [
     OpCase("Variable", lambda v: v, [rand(3, 2)], variables=(0,), grad=False),
     OpCase("Assign", lambda v, x: cg.assign(v, x), [rand(3, 2), rand(3, 2, seed=1)], variables=(0,), grad=False),
     OpCase("AssignAdd", lambda v, x: cg.assign_add(v, x), [rand(3, 2), rand(3, 2, seed=1)], variables=(0,), grad=False),
-    OpCase("NoOp", lambda v, x: cg.group(cg.assign(v, x)), [rand(3, 2), rand(3, 2, seed=1)], variables=(0,), grad=False),
+    OpCase(
+        "NoOp", lambda v, x: cg.group(cg.assign(v, x)), [rand(3, 2), rand(3, 2, seed=1)], variables=(0,), grad=False
+    ),
 ]

@@ -13,9 +13,19 @@ slot = rand(3, 4, seed=3)
 lr = np.array(0.1, np.float32)
 
 CASES = [
-    OpCase("ApplyGradientDescent", lambda v, lr_, g: cg.apply_gradient_descent(v, lr_, g), [var, lr, grad], variables=(0,), grad=False),
     OpCase(
-        "ApplyMomentum", lambda v, a, lr_, g: cg.apply_momentum(v, a, lr_, g, 0.9), [var, slot, lr, grad], variables=(0, 1), grad=False
+        "ApplyGradientDescent",
+        lambda v, lr_, g: cg.apply_gradient_descent(v, lr_, g),
+        [var, lr, grad],
+        variables=(0,),
+        grad=False,
+    ),
+    OpCase(
+        "ApplyMomentum",
+        lambda v, a, lr_, g: cg.apply_momentum(v, a, lr_, g, 0.9),
+        [var, slot, lr, grad],
+        variables=(0, 1),
+        grad=False,
     ),
     OpCase(
         "ApplyMomentum",
