@@ -1,8 +1,8 @@
 """cellgraph: distributed machine learning from a notebook.
 
 ``import cellgraph as cg`` gives the whole public API: graphs and sessions,
-every op as ``cg.<op name>``, ``cg.layers``, ``cg.losses``, ``cg.optim`` and
-``cg.init``.
+every op as ``cg.<op name>``, ``cg.layers``, ``cg.losses``, ``cg.optim``,
+``cg.metrics`` and ``cg.init``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,13 @@ from cellgraph.dataflow.ops.array import (
     squeeze,
     transpose,
 )
+from cellgraph.dataflow.ops.conv import (
+    avg_pool,
+    conv2d,
+    conv2d_backprop_filter,
+    conv2d_backprop_input,
+    max_pool,
+)
 from cellgraph.dataflow.ops.math import (
     add,
     argmax,
@@ -78,14 +85,9 @@ from cellgraph.dataflow.ops.math import (
     zeros_like,
 )
 from cellgraph.dataflow.ops.nn import (
-    avg_pool,
     bias_add,
-    conv2d,
-    conv2d_backprop_filter,
-    conv2d_backprop_input,
     dropout,
     log_softmax,
-    max_pool,
     relu,
     sigmoid,
     softmax,

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from . import array, math, nn, state, training
+from . import array, conv, math, nn, state, training
 
-FAMILIES = (state, math, nn, array, training)
+FAMILIES = (state, math, nn, conv, array, training)

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import as_dtype
+from ..dtypes import as_dtype, is_float
 from ..errors import DTypeError
 from ..graph import Graph, Node, Tensor, get_default_graph
-from ..opdef import InferContext, TensorSpec
+from ..opdef import InferContext, Shape, TensorSpec
 from ..shapes import broadcast, fmt
 
 TensorLike = Tensor | float | int | bool | np.ndarray | Sequence[Any]
@@ -103,3 +103,27 @@ def infer_float_broadcast(ctx: InferContext) -> TensorSpec:
 
 def infer_compare(ctx: InferContext) -> TensorSpec:
     return infer_broadcast(ctx, out_dtype="bool")
+
+
+def require_float(ctx: InferContext, *specs: TensorSpec) -> str:
+    """The one float dtype of ``specs``, or a DTypeError naming them."""
+    dtypes = [s.dtype for s in specs]
+    if any(d != dtypes[0] for d in dtypes):
+        raise ctx.dtype_error(f"operands have different dtypes: {', '.join(dtypes)}")
+    if not is_float(dtypes[0]):
+        raise ctx.dtype_error(f"expects float tensors, got {dtypes[0]}")
+    return dtypes[0]
+
+
+def fits(shape: Shape, expected: Shape) -> bool:
+    return len(shape) == len(expected) and all(a is None or b is None or a == b for a, b in zip(shape, expected))
+
+
+def check_fits(ctx: InferContext, what: str, spec: TensorSpec, expected: Shape) -> None:
+    if not fits(spec.shape, expected):
+        raise ctx.shape_error(f"{what} has shape {fmt(spec.shape)}, expected {fmt(expected)}")
+
+
+def merge_shapes(a: Shape, b: Shape) -> Shape:
+    """Two fitting shapes as one, each unknown dim taken from the other side."""
+    return tuple(x if x is not None else y for x, y in zip(a, b))

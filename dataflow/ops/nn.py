@@ -1,120 +1,41 @@
-"""Neural-network ops: activations, softmax, cross-entropy, bias, convolution,
-pooling and dropout.
+"""Neural-network ops: activations, softmax, cross-entropy, bias and dropout.
 
-Images are NHWC and filters HWIO, as in TensorFlow. Gradients that need more
-than a line of other ops are ops of their own (``Conv2DBackpropInput``,
-``MaxPoolGrad``, ...), each a full registry entry with a NumPy reference and a
-gradient of its own, so second derivatives work and every kernel is checked.
+Gradients that need more than a line of other ops are ops of their own
+(``ReluGrad``, ``BiasAddGrad``, ...), each a full registry entry with a NumPy
+reference and a gradient of its own, so second derivatives work and every
+kernel is checked. Convolution and pooling live in ``conv.py``.
 """
 
 from __future__ import annotations
 
 import numbers
 import zlib
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..dtypes import INTS, is_float
 from ..graph import Node, Tensor
-from ..kernels.cpu import conv as conv_kernels
 from ..kernels.cpu import nn as nnk
-from ..kernels.cpu import pool as pool_kernels
-from ..kernels.cpu.conv import window
-from ..opdef import InferContext, KernelContext, OpDef, Shape, TensorSpec, register_op
+from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, register_op
 from ..shapes import fmt, normalize_axes
-from .base import TensorLike, apply, apply_node, as_tensor, graph_of, infer_float_unary
+from .base import (
+    TensorLike,
+    apply,
+    apply_node,
+    as_tensor,
+    fits,
+    graph_of,
+    infer_float_unary,
+    merge_shapes,
+    require_float,
+)
 from .math import _elementwise_kernel, broadcast_like, exp, reduce_sum
 
 FAMILY = "nn"
 Dys = list[Tensor | None]
 Grads = list[Tensor | None]
 HW = tuple[int, int]
-
-
-# ------------------------------------------------------- checks shared by rules
-def _require_float(ctx: InferContext, *specs: TensorSpec) -> str:
-    """The one float dtype of ``specs``, or a DTypeError naming them."""
-    dtypes = [s.dtype for s in specs]
-    if any(d != dtypes[0] for d in dtypes):
-        raise ctx.dtype_error(f"operands have different dtypes: {', '.join(dtypes)}")
-    if not is_float(dtypes[0]):
-        raise ctx.dtype_error(f"expects float tensors, got {dtypes[0]}")
-    return dtypes[0]
-
-
-def _fits(shape: Shape, expected: Shape) -> bool:
-    return len(shape) == len(expected) and all(a is None or b is None or a == b for a, b in zip(shape, expected))
-
-
-def _check_fits(ctx: InferContext, what: str, spec: TensorSpec, expected: Shape) -> None:
-    if not _fits(spec.shape, expected):
-        raise ctx.shape_error(f"{what} has shape {fmt(spec.shape)}, expected {fmt(expected)}")
-
-
-def _merge(a: Shape, b: Shape) -> Shape:
-    return tuple(x if x is not None else y for x, y in zip(a, b))
-
-
-def _hw(value: Any) -> HW | None:
-    """(height, width) from an int, a pair, or TensorFlow's (1, h, w, 1); None if none of these."""
-    if isinstance(value, (int, np.integer)):
-        dims: tuple[Any, ...] = (value, value)
-    elif isinstance(value, (tuple, list)) and len(value) == 2:
-        dims = tuple(value)
-    elif isinstance(value, (tuple, list)) and len(value) == 4 and value[0] == 1 and value[3] == 1:
-        dims = (value[1], value[2])
-    else:
-        return None
-    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dims):
-        return None
-    return int(dims[0]), int(dims[1])
-
-
-def _window_attr(ctx: InferContext, key: str) -> HW:
-    value = _hw(ctx.attrs[key])
-    if value is None:
-        raise ctx.shape_error(
-            f"{key} must be a positive int, a (height, width) pair or (1, height, width, 1), got {ctx.attrs[key]!r}"
-        )
-    return value
-
-
-def _padding_attr(ctx: InferContext) -> str:
-    padding = ctx.attrs["padding"]
-    if not isinstance(padding, str) or padding not in ("SAME", "VALID"):
-        raise ctx.shape_error(f"padding must be 'SAME' or 'VALID', got {padding!r}")
-    return str(padding)
-
-
-def _nhwc(ctx: InferContext, what: str, spec: TensorSpec) -> None:
-    if spec.rank != 4:
-        raise ctx.shape_error(f"{what} must be 4-D NHWC (batch, height, width, channels), got {fmt(spec.shape)}")
-
-
-def _spatial(ctx: InferContext, x: Shape, k: tuple[int | None, int | None], what: str, shapes: str) -> Shape:
-    """Output (height, width) of windows ``k`` sliding over NHWC ``x``."""
-    strides, padding = _window_attr(ctx, "strides"), _padding_attr(ctx)
-    out: list[int | None] = []
-    for axis, name in ((1, "height"), (2, "width")):
-        size, kk, s = x[axis], k[axis - 1], strides[axis - 1]
-        if size is None or kk is None:
-            out.append(None)
-            continue
-        if padding == "VALID" and kk > size:
-            raise ctx.shape_error(
-                f"{what} {name} {kk} is larger than the input {name} {size} with VALID padding: {shapes}"
-            )
-        out.append(window(size, kk, s, padding)[0])
-    return tuple(out)
-
-
-def _strides_padding(node: Node) -> tuple[HW, str]:
-    """The validated attrs of a node that exists (its shape rule checked them)."""
-    strides = _hw(node.attrs["strides"])
-    assert strides is not None
-    return strides, node.attrs["padding"]
 
 
 # --------------------------------------------------- activations, as a table
@@ -125,10 +46,10 @@ _y = lambda n: n.output(0)  # noqa: E731
 
 def _infer_activation_grad(ctx: InferContext) -> TensorSpec:
     dy, y = ctx.inputs
-    dtype = _require_float(ctx, dy, y)
-    if not _fits(dy.shape, y.shape):
+    dtype = require_float(ctx, dy, y)
+    if not fits(dy.shape, y.shape):
         raise ctx.shape_error(f"gradient and output shapes differ: {fmt(dy.shape)} and {fmt(y.shape)}")
-    return TensorSpec(_merge(dy.shape, y.shape), dtype)
+    return TensorSpec(merge_shapes(dy.shape, y.shape), dtype)
 
 
 # name, kernel, reference, gradient (g: upstream gradient), fusion expression
@@ -433,398 +354,6 @@ def bias_add_grad(dy: Tensor | None, name: str = "bias_add_grad") -> Tensor:
     return apply("BiasAddGrad", [dy], name=name)
 
 
-# ---------------------------------------------------------------- convolution
-def _conv_output(ctx: InferContext, x: TensorSpec, f: TensorSpec) -> Shape:
-    """The NHWC output shape of conv2d(x, f), checking every shape and attr involved."""
-    shapes = f"{fmt(x.shape)} * {fmt(f.shape)}"
-    _nhwc(ctx, "input", x)
-    if f.rank != 4:
-        raise ctx.shape_error(f"filter must be 4-D HWIO (height, width, in, out), got {fmt(f.shape)}")
-    c, i = x.shape[3], f.shape[2]
-    if c is not None and i is not None and c != i:
-        raise ctx.shape_error(f"input has {c} channels but the filter expects {i}: {shapes}")
-    oh, ow = _spatial(ctx, x.shape, (f.shape[0], f.shape[1]), "filter", shapes)
-    return (x.shape[0], oh, ow, f.shape[3])
-
-
-def _infer_conv2d(ctx: InferContext) -> TensorSpec:
-    x, f = ctx.inputs
-    dtype = _require_float(ctx, x, f)
-    return TensorSpec(_conv_output(ctx, x, f), dtype)
-
-
-def _infer_conv2d_backprop_input(ctx: InferContext) -> TensorSpec:
-    like, f, dy = ctx.inputs
-    dtype = _require_float(ctx, like, f, dy)
-    _check_fits(ctx, "out_backprop", dy, _conv_output(ctx, like, f))
-    return TensorSpec(like.shape, dtype)
-
-
-def _infer_conv2d_backprop_filter(ctx: InferContext) -> TensorSpec:
-    x, like, dy = ctx.inputs
-    dtype = _require_float(ctx, x, like, dy)
-    _check_fits(ctx, "out_backprop", dy, _conv_output(ctx, x, like))
-    return TensorSpec(like.shape, dtype)
-
-
-def _pad_amounts(size: int, k: int, stride: int, padding: str) -> tuple[int, int, int]:
-    """(output size, pad before, pad after) along one dim."""
-    out, before = window(size, k, stride, padding)
-    total = max((out - 1) * stride + k - size, 0) if padding == "SAME" else 0
-    return out, before, total - before
-
-
-def _padded(
-    x: np.ndarray, k: HW, strides: HW, padding: str, fill: float = 0.0
-) -> tuple[np.ndarray, int, int, int, int]:
-    """``x`` padded for windows ``k``: (padded x, out height, out width, pad top, pad left)."""
-    oh, top, bottom = _pad_amounts(x.shape[1], k[0], strides[0], padding)
-    ow, left, right = _pad_amounts(x.shape[2], k[1], strides[1], padding)
-    padded = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=fill)
-    return padded, oh, ow, top, left
-
-
-def _taps(k: HW, strides: HW, oh: int, ow: int) -> list[tuple[int, int, tuple[slice, slice, slice, slice]]]:
-    """For each window tap (p, q), the index of the padded pixels it reads, output-shaped."""
-    sh, sw = strides
-    every = slice(None)
-    return [
-        (p, q, (every, slice(p, p + sh * (oh - 1) + 1, sh), slice(q, q + sw * (ow - 1) + 1, sw), every))
-        for p in range(k[0])
-        for q in range(k[1])
-    ]
-
-
-def _crop(padded: np.ndarray, top: int, left: int, like: tuple[int, ...]) -> np.ndarray:
-    return padded[:, top : top + like[1], left : left + like[2], :]
-
-
-def _ref_conv2d(attrs: dict[str, Any], x: np.ndarray, f: np.ndarray) -> np.ndarray:
-    strides, padding = attrs["strides"], attrs["padding"]
-    xp, oh, ow, _, _ = _padded(x, f.shape[:2], strides, padding)
-    out = np.zeros((x.shape[0], oh, ow, f.shape[3]), x.dtype)
-    for p, q, index in _taps(f.shape[:2], strides, oh, ow):
-        out += np.einsum("nhwc,co->nhwo", xp[index], f[p, q])
-    return out
-
-
-def _ref_conv2d_backprop_input(attrs: dict[str, Any], like: np.ndarray, f: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    strides, padding = attrs["strides"], attrs["padding"]
-    dxp, oh, ow, top, left = _padded(np.zeros_like(like), f.shape[:2], strides, padding)
-    for p, q, index in _taps(f.shape[:2], strides, oh, ow):
-        dxp[index] += np.einsum("nhwo,co->nhwc", dy, f[p, q])
-    return _crop(dxp, top, left, like.shape).copy()
-
-
-def _ref_conv2d_backprop_filter(attrs: dict[str, Any], x: np.ndarray, like: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    strides, padding = attrs["strides"], attrs["padding"]
-    xp, oh, ow, _, _ = _padded(x, like.shape[:2], strides, padding)
-    df = np.zeros_like(like)
-    for p, q, index in _taps(like.shape[:2], strides, oh, ow):
-        df[p, q] = np.einsum("nhwc,nhwo->co", xp[index], dy)
-    return df
-
-
-def _grad_conv2d(node: Node, dys: Dys) -> Grads:
-    (x, f), g = node.inputs, dys[0]
-    assert g is not None
-    strides, padding = _strides_padding(node)
-    return [
-        conv2d_backprop_input(x, f, g, strides, padding),
-        conv2d_backprop_filter(x, f, g, strides, padding),
-    ]
-
-
-def _grad_conv2d_backprop_input(node: Node, dys: Dys) -> Grads:
-    # dx is bilinear in (f, dy): its adjoints are the other two convolutions.
-    (_, f, dy), z = node.inputs, dys[0]
-    assert z is not None
-    strides, padding = _strides_padding(node)
-    return [None, conv2d_backprop_filter(z, f, dy, strides, padding), conv2d(z, f, strides, padding)]
-
-
-def _grad_conv2d_backprop_filter(node: Node, dys: Dys) -> Grads:
-    (x, _, dy), z = node.inputs, dys[0]
-    assert z is not None
-    strides, padding = _strides_padding(node)
-    return [conv2d_backprop_input(x, z, dy, strides, padding), None, conv2d(x, z, strides, padding)]
-
-
-def _conv_kernel(make: Any) -> Any:
-    def factory(node: Node, ctx: KernelContext) -> Any:
-        return make(*_strides_padding(node))
-
-    return factory
-
-
-register_op(OpDef(
-    name="Conv2D", family=FAMILY, infer=_infer_conv2d, reference=_ref_conv2d,
-    grad=_grad_conv2d, kernels={"cpu": _conv_kernel(conv_kernels.conv2d)},
-))  # fmt: skip
-register_op(OpDef(
-    name="Conv2DBackpropInput", family=FAMILY, infer=_infer_conv2d_backprop_input,
-    reference=_ref_conv2d_backprop_input, grad=_grad_conv2d_backprop_input,
-    kernels={"cpu": _conv_kernel(conv_kernels.conv2d_input_grad)},
-))  # fmt: skip
-register_op(OpDef(
-    name="Conv2DBackpropFilter", family=FAMILY, infer=_infer_conv2d_backprop_filter,
-    reference=_ref_conv2d_backprop_filter, grad=_grad_conv2d_backprop_filter,
-    kernels={"cpu": _conv_kernel(conv_kernels.conv2d_filter_grad)},
-))  # fmt: skip
-
-
-def _window_attrs(strides: Any, padding: Any, ksize: Any = None) -> dict[str, Any]:
-    # Normalised when valid; kept as given otherwise, for the shape rule to
-    # report with the node's name and cell.
-    attrs = {"strides": _hw(strides) or strides, "padding": padding}
-    if ksize is not None:
-        attrs["ksize"] = _hw(ksize) or ksize
-    return attrs
-
-
-def conv2d(
-    x: TensorLike,
-    filters: TensorLike,
-    strides: int | Sequence[int] = 1,
-    padding: str = "SAME",
-    name: str = "conv2d",
-) -> Tensor:
-    """2-D convolution of NHWC ``x`` with HWIO ``filters`` (cross-correlation, as in TensorFlow).
-
-    ``strides`` is an int, (height, width) or (1, height, width, 1);
-    ``padding`` is "SAME" (output size ``ceil(input / stride)``) or "VALID"
-    (only whole windows).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> import cellgraph as cg
-    >>> g = cg.Graph()
-    >>> with g.as_default():
-    ...     x = cg.placeholder((None, 8, 8, 3), name="images")
-    ...     y = cg.conv2d(x, cg.constant(np.ones((3, 3, 3, 16), np.float32)), strides=2)
-    >>> y.shape
-    (None, 4, 4, 16)
-    """
-    g = graph_of([x, filters])
-    return apply(
-        "Conv2D", [as_tensor(x, graph=g), as_tensor(filters, graph=g)], _window_attrs(strides, padding), name=name
-    )
-
-
-def conv2d_backprop_input(
-    x: Tensor,
-    filters: TensorLike,
-    dy: Tensor,
-    strides: int | Sequence[int] = 1,
-    padding: str = "SAME",
-    name: str = "conv2d_backprop_input",
-) -> Tensor:
-    """The gradient of ``conv2d(x, filters)`` for ``x``, given the output's gradient ``dy``.
-
-    ``x`` only lends its (run-time) shape; its values are not read.
-    """
-    attrs = _window_attrs(strides, padding)
-    return apply("Conv2DBackpropInput", [x, as_tensor(filters, graph=x.graph), dy], attrs, name=name)
-
-
-def conv2d_backprop_filter(
-    x: TensorLike,
-    filters: Tensor,
-    dy: Tensor,
-    strides: int | Sequence[int] = 1,
-    padding: str = "SAME",
-    name: str = "conv2d_backprop_filter",
-) -> Tensor:
-    """The gradient of ``conv2d(x, filters)`` for ``filters``, given the output's gradient ``dy``.
-
-    ``filters`` only lends its shape; its values are not read.
-    """
-    attrs = _window_attrs(strides, padding)
-    return apply("Conv2DBackpropFilter", [as_tensor(x, graph=filters.graph), filters, dy], attrs, name=name)
-
-
-# ---------------------------------------------------------------------- pooling
-def _pool_output(ctx: InferContext, x: TensorSpec) -> Shape:
-    _nhwc(ctx, "input", x)
-    ksize = _window_attr(ctx, "ksize")
-    shapes = f"window {fmt(ksize)} over {fmt(x.shape)}"
-    oh, ow = _spatial(ctx, x.shape, ksize, "window", shapes)
-    return (x.shape[0], oh, ow, x.shape[3])
-
-
-def _infer_pool(ctx: InferContext) -> TensorSpec:
-    x = ctx.inputs[0]
-    return TensorSpec(_pool_output(ctx, x), _require_float(ctx, x))
-
-
-def _infer_pool_grad(ctx: InferContext) -> TensorSpec:
-    """(x or its stand-in, dy) -> dx."""
-    x, dy = ctx.inputs
-    dtype = _require_float(ctx, x, dy)
-    _check_fits(ctx, "out_backprop", dy, _pool_output(ctx, x))
-    return TensorSpec(x.shape, dtype)
-
-
-def _infer_max_pool_grad_grad(ctx: InferContext) -> TensorSpec:
-    """(x, ddx) -> ddy."""
-    x, ddx = ctx.inputs
-    dtype = _require_float(ctx, x, ddx)
-    _check_fits(ctx, "gradient", ddx, x.shape)
-    return TensorSpec(_pool_output(ctx, x), dtype)
-
-
-def _pool_attrs(attrs: dict[str, Any]) -> tuple[HW, HW, str]:
-    return attrs["ksize"], attrs["strides"], attrs["padding"]
-
-
-def _windows(x: np.ndarray, attrs: dict[str, Any], fill: float) -> tuple[np.ndarray, int, int, int, int]:
-    """Every window tap of ``x``'s pooling as one (taps, n, oh, ow, c) stack, plus the geometry."""
-    k, strides, padding = _pool_attrs(attrs)
-    xp, oh, ow, top, left = _padded(x, k, strides, padding, fill)
-    return np.stack([xp[index] for _, _, index in _taps(k, strides, oh, ow)]), oh, ow, top, left
-
-
-def _scatter_taps(values: np.ndarray, like: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
-    """The adjoint of ``_windows``: add each tap's (n, oh, ow, c) values back onto its pixels."""
-    k, strides, padding = _pool_attrs(attrs)
-    dxp, oh, ow, top, left = _padded(np.zeros_like(like), k, strides, padding)
-    for t, (_, _, index) in enumerate(_taps(k, strides, oh, ow)):
-        dxp[index] += values[t]
-    return _crop(dxp, top, left, like.shape).copy()
-
-
-def _ref_max_pool(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    return _windows(x, attrs, -np.inf)[0].max(axis=0)
-
-
-def _ref_max_pool_grad(attrs: dict[str, Any], x: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    taps = _windows(x, attrs, -np.inf)[0]
-    first_max = taps.argmax(axis=0) == np.arange(len(taps)).reshape(-1, 1, 1, 1, 1)
-    return _scatter_taps(np.where(first_max, dy, 0).astype(x.dtype), x, attrs)
-
-
-def _ref_max_pool_grad_grad(attrs: dict[str, Any], x: np.ndarray, ddx: np.ndarray) -> np.ndarray:
-    taps = _windows(x, attrs, -np.inf)[0]
-    first_max = taps.argmax(axis=0) == np.arange(len(taps)).reshape(-1, 1, 1, 1, 1)
-    return np.where(first_max, _windows(ddx, attrs, 0.0)[0], 0).sum(axis=0).astype(x.dtype)
-
-
-def _avg_pool_counts(like: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
-    """How many real (unpadded) pixels each output's window covers."""
-    return _windows(np.ones((1, *like.shape[1:3], 1), like.dtype), attrs, 0.0)[0].sum(axis=0)
-
-
-def _ref_avg_pool(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    return (_windows(x, attrs, 0.0)[0].sum(axis=0) / _avg_pool_counts(x, attrs)).astype(x.dtype)
-
-
-def _ref_avg_pool_grad(attrs: dict[str, Any], like: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    share = (dy / _avg_pool_counts(like, attrs)).astype(dy.dtype)
-    return _scatter_taps(np.broadcast_to(share, (attrs["ksize"][0] * attrs["ksize"][1], *share.shape)), like, attrs)
-
-
-def _pool_args(node: Node) -> tuple[HW, HW, str]:
-    ksize, (strides, padding) = _hw(node.attrs["ksize"]), _strides_padding(node)
-    assert ksize is not None
-    return ksize, strides, padding
-
-
-def _grad_max_pool(node: Node, dys: Dys) -> Grads:
-    return [max_pool_grad(node.inputs[0], dys[0], *_pool_args(node))]
-
-
-def _grad_max_pool_grad(node: Node, dys: Dys) -> Grads:
-    # dx is linear in dy (routed through x's maxima, which move only at ties).
-    return [None, max_pool_grad_grad(node.inputs[0], dys[0], *_pool_args(node))]
-
-
-def _grad_max_pool_grad_grad(node: Node, dys: Dys) -> Grads:
-    return [None, max_pool_grad(node.inputs[0], dys[0], *_pool_args(node))]
-
-
-def _grad_avg_pool(node: Node, dys: Dys) -> Grads:
-    return [avg_pool_grad(node.inputs[0], dys[0], *_pool_args(node))]
-
-
-def _grad_avg_pool_grad(node: Node, dys: Dys) -> Grads:
-    assert dys[0] is not None
-    return [None, avg_pool(dys[0], *_pool_args(node))]
-
-
-def _pool_kernel(make: Any) -> Any:
-    def factory(node: Node, ctx: KernelContext) -> Any:
-        return make(*_pool_args(node))
-
-    return factory
-
-
-_POOLS: list[tuple[str, Any, Any, Any, Any]] = [
-    ("MaxPool",         _infer_pool,               _ref_max_pool,           _grad_max_pool,           _pool_kernel(pool_kernels.max_pool_forward)),
-    ("MaxPoolGrad",     _infer_pool_grad,          _ref_max_pool_grad,      _grad_max_pool_grad,      _pool_kernel(pool_kernels.max_pool_backprop)),
-    ("MaxPoolGradGrad", _infer_max_pool_grad_grad, _ref_max_pool_grad_grad, _grad_max_pool_grad_grad, _pool_kernel(pool_kernels.max_pool_backprop_backprop)),
-    ("AvgPool",         _infer_pool,               _ref_avg_pool,           _grad_avg_pool,           _pool_kernel(pool_kernels.avg_pool_forward)),
-    ("AvgPoolGrad",     _infer_pool_grad,          _ref_avg_pool_grad,      _grad_avg_pool_grad,      _pool_kernel(pool_kernels.avg_pool_backprop)),
-]  # fmt: skip
-for _name, _infer, _ref, _grad, _factory in _POOLS:
-    register_op(OpDef(name=_name, family=FAMILY, infer=_infer, reference=_ref, grad=_grad, kernels={"cpu": _factory}))
-
-
-def _pool(op: str, inputs: Sequence[TensorLike], ksize: Any, strides: Any, padding: Any, name: str) -> Tensor:
-    return apply(op, inputs, _window_attrs(strides, padding, ksize), name=name)
-
-
-def max_pool(
-    x: TensorLike,
-    ksize: int | Sequence[int] = 2,
-    strides: int | Sequence[int] = 2,
-    padding: str = "VALID",
-    name: str = "max_pool",
-) -> Tensor:
-    """The largest value of each ``ksize`` window of NHWC ``x``, per channel.
-
-    ``ksize`` and ``strides`` are an int, (height, width) or (1, h, w, 1);
-    with "SAME" padding the padded pixels never win.
-    """
-    return _pool("MaxPool", [x], ksize, strides, padding, name)
-
-
-def avg_pool(
-    x: TensorLike,
-    ksize: int | Sequence[int] = 2,
-    strides: int | Sequence[int] = 2,
-    padding: str = "VALID",
-    name: str = "avg_pool",
-) -> Tensor:
-    """The mean of each ``ksize`` window of NHWC ``x``, per channel; with "SAME"
-    padding a window averages only the real pixels it covers."""
-    return _pool("AvgPool", [x], ksize, strides, padding, name)
-
-
-def max_pool_grad(
-    x: Tensor, dy: Tensor | None, ksize: Any, strides: Any, padding: str, name: str = "max_pool_grad"
-) -> Tensor:
-    """The gradient of ``max_pool(x)``: ``dy`` routed to each window's first maximum."""
-    assert dy is not None
-    return _pool("MaxPoolGrad", [x, dy], ksize, strides, padding, name)
-
-
-def max_pool_grad_grad(
-    x: Tensor, ddx: Tensor | None, ksize: Any, strides: Any, padding: str, name: str = "max_pool_grad_grad"
-) -> Tensor:
-    """The gradient of ``max_pool_grad`` for its ``dy``: ``ddx`` read at each window's first maximum."""
-    assert ddx is not None
-    return _pool("MaxPoolGradGrad", [x, ddx], ksize, strides, padding, name)
-
-
-def avg_pool_grad(
-    like: Tensor, dy: Tensor | None, ksize: Any, strides: Any, padding: str, name: str = "avg_pool_grad"
-) -> Tensor:
-    """The gradient of ``avg_pool``: ``dy`` spread evenly over each window; ``like`` lends its shape."""
-    assert dy is not None
-    return _pool("AvgPoolGrad", [like, dy], ksize, strides, padding, name)
-
-
 # ---------------------------------------------------------------------- Dropout
 def _infer_dropout(ctx: InferContext) -> list[TensorSpec]:
     rate = ctx.attrs["rate"]
@@ -882,6 +411,5 @@ def dropout(x: TensorLike, rate: float, seed: int | None = None, name: str = "dr
 
 
 __all__ = [
-    "avg_pool", "bias_add", "conv2d", "conv2d_backprop_filter", "conv2d_backprop_input", "dropout",
-    "log_softmax", "max_pool", "relu", "sigmoid", "softmax", "sparse_softmax_cross_entropy", "tanh",
+    "bias_add", "dropout", "log_softmax", "relu", "sigmoid", "softmax", "sparse_softmax_cross_entropy", "tanh",
 ]  # fmt: skip

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cellgraph.dataflow.ops import nn
+from cellgraph.dataflow.ops import conv, nn
 
 import cellgraph as cg
 
@@ -131,12 +131,12 @@ def test_max_pool_needs_floats() -> None:
 
 def test_max_pool_grad_of_the_wrong_shape() -> None:
     with raises(cg.ShapeError, "out_backprop has shape (None, 4, 4, 1), expected (None, 2, 2, 1)"):
-        nn.max_pool_grad(ph(None, 4, 4, 1), ph(None, 4, 4, 1, name="dy"), 2, 2, "VALID")
+        conv.max_pool_grad(ph(None, 4, 4, 1), ph(None, 4, 4, 1, name="dy"), 2, 2, "VALID")
 
 
 def test_max_pool_grad_grad_of_the_wrong_shape() -> None:
     with raises(cg.ShapeError, "gradient has shape (None, 2, 2, 1), expected (None, 4, 4, 1)"):
-        nn.max_pool_grad_grad(ph(None, 4, 4, 1), ph(None, 2, 2, 1, name="ddx"), 2, 2, "VALID")
+        conv.max_pool_grad_grad(ph(None, 4, 4, 1), ph(None, 2, 2, 1, name="ddx"), 2, 2, "VALID")
 
 
 # ------------------------------------------------------------- activations

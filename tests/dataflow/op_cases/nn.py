@@ -8,7 +8,7 @@ a perturbation could flip.
 from __future__ import annotations
 
 import numpy as np
-from cellgraph.dataflow.ops import nn
+from cellgraph.dataflow.ops import conv, nn
 
 import cellgraph as cg
 
@@ -217,13 +217,13 @@ CASES = [
     OpCase("MaxPool", lambda x: cg.max_pool(x, (2, 3), (1, 2), "VALID"), [rand(2, 4, 7, 2, seed=73)], id="valid-2x3"),
     OpCase(
         "MaxPoolGrad",
-        lambda x, dy: nn.max_pool_grad(x, dy, 3, 2, "SAME"),
+        lambda x, dy: conv.max_pool_grad(x, dy, 3, 2, "SAME"),
         [rand(2, 6, 6, 2, seed=74), rand(2, 3, 3, 2, seed=75)],
         wrt=(1,),
     ),
     OpCase(
         "MaxPoolGradGrad",
-        lambda x, ddx: nn.max_pool_grad_grad(x, ddx, 3, 2, "SAME"),
+        lambda x, ddx: conv.max_pool_grad_grad(x, ddx, 3, 2, "SAME"),
         [rand(2, 6, 6, 2, seed=76), rand(2, 6, 6, 2, seed=77)],
         wrt=(1,),
     ),
@@ -240,7 +240,7 @@ CASES = [
     ),
     OpCase(
         "AvgPoolGrad",
-        lambda x, dy: nn.avg_pool_grad(x, dy, 3, 2, "SAME"),
+        lambda x, dy: conv.avg_pool_grad(x, dy, 3, 2, "SAME"),
         [rand(2, 6, 6, 2, seed=81), rand(2, 3, 3, 2, seed=82)],
         wrt=(1,),
     ),
