@@ -127,3 +127,16 @@ def check_fits(ctx: InferContext, what: str, spec: TensorSpec, expected: Shape) 
 def merge_shapes(a: Shape, b: Shape) -> Shape:
     """Two fitting shapes as one, each unknown dim taken from the other side."""
     return tuple(x if x is not None else y for x, y in zip(a, b))
+
+
+def elementwise_kernel(fn: Any) -> Any:
+    """Bind an elementwise kernel; Numba returns a scalar for 0-d operands, so
+    rank-0 nodes (known when binding) wrap the result back into an array."""
+
+    def factory(node: Node, ctx: Any) -> Any:
+        if node.specs[0].shape:
+            return fn
+        dtype = np.dtype(node.specs[0].dtype)
+        return lambda *args: np.asarray(fn(*args), dtype)
+
+    return factory

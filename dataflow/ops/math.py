@@ -19,6 +19,7 @@ from .base import (
     TensorLike,
     apply,
     binary_inputs,
+    elementwise_kernel,
     infer_broadcast,
     infer_compare,
     infer_float_broadcast,
@@ -65,19 +66,6 @@ def _mask(cond: Tensor, like: Tensor) -> Tensor:
     return cast(cond, like.dtype)
 
 
-def _elementwise_kernel(fn: Any) -> Any:
-    """Bind an elementwise kernel; Numba returns a scalar for 0-d operands, so
-    rank-0 nodes (known when binding) wrap the result back into an array."""
-
-    def factory(node: Node, ctx: Any) -> Any:
-        if node.specs[0].shape:
-            return fn
-        dtype = np.dtype(node.specs[0].dtype)
-        return lambda *args: np.asarray(fn(*args), dtype)
-
-    return factory
-
-
 def _as_list_grad(rule: Any) -> Any:
     return lambda node, dys: rule(node, dys[0])
 
@@ -87,20 +75,20 @@ for _name, _kernel, _ref, _rule, _expr in _BINARY:
         name=_name, family=FAMILY,
         infer=infer_broadcast if _name in ("Add", "Sub", "Mul", "Maximum", "Minimum") else infer_float_broadcast,
         reference=lambda attrs, a, b, _f=_ref: _f(a, b),
-        grad=_as_list_grad(_rule), kernels={"cpu": _elementwise_kernel(_kernel)},
+        grad=_as_list_grad(_rule), kernels={"cpu": elementwise_kernel(_kernel)},
         broadcasts=True, elementwise=_expr,
     ))  # fmt: skip
 for _name, _kernel, _ref, _rule, _expr in _UNARY:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=infer_same if _name in ("Neg", "Square") else infer_float_unary,
         reference=lambda attrs, x, _f=_ref: _f(x),
-        grad=_as_list_grad(_rule), kernels={"cpu": _elementwise_kernel(_kernel)}, elementwise=_expr,
+        grad=_as_list_grad(_rule), kernels={"cpu": elementwise_kernel(_kernel)}, elementwise=_expr,
     ))  # fmt: skip
 for _name, _kernel, _ref in _COMPARE:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=infer_compare,
         reference=lambda attrs, a, b, _f=_ref: _f(a, b),
-        grad=not_differentiable, kernels={"cpu": _elementwise_kernel(_kernel)}, broadcasts=True,
+        grad=not_differentiable, kernels={"cpu": elementwise_kernel(_kernel)}, broadcasts=True,
     ))  # fmt: skip
 
 

@@ -24,13 +24,14 @@ from .base import (
     apply,
     apply_node,
     as_tensor,
+    elementwise_kernel,
     fits,
     graph_of,
     infer_float_unary,
     merge_shapes,
     require_float,
 )
-from .math import _elementwise_kernel, broadcast_like, exp, reduce_sum
+from .math import broadcast_like, exp, reduce_sum
 
 FAMILY = "nn"
 Dys = list[Tensor | None]
@@ -79,14 +80,14 @@ for _name, _kernel, _ref, _rule, _expr in _ACTIVATIONS:
         name=_name, family=FAMILY, infer=infer_float_unary,
         reference=lambda attrs, x, _f=_ref: _f(x).astype(x.dtype),
         grad=_one_upstream(_rule),
-        kernels={"cpu": _elementwise_kernel(_kernel)}, elementwise=_expr,
+        kernels={"cpu": elementwise_kernel(_kernel)}, elementwise=_expr,
     ))  # fmt: skip
 for _name, _kernel, _ref, _rule, _expr in _ACTIVATION_GRADS:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=_infer_activation_grad,
         reference=lambda attrs, g, y, _f=_ref: _f(g, y).astype(g.dtype),
         grad=_one_upstream(_rule),
-        kernels={"cpu": _elementwise_kernel(_kernel)}, elementwise=_expr,
+        kernels={"cpu": elementwise_kernel(_kernel)}, elementwise=_expr,
     ))  # fmt: skip
 
 
