@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from cellgraph import init as initializers
 from cellgraph.dataflow.errors import GraphError, ShapeError
 from cellgraph.dataflow.graph import Tensor, name_scope
-from cellgraph.dataflow.ops import array, math, nn
+from cellgraph.dataflow.ops import array, conv, math, nn
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
 
@@ -75,7 +75,7 @@ def conv2d(
         raise ShapeError(f"conv2d layer {name!r} needs an NHWC input with known channels, got {fmt(x.shape)}")
     with name_scope(name):
         kernel = variable(kernel_init, shape=(kh, kw, x.shape[3], filters), dtype=x.dtype, name="kernel")
-        y = nn.conv2d(x, kernel, strides=strides, padding=padding)
+        y = conv.conv2d(x, kernel, strides=strides, padding=padding)
         if use_bias:
             y = nn.bias_add(y, variable(initializers.zeros, shape=(filters,), dtype=x.dtype, name="bias"))
         return _activate(y, activation)
@@ -84,13 +84,13 @@ def conv2d(
 def max_pool2d(
     x: Tensor, pool_size: int = 2, strides: int | None = None, padding: str = "VALID", name: str = "max_pool"
 ) -> Tensor:
-    return nn.max_pool(x, pool_size, strides or pool_size, padding, name=name)
+    return conv.max_pool(x, pool_size, strides or pool_size, padding, name=name)
 
 
 def avg_pool2d(
     x: Tensor, pool_size: int = 2, strides: int | None = None, padding: str = "VALID", name: str = "avg_pool"
 ) -> Tensor:
-    return nn.avg_pool(x, pool_size, strides or pool_size, padding, name=name)
+    return conv.avg_pool(x, pool_size, strides or pool_size, padding, name=name)
 
 
 def flatten(x: Tensor, name: str = "flatten") -> Tensor:
