@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from cellgraph.protos import graph_pb2, tensor_pb2
 
 from .dtypes import DTYPES

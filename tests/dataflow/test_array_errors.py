@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
+
+import cellgraph as cg
 from cellgraph.dataflow.opdef import OPS, not_differentiable
 from cellgraph.dataflow.ops import array
 
-import cellgraph as cg
+from .errors_helpers import ph, raises
 
-
-@pytest.fixture(autouse=True)
-def graph() -> Iterator[cg.Graph]:
-    g = cg.Graph()
-    with g.as_default():
-        yield g
-
-
-def ph(*shape: int | None, dtype: str = "float32", name: str = "x") -> cg.Tensor:
-    return cg.placeholder(shape, dtype, name=name)
-
-
-def raises(error: type[Exception], message: str) -> pytest.RaisesExc:
-    """``pytest.raises`` matching ``message`` literally (shapes are full of parentheses)."""
-    return pytest.raises(error, match=re.escape(message))
+pytestmark = pytest.mark.usefixtures("fresh_graph")
 
 
 # ------------------------------------------------------------------ Reshape

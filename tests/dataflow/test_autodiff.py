@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cellgraph.dataflow.opdef import OPS, OpDef, register_op
-from cellgraph.dataflow.ops.base import apply, infer_same
 
 import cellgraph as cg
+from cellgraph.dataflow.opdef import OPS, OpDef, register_op
+from cellgraph.dataflow.ops.base import apply, infer_same
 
 
 def test_fan_out_gradients_are_summed() -> None:

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+import cellgraph as cg
 from cellgraph.dataflow.graphdef import (
     GRAPHDEF_VERSION,
     from_graphdef,
@@ -17,8 +19,6 @@ from cellgraph.dataflow.graphdef import (
 )
 from cellgraph.dataflow.opdef import OPS
 from cellgraph.protos import graph_pb2, tensor_pb2
-
-import cellgraph as cg
 
 WORKER = "/job:worker/task:0/device:cpu:0"
 

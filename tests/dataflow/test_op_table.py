@@ -13,10 +13,10 @@ import pkgutil
 
 import numpy as np
 import pytest
-from cellgraph.dataflow.opdef import OPS, KernelContext, not_differentiable
-from cellgraph.dataflow.variables import VariableStore
 
 import cellgraph as cg
+from cellgraph.dataflow.opdef import OPS, KernelContext, not_differentiable
+from cellgraph.dataflow.variables import VariableStore
 
 from . import op_cases
 from .op_cases import OpCase

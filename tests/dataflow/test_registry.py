@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 import pytest
-from cellgraph.dataflow.opdef import OPS
-from cellgraph.dataflow.registry import Registry
 
 import cellgraph as cg
+from cellgraph.dataflow.opdef import OPS
+from cellgraph.dataflow.registry import Registry
 
 
 def test_duplicate_registration_names_the_earlier_file_and_line() -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from cellgraph.dataflow.ops import array
 
 import cellgraph as cg
+from cellgraph.dataflow.ops import array
 
 from . import OpCase, rand
 

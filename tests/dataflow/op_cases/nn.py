@@ -8,9 +8,9 @@ a perturbation could flip.
 from __future__ import annotations
 
 import numpy as np
-from cellgraph.dataflow.ops import conv, nn
 
 import cellgraph as cg
+from cellgraph.dataflow.ops import conv, nn
 
 from . import OpCase, rand
 
