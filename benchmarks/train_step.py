@@ -1,0 +1,209 @@
+"""One training step (forward, backward, SGD update), cellgraph vs PyTorch CPU.
+
+Both sides train the same architecture on the same sklearn digits batches of
+64 with SGD(0.1): the digits MLP (64-128-10) or the mini-Inception CNN of
+``cellgraph.examples.models``. Both run with the same thread count.
+
+    python benchmarks/train_step.py --model mlp|cnn [--quick] [--threads N]
+
+The last line of stdout is one JSON object: samples per second on each side,
+``ratio`` = cellgraph / torch (targets: mlp >= 1.0, cnn >= 0.5), and the memory
+of cellgraph's intermediates during one step: ``peak_bytes`` (tracemalloc, the
+feeds subtracted) against ``live_bytes_lower_bound`` (the largest live set of
+intermediates in the plan's order, from ``Plan.trace``; target: peak at most
+1.25 x the bound).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import tracemalloc
+from typing import Any
+
+from _common import emit, import_torch, machine, parser, setup_threads, source, thread_pools, time_interleaved, versions
+
+BATCH = 64
+LEARNING_RATE = 0.1
+N_BATCHES = 16  # distinct real batches each side cycles through
+TARGET_RATIO = {"mlp": 1.0, "cnn": 0.5}
+TARGET_PEAK_OVER_BOUND = 1.25
+
+
+def digits_batches(np: Any, image_input: bool) -> list[tuple[Any, Any]]:
+    """``N_BATCHES`` shuffled (x, y) training batches of sklearn digits, contiguous."""
+    from cellgraph.examples import digits
+
+    data = digits.load()
+    x = data.images(data.x_train) if image_input else data.x_train
+    order = np.random.default_rng(0).permutation(len(x))
+    return [
+        (np.ascontiguousarray(x[idx]), np.ascontiguousarray(data.y_train[idx]))
+        for idx in (order[i * BATCH : (i + 1) * BATCH] for i in range(N_BATCHES))
+    ]
+
+
+# --------------------------------------------------------------- PyTorch side
+def torch_mlp(torch: Any) -> Any:
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def torch_mini_inception(torch: Any) -> Any:
+    """The mini-Inception of ``models.mini_inception`` in NCHW: same layers, same shapes."""
+    nn = torch.nn
+
+    def conv(c_in: int, c_out: int, k: int) -> Any:
+        return nn.Sequential(nn.Conv2d(c_in, c_out, k, padding="same"), nn.ReLU())
+
+    class Inception(nn.Module):  # type: ignore[name-defined]  # torch is imported at run time
+        def __init__(self, c_in: int, width: int) -> None:
+            super().__init__()
+            self.b1 = conv(c_in, width, 1)
+            self.b3 = nn.Sequential(conv(c_in, width, 1), conv(width, width, 3))
+            self.b5 = nn.Sequential(conv(c_in, width, 1), conv(width, width, 5))
+            # TensorFlow's SAME max pool ignores the padding; PyTorch pads with -inf: the same.
+            self.bp = nn.Sequential(nn.MaxPool2d(3, 1, padding=1), conv(c_in, width, 1))
+
+        def forward(self, x: Any) -> Any:
+            return torch.cat([self.b1(x), self.b3(x), self.b5(x), self.bp(x)], dim=1)
+
+    return nn.Sequential(conv(1, 16, 3), Inception(16, 8), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 32, 10))
+
+
+def torch_step(torch: Any, model: str) -> tuple[Any, Any]:
+    """(a step function of (x, y) returning the loss, the module)."""
+    torch.manual_seed(0)
+    net = torch_mlp(torch) if model == "mlp" else torch_mini_inception(torch)
+    opt = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
+    cross_entropy = torch.nn.functional.cross_entropy
+
+    def step(x: Any, y: Any) -> Any:
+        opt.zero_grad(set_to_none=True)
+        loss = cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step, net
+
+
+def torch_batches(torch: Any, batches: list[tuple[Any, Any]], image_input: bool) -> list[tuple[Any, Any]]:
+    out = []
+    for x, y in batches:
+        xt = torch.from_numpy(x.transpose(0, 3, 1, 2).copy() if image_input else x.copy())  # NHWC -> NCHW
+        out.append((xt, torch.from_numpy(y.astype("int64"))))
+    return out
+
+
+# ------------------------------------------------------------- cellgraph side
+def peak_step_bytes(np: Any, step: Any, x: Any, y: Any) -> tuple[int, int]:
+    """(peak, retained) bytes traced during one warm ``step``, the feeds' bytes subtracted."""
+    tracemalloc.start()
+    try:
+        feeds = (np.array(x), np.array(y))  # traced, then taken out as the baseline
+        tracemalloc.reset_peak()
+        baseline, _ = tracemalloc.get_traced_memory()
+        result = step(*feeds)
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    del result
+    return peak - baseline, current - baseline
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--model", choices=sorted(TARGET_RATIO), required=True)
+    args = p.parse_args()
+    setup_threads(args.threads)
+    started = time.perf_counter()
+
+    import numpy as np
+
+    import cellgraph as cg
+    from cellgraph.examples import models
+
+    torch = import_torch(args.threads, f"train_step_{args.model}")
+
+    build = models.mlp if args.model == "mlp" else models.mini_inception
+    model = build(optimizer=cg.optim.SGD(LEARNING_RATE))
+    batches = digits_batches(np, model.image_input)
+    sess = cg.Session(model.graph)
+    step = sess.make_callable([model.train_op, model.loss], [model.x, model.y])
+
+    jit_start = time.perf_counter()
+    (first_loss,) = step(*batches[0])  # Numba compiles (or loads from its cache) every kernel
+    first_step_s = time.perf_counter() - jit_start
+
+    t_step, _ = torch_step(torch, args.model)
+    t_batches = torch_batches(torch, batches, model.image_input)
+    t_first_loss = t_step(*t_batches[0]).item()
+
+    cg_cycle = itertools.cycle(batches)
+    t_cycle = itertools.cycle(t_batches)
+    sides = {"cellgraph": lambda: step(*next(cg_cycle)), "torch": lambda: t_step(*next(t_cycle))}
+    repeats, warmup, repeat_seconds = (5, 5, 0.2) if args.quick else (15, 20, 1.0)
+    timings = time_interleaved(sides, repeats=repeats, warmup=warmup, repeat_seconds=repeat_seconds)
+    sps = {name: BATCH / t["median"] for name, t in timings.items()}
+    ratio = sps["cellgraph"] / sps["torch"]
+
+    # Memory: one warm step under tracemalloc, and the plan's own lower bound.
+    peak_bytes, retained_bytes = peak_step_bytes(np, step, *batches[1])
+    (last_loss,), live_bound = step.trace(*batches[2])
+    t_last_loss = t_step(*t_batches[2]).item()
+    for name, loss in (("cellgraph", first_loss), ("cellgraph", last_loss), ("torch", t_last_loss)):
+        if not np.isfinite(loss):
+            raise SystemExit(f"{name} loss is not finite ({loss}): the step is broken, its timing means nothing")
+
+    target = TARGET_RATIO[args.model]
+    peak_over_bound = peak_bytes / live_bound if live_bound else float("inf")
+    for name, t in timings.items():
+        print(
+            f"{name:>10}: {sps[name]:10.0f} samples/s  ({t['median'] * 1e3:.3f} ms/step, min {t['min'] * 1e3:.3f},"
+            f" max {t['max'] * 1e3:.3f}; {repeats} repeats x {t['calls_per_repeat']} steps)"
+        )
+    print(f"ratio cellgraph / torch = {ratio:.3f} (target >= {target}: {'met' if ratio >= target else 'NOT met'})")
+    print(
+        f"peak {peak_bytes} B vs live lower bound {live_bound} B = {peak_over_bound:.3f}"
+        f" (target <= {TARGET_PEAK_OVER_BOUND}: {'met' if peak_over_bound <= TARGET_PEAK_OVER_BOUND else 'NOT met'})"
+    )
+    print(
+        f"loss: cellgraph {float(first_loss):.4f} -> {float(last_loss):.4f}, torch {t_first_loss:.4f} -> {t_last_loss:.4f}"
+    )
+
+    emit(
+        {
+            "benchmark": f"train_step_{args.model}",
+            "model": args.model,
+            "cellgraph_sps": sps["cellgraph"],
+            "torch_sps": sps["torch"],
+            "ratio": ratio,
+            "target_ratio": target,
+            "ratio_met": ratio >= target,
+            "cellgraph_step_ms": timings["cellgraph"]["median"] * 1e3,
+            "torch_step_ms": timings["torch"]["median"] * 1e3,
+            "peak_bytes": peak_bytes,
+            "live_bytes_lower_bound": live_bound,
+            "peak_over_bound": peak_over_bound,
+            "target_peak_over_bound": TARGET_PEAK_OVER_BOUND,
+            "peak_met": peak_over_bound <= TARGET_PEAK_OVER_BOUND,
+            "retained_bytes": retained_bytes,
+            "plan_nodes": len(step.order),
+            "batch": BATCH,
+            "optimizer": f"SGD({LEARNING_RATE})",
+            "threads": args.threads,
+            "quick": args.quick,
+            "repeats": repeats,
+            "first_step_s": first_step_s,
+            "total_s": time.perf_counter() - started,
+            "machine": machine(),
+            "versions": versions(),
+            "thread_pools": thread_pools(),
+            "source": source(),
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

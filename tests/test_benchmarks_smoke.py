@@ -1,0 +1,58 @@
+"""The benchmarks run in --quick mode and end with the documented JSON line.
+
+Timings and ratios are never asserted here: they belong to BENCHMARKS.md, and
+a shared CI machine would make them flaky.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+CASES = {
+    "op_overhead": (
+        ["op_overhead.py"],
+        ["cellgraph_us", "cellgraph_run_us", "torch_us", "numpy_us", "ratio", "threads"],
+    ),
+    "train_step_mlp": (
+        ["train_step.py", "--model", "mlp"],
+        ["cellgraph_sps", "torch_sps", "ratio", "peak_bytes", "live_bytes_lower_bound", "threads"],
+    ),
+    "train_step_cnn": (
+        ["train_step.py", "--model", "cnn"],
+        ["cellgraph_sps", "torch_sps", "ratio", "peak_bytes", "live_bytes_lower_bound", "threads"],
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_quick_run_ends_with_json(case: str) -> None:
+    argv, keys = CASES[case]
+    script, *rest = argv
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *rest, "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=BENCHMARKS.parent,
+    )
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"{script} printed nothing; stderr:\n{proc.stderr}"
+    result = json.loads(lines[-1])
+    if result.get("torch_missing"):
+        assert "pip install torch==" in proc.stdout
+        pytest.skip(f"torch is not installed; {result['install']}")
+    assert result["quick"] is True
+    for key in keys:
+        value = result[key]
+        assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{key} = {value!r}"
+        assert math.isfinite(value) and value > 0, f"{key} = {value!r}"
