@@ -2,8 +2,10 @@
 
 With 8 elements the arithmetic is free, so the time per node is what each
 framework spends getting from one op to the next: cellgraph's compiled plan
-(``Session.make_callable``) and ``Session.run``, PyTorch eager, and NumPy
-ufuncs called from a Python loop.
+(``Session.make_callable``, which fuses the elementwise chain into one Numba
+loop) and ``Session.run``, the same plan without fusion (``Session(fuse=False)``:
+one kernel call per node, the executor's pure dispatch cost), PyTorch eager,
+and NumPy ufuncs called from a Python loop.
 
     python benchmarks/op_overhead.py [--quick] [--threads N]
 
@@ -111,17 +113,26 @@ def main() -> None:
     plan = sess.make_callable([y_out], [x_in])
     (expected,) = plan(x)  # first call: Numba compiles (or loads from cache) each kernel
     jit_seconds = time.perf_counter() - jit_start
+    unfused = cg.Session(graph, fuse=False).make_callable([y_out], [x_in])
+    unfused(x)
 
     np_run = numpy_chain(np)
     x_torch = torch.from_numpy(x.copy())
     torch_run = torch_chain(torch, np)
-    for name, got in (("numpy", np_run(x)), ("torch", torch_run(x_torch).numpy()), ("run", sess.run(y_out, {x_in: x}))):
+    checks = (
+        ("numpy", np_run(x)),
+        ("torch", torch_run(x_torch).numpy()),
+        ("run", sess.run(y_out, {x_in: x})),
+        ("unfused", unfused(x)[0]),
+    )
+    for name, got in checks:
         if not np.allclose(got, expected, rtol=1e-5, atol=1e-6):
             raise SystemExit(f"{name} chain disagrees with the cellgraph plan: {got} vs {expected}")
 
     sides = {
         "cellgraph": lambda: plan(x),
         "cellgraph_run": lambda: sess.run(y_out, {x_in: x}),
+        "cellgraph_unfused": lambda: unfused(x),
         "torch": lambda: torch_run(x_torch),
         "numpy": lambda: np_run(x),
     }
@@ -143,6 +154,8 @@ def main() -> None:
             "benchmark": "op_overhead",
             "cellgraph_us": per_node_us["cellgraph"],
             "cellgraph_run_us": per_node_us["cellgraph_run"],
+            "cellgraph_unfused_us": per_node_us["cellgraph_unfused"],
+            "ratio_unfused": per_node_us["cellgraph_unfused"] / per_node_us["torch"],
             "torch_us": per_node_us["torch"],
             "numpy_us": per_node_us["numpy"],
             "ratio": ratio,
@@ -150,6 +163,7 @@ def main() -> None:
             "target_met": ratio <= TARGET_RATIO,
             "nodes": NODES,
             "plan_nodes": len(plan.order),
+            "plan_calls": sum(1 for step in plan.steps if not step.constant),
             "size": SIZE,
             "threads": args.threads,
             "quick": args.quick,

@@ -4,25 +4,43 @@ A plan is straight-line Python generated for one (fetches, feeds) pair: the
 nodes in topological order, each calling the kernel bound to it, with every
 intermediate released right after its last use (so memory follows liveness).
 Interpreting a node list costs a dict lookup and a loop iteration per node;
-generated code costs only the kernel call, which is what the per-node overhead
-benchmark measures.
+generated code costs only the kernel call. Runs of elementwise ops are fused
+into one Numba loop (``fusion.py``), and constants are computed once, when the
+plan is built.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .errors import ExecutionError, KernelNotFound, StaleNodeError
+from .fusion import find_segments, segment_kernel
 from .graph import Graph, Node, Tensor
 from .opdef import KernelContext
 from .threads import ensure_configured
 from .variables import VariableStore
 
 _plan_ids = itertools.count()
+
+
+@dataclass
+class Step:
+    """One call in a plan: a node's kernel, a fused segment, or a constant."""
+
+    nodes: list[Node]
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    kernel: Callable[..., Any]
+    constant: bool = False
+
+
+def _key(t: Tensor) -> tuple[int, int]:
+    return (id(t.node), t.index)
 
 
 class Plan:
@@ -36,6 +54,7 @@ class Plan:
         feeds: Sequence[Tensor],
         variables: VariableStore,
         device: str = "cpu",
+        fuse: bool = True,
     ) -> None:
         self.graph = graph
         self.fetches = list(fetches)
@@ -49,107 +68,126 @@ class Plan:
         ensure_configured()
         ctx = KernelContext(variables)
         self.kernels = [_bind(node, ctx, device) for node in self.order]
+        self.steps = self._steps(fuse)
         self._filename = f"<cellgraph plan {next(_plan_ids)}>"
-        self.source, self._line_to_node = self._generate()
-        namespace: dict[str, Any] = {f"k{i}": k for i, k in enumerate(self.kernels)}
-        namespace["_copy"] = np.array
+        self.source, self._line_to_step = self._generate()
+        namespace: dict[str, Any] = {"_copy": np.array}
+        for j, step in enumerate(self.steps):
+            namespace[f"c{j}" if step.constant else f"k{j}"] = step.kernel() if step.constant else step.kernel
         exec(compile(self.source, self._filename, "exec"), namespace)  # noqa: S102 - our own generated code
         self._run: Callable[..., tuple[Any, ...]] = namespace["run"]
 
+    # ------------------------------------------------------------- steps
+    def _steps(self, fuse: bool) -> list[Step]:
+        # A node with no inputs and no state always gives the same value:
+        # compute it once, here, and let the generated code (or a fused loop) use it.
+        constants: dict[tuple[int, int], Any] = {}
+        for node, kernel in zip(self.order, self.kernels, strict=True):
+            if not node.inputs and not node.opdef.stateful and not node.control_inputs and len(node.specs) == 1:
+                constants[_key(node.output(0))] = np.asarray(kernel())
+        segments = find_segments(self.order, {_key(t) for t in self.fetches}) if fuse else []
+        segment_of = {id(n): seg for seg in segments for n in seg.nodes}
+        kernel_of = {id(n): k for n, k in zip(self.order, self.kernels, strict=True)}
+        steps: list[Step] = []
+        for node, kernel in zip(self.order, self.kernels, strict=True):
+            seg = segment_of.get(id(node))
+            if seg is None:
+                constant = _key(node.output(0)) in constants if node.specs else False
+                value = constants.get(_key(node.output(0))) if constant else None
+                steps.append(
+                    Step([node], node.inputs, node.outputs, (lambda v=value: v) if constant else kernel, constant)
+                )
+            elif node is seg.nodes[-1]:  # a segment runs where its output is made
+                fused = segment_kernel(seg, [kernel_of[id(n)] for n in seg.nodes], constants)
+                steps.append(Step(seg.nodes, fused.inputs, [seg.output], fused))  # type: ignore[attr-defined]
+        return steps
+
     # ------------------------------------------------------------- codegen
     def _names(self) -> dict[tuple[int, int], str]:
-        names = {(id(t.node), t.index): f"f{i}" for i, t in enumerate(self.feeds)}
-        for j, node in enumerate(self.order):
-            for i in range(len(node.specs)):
-                names.setdefault((id(node), i), f"v{j}_{i}")
+        names = {_key(t): f"f{i}" for i, t in enumerate(self.feeds)}
+        for j, step in enumerate(self.steps):
+            for i, t in enumerate(step.outputs):
+                names.setdefault(_key(t), f"c{j}" if step.constant else f"v{j}_{i}")
         return names
 
-    def last_uses(self) -> dict[str, int]:
-        """For each value name, the index in ``order`` of its last consumer."""
+    def _generate(self) -> tuple[str, dict[int, Step]]:
         names = self._names()
+        fetched = {names[_key(t)] for t in self.fetches}
         last: dict[str, int] = {}
-        for j, node in enumerate(self.order):
-            for i in range(len(node.specs)):
-                last.setdefault(names[(id(node), i)], j)
-            for t in node.inputs:
-                last[names[(id(t.node), t.index)]] = j
-        return last
-
-    def _generate(self) -> tuple[str, dict[int, Node]]:
-        names = self._names()
-        fetched = {names[(id(t.node), t.index)] for t in self.fetches}
-        last = self.last_uses()
+        for j, step in enumerate(self.steps):
+            for t in [*step.outputs, *step.inputs]:
+                last[names[_key(t)]] = j
         dying: dict[int, list[str]] = {}
         for name, j in last.items():
-            if name not in fetched and not name.startswith("f"):
+            if name not in fetched and name.startswith("v"):
                 dying.setdefault(j, []).append(name)
         params = ", ".join(f"f{i}" for i in range(len(self.feeds)))
         lines = [f"def run({params}):"]
-        line_to_node: dict[int, Node] = {}
-        for j, node in enumerate(self.order):
-            args = ", ".join(names[(id(t.node), t.index)] for t in node.inputs)
-            outs = [names[(id(node), i)] for i in range(len(node.specs))]
+        line_to_step: dict[int, Step] = {}
+        for j, step in enumerate(self.steps):
+            if step.constant:
+                continue
+            args = ", ".join(names[_key(t)] for t in step.inputs)
+            outs = [names[_key(t)] for t in step.outputs]
             call = f"k{j}({args})"
-            if not outs:
-                lines.append(f"    {call}")
-            elif len(outs) == 1:
-                lines.append(f"    {outs[0]} = {call}")
-            else:
-                lines.append(f"    {', '.join(outs)} = {call}")
-            line_to_node[len(lines)] = node
+            lines.append(f"    {', '.join(outs)} = {call}" if outs else f"    {call}")
+            line_to_step[len(lines)] = step
             if dying.get(j):
                 lines.append(f"    del {', '.join(dying[j])}")
         results = []
         for t in self.fetches:
-            name = names[(id(t.node), t.index)]
+            name = names[_key(t)]
             # A view may alias a variable or a constant: hand out a copy.
             results.append(f"_copy({name})" if t.node.opdef.view else name)
         lines.append(f"    return ({', '.join(results)}{',' if results else ''})")
-        return "\n".join(lines) + "\n", line_to_node
+        return "\n".join(lines) + "\n", line_to_step
 
     # ----------------------------------------------------------------- run
     def __call__(self, *feed_values: np.ndarray) -> tuple[Any, ...]:
         try:
             return self._run(*feed_values)
         except Exception as exc:
-            node = self._failed_node(exc)
-            if node is None:
+            step = self._failed_step(exc)
+            if step is None:
                 raise
-            raise ExecutionError(f"{node.describe()} failed while running: {type(exc).__name__}: {exc}") from exc
+            what = step.nodes[-1].describe()
+            if len(step.nodes) > 1:
+                what += f" (fused with {len(step.nodes) - 1} elementwise ops before it)"
+            raise ExecutionError(f"{what} failed while running: {type(exc).__name__}: {exc}") from exc
 
-    def _failed_node(self, exc: BaseException) -> Node | None:
+    def _failed_step(self, exc: BaseException) -> Step | None:
         tb = exc.__traceback__
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == self._filename:
-                return self._line_to_node.get(tb.tb_lineno)
+                return self._line_to_step.get(tb.tb_lineno)
             tb = tb.tb_next
         return None
 
     def trace(self, *feed_values: np.ndarray) -> tuple[tuple[Any, ...], int]:
-        """Run node by node; return the fetches and the largest live set in bytes.
+        """Run node by node, unfused; return the fetches and the largest live set in bytes.
 
         Counts only buffers the plan owns (not feeds, variables, constants or
         views), which is the lower bound that any buffer reuse can reach.
         """
-        names = self._names()
-        env: dict[str, Any] = {f"f{i}": v for i, v in enumerate(feed_values)}
-        owned: dict[str, int] = {}
-        fetched = {names[(id(t.node), t.index)] for t in self.fetches}
-        last = self.last_uses()
+        env: dict[tuple[int, int], Any] = {_key(t): v for t, v in zip(self.feeds, feed_values, strict=True)}
+        last: dict[tuple[int, int], int] = {}
+        for j, node in enumerate(self.order):
+            for t in [*node.outputs, *node.inputs]:
+                last[_key(t)] = j
+        fetched = {_key(t) for t in self.fetches}
+        owned: dict[tuple[int, int], int] = {}
         peak = 0
-        for j, (node, kernel) in enumerate(zip(self.order, self.kernels)):
-            result = kernel(*(env[names[(id(t.node), t.index)]] for t in node.inputs))
+        for j, (node, kernel) in enumerate(zip(self.order, self.kernels, strict=True)):
+            result = kernel(*(env[_key(t)] for t in node.inputs))
             outs = result if len(node.specs) > 1 else (result,) if node.specs else ()
-            for i, value in enumerate(outs):
-                name = names[(id(node), i)]
-                env[name] = value
+            for t, value in zip(node.outputs, outs, strict=True):
+                env[_key(t)] = value
                 if not node.opdef.view and isinstance(value, np.ndarray):
-                    owned[name] = value.nbytes
+                    owned[_key(t)] = value.nbytes
             peak = max(peak, sum(owned.values()))
-            for name in [n for n in owned if last.get(n, -1) <= j and n not in fetched]:
-                del owned[name]
-        results = tuple(env[names[(id(t.node), t.index)]] for t in self.fetches)
-        return results, peak
+            for key in [k for k in owned if last.get(k, -1) <= j and k not in fetched]:
+                del owned[key]
+        return tuple(env[_key(t)] for t in self.fetches), peak
 
 
 def _bind(node: Node, ctx: KernelContext, device: str) -> Callable[..., Any]:

@@ -30,8 +30,10 @@ class Session:
     array([2., 4.], dtype=float32)
     """
 
-    def __init__(self, graph: Graph | None = None) -> None:
+    def __init__(self, graph: Graph | None = None, fuse: bool = True) -> None:
         self.graph = graph if graph is not None else get_default_graph()
+        # Fuse runs of elementwise ops into one loop (dataflow/fusion.py).
+        self.fuse = fuse
         self.variables = VariableStore()
         self._plans: dict[tuple[Any, ...], Plan] = {}
 
@@ -73,7 +75,7 @@ class Session:
         if plan is None:
             if len(self._plans) > 256:  # a loop building fetches anew must not grow without bound
                 self._plans.clear()
-            plan = self._plans[key] = Plan(self.graph, tensors, targets, feeds, self.variables)
+            plan = self._plans[key] = Plan(self.graph, tensors, targets, feeds, self.variables, fuse=self.fuse)
         return plan
 
     def _resolve(self, fetch: Fetch) -> Tensor | Node:

@@ -1,0 +1,242 @@
+"""Elementwise fusion: a run of elementwise ops becomes one Numba loop.
+
+Each op that declares a scalar expression (``OpDef.elementwise``) may join the
+segment of the op that feeds it, when that op's output is used by nothing
+else. A segment compiles to one ``@njit`` function that reads every external
+input once and writes one output, so a 200-op chain costs one call instead of
+200 and no intermediate buffer. Inputs must have the output's shape or hold a
+single value; anything else (true broadcasting, say (3, 1) + (1, 4)) runs the
+ops one by one, exactly as without fusion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .graph import Node, Tensor
+
+Key = tuple[int, int]
+
+
+def _key(t: Tensor) -> Key:
+    return (id(t.node), t.index)
+
+
+@dataclass
+class Segment:
+    """Fused nodes in execution order; the last one's output is the segment's."""
+
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def output(self) -> Tensor:
+        return self.nodes[-1].output(0)
+
+    def inputs(self) -> list[Tensor]:
+        """Tensors the segment reads from outside, each once, in first-use order."""
+        inside = {id(n) for n in self.nodes}
+        seen: dict[Key, Tensor] = {}
+        for node in self.nodes:
+            for t in node.inputs:
+                if id(t.node) not in inside:
+                    seen.setdefault(_key(t), t)
+        return list(seen.values())
+
+
+def _fusable(node: Node) -> bool:
+    opdef = node.opdef
+    if opdef.elementwise is None or len(node.specs) != 1 or node.control_inputs:
+        return False
+    dtype = node.specs[0].dtype
+    return dtype in ("float32", "float64") and all(t.dtype == dtype for t in node.inputs)
+
+
+def find_segments(order: Sequence[Node], keep: set[Key]) -> list[Segment]:
+    """Segments of two or more fusable nodes; ``keep`` holds tensors needed outside
+    the plan's nodes (fetches), which must stay materialised."""
+    uses: dict[Key, int] = {}
+    for node in order:
+        for t in node.inputs:
+            uses[_key(t)] = uses.get(_key(t), 0) + 1
+    segment_of: dict[int, Segment] = {}
+    for node in order:
+        if not _fusable(node):
+            continue
+        joined: Segment | None = None
+        for t in node.inputs:
+            seg = segment_of.get(id(t.node))
+            private = uses.get(_key(t)) == 1 and _key(t) not in keep
+            if seg is None or not private or seg.nodes[-1] is not t.node or seg is joined:
+                continue
+            if joined is None:
+                joined = seg
+            else:  # two segments meet at this node: one tree, one loop
+                joined.nodes.extend(seg.nodes)
+                for member in seg.nodes:
+                    segment_of[id(member)] = joined
+        segment = joined or Segment()
+        segment.nodes.append(node)
+        segment_of[id(node)] = segment
+    unique = {id(s): s for s in segment_of.values()}
+    return [s for s in unique.values() if len(s.nodes) > 1]
+
+
+# Constants up to this many elements are written into the loop's source, so
+# they cost nothing per call (Numba freezes module-level arrays); larger ones
+# are passed in like any other input.
+MAX_EMBEDDED = 256
+
+
+def _literal(value: np.ndarray) -> str:
+    """Source for a constant: exact, because float32 -> float64 -> repr round-trips."""
+    dtype = value.dtype.name
+    if value.size == 1:
+        return f"np.{dtype}({float(value.reshape(-1)[0])!r})"
+    items = ", ".join(repr(float(v)) for v in value.reshape(-1))
+    return f"np.array([{items}], dtype=np.{dtype})"
+
+
+def _embeddable(segment: Segment, constants: dict[Key, np.ndarray]) -> dict[Key, np.ndarray]:
+    """The constant inputs of ``segment`` that its loop's source can hold.
+
+    A one-value constant becomes a literal unless its rank would change the
+    output's (broadcasting (1, 1) with (3,) gives (1, 3)); an array must be
+    small, and is then indexed like the output.
+    """
+    rank = len(segment.output.shape)
+    keep = {}
+    for t in segment.inputs():
+        value = constants.get(_key(t))
+        if value is None or value.ndim > rank:
+            continue
+        if value.size == 1 or (value.size <= MAX_EMBEDDED and value.ndim == rank):
+            keep[_key(t)] = value
+    return keep
+
+
+def loop_source(segment: Segment, constants: dict[Key, np.ndarray] | None = None) -> str:
+    """Python source of the fused loop: ``fused(n, out, x0, s0, x1, s1, ...)``.
+
+    ``sK`` is 1 when input K has the output's shape and 0 when it holds one
+    value, so one loop serves both without a branch per element. Small
+    constants (``constants``, by tensor) are written into the source instead.
+    """
+    constants = _embeddable(segment, constants or {})
+    header = ["import math", "", "import numpy as np", "from numba import njit", ""]
+    operand: dict[Key, str] = {}
+    params = []
+    for k, t in enumerate(segment.inputs()):
+        value = constants.get(_key(t))
+        if value is not None and value.size == 1:
+            operand[_key(t)] = _literal(value)
+        elif value is not None:
+            header.append(f"C{k} = {_literal(value)}")
+            operand[_key(t)] = f"C{k}[i]"
+        else:
+            operand[_key(t)] = f"x{k}[i * s{k}]"
+            params.append(f"x{k}, s{k}")
+    lines = [*header, "", "", "@njit(nogil=True, cache=True)", f"def fused(n, out{''.join(', ' + p for p in params)}):"]
+    lines.append("    for i in range(n):")
+    for j, node in enumerate(segment.nodes):
+        operands = [operand[_key(t)] for t in node.inputs]
+        assert node.opdef.elementwise is not None
+        lines.append(f"        t{j} = {node.opdef.elementwise.format(*operands)}")
+        operand[_key(node.output(0))] = f"t{j}"
+    lines.append(f"        out[i] = t{len(segment.nodes) - 1}")
+    return "\n".join(lines) + "\n"
+
+
+def _cache_dir() -> Path | None:
+    root = os.environ.get("CELLGRAPH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "cellgraph")
+    path = Path(root) / "fused"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return path if os.access(path, os.W_OK) else None
+
+
+_loaded: dict[str, Callable[..., None]] = {}
+
+
+def compile_loop(source: str) -> Callable[..., None]:
+    """The ``fused`` function of ``source``, from a file so Numba can cache its machine code."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    if digest in _loaded:
+        return _loaded[digest]
+    directory = _cache_dir()
+    if directory is None:  # no writable cache: compile in memory, every process anew
+        namespace: dict[str, Any] = {}
+        exec(compile(source.replace("cache=True", "cache=False"), f"<fused {digest}>", "exec"), namespace)  # noqa: S102
+        fn = namespace["fused"]
+    else:
+        path = directory / f"fused_{digest}.py"
+        if not path.exists():
+            with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp", delete=False) as tmp:
+                tmp.write(source)
+            os.replace(tmp.name, path)  # atomic: concurrent processes never see half a file
+        name = f"cellgraph_fused_{digest}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        # Numba's cache finds a function's globals by module name when it loads.
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        fn = module.fused
+    _loaded[digest] = fn
+    return fn
+
+
+def segment_kernel(
+    segment: Segment, node_kernels: Sequence[Callable[..., Any]], constants: dict[Key, np.ndarray] | None = None
+) -> Callable[..., np.ndarray]:
+    """The callable a plan runs for ``segment``, taking its non-constant inputs:
+    the fused loop, or the member kernels one by one when the inputs' shapes
+    need real broadcasting."""
+    constants = _embeddable(segment, constants or {})
+    inputs = segment.inputs()
+    dynamic = [t for t in inputs if _key(t) not in constants]
+    embedded = [constants[_key(t)] for t in inputs if _key(t) not in {_key(d) for d in dynamic}]
+    # Embedded arrays are read at [i]: the output must have their shape.
+    required = {c.shape for c in embedded if c.size > 1}
+    loop = compile_loop(loop_source(segment, constants))
+    dtype = np.dtype(segment.output.dtype)
+    members = list(zip(segment.nodes, node_kernels, strict=True))
+
+    def one_by_one(*xs: np.ndarray) -> np.ndarray:
+        env: dict[Key, Any] = dict(constants)
+        env.update((_key(t), x) for t, x in zip(dynamic, xs, strict=True))
+        for node, kernel in members:
+            env[_key(node.output(0))] = kernel(*(env[_key(t)] for t in node.inputs))
+        return np.asarray(env[_key(segment.output)])
+
+    def run(*xs: np.ndarray) -> np.ndarray:
+        shapes = [*(x.shape for x in xs), *required]
+        shape = max(shapes, key=lambda s: (math.prod(s), len(s))) if shapes else ()
+        if len(required) > 1 or (required and shape not in required):
+            return one_by_one(*xs)
+        args: list[Any] = []
+        for x in xs:
+            if x.shape == shape:
+                args += (x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)), 1
+            elif x.size == 1 and x.ndim <= len(shape):
+                args += x.reshape(-1), 0
+            else:
+                return one_by_one(*xs)
+        out = np.empty(shape, dtype)
+        loop(out.size, out.reshape(-1), *args)
+        return out
+
+    run.inputs = dynamic  # type: ignore[attr-defined]
+    return run

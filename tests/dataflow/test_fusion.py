@@ -1,0 +1,117 @@
+"""Elementwise fusion gives the same numbers as running the ops one by one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+from cellgraph.dataflow.fusion import find_segments, loop_source
+
+
+def _both(g: cg.Graph, fetches, feeds):  # noqa: ANN001, ANN202
+    fused, plain = cg.Session(g), cg.Session(g, fuse=False)
+    return fused.run(fetches, feeds), plain.run(fetches, feeds), fused
+
+
+def _chain(x: cg.Tensor, y: cg.Tensor) -> cg.Tensor:
+    h = cg.relu(x * 2.0 - y) + cg.sigmoid(y)
+    h = cg.maximum(cg.tanh(h), cg.minimum(x, 0.5)) / (cg.exp(-cg.square(y)) + 1.0)
+    h = cg.pow(cg.sqrt(h * h + 1.0), 1.5) - cg.log(y * y + 1.0)
+    return -h
+
+
+def test_a_chain_becomes_two_loops_with_the_same_values() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 5), name="x")
+        y = cg.placeholder((None, 5), name="y")
+        out = _chain(x, y)
+    rng = np.random.default_rng(0)
+    feeds = {x: rng.normal(size=(4, 5)), y: rng.normal(size=(4, 5))}
+    got, want, sess = _both(g, out, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    plan = sess.make_callable([out], [x, y])
+    calls = [s for s in plan.steps if not s.constant]  # constants are computed when the plan is built
+    # `h * h` reads h twice, so h is materialised: two loops, split there.
+    assert [len(c.nodes) for c in calls] == [13, 9]
+
+
+def test_scalars_and_true_broadcasting_are_both_handled() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        col = cg.placeholder((None, 1), name="col")
+        row = cg.placeholder((1, None), name="row")
+        s = cg.placeholder((), name="s")
+        out = cg.relu(col * s + row) * 3.0 - s
+    feeds = {col: np.arange(3.0).reshape(3, 1), row: np.arange(4.0).reshape(1, 4) - 2, s: 0.5}
+    got, want, _ = _both(g, out, feeds)  # (3, 1) with (1, 4): runs op by op
+    assert got.shape == (3, 4)
+    np.testing.assert_allclose(got, want)
+    feeds[row] = np.ones((1, 1))
+    got, want, _ = _both(g, out, feeds)  # now everything is one value or the output's shape
+    np.testing.assert_allclose(got, want)
+
+
+def test_fetched_and_shared_intermediates_stay_materialised() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((3,), name="x")
+        a = x * 2.0
+        b = a + 1.0  # fetched
+        c = cg.exp(b) + b  # b used twice
+    plan = cg.Session(g).make_callable([b, c], [x])
+    segments = find_segments(plan.order, {(id(b.node), 0), (id(c.node), 0)})
+    # b is fetched and read twice, so it ends a segment; exp(b) + b is a second one.
+    assert [[n.name for n in s.nodes] for s in segments] == [["mul", "add"], ["exp", "add_1"]]
+    got = plan(np.array([0.0, 1.0, 2.0], np.float32))
+    want = cg.Session(g, fuse=False).run([b, c], {x: np.array([0.0, 1.0, 2.0], np.float32)})
+    np.testing.assert_allclose(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+
+def test_integer_and_comparison_ops_are_not_fused() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        i = cg.placeholder((3,), "int32", name="i")
+        out = cg.equal(i * 2, i + i)
+    plan = cg.Session(g).make_callable([out], [i])
+    assert all(len(s.nodes) == 1 for s in plan.steps)  # int and bool results never fuse
+    assert plan(np.array([1, 2, 3], np.int32))[0].all()
+
+
+def test_the_loop_reads_each_input_once_per_element() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((4,), name="x")
+        out = cg.square(x + 1.0)
+    [segment] = find_segments([n for n in g.nodes if n.op != "Placeholder"], set())
+    source = loop_source(segment)
+    assert "def fused(n, out, x0, s0, x1, s1):" in source
+    assert "t1 = (t0 * t0)" in source
+    assert out.node is segment.nodes[-1]
+
+
+def test_a_failing_segment_names_its_last_node() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        a = cg.placeholder((None, 3), name="a")
+        b = cg.placeholder((None, 3), name="b")
+        out = cg.exp(a + b)
+    with pytest.raises(
+        cg.ExecutionError, match=r"Exp 'exp' \(test_fusion.py:\d+\) \(fused with 1 elementwise ops before it\) failed"
+    ):
+        cg.Session(g).run(out, {a: np.ones((2, 3)), b: np.ones((4, 3))})
+
+
+def test_training_is_the_same_with_and_without_fusion() -> None:
+    from cellgraph.examples import models
+
+    rng = np.random.default_rng(0)
+    xb, yb = rng.random((16, 8, 8, 1), dtype=np.float32), rng.integers(0, 10, 16).astype(np.int32)
+    losses = []
+    for fuse in (True, False):
+        m = models.mini_inception(cg.optim.SGD(0.05))
+        sess = cg.Session(m.graph, fuse=fuse)
+        losses.append([float(sess.run([m.train_op, m.loss], {m.x: xb, m.y: yb})[1]) for _ in range(5)])
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
