@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ExecutionError, KernelNotFound, StaleNodeError
-from .fusion import find_segments, segment_kernel
+from .fusion import find_segments, is_constant, segment_kernel
 from .graph import Graph, Node, Tensor
 from .opdef import KernelContext
 from .threads import ensure_configured
@@ -83,7 +83,7 @@ class Plan:
         # compute it once, here, and let the generated code (or a fused loop) use it.
         constants: dict[tuple[int, int], Any] = {}
         for node, kernel in zip(self.order, self.kernels, strict=True):
-            if not node.inputs and not node.opdef.stateful and not node.control_inputs and len(node.specs) == 1:
+            if is_constant(node):
                 constants[_key(node.output(0))] = np.asarray(kernel())
         segments = find_segments(self.order, {_key(t) for t in self.fetches}) if fuse else []
         segment_of = {id(n): seg for seg in segments for n in seg.nodes}

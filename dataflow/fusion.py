@@ -62,34 +62,42 @@ def _fusable(node: Node) -> bool:
     return dtype in ("float32", "float64") and all(t.dtype == dtype for t in node.inputs)
 
 
+def is_constant(node: Node) -> bool:
+    """No inputs and no state: the node gives the same value every run."""
+    return not node.inputs and not node.opdef.stateful and not node.control_inputs and len(node.specs) == 1
+
+
 def find_segments(order: Sequence[Node], keep: set[Key]) -> list[Segment]:
     """Segments of two or more fusable nodes; ``keep`` holds tensors needed outside
-    the plan's nodes (fetches), which must stay materialised."""
+    the plan's nodes (fetches), which must stay materialised.
+
+    A node joins only the segment of the node scheduled right before it
+    (constants aside): a segment runs where its last node was, so joining one
+    made earlier would keep that segment's inputs alive longer and raise the
+    plan's peak memory instead of lowering it.
+    """
     uses: dict[Key, int] = {}
     for node in order:
         for t in node.inputs:
             uses[_key(t)] = uses.get(_key(t), 0) + 1
-    segment_of: dict[int, Segment] = {}
+    segments: list[Segment] = []
+    current: Segment | None = None
     for node in order:
-        if not _fusable(node):
+        if is_constant(node):
             continue
-        joined: Segment | None = None
-        for t in node.inputs:
-            seg = segment_of.get(id(t.node))
-            private = uses.get(_key(t)) == 1 and _key(t) not in keep
-            if seg is None or not private or seg.nodes[-1] is not t.node or seg is joined:
-                continue
-            if joined is None:
-                joined = seg
-            else:  # two segments meet at this node: one tree, one loop
-                joined.nodes.extend(seg.nodes)
-                for member in seg.nodes:
-                    segment_of[id(member)] = joined
-        segment = joined or Segment()
-        segment.nodes.append(node)
-        segment_of[id(node)] = segment
-    unique = {id(s): s for s in segment_of.values()}
-    return [s for s in unique.values() if len(s.nodes) > 1]
+        joins = (
+            current is not None
+            and _fusable(node)
+            and any(t.node is current.nodes[-1] and uses.get(_key(t)) == 1 and _key(t) not in keep for t in node.inputs)
+        )
+        if joins:
+            assert current is not None
+            current.nodes.append(node)
+            continue
+        current = Segment([node]) if _fusable(node) else None
+        if current is not None:
+            segments.append(current)
+    return [s for s in segments if len(s.nodes) > 1]
 
 
 # Constants up to this many elements are written into the loop's source, so
