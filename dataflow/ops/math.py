@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -332,7 +333,7 @@ def _broadcast_like_kernel(node: Any, ctx: Any) -> Any:
             g = g.reshape(tuple(1 if i in axes else d for i, d in enumerate(like.shape)))
         out = np.broadcast_to(g, like.shape)
         if mean:
-            count = builtins.max(int(np.prod([like.shape[a] for a in axes], dtype=np.int64)), 1)
+            count = builtins.max(prod([like.shape[a] for a in axes]), 1)
             return out / np.asarray(count, out.dtype)
         return np.array(out)  # a fresh C-ordered buffer; keeps rank 0 as rank 0
 

@@ -11,6 +11,7 @@ contiguous arrays) and compile one specialisation per layout.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -166,8 +167,8 @@ def scatter_add_like(axis: int) -> Callable[[np.ndarray, np.ndarray, np.ndarray]
 
     def run(updates: np.ndarray, indices: np.ndarray, like: np.ndarray) -> np.ndarray:
         flat = contiguous(indices).reshape(-1)
-        outer = int(np.prod(like.shape[:axis], dtype=np.int64))
-        inner = int(np.prod(like.shape[axis + 1 :], dtype=np.int64))
+        outer = math.prod(like.shape[:axis])
+        inner = math.prod(like.shape[axis + 1 :])
         n = like.shape[axis]
         out, bad = _scatter_add_rows(contiguous(updates).reshape(outer, flat.size, inner), flat, n)
         if bad >= 0:

@@ -6,6 +6,7 @@ are not already), so a kernel only ever reduces the middle axis of a 3-D view.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -62,9 +63,9 @@ def _as_3d(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     first = axes[0] if axes else rank
     last = axes[-1] + 1 if axes else rank
     shape = x.shape
-    outer = int(np.prod(shape[:first], dtype=np.int64))
-    mid = int(np.prod(shape[first:last], dtype=np.int64))
-    inner = int(np.prod(shape[last:], dtype=np.int64))
+    outer = math.prod(shape[:first])
+    mid = math.prod(shape[first:last])
+    inner = math.prod(shape[last:])
     return np.ascontiguousarray(x).reshape(outer, mid, inner)
 
 
