@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import GraphError
-from .opdef import OPS, InferContext, Shape, TensorSpec
+from .opdef import OPS, InferContext, OpDef, Shape, TensorSpec
 
 if TYPE_CHECKING:
     from cellgraph.protos import graph_pb2
@@ -64,7 +64,8 @@ class Node:
     _outputs: list[Tensor] = field(default_factory=list, repr=False)
 
     @property
-    def opdef(self):  # noqa: ANN201 - OpDef, kept loose to avoid an import cycle in stubs
+    def opdef(self) -> OpDef:
+        """This node's registry entry."""
         return OPS.lookup(self.op)
 
     @property
