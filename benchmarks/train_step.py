@@ -4,7 +4,10 @@ Both sides train the same architecture on the same sklearn digits batches of
 64 with SGD(0.1): the digits MLP (64-128-10) or the mini-Inception CNN of
 ``cellgraph.examples.models``. Both run with the same thread count.
 
-    python benchmarks/train_step.py --model mlp|cnn [--quick] [--threads N]
+    python benchmarks/train_step.py --model mlp|cnn [--quick] [--threads N] [--no-fuse]
+
+``--no-fuse`` builds the cellgraph session with ``fuse=False`` (one kernel per
+elementwise op), to measure what elementwise fusion does to the step.
 
 The last line of stdout is one JSON object: samples per second on each side,
 ``ratio`` = cellgraph / torch (targets: mlp >= 1.0, cnn >= 0.5), and the memory
@@ -115,6 +118,7 @@ def peak_step_bytes(np: Any, step: Any, x: Any, y: Any) -> tuple[int, int]:
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--model", choices=sorted(TARGET_RATIO), required=True)
+    p.add_argument("--no-fuse", action="store_true", help="cellgraph without elementwise fusion: Session(fuse=False)")
     args = p.parse_args()
     setup_threads(args.threads)
     started = time.perf_counter()
@@ -129,7 +133,8 @@ def main() -> None:
     build = models.mlp if args.model == "mlp" else models.mini_inception
     model = build(optimizer=cg.optim.SGD(LEARNING_RATE))
     batches = digits_batches(np, model.image_input)
-    sess = cg.Session(model.graph)
+    fuse = not args.no_fuse
+    sess = cg.Session(model.graph, fuse=fuse)
     step = sess.make_callable([model.train_op, model.loss], [model.x, model.y])
 
     jit_start = time.perf_counter()
@@ -157,12 +162,14 @@ def main() -> None:
             raise SystemExit(f"{name} loss is not finite ({loss}): the step is broken, its timing means nothing")
 
     target = TARGET_RATIO[args.model]
+    plan_calls = sum(1 for s in step.steps if not s.constant)  # fused segments count once
     peak_over_bound = peak_bytes / live_bound if live_bound else float("inf")
     for name, t in timings.items():
         print(
             f"{name:>10}: {sps[name]:10.0f} samples/s  ({t['median'] * 1e3:.3f} ms/step, min {t['min'] * 1e3:.3f},"
             f" max {t['max'] * 1e3:.3f}; {repeats} repeats x {t['calls_per_repeat']} steps)"
         )
+    print(f"fusion {'on' if fuse else 'off'}: {plan_calls} calls for {len(step.order)} plan nodes")
     print(f"ratio cellgraph / torch = {ratio:.3f} (target >= {target}: {'met' if ratio >= target else 'NOT met'})")
     print(
         f"peak {peak_bytes} B vs live lower bound {live_bound} B = {peak_over_bound:.3f}"
@@ -189,7 +196,9 @@ def main() -> None:
             "target_peak_over_bound": TARGET_PEAK_OVER_BOUND,
             "peak_met": peak_over_bound <= TARGET_PEAK_OVER_BOUND,
             "retained_bytes": retained_bytes,
+            "fuse": fuse,
             "plan_nodes": len(step.order),
+            "plan_calls": plan_calls,
             "batch": BATCH,
             "optimizer": f"SGD({LEARNING_RATE})",
             "threads": args.threads,

@@ -24,10 +24,12 @@ from cellgraph.dataflow import (
     get_num_threads,
     gradients,
     name_scope,
+    placement,
     reset_default_graph,
     set_num_threads,
     to_graphdef,
 )
+from cellgraph.dataflow.devices import DeviceSpec
 from cellgraph.dataflow.errors import (
     CellgraphError,
     DTypeError,
@@ -35,6 +37,7 @@ from cellgraph.dataflow.errors import (
     GradientError,
     GraphError,
     KernelNotFound,
+    PlacementError,
     RegistryError,
     ShapeError,
     StaleNodeError,

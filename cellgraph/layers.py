@@ -26,14 +26,18 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
-def _activate(x: Tensor, activation: str | Callable[[Tensor], Tensor] | None) -> Tensor:
+Activation = str | Callable[[Tensor], Tensor] | None
+
+
+def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
+    """The activation function, checked before a layer builds anything."""
     if activation is None:
-        return x
+        return lambda x: x
     if callable(activation):
-        return activation(x)
+        return activation
     if activation not in ACTIVATIONS:
         raise GraphError(f"unknown activation {activation!r}; known: {', '.join(sorted(ACTIVATIONS))}, or a callable")
-    return ACTIVATIONS[activation](x)
+    return ACTIVATIONS[activation]
 
 
 def dense(
@@ -50,12 +54,13 @@ def dense(
         raise ShapeError(
             f"dense layer {name!r} needs a (batch, features) input with known features, got {fmt(x.shape)}"
         )
-    with name_scope(name):
+    activate = _activation(activation)
+    with x.graph.atomic(), name_scope(name):
         kernel = variable(kernel_init, shape=(x.shape[1], units), dtype=x.dtype, name="kernel")
         y = math.matmul(x, kernel)
         if use_bias:
             y = nn.bias_add(y, variable(bias_init, shape=(units,), dtype=x.dtype, name="bias"))
-        return _activate(y, activation)
+        return activate(y)
 
 
 def conv2d(
@@ -70,15 +75,19 @@ def conv2d(
     name: str = "conv2d",
 ) -> Tensor:
     """2-D convolution over NHWC ``x`` with ``filters`` output channels."""
-    kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    sizes = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    if len(sizes) != 2:
+        raise ShapeError(f"conv2d layer {name!r}: kernel_size must be an int or (height, width), got {kernel_size!r}")
+    kh, kw = sizes
     if len(x.shape) != 4 or x.shape[3] is None:
         raise ShapeError(f"conv2d layer {name!r} needs an NHWC input with known channels, got {fmt(x.shape)}")
-    with name_scope(name):
+    activate = _activation(activation)
+    with x.graph.atomic(), name_scope(name):
         kernel = variable(kernel_init, shape=(kh, kw, x.shape[3], filters), dtype=x.dtype, name="kernel")
         y = conv.conv2d(x, kernel, strides=strides, padding=padding)
         if use_bias:
             y = nn.bias_add(y, variable(initializers.zeros, shape=(filters,), dtype=x.dtype, name="bias"))
-        return _activate(y, activation)
+        return activate(y)
 
 
 def max_pool2d(

@@ -115,7 +115,8 @@ class CellRun:
         try:
             specs = consumer.opdef.infer(InferContext(consumer, [t.spec for t in consumer.inputs]))
         except CellgraphError as err:
-            consumer.stale = f"its inputs from cell {self.label} no longer fit: {err}"
+            reason = str(err).removeprefix(f"{consumer.describe()}: ")  # the prefix is said by whoever reports it
+            consumer.stale = f"its inputs from cell {self.label} no longer fit: {reason}"
             return
         specs = list(specs) if isinstance(specs, list) else [specs]
         if specs != consumer.specs:

@@ -24,12 +24,14 @@ DTypeLike = str | type | np.dtype[Any]
 
 def as_dtype(value: DTypeLike) -> str:
     """Return the canonical dtype name for ``value`` ("float32", np.float32, ...)."""
+    if value is None:
+        raise DTypeError(f"a dtype is required; cellgraph knows {', '.join(DTYPES)}")
     try:
         name = np.dtype(value).name
     except TypeError:
         name = str(value)
     if name not in DTYPES:
-        raise DTypeError(f"unsupported dtype {value!r}; cellgraph knows {', '.join(DTYPES)}")
+        raise DTypeError(f"unsupported dtype {name!r}; cellgraph knows {', '.join(DTYPES)}")
     return name
 
 

@@ -42,3 +42,7 @@ class GradientError(CellgraphError):
 
 class ExecutionError(CellgraphError, RuntimeError):
     """A kernel failed while a graph ran; the message names the node."""
+
+
+class PlacementError(CellgraphError, ValueError):
+    """A malformed device name, or a node that cannot go where it was asked to."""

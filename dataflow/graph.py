@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .devices import DeviceSpec, merge
 from .errors import GraphError
 from .opdef import OPS, InferContext, OpDef, Shape, TensorSpec
 
@@ -253,9 +254,12 @@ class Graph:
         """The tensor ``"node:index"`` (or ``"node"`` for output 0)."""
         node_name, _, index = name.partition(":")
         node = self.node(node_name)
+        if index and not index.isdigit():
+            raise GraphError(f"bad tensor name {name!r}: use 'node' or 'node:index'")
         i = int(index) if index else 0
         if not 0 <= i < len(node.specs):
-            raise GraphError(f"node {node_name!r} has {len(node.specs)} outputs, not index {i}")
+            outputs = f"{len(node.specs)} output{'' if len(node.specs) == 1 else 's'}"
+            raise GraphError(f"node {node_name!r} has {outputs}, not index {i}")
         return node.output(i)
 
     def as_graph_def(self) -> graph_pb2.GraphDef:
@@ -325,8 +329,16 @@ class Graph:
                 del self._prefixes[scope]
 
     @contextmanager
-    def device(self, spec: str) -> Iterator[None]:
-        self._device_stack.append(spec)
+    def device(self, spec: str | DeviceSpec | None) -> Iterator[None]:
+        """Place nodes made inside on ``spec``, merged with the enclosing scopes.
+
+        Parts left out of ``spec`` come from the enclosing scope, as in
+        TensorFlow; ``None`` clears the enclosing scopes. A malformed name
+        raises ``PlacementError`` here, not when the graph is placed.
+        """
+        outer = DeviceSpec.parse(self._device_stack[-1]) if self._device_stack else DeviceSpec()
+        merged = DeviceSpec() if spec is None else merge(outer, DeviceSpec.parse(spec))
+        self._device_stack.append(str(merged))
         try:
             yield
         finally:
@@ -400,6 +412,20 @@ class Graph:
         self._add(node)
         return node
 
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Build several nodes as one change: if the block raises, every node it
+        added is taken out again, so a rejected request leaves the graph as it was."""
+        mark = len(self._nodes)
+        try:
+            yield
+        except BaseException:
+            for node in list(self._nodes.values())[mark:][::-1]:
+                self._remove(node)
+                if self._cell_run is not None and node in self._cell_run.new:
+                    self._cell_run.new.remove(node)
+            raise
+
     def consumers(self, node: Node) -> list[Node]:
         return [n for n in self._nodes.values() if any(t.node is node for t in n.inputs)]
 
@@ -452,7 +478,7 @@ def name_scope(name: str) -> Any:
     return get_default_graph().name_scope(name)
 
 
-def device(spec: str) -> Any:
+def device(spec: str | DeviceSpec | None) -> Any:
     return get_default_graph().device(spec)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import DTypeError, ShapeError
+from .errors import DTypeError, GraphError, ShapeError
 from .registry import Registry
 
 if TYPE_CHECKING:
@@ -44,6 +44,10 @@ class InferContext:
 
     def dtype_error(self, message: str) -> DTypeError:
         return DTypeError(f"{self.node.describe()}: {message}")
+
+    def graph_error(self, message: str) -> GraphError:
+        """Misuse that is about the graph, not shapes: e.g. assigning to a non-variable."""
+        return GraphError(f"{self.node.describe()}: {message}")
 
 
 class _NotDifferentiable:

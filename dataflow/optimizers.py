@@ -56,8 +56,11 @@ class Optimizer:
             names = ", ".join(v.name for _, v in grads_and_vars)
             raise GradientError(f"{self.name}: no gradient flows to any of {names}")
         graph = pairs[0][1].graph
+        for _, var in pairs:  # check every pair before building anything
+            if var.node.op != "Variable":
+                raise GraphError(f"{self.name}: can only update variables, not {var.node.describe()}")
         updates: list[Tensor | Node] = []
-        with graph.name_scope(name or self.name):
+        with graph.atomic(), graph.name_scope(name or self.name):
             lrs: dict[str, Tensor] = {}
             for grad, var in pairs:
                 if var.dtype not in lrs:
@@ -85,11 +88,12 @@ class Optimizer:
         >>> sess.run(w)
         array([1.5], dtype=float32)
         """
-        return self.apply_gradients(self.compute_gradients(loss, var_list), global_step)
+        with loss.graph.atomic():  # a rejected minimize leaves no gradient nodes behind
+            return self.apply_gradients(self.compute_gradients(loss, var_list), global_step)
 
     def _slot(self, graph: Graph, var: Tensor, slot: str, shape: tuple[int, ...] | None = None) -> Tensor:
         if var.node.op != "Variable":
-            raise GraphError(f"{self.name} can only update variables, not {var.node.describe()}")
+            raise GraphError(f"{self.name}: can only update variables, not {var.node.describe()}")
         shape = tuple(d for d in var.shape if d is not None) if shape is None else shape
         return variable(np.zeros(shape, var.dtype), dtype=var.dtype, name=f"{var.node.name}/{slot}", trainable=False)
 

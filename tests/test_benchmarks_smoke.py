@@ -17,6 +17,10 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 CASES = {
+    "fusion": (
+        ["fusion.py"],
+        ["fused_ms", "unfused_ms", "numpy_ms", "ratio_vs_unfused", "ratio_vs_numpy", "plan_calls", "threads"],
+    ),
     "op_overhead": (
         ["op_overhead.py"],
         ["cellgraph_us", "cellgraph_run_us", "torch_us", "numpy_us", "ratio", "threads"],

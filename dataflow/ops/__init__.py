@@ -3,5 +3,13 @@
 from __future__ import annotations
 
 from . import array, conv, math, nn, state, training
+from .base import atomic_op
 
 FAMILIES = (state, math, nn, conv, array, training)
+
+# Every public op function is all-or-nothing: a rejected op leaves no stray
+# constants behind. Replacing the module attribute also covers calls between
+# ops inside a family (gradient rules call the public functions).
+for _family in FAMILIES:
+    for _name in _family.__all__:
+        setattr(_family, _name, atomic_op(getattr(_family, _name)))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -34,6 +35,9 @@ def as_tensor(value: TensorLike, dtype: str | None = None, graph: Graph | None =
     if dtype is None:
         # Python floats become float32 (the working precision), not float64.
         dtype = "float32" if array.dtype.kind == "f" else as_dtype(array.dtype.name.replace("int64", "int32"))
+    elif array.dtype.kind == "f" and np.dtype(dtype).kind in "iub" and not np.array_equal(array, np.round(array)):
+        # x + 1.5 with an int32 x must not quietly become x + 1.
+        raise DTypeError(f"cannot use {value!r} as a {dtype} value: it is not a whole number")
     from .state import constant
 
     return constant(array, dtype=dtype, graph=graph)
@@ -56,8 +60,9 @@ def apply_node(
     name: str | None = None,
 ) -> Node:
     g = graph_of(inputs)
-    tensors = [as_tensor(v, graph=g) for v in inputs]
-    return g.create_node(op, tensors, attrs, name)
+    with g.atomic():  # constants made for Python values go again if the op is rejected
+        tensors = [as_tensor(v, graph=g) for v in inputs]
+        return g.create_node(op, tensors, attrs, name)
 
 
 def binary_inputs(a: TensorLike, b: TensorLike) -> tuple[Tensor, Tensor]:
@@ -140,3 +145,30 @@ def elementwise_kernel(fn: Any) -> Any:
         return lambda *args: np.asarray(fn(*args), dtype)
 
     return factory
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _graph_among(values: Iterable[Any]) -> Graph:
+    for v in values:
+        if isinstance(v, Tensor):
+            return v.graph
+        if isinstance(v, (list, tuple)):
+            for item in v:
+                if isinstance(item, Tensor):
+                    return item.graph
+    return get_default_graph()
+
+
+def atomic_op(fn: Callable[P, R]) -> Callable[P, R]:
+    """Make a public op function all-or-nothing: when it raises, the constants
+    and helper nodes it made on the way are removed again."""
+
+    @functools.wraps(fn)
+    def build(*args: P.args, **kwargs: P.kwargs) -> R:
+        with _graph_among([*args, *kwargs.values()]).atomic():
+            return fn(*args, **kwargs)
+
+    return build

@@ -14,6 +14,7 @@ from ..graph import Node, Tensor
 from ..kernels.cpu import elementwise as ew
 from ..kernels.cpu.matmul import matmul as matmul_kernel
 from ..kernels.cpu.reduce import reducer
+from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, OpDef, TensorSpec, not_differentiable, register_op, simple_kernel
 from ..shapes import fmt, normalize_axes
 from .base import (
@@ -76,20 +77,22 @@ for _name, _kernel, _ref, _rule, _expr in _BINARY:
         name=_name, family=FAMILY,
         infer=infer_broadcast if _name in ("Add", "Sub", "Mul", "Maximum", "Minimum") else infer_float_broadcast,
         reference=lambda attrs, a, b, _f=_ref: _f(a, b),
-        grad=_as_list_grad(_rule), kernels={"cpu": elementwise_kernel(_kernel)},
-        broadcasts=True, elementwise=_expr,
+        grad=_as_list_grad(_rule), broadcasts=True, elementwise=_expr,
+        kernels={"cpu": elementwise_kernel(_kernel), "cuda": cuda_kernel("elementwise", "binary_op", _name)},
     ))  # fmt: skip
 for _name, _kernel, _ref, _rule, _expr in _UNARY:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=infer_same if _name in ("Neg", "Square") else infer_float_unary,
         reference=lambda attrs, x, _f=_ref: _f(x),
-        grad=_as_list_grad(_rule), kernels={"cpu": elementwise_kernel(_kernel)}, elementwise=_expr,
+        grad=_as_list_grad(_rule), elementwise=_expr,
+        kernels={"cpu": elementwise_kernel(_kernel), "cuda": cuda_kernel("elementwise", "unary_op", _name)},
     ))  # fmt: skip
 for _name, _kernel, _ref in _COMPARE:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=infer_compare,
         reference=lambda attrs, a, b, _f=_ref: _f(a, b),
-        grad=not_differentiable, kernels={"cpu": elementwise_kernel(_kernel)}, broadcasts=True,
+        grad=not_differentiable, broadcasts=True,
+        kernels={"cpu": elementwise_kernel(_kernel), "cuda": cuda_kernel("elementwise", "binary_op", _name)},
     ))  # fmt: skip
 
 
@@ -180,7 +183,7 @@ def _cast_kernel(node: Node, ctx: Any) -> Any:
 register_op(OpDef(
     name="Cast", family=FAMILY, infer=_infer_cast,
     reference=lambda attrs, x: x.astype(attrs["dtype"]),
-    grad=_grad_cast, kernels={"cpu": _cast_kernel},
+    grad=_grad_cast, kernels={"cpu": _cast_kernel, "cuda": cuda_kernel("elementwise", "cast_op")},
 ))  # fmt: skip
 
 
@@ -217,7 +220,10 @@ def _grad_matmul(node: Node, dys: Dys) -> list[Tensor | None]:
 
 register_op(OpDef(
     name="MatMul", family=FAMILY, infer=_infer_matmul, reference=_ref_matmul, grad=_grad_matmul,
-    kernels={"cpu": lambda node, ctx: matmul_kernel(node.attrs["transpose_a"], node.attrs["transpose_b"])},
+    kernels={
+        "cpu": lambda node, ctx: matmul_kernel(node.attrs["transpose_a"], node.attrs["transpose_b"]),
+        "cuda": cuda_kernel("matmul", "matmul_op"),
+    },
 ))  # fmt: skip
 
 
@@ -281,7 +287,8 @@ _REDUCE: list[tuple[Any, ...]] = [
 ]  # fmt: skip
 for _name, _kind, _infer, _ref, _grad in _REDUCE:
     register_op(OpDef(
-        name=_name, family=FAMILY, infer=_infer, reference=_ref, grad=_grad, kernels={"cpu": _reduce_kernel(_kind)},
+        name=_name, family=FAMILY, infer=_infer, reference=_ref, grad=_grad,
+        kernels={"cpu": _reduce_kernel(_kind), "cuda": cuda_kernel("reduce", "reduce_op", _kind)},
     ))  # fmt: skip
 
 
@@ -355,7 +362,8 @@ def _grad_broadcast_like(node: Node, dys: Dys) -> list[Tensor | None]:
 
 register_op(OpDef(
     name="BroadcastLike", family=FAMILY, infer=_infer_broadcast_like, reference=_ref_broadcast_like,
-    grad=_grad_broadcast_like, kernels={"cpu": _broadcast_like_kernel},
+    grad=_grad_broadcast_like,
+    kernels={"cpu": _broadcast_like_kernel, "cuda": cuda_kernel("elementwise", "broadcast_like_op")},
 ))  # fmt: skip
 
 
@@ -386,7 +394,7 @@ register_op(OpDef(
     infer=lambda ctx: TensorSpec(ctx.inputs[1].shape, ctx.inputs[0].dtype),
     reference=lambda attrs, g, like: _sum_to_shape(g, like.shape),
     grad=lambda node, dys: [broadcast_like(dys[0], node.inputs[0]), None],
-    kernels={"cpu": _sum_to_shape_kernel}, view=True,
+    kernels={"cpu": _sum_to_shape_kernel, "cuda": cuda_kernel("reduce", "sum_to_shape_op")}, view=True,
 ))  # fmt: skip
 
 
@@ -395,12 +403,13 @@ def sum_to_shape_of(g: Tensor, like: Tensor) -> Tensor:
     return apply("SumToShapeOf", [g, like], name="sum_to_shape")
 
 
-_FILL: list[tuple[Any, ...]] = [("OnesLike", np.ones_like), ("ZerosLike", np.zeros_like)]
-for _name, _fill in _FILL:
+_FILL: list[tuple[Any, ...]] = [("OnesLike", np.ones_like, 1), ("ZerosLike", np.zeros_like, 0)]
+for _name, _fill, _value in _FILL:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=infer_same,
         reference=lambda attrs, x, _f=_fill: _f(x),
-        grad=not_differentiable, kernels={"cpu": simple_kernel(_fill)},
+        grad=not_differentiable,
+        kernels={"cpu": simple_kernel(_fill), "cuda": cuda_kernel("elementwise", "fill_op", _value)},
     ))  # fmt: skip
 
 

@@ -11,7 +11,8 @@ import numpy as np
 from ..dtypes import as_dtype
 from ..errors import GraphError, ShapeError
 from ..graph import Graph, Node, Tensor, get_default_graph
-from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op
+from ..kernels.cuda import cuda_kernel
+from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op, simple_kernel
 from ..shapes import fmt
 from .base import TensorLike, apply, apply_node, as_tensor, infer_same
 
@@ -31,7 +32,7 @@ register_op(
         infer=lambda ctx: TensorSpec(ctx.attrs["value"].shape, ctx.attrs["value"].dtype.name),
         reference=lambda attrs: attrs["value"],
         grad=lambda node, dys: [],
-        kernels={"cpu": _const_kernel},
+        kernels={"cpu": _const_kernel, "cuda": cuda_kernel("state", "const_op")},
         view=True,
     )
 )
@@ -62,7 +63,7 @@ register_op(
         infer=lambda ctx: TensorSpec(tuple(ctx.attrs["shape"]), ctx.attrs["dtype"]),
         reference=lambda attrs: None,
         grad=lambda node, dys: [],
-        kernels={"cpu": _placeholder_kernel},
+        kernels={"cpu": _placeholder_kernel, "cuda": _placeholder_kernel},
     )
 )
 
@@ -88,7 +89,7 @@ register_op(
         infer=lambda ctx: TensorSpec(ctx.attrs["initial_value"].shape, ctx.attrs["initial_value"].dtype.name),
         reference=lambda attrs: attrs["initial_value"],
         grad=lambda node, dys: [],
-        kernels={"cpu": _variable_kernel},
+        kernels={"cpu": _variable_kernel, "cuda": cuda_kernel("state", "variable_op")},
         stateful=True,
         view=True,
     )
@@ -135,6 +136,8 @@ def variable(
 
 
 # ----------------------------------------------------------------- Identity
+# Device-agnostic: it hands on whatever array (host or device) it is given.
+_identity = simple_kernel(lambda x: x)
 register_op(
     OpDef(
         name="Identity",
@@ -142,7 +145,7 @@ register_op(
         infer=infer_same,
         reference=lambda attrs, x: x,
         grad=lambda node, dys: [dys[0]],
-        kernels={"cpu": lambda node, ctx: lambda x: x},
+        kernels={"cpu": _identity, "cuda": _identity},
         view=True,
     )
 )
@@ -157,7 +160,7 @@ def _infer_assign(ctx: InferContext) -> TensorSpec:
     ref, value = ctx.inputs
     target = ctx.node.inputs[0].node
     if target.op != "Variable":
-        raise ctx.shape_error(f"can only assign to a variable, not to {target.op} '{target.name}'")
+        raise ctx.graph_error(f"can only assign to a variable, not to {target.op} '{target.name}'")
     if ref.dtype != value.dtype:
         raise ctx.dtype_error(f"value has dtype {value.dtype}, variable '{target.name}' has {ref.dtype}")
     if len(ref.shape) != len(value.shape) or any(v is not None and v != r for r, v in zip(ref.shape, value.shape)):
@@ -182,7 +185,7 @@ register_op(
         infer=_infer_assign,
         reference=lambda attrs, ref, value: value.copy(),
         grad=not_differentiable,
-        kernels={"cpu": lambda node, ctx: _assign},
+        kernels={"cpu": lambda node, ctx: _assign, "cuda": cuda_kernel("state", "assign_op")},
         stateful=True,
         view=True,
     )
@@ -194,24 +197,32 @@ register_op(
         infer=_infer_assign,
         reference=lambda attrs, ref, value: ref + value,
         grad=not_differentiable,
-        kernels={"cpu": lambda node, ctx: _assign_add},
+        kernels={"cpu": lambda node, ctx: _assign_add, "cuda": cuda_kernel("elementwise", "assign_add_op")},
         stateful=True,
         view=True,
     )
 )
 
 
+def _assigned_value(ref: Tensor, value: TensorLike) -> Tensor:
+    # A tensor goes to the shape rule as it is, so a wrong dtype is reported
+    # there, naming the node and the variable; a Python value takes the
+    # variable's dtype.
+    return value if isinstance(value, Tensor) else as_tensor(value, ref.dtype, ref.graph)
+
+
 def assign(ref: Tensor, value: TensorLike, name: str = "assign") -> Tensor:
     """Write ``value`` into variable ``ref`` when run; returns the new value."""
-    return apply("Assign", [ref, as_tensor(value, ref.dtype, ref.graph)], name=name)
+    return apply("Assign", [ref, _assigned_value(ref, value)], name=name)
 
 
 def assign_add(ref: Tensor, value: TensorLike, name: str = "assign_add") -> Tensor:
     """Add ``value`` to variable ``ref`` in place when run."""
-    return apply("AssignAdd", [ref, as_tensor(value, ref.dtype, ref.graph)], name=name)
+    return apply("AssignAdd", [ref, _assigned_value(ref, value)], name=name)
 
 
 # ---------------------------------------------------------------- NoOp
+_no_op = simple_kernel(lambda: ())
 register_op(
     OpDef(
         name="NoOp",
@@ -219,7 +230,7 @@ register_op(
         infer=lambda ctx: [],
         reference=lambda attrs: (),
         grad=not_differentiable,
-        kernels={"cpu": lambda node, ctx: lambda: ()},
+        kernels={"cpu": _no_op, "cuda": _no_op},
     )
 )
 

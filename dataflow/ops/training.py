@@ -13,6 +13,7 @@ import numpy as np
 
 from ..graph import Node, Tensor
 from ..kernels.cpu import training as k
+from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op
 from ..shapes import fmt
 from .base import apply
@@ -29,7 +30,7 @@ def _infer_apply(ctx: InferContext) -> TensorSpec:
         if name in ("var", "accum", "m", "v"):
             target = ctx.node.inputs[i].node
             if target.op != "Variable":
-                raise ctx.shape_error(f"{name} must be a variable, got {target.op} '{target.name}'")
+                raise ctx.graph_error(f"{name} must be a variable, got {target.op} '{target.name}'")
         if spec.dtype != var.dtype:
             raise ctx.dtype_error(f"{name} has dtype {spec.dtype}, the variable has {var.dtype}")
         if name == "lr":
@@ -108,16 +109,16 @@ def _adam_kernel(node: Node, ctx: KernelContext) -> Any:
 
 
 _APPLY: list[tuple[Any, ...]] = [
-    ("ApplyGradientDescent", ("var", "lr", "grad"),                    _ref_sgd,      _sgd_kernel),
-    ("ApplyMomentum",        ("var", "accum", "lr", "grad"),           _ref_momentum, _momentum_kernel),
-    ("ApplyAdam",            ("var", "m", "v", "t", "lr", "grad"),     _ref_adam,     _adam_kernel),
+    ("ApplyGradientDescent", ("var", "lr", "grad"),                    _ref_sgd,      _sgd_kernel,      "sgd_op"),
+    ("ApplyMomentum",        ("var", "accum", "lr", "grad"),           _ref_momentum, _momentum_kernel, "momentum_op"),
+    ("ApplyAdam",            ("var", "m", "v", "t", "lr", "grad"),     _ref_adam,     _adam_kernel,     "adam_op"),
 ]  # fmt: skip
-for _name, _inputs, _ref, _kernel in _APPLY:
+for _name, _inputs, _ref, _kernel, _cuda in _APPLY:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=_infer_apply, reference=_ref, grad=not_differentiable,
-        kernels={"cpu": _kernel}, stateful=True, view=True,
+        kernels={"cpu": _kernel, "cuda": cuda_kernel("training", _cuda)}, stateful=True, view=True,
     ))  # fmt: skip
-INPUTS = {name: inputs for name, inputs, _, _ in _APPLY}
+INPUTS = {name: inputs for name, inputs, _, _, _ in _APPLY}
 
 
 def apply_gradient_descent(var: Tensor, lr: Tensor, grad: Tensor, name: str = "apply_gradient_descent") -> Tensor:

@@ -1,15 +1,23 @@
-"""The op table: every row of ``op_cases`` checked four ways.
+"""The op table: every row of ``op_cases`` checked five ways.
 
 1. the executor (the bound CPU kernels) against the op's NumPy reference,
+   with elementwise fusion on and off,
 2. the shape rule against the shape and dtype actually produced,
-3. every kernel the op registers against the reference,
-4. the gradient rule against central finite differences in float64.
+3. every CPU kernel the op registers against the reference,
+4. the gradient rule against central finite differences in float64, fusion on and off,
+5. the CUDA column: every CUDA kernel against the reference, on device arrays
+   (tests marked ``cuda``: a real GPU, or Numba's simulator; see tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -49,14 +57,18 @@ def _outputs(result: object) -> list[np.ndarray]:
     return [np.asarray(r) for r in (result if isinstance(result, tuple) else (result,))]
 
 
+FUSE = pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
+
+
+@FUSE
 @pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
-def test_forward_matches_reference_and_shape_rule(case: OpCase) -> None:
+def test_forward_matches_reference_and_shape_rule(case: OpCase, fuse: bool) -> None:
     g, tensors, out, feeds, inputs = _build(case)
     node = out if isinstance(out, cg.Node) else out.node
     if case.op not in BUILT_INDIRECTLY:
         assert node.op == case.op, f"row builds {node.op}, not {case.op}"
     expected = _outputs(node.opdef.reference(node.attrs, *[x.copy() for x in _node_inputs(node, tensors, inputs)]))
-    got = cg.Session(g).run(node.outputs, feeds)
+    got = cg.Session(g, fuse=fuse).run(node.outputs, feeds)
     assert len(got) == len(expected) == len(node.specs)
     for value, want, spec in zip(got, expected, node.specs):
         assert value.dtype == np.dtype(spec.dtype), (
@@ -90,7 +102,7 @@ def test_every_kernel_matches_reference(case: OpCase) -> None:
     expected = _outputs(node.opdef.reference(node.attrs, *[x.copy() for x in args]))
     for device, factory in node.opdef.kernels.items():
         if device != "cpu":
-            continue  # the CUDA column arrives with the devices issue
+            continue  # CUDA kernels take device arrays: test_cuda_kernel_matches_reference
         store = VariableStore()
         kernel = factory(node, KernelContext(store))
         got = _outputs(kernel(*[x.copy() for x in args]))
@@ -98,11 +110,58 @@ def test_every_kernel_matches_reference(case: OpCase) -> None:
             np.testing.assert_allclose(value, want, rtol=case.rtol, atol=case.atol, err_msg=f"{device} kernel")
 
 
+# ------------------------------------------------------------ the CUDA column
+def _built_op(case: OpCase) -> str:
+    """The op of the node a row builds (a Placeholder row builds an Identity)."""
+    _, _, out, _, _ = _build(case)
+    return (out if isinstance(out, cg.Node) else out.node).op
+
+
+CUDA_CASES = [c for c in CASES if "cuda" in OPS.lookup(_built_op(c)).kernels]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", CUDA_CASES, ids=[c.label for c in CUDA_CASES])
+def test_cuda_kernel_matches_reference(case: OpCase) -> None:
+    from numba import cuda
+
+    g, tensors, out, feeds, inputs = _build(case)
+    node = out if isinstance(out, cg.Node) else out.node
+    args = _node_inputs(node, tensors, inputs)
+    expected = _outputs(node.opdef.reference(node.attrs, *[x.copy() for x in args]))
+    kernel = node.opdef.kernels["cuda"](node, KernelContext(VariableStore()))
+    result = kernel(*[cuda.to_device(np.ascontiguousarray(x)) for x in args])
+    got = [r.copy_to_host() for r in (result if isinstance(result, tuple) else (result,))]
+    assert len(got) == len(expected) == len(node.specs)
+    for value, want, spec in zip(got, expected, node.specs):
+        assert value.dtype == np.dtype(spec.dtype), f"{node.op}: cuda kernel gave {value.dtype}, not {spec.dtype}"
+        assert value.shape == np.shape(want), f"{node.op}: cuda kernel gave shape {value.shape}"
+        np.testing.assert_allclose(value, want, rtol=case.rtol, atol=case.atol, err_msg="cuda kernel")
+
+
+@pytest.mark.slow
+def test_cuda_column_on_simulator() -> None:
+    """The plain run checks the CUDA column too: on Numba's simulator, in a subprocess,
+    because the simulator must be chosen before numba.cuda is imported."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        pytest.skip("this process runs on the simulator: its cuda-marked tests are the column")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rs", "-p", "no:cacheprovider", __file__]
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    passed = re.search(r"(\d+) passed", summary)
+    assert passed and int(passed.group(1)) == len(CUDA_CASES), summary
+    assert "skipped" not in summary, proc.stdout[-4000:]
+
+
 GRAD_CASES = [c for c in CASES if c.grad]
 
 
+@FUSE
 @pytest.mark.parametrize("case", GRAD_CASES, ids=[c.label for c in GRAD_CASES])
-def test_gradient_matches_finite_differences(case: OpCase) -> None:
+def test_gradient_matches_finite_differences(case: OpCase, fuse: bool) -> None:
     g, tensors, out, feeds, inputs = _build(case, {"float32": "float64"})
     wrt = case.wrt if case.wrt is not None else tuple(i for i, x in enumerate(inputs) if x.dtype.kind == "f")
     assert wrt, f"{case.label}: no float input to differentiate"
@@ -112,7 +171,7 @@ def test_gradient_matches_finite_differences(case: OpCase) -> None:
         w = cg.placeholder(weights.shape, out.dtype, name="projection")
         loss = cg.reduce_sum(out * w)
         grads = cg.gradients(loss, [tensors[i] for i in wrt])
-    sess = cg.Session(g)
+    sess = cg.Session(g, fuse=fuse)
     run_feeds = {**feeds, w: weights.astype(out.dtype)}
     analytic = sess.run(grads, run_feeds)
     for i, got in zip(wrt, analytic):

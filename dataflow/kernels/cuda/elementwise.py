@@ -1,0 +1,166 @@
+"""Elementwise kernels with NumPy broadcasting, one thread per output element.
+
+Broadcasting is done by strides: each input is read through element strides
+that are 0 along the dimensions it is stretched over, so no input is ever
+materialised at the output's shape. One kernel is compiled per scalar function
+(Numba specialises it per dtype and rank).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from . import broadcast_strides, flat, launch
+
+
+@cuda.jit(device=True)
+def offset(i, shape, strides):  # type: ignore[no-untyped-def]
+    """Element offset of flat output index ``i`` in an input read through ``strides``."""
+    off = 0
+    for d in range(len(shape) - 1, -1, -1):
+        off += (i % shape[d]) * strides[d]
+        i //= shape[d]
+    return off
+
+
+def _device(fn: Callable[..., Any]) -> Any:
+    return cuda.jit(device=True)(fn)
+
+
+# Scalar functions, by op name. Unary ones take a second, scalar operand `c`
+# that only the broadcast-and-divide of BroadcastLike(mean) uses.
+BINARY = {
+    "Add": _device(lambda a, b: a + b),
+    "Sub": _device(lambda a, b: a - b),
+    "Mul": _device(lambda a, b: a * b),
+    "Div": _device(lambda a, b: a / b),
+    "Pow": _device(lambda a, b: a**b),
+    "Maximum": _device(lambda a, b: max(a, b)),
+    "Minimum": _device(lambda a, b: min(a, b)),
+    "Equal": _device(lambda a, b: a == b),
+    "Less": _device(lambda a, b: a < b),
+    "GreaterEqual": _device(lambda a, b: a >= b),
+}  # fmt: skip
+UNARY = {
+    "Neg": _device(lambda x, c: -x),
+    "Square": _device(lambda x, c: x * x),
+    "Sqrt": _device(lambda x, c: math.sqrt(x)),
+    "Exp": _device(lambda x, c: math.exp(x)),
+    "Log": _device(lambda x, c: math.log(x)),
+    "Copy": _device(lambda x, c: x),  # Cast (the store converts), BroadcastLike
+    "DivideBy": _device(lambda x, c: x / c),  # BroadcastLike(mean)
+}  # fmt: skip
+COMPARISONS = ("Equal", "Less", "GreaterEqual")
+
+
+@cache
+def _binary_kernel(name: str) -> Any:
+    fn = BINARY[name]
+
+    @cuda.jit
+    def run(a, b, out, a_strides, b_strides, shape):  # type: ignore[no-untyped-def]
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = fn(a[offset(i, shape, a_strides)], b[offset(i, shape, b_strides)])
+
+    return run
+
+
+@cache
+def _unary_kernel(name: str) -> Any:
+    fn = UNARY[name]
+
+    @cuda.jit
+    def run(x, out, x_strides, shape, c):  # type: ignore[no-untyped-def]
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = fn(x[offset(i, shape, x_strides)], c)
+
+    return run
+
+
+@cuda.jit
+def _fill(out, value):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = value
+
+
+def binary(name: str, a: Any, b: Any, out: Any = None) -> Any:
+    """``name`` applied to ``a`` and ``b`` broadcast together (into ``out`` if given)."""
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    if out is None:
+        dtype = np.bool_ if name in COMPARISONS else a.dtype
+        out = cuda.device_array(shape, dtype)
+    if out.size:
+        grid = shape or (1,)
+        blocks, threads = launch(out.size)
+        _binary_kernel(name)[blocks, threads](
+            flat(a), flat(b), flat(out), broadcast_strides(a.shape, grid), broadcast_strides(b.shape, grid), grid
+        )
+    return out
+
+
+def unary(name: str, x: Any, shape: tuple[int, ...] | None = None, dtype: Any = None, c: float = 0.0) -> Any:
+    """``name`` applied to ``x`` broadcast to ``shape``, stored as ``dtype`` (both default to ``x``'s)."""
+    shape = tuple(x.shape) if shape is None else shape
+    out = cuda.device_array(shape, x.dtype if dtype is None else dtype)
+    if out.size:
+        grid = shape or (1,)
+        blocks, threads = launch(out.size)
+        _unary_kernel(name)[blocks, threads](
+            flat(x), flat(out), broadcast_strides(x.shape, grid), grid, x.dtype.type(c)
+        )
+    return out
+
+
+def fill(shape: tuple[int, ...], dtype: Any, value: float) -> Any:
+    out = cuda.device_array(shape, dtype)
+    if out.size:
+        blocks, threads = launch(out.size)
+        _fill[blocks, threads](flat(out), np.dtype(dtype).type(value))
+    return out
+
+
+# ------------------------------------------------------------ kernel factories
+def binary_op(node: Any, ctx: Any, name: str) -> Callable[[Any, Any], Any]:
+    return lambda a, b: binary(name, a, b)
+
+
+def unary_op(node: Any, ctx: Any, name: str) -> Callable[[Any], Any]:
+    return lambda x: unary(name, x)
+
+
+def cast_op(node: Any, ctx: Any) -> Callable[[Any], Any]:
+    dtype = np.dtype(node.attrs["dtype"])
+    return lambda x: unary("Copy", x, dtype=dtype)
+
+
+def fill_op(node: Any, ctx: Any, value: float) -> Callable[[Any], Any]:
+    return lambda x: fill(tuple(x.shape), x.dtype, value)
+
+
+def assign_add_op(node: Any, ctx: Any) -> Callable[[Any, Any], Any]:
+    # In place: every thread reads and writes only its own element of `ref`.
+    return lambda ref, value: binary("Add", ref, value, out=ref)
+
+
+def broadcast_like_op(node: Any, ctx: Any) -> Callable[[Any, Any], Any]:
+    axes, keepdims, mean = node.attrs["axes"], node.attrs["keepdims"], node.attrs["mean"]
+
+    def run(g: Any, like: Any) -> Any:
+        if not keepdims and axes:
+            g = g.reshape(tuple(1 if i in axes else d for i, d in enumerate(like.shape)))
+        shape = tuple(like.shape)
+        if mean:
+            count = max(math.prod([shape[a] for a in axes]), 1)
+            return unary("DivideBy", g, shape, c=count)
+        return unary("Copy", g, shape)
+
+    return run

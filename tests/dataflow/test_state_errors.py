@@ -1,0 +1,106 @@
+"""Every error the state family (placeholders, variables, assignment) raises, with its words."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+
+from .errors_helpers import ph, raises
+
+Assign = Callable[..., cg.Tensor]
+
+
+# ------------------------------------------------------------ Placeholder
+@pytest.mark.parametrize(("shape", "shown"), [((2, -3), "(2, -3)"), ((-2,), "(-2,)"), ((None, 4, -5), "(None, 4, -5)")])
+def test_placeholder_negative_dimension(fresh_graph: cg.Graph, shape: tuple[int | None, ...], shown: str) -> None:
+    with raises(cg.ShapeError, f"placeholder 'x': negative dimension in shape {shown}"):
+        cg.placeholder(shape, name="x")
+    assert fresh_graph.nodes == []
+
+
+def test_placeholder_minus_one_means_unknown_not_negative(fresh_graph: cg.Graph) -> None:
+    assert cg.placeholder((-1, 3), name="x").shape == (None, 3)
+
+
+# ---------------------------------------------------------------- Variable
+def test_variable_initializer_needs_a_shape(fresh_graph: cg.Graph) -> None:
+    with raises(cg.ShapeError, "variable 'w': an initializer needs a shape"):
+        cg.variable(cg.init.zeros, name="w")
+    assert fresh_graph.nodes == []
+
+
+@pytest.mark.parametrize(
+    ("value", "shape", "message"),
+    [
+        ([1.0, 2.0], (3,), "initial value has shape (2,), expected (3,)"),
+        (np.ones((2, 3)), (3, 2), "initial value has shape (2, 3), expected (3, 2)"),
+        (1.0, (1,), "initial value has shape (), expected (1,)"),
+    ],
+)
+def test_variable_initial_value_has_the_wrong_shape(
+    fresh_graph: cg.Graph, value: object, shape: tuple[int, ...], message: str
+) -> None:
+    with raises(cg.ShapeError, f"variable 'w': {message}"):
+        cg.variable(value, shape=shape, name="w")
+    assert fresh_graph.nodes == []
+
+
+# ------------------------------------------------------- Assign, AssignAdd
+@pytest.mark.parametrize(("assign", "op"), [(cg.assign, "Assign"), (cg.assign_add, "AssignAdd")])
+def test_can_only_assign_to_a_variable(fresh_graph: cg.Graph, assign: Assign, op: str) -> None:
+    x = ph(3)
+    before = fresh_graph.nodes
+    with pytest.raises(cg.GraphError, match=rf"^{op} '\w+' \(test_state_errors\.py:\d+\): "):
+        assign(x, x)
+    with raises(cg.GraphError, "can only assign to a variable, not to Placeholder 'x'"):
+        assign(x, x)
+    assert fresh_graph.nodes == before
+
+
+def test_assign_dtype_mismatch_names_the_variable(fresh_graph: cg.Graph) -> None:
+    # cg.assign converts the value to the variable's dtype first (see
+    # test_core_errors.py); a node built directly reaches the shape rule.
+    w = cg.variable([1.0, 2.0, 3.0], name="w")
+    i = ph(3, dtype="int32", name="i")
+    before = fresh_graph.nodes
+    for op in ("Assign", "AssignAdd"):
+        with pytest.raises(cg.DTypeError, match=rf"^{op} '\w+' \(test_state_errors\.py:\d+\): "):
+            fresh_graph.create_node(op, [w, i])
+        with raises(cg.DTypeError, "value has dtype int32, variable 'w' has float32"):
+            fresh_graph.create_node(op, [w, i])
+    assert fresh_graph.nodes == before
+
+
+@pytest.mark.parametrize(
+    ("assign", "node"), [(cg.assign, "Assign 'assign'"), (cg.assign_add, "AssignAdd 'assign_add'")]
+)
+@pytest.mark.parametrize(("value_shape", "shown"), [((2,), "(2,)"), ((3, 1), "(3, 1)"), ((), "()"), ((4,), "(4,)")])
+def test_assign_shape_mismatch_names_the_node_and_the_variable(
+    fresh_graph: cg.Graph, assign: Assign, node: str, value_shape: tuple[int, ...], shown: str
+) -> None:
+    w = cg.variable([1.0, 2.0, 3.0], name="w")
+    value = ph(*value_shape, name="v")
+    before = fresh_graph.nodes
+    words = re.escape(f"value has shape {shown}, variable 'w' has (3,)")
+    with pytest.raises(cg.ShapeError, match=rf"^{re.escape(node)} \(test_state_errors\.py:\d+\): {words}$"):
+        assign(w, value)
+    assert fresh_graph.nodes == before
+
+
+def test_assign_accepts_an_unknown_dim_that_may_fit(fresh_graph: cg.Graph) -> None:
+    w = cg.variable([1.0, 2.0, 3.0], name="w")
+    assert cg.assign(w, ph(None, name="v")).shape == (3,)
+
+
+@pytest.mark.parametrize("assign", [cg.assign, cg.assign_add])
+def test_a_rejected_assign_of_a_python_value_leaves_the_graph_unchanged(fresh_graph: cg.Graph, assign: Assign) -> None:
+    w = cg.variable([1.0, 2.0, 3.0], name="w")
+    before = fresh_graph.nodes
+    with raises(cg.ShapeError, "value has shape (2,), variable 'w' has (3,)"):
+        assign(w, [1.0, 2.0])
+    assert fresh_graph.nodes == before
