@@ -98,6 +98,14 @@ POOLS = [
 ]
 
 
+def torch_pads(x_shape: tuple, k: int, s: int, padding: str) -> tuple[int, int, int, int]:
+    """F.pad's (left, right, top, bottom) that reproduce TensorFlow's SAME padding."""
+    if padding != "SAME":
+        return (0, 0, 0, 0)
+    (top, bottom), (left, right) = (same_pads(x_shape[i], k, s) for i in (1, 2))
+    return (left, right, top, bottom)
+
+
 @pytest.mark.parametrize(("x_shape", "k", "s", "padding"), POOLS)
 def test_max_pool_and_its_gradient_match_torch(torch: Any, x_shape: tuple, k: int, s: int, padding: str) -> None:
     F = torch.nn.functional
@@ -108,10 +116,7 @@ def test_max_pool_and_its_gradient_match_torch(torch: Any, x_shape: tuple, k: in
     got_y, got_dx = run([y, dx], {x: x_val})
 
     xt = nchw(x_val).requires_grad_()
-    pads = (0, 0, 0, 0)
-    if padding == "SAME":
-        (top, bottom), (left, right) = (same_pads(x_shape[i], k, s) for i in (1, 2))
-        pads = (left, right, top, bottom)
+    pads = torch_pads(x_shape, k, s, padding)
     yt = F.max_pool2d(F.pad(xt, pads, value=-np.inf), k, s)
     (yt * yt).sum().backward()
     np.testing.assert_array_equal(got_y, nhwc(yt))
@@ -129,10 +134,7 @@ def test_avg_pool_and_its_gradient_match_torch(torch: Any, x_shape: tuple, k: in
 
     # PyTorch has no SAME; a padded sum divided by a padded count of real pixels is TF's average.
     xt = nchw(x_val).requires_grad_()
-    pads = (0, 0, 0, 0)
-    if padding == "SAME":
-        (top, bottom), (left, right) = (same_pads(x_shape[i], k, s) for i in (1, 2))
-        pads = (left, right, top, bottom)
+    pads = torch_pads(x_shape, k, s, padding)
     total = F.avg_pool2d(F.pad(xt, pads), k, s, divisor_override=1)
     count = F.avg_pool2d(F.pad(torch.ones_like(xt[:1, :1]), pads), k, s, divisor_override=1)
     yt = total / count
