@@ -18,15 +18,20 @@ from .graph import (
 )
 from .graphdef import from_graphdef, to_graphdef
 from .opdef import OPS, OpDef, TensorSpec, not_differentiable
+from .partition import partition
+from .partitioned_session import PartitionedSession
 from .session import Session
 from .threads import get_num_threads, set_num_threads
+from .transport import InProcessTransport, Transport
 
 __all__ = [
     "OPS",
     "CellgraphWarning",
     "Graph",
     "Node",
+    "InProcessTransport",
     "OpDef",
+    "PartitionedSession",
     "Session",
     "Tensor",
     "TensorSpec",
@@ -41,7 +46,9 @@ __all__ = [
     "name_scope",
     "not_differentiable",
     "ops",
+    "partition",
     "reset_default_graph",
     "set_num_threads",
     "to_graphdef",
+    "Transport",
 ]

@@ -55,18 +55,25 @@ class Plan:
         variables: VariableStore,
         device: str = "cpu",
         fuse: bool = True,
+        transport: Any = None,
+        ranks: dict[int, float] | None = None,
     ) -> None:
         self.graph = graph
         self.fetches = list(fetches)
         self.feeds = list(feeds)
         self.order = _schedule(self.fetches, list(targets), self.feeds)
+        if ranks is not None:
+            # A partition follows the whole graph's order (see Partitioned.ranks);
+            # the sort is stable and the ranks respect every edge, so the order
+            # stays topological.
+            self.order.sort(key=lambda n: ranks.get(id(n), float("inf")))
         for node in self.order:
             if node.stale:
                 cell = node.cell_label or node.cell
                 again = f"; re-run cell {cell}" if cell is not None else ""
                 raise StaleNodeError(f"{node.describe()} is stale: {node.stale}{again}")
         ensure_configured()
-        ctx = KernelContext(variables)
+        ctx = KernelContext(variables, transport)
         self.kernels = [_bind(node, ctx, device) for node in self.order]
         self.steps = self._steps(fuse)
         self._filename = f"<cellgraph plan {next(_plan_ids)}>"

@@ -69,10 +69,12 @@ KernelFactory = Callable[["Node", "KernelContext"], Callable[..., Any]]
 
 
 class KernelContext:
-    """What a bound kernel may reach besides its inputs: the session's variables."""
+    """What a bound kernel may reach besides its inputs: the session's variables,
+    and the transport that Send and Recv move tensors between partitions with."""
 
-    def __init__(self, variables: Any) -> None:
+    def __init__(self, variables: Any, transport: Any = None) -> None:
         self.variables = variables
+        self.transport = transport
 
 
 @dataclass(frozen=True)

@@ -239,11 +239,11 @@ class _Placer:
         workers = [d for d in devices if d.job == "worker"] or [d for d in devices if d.job != "ps"] or devices
         self.workers = workers
         # One device per ps task: its first CPU (or its first device).
-        self.ps: list[str] = []
+        tasks: dict[int | None, list[DeviceSpec]] = {}
         for d in devices:
-            if d.job == "ps" and not any(DeviceSpec.parse(p).task == d.task for p in self.ps):
-                same_task = [e for e in devices if e.job == "ps" and e.task == d.task]
-                self.ps.append(str(next((e for e in same_task if e.device_type == "cpu"), same_task[0])))
+            if d.job == "ps":
+                tasks.setdefault(d.task, []).append(d)
+        self.ps = [str(next((d for d in task if d.device_type == "cpu"), task[0])) for task in tasks.values()]
         self.placement = Placement(devices=self.names, graph_version=graph.version)
         self.in_progress: set[str] = set()
         self.gpu_fallback: list[str] = []
@@ -279,8 +279,9 @@ class _Placer:
         return target, f"{reason}; {node.op} has no {key} kernel, so soft placement moved it to {target}"
 
     def complete(self, node: Node, spec: DeviceSpec) -> DeviceSpec:
-        """The first available device that ``spec`` matches, preferring one with a kernel."""
-        candidates = [d for d in self.devices if spec.matches(d)]
+        """The first available device that ``spec`` matches: a worker's first, one with a kernel first."""
+        ordered = self.workers + [d for d in self.devices if d not in self.workers]
+        candidates = [d for d in ordered if spec.matches(d)]
         if not candidates:
             raise PlacementError(
                 f"{node.describe()} asks for device {node.device!r}, which matches none of the devices: "
@@ -437,13 +438,13 @@ class _Placer:
     def default(self, node: Node) -> tuple[DeviceSpec, str]:
         preferred = self.preferred_type(node, self.workers)
         device = next((d for d in self.workers if d.device_type == preferred), self.workers[0])
+        kind = device.device_type.upper() if device.device_type else "device"
         if node.op == "Variable":
-            return device, "variable, but no ps task among the devices: first worker CPU"
-        if preferred == "gpu":
-            return device, f"default: first worker GPU ({node.op} has a cuda kernel)"
+            return device, f"variable, but no ps task among the devices: first worker {kind}"
         if any(d.device_type == "gpu" for d in self.workers):
-            return device, f"default: first worker CPU ({node.op} has no cuda kernel)"
-        return device, "default: first worker CPU"
+            has = "has a" if preferred == "gpu" else "has no"
+            return device, f"default: first worker {kind} ({node.op} {has} cuda kernel)"
+        return device, f"default: first worker {kind}"
 
     def warn_gpu_fallback(self) -> None:
         moved = self.gpu_fallback

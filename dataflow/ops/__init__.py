@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from . import array, conv, math, nn, state, training
+from . import array, conv, math, nn, state, training, transfer
 from .base import atomic_op
 
-FAMILIES = (state, math, nn, conv, array, training)
+FAMILIES = (state, math, nn, conv, array, training, transfer)
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray
 # constants behind. Replacing the module attribute also covers calls between

@@ -35,6 +35,11 @@ for _info in pkgutil.iter_modules(op_cases.__path__):
 
 # Ops whose row cannot build the op node itself, and why.
 BUILT_INDIRECTLY = {"Placeholder": "a placeholder is fed, never computed: its row feeds one through Identity"}
+# Ops with no row, and why; each is tested where its behaviour lives.
+NO_ROW = {
+    "Send": "moves a value to another partition and computes nothing: tests/dataflow/test_partition.py",
+    "Recv": "yields what its Send was given, nothing of its own: tests/dataflow/test_partition.py",
+}
 
 
 def _build(case: OpCase, dtype_map: dict[str, str] | None = None):  # noqa: ANN202
@@ -201,7 +206,7 @@ def _numeric_grad(sess, loss, tensors, inputs, feeds, i, case):  # noqa: ANN001,
 
 def test_every_op_has_a_row() -> None:
     covered = {c.op for c in CASES}
-    missing = [op for op in OPS if op not in covered]
+    missing = [op for op in OPS if op not in covered and op not in NO_ROW]
     assert not missing, f"ops without a row in the op table: {missing}"
 
 

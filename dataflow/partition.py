@@ -1,0 +1,151 @@
+"""Cutting a placed graph into one subgraph per device, joined by Send/Recv.
+
+Every node is copied, under its own name, into the graph of the device the
+placement gives it. An edge between devices becomes one Send on the producer's
+device and one Recv on the consumer's, one pair per tensor per destination
+device however many consumers it has there. A control dependency across
+devices sends a scalar token. The original graph is not changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import PlacementError
+from .graph import Graph, Node, Tensor
+from .ops import transfer
+from .ops.state import constant
+
+
+@dataclass
+class Edge:
+    """One tensor crossing from ``src`` to ``dst``: its Send, its Recv, and who reads it."""
+
+    tensor: Tensor
+    src: str
+    dst: str
+    send: Node
+    recv: Tensor
+    consumers: set[str] = field(default_factory=set)
+    # The original node whose completion the Send reports (the producer, or
+    # the control dependency a token stands for).
+    after: str = ""
+
+
+@dataclass
+class Partitioned:
+    """The per-device subgraphs of ``graph`` and how they connect."""
+
+    graph: Graph
+    device_of: dict[str, str]
+    graphs: dict[str, Graph]
+    copies: dict[str, Node]  # original node name -> its copy in its device's graph
+    edges: list[Edge]
+    version: int
+
+    def copy_of(self, t: Tensor) -> Tensor:
+        return self.copies[t.node.name].output(t.index)
+
+    def ranks(self, order: list[Node]) -> dict[int, float]:
+        """Positions for every partition node, from one order of the whole graph.
+
+        Each partition runs its nodes in this one global order, with a Send
+        right after what it sends and a Recv right before its first reader.
+        Then no two partitions can wait on each other: the earliest blocked
+        Recv's Send comes earlier still, in a partition already past it.
+        """
+        rank = {node.name: float(i) for i, node in enumerate(order)}
+        out: dict[int, float] = {id(self.copies[name]): r for name, r in rank.items()}
+        for edge in self.edges:
+            if edge.after not in rank:
+                continue
+            out[id(edge.send)] = rank[edge.after] + 0.5
+            out[id(edge.send.inputs[0].node)] = min(
+                out.get(id(edge.send.inputs[0].node), 1e18), rank[edge.after] + 0.25
+            )
+            readers = [rank[c] for c in edge.consumers if c in rank]
+            out[id(edge.recv.node)] = (min(readers) if readers else rank[edge.after] + 1) - 0.5
+        return out
+
+
+def _devices_of(graph: Graph, placement: Any) -> dict[str, str]:
+    device_of: Mapping[str, str] = getattr(placement, "device_of", placement)
+    missing = [n.name for n in graph.nodes if n.name not in device_of]
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise PlacementError(f"the placement gives no device for {shown}; place the graph again after changing it")
+    return {n.name: device_of[n.name] for n in graph.nodes}
+
+
+def partition(graph: Graph, placement: Any, timeout: float = transfer.DEFAULT_TIMEOUT_S) -> Partitioned:
+    """One graph per device of ``placement`` (a ``Placement`` or a node name -> device dict).
+
+    Examples
+    --------
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     w = cg.variable([1.0, 2.0], name="w")
+    ...     y = cg.reduce_sum(w * 3.0, name="y")
+    >>> ps, worker = "/job:ps/task:0/device:cpu:0", "/job:worker/task:0/device:cpu:0"
+    >>> parts = cg.partition(g, {n.name: ps if n.name == "w" else worker for n in g.nodes})
+    >>> sorted(n.op for n in parts.graphs[ps].nodes)
+    ['Send', 'Variable']
+    """
+    from .executor import _schedule
+
+    device_of = _devices_of(graph, placement)
+    graphs: dict[str, Graph] = {d: Graph() for d in dict.fromkeys(device_of.values())}
+    copies: dict[str, Node] = {}
+    edges: dict[tuple[str, str], Edge] = {}
+
+    def local(t: Tensor, dst: str, consumer: str) -> Tensor:
+        src = device_of[t.node.name]
+        if src == dst:
+            return copies[t.node.name].output(t.index)
+        key = f"{t.name}->{dst}"
+        edge = edges.get((t.name, dst))
+        if edge is None:
+            sent = transfer.send(copies[t.node.name].output(t.index), key, src, dst, graphs[src])
+            received = transfer.recv(t.spec, key, src, dst, graphs[dst], timeout)
+            edge = edges[(t.name, dst)] = Edge(t, src, dst, sent, received, after=t.node.name)
+        edge.consumers.add(consumer)
+        return edge.recv
+
+    def local_control(dep: Node, dst: str, consumer: str) -> Node:
+        src = device_of[dep.name]
+        if src == dst:
+            return copies[dep.name]
+        key = f"^{dep.name}->{dst}"
+        edge = edges.get((f"^{dep.name}", dst))
+        if edge is None:
+            with graphs[src].control_dependencies([copies[dep.name]]):
+                token = constant(0, dtype="int32", name=f"token/{dep.name}", graph=graphs[src])
+            sent = transfer.send(token, key, src, dst, graphs[src])
+            received = transfer.recv(token.spec, key, src, dst, graphs[dst], timeout)
+            edge = edges[(f"^{dep.name}", dst)] = Edge(token, src, dst, sent, received, after=dep.name)
+        edge.consumers.add(consumer)
+        return edge.recv.node
+
+    everything = [n for n in graph.nodes]
+    for node in _schedule([], everything, []):
+        dst = device_of[node.name]
+        g = graphs[dst]
+        inputs = [local(t, dst, node.name) for t in node.inputs]
+        controls = [local_control(c, dst, node.name) for c in node.control_inputs]
+        with g.control_dependencies(controls):
+            copy = g.create_node(node.op, inputs, dict(node.attrs), node.name)
+        if copy.name != node.name:
+            raise PlacementError(f"cannot partition: node name {node.name!r} collides with a Send/Recv name")
+        copy.device, copy.cell, copy.cell_label, copy.line, copy.file = (
+            dst,
+            node.cell,
+            node.cell_label,
+            node.line,
+            node.file,
+        )
+        copy.stale = node.stale
+        copies[node.name] = copy
+    return Partitioned(graph, device_of, graphs, copies, list(edges.values()), graph.version)

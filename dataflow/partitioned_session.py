@@ -1,0 +1,150 @@
+"""Running a partitioned graph: one plan per device, all in one process.
+
+Each device's subgraph compiles to its own plan (CPU kernels now; CUDA ones
+with the devices issue), the plans run concurrently on threads (kernels drop
+the GIL), and Send/Recv pairs meet in the transport. A failing partition
+cancels the transport so no other partition waits out its deadline.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import ExecutionError, GraphError
+from .executor import Plan, _schedule
+from .graph import Graph, Node, Tensor
+from .ops.transfer import DEFAULT_TIMEOUT_S
+from .partition import Partitioned, partition
+from .session import _convert_feed, _flatten
+from .transport import InProcessTransport
+from .variables import VariableStore
+
+
+class PartitionedSession:
+    """Like ``Session``, but over the per-device partitions of ``graph``.
+
+    Examples
+    --------
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     w = cg.variable([1.0, 2.0], name="w")
+    ...     y = cg.reduce_sum(w * 3.0, name="y")
+    >>> ps, worker = "/job:ps/task:0/device:cpu:0", "/job:worker/task:0/device:cpu:0"
+    >>> sess = cg.PartitionedSession(g, {n.name: ps if n.name == "w" else worker for n in g.nodes})
+    >>> float(sess.run(y))
+    9.0
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        placement: Any,
+        transport: InProcessTransport | None = None,
+        fuse: bool = True,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.graph = graph
+        self.placement = placement
+        self.timeout = timeout
+        self.fuse = fuse
+        self.transport = transport or InProcessTransport()
+        # One store for every partition: in one process, a variable is one array.
+        self.variables = VariableStore()
+        self.parts: Partitioned = partition(graph, placement, timeout)
+        self._plans: dict[tuple[Any, ...], dict[str, Plan]] = {}
+
+    def run(self, fetches: Any, feed_dict: Mapping[Tensor | str, Any] | None = None) -> Any:
+        """Compute ``fetches`` (same forms as ``Session.run``) across every partition."""
+        if self.graph.version != self.parts.version:
+            self.parts = partition(self.graph, self.placement, self.timeout)
+            self._plans.clear()
+        flat: list[Any] = []
+        rebuild = _flatten(fetches, flat)
+        resolved = [self._resolve(f) for f in flat]
+        feeds = {self._tensor(k): v for k, v in (feed_dict or {}).items()}
+        values = {t.name: _convert_feed(t, v) for t, v in feeds.items()}
+        plans = self._plans_for(resolved, list(feeds))
+        results = self._run_all(plans, values)
+        out: list[Any] = []
+        for r in resolved:
+            if isinstance(r, Node):
+                out.append(None)
+            else:
+                device = self.parts.device_of[r.node.name]
+                out.append(results[device][r.name])
+        return rebuild(iter(out))
+
+    def _plans_for(self, resolved: list[Tensor | Node], feeds: list[Tensor]) -> dict[str, Plan]:
+        key = (tuple(id(r) for r in resolved), tuple(sorted(t.name for t in feeds)))
+        if key in self._plans:
+            return self._plans[key]
+        parts = self.parts
+        tensors = [r for r in resolved if isinstance(r, Tensor)]
+        targets = [r for r in resolved if isinstance(r, Node)]
+        whole = _schedule(tensors, targets, feeds)
+        needed = {n.name for n in whole}
+        ranks = parts.ranks(whole)
+        plans: dict[str, Plan] = {}
+        for device, g in parts.graphs.items():
+            dev_fetches = [parts.copy_of(t) for t in tensors if parts.device_of[t.node.name] == device]
+            dev_targets = [parts.copies[n.name] for n in targets if parts.device_of[n.name] == device]
+            dev_targets += [e.send for e in parts.edges if e.src == device and e.consumers & needed]
+            dev_feeds = [parts.copy_of(t) for t in feeds if parts.device_of[t.node.name] == device]
+            if dev_fetches or dev_targets:
+                plan = Plan(
+                    g,
+                    dev_fetches,
+                    dev_targets,
+                    dev_feeds,
+                    self.variables,
+                    fuse=self.fuse,
+                    transport=self.transport,
+                    ranks=ranks,
+                )
+                plan.fetch_names = [t.name for t in tensors if parts.device_of[t.node.name] == device]  # type: ignore[attr-defined]
+                plan.feed_names = [t.name for t in feeds if parts.device_of[t.node.name] == device]  # type: ignore[attr-defined]
+                plans[device] = plan
+        self._plans[key] = plans
+        return plans
+
+    def _run_all(self, plans: dict[str, Plan], values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        def run_one(plan: Plan) -> dict[str, Any]:
+            outputs = plan(*(values[name] for name in plan.feed_names))  # type: ignore[attr-defined]
+            return dict(zip(plan.fetch_names, outputs, strict=True))  # type: ignore[attr-defined]
+
+        if len(plans) == 1:
+            [(device, plan)] = plans.items()
+            return {device: run_one(plan)}
+        results: dict[str, dict[str, Any]] = {}
+        errors: list[tuple[str, BaseException]] = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(plans), thread_name_prefix="partition") as pool:
+            futures = {pool.submit(run_one, plan): device for device, plan in plans.items()}
+            for future in concurrent.futures.as_completed(futures):
+                device = futures[future]
+                try:
+                    results[device] = future.result()
+                except BaseException as err:  # noqa: BLE001 - reported below, with the device
+                    if not errors:
+                        # Wake every partition still waiting on a Recv from this one.
+                        self.transport.cancel(f"the partition on {device} failed")
+                    errors.append((device, err))
+        if errors:
+            failed, first = errors[0]
+            raise ExecutionError(f"the partition on {failed} failed: {first}") from first
+        return results
+
+    def _resolve(self, fetch: Any) -> Tensor | Node:
+        if isinstance(fetch, str):
+            return self.graph.tensor(fetch) if ":" in fetch else self.graph.node(fetch)
+        if isinstance(fetch, (Tensor, Node)) and fetch in self.graph:
+            return fetch
+        raise GraphError(f"cannot fetch {fetch!r}: fetch a Tensor, a node, or a name of this session's graph")
+
+    def _tensor(self, key: Tensor | str) -> Tensor:
+        t = self.graph.tensor(key) if isinstance(key, str) else key
+        if not isinstance(t, Tensor) or t not in self.graph:
+            raise GraphError(f"feed {key!r} is not a tensor of this session's graph")
+        return t

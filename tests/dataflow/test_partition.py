@@ -1,0 +1,153 @@
+"""A graph cut into per-device partitions runs to the same numbers as the whole."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+from cellgraph.dataflow.opdef import KernelContext
+from cellgraph.dataflow.variables import VariableStore
+from cellgraph.examples import models
+
+PS = "/job:ps/task:0/device:cpu:0"
+WORKER = "/job:worker/task:0/device:cpu:0"
+
+
+def ps_holds_state(g: cg.Graph) -> dict[str, str]:
+    """Variables and the ops that update them in place on the PS, the rest on the worker."""
+    return {n.name: PS if n.opdef.stateful else WORKER for n in g.nodes}
+
+
+def _batches(image: bool, n: int = 3):  # noqa: ANN202
+    """The same batch ``n`` times, so a few steps must lower its loss."""
+    rng = np.random.default_rng(0)
+    shape = (16, 8, 8, 1) if image else (16, 64)
+    batch = (rng.random(shape, dtype=np.float32), rng.integers(0, 10, 16).astype(np.int32))
+    return [batch] * n
+
+
+@pytest.mark.parametrize("build", [models.mlp, models.mini_inception], ids=["mlp", "mini-inception"])
+def test_training_across_partitions_matches_one_device(build) -> None:  # noqa: ANN001
+    losses = []
+    for partitioned in (False, True):
+        m = build(optimizer=cg.optim.Adam(1e-2))
+        sess = (
+            cg.PartitionedSession(m.graph, ps_holds_state(m.graph), timeout=20) if partitioned else cg.Session(m.graph)
+        )
+        run = []
+        for xb, yb in _batches(m.image_input):
+            _, loss = sess.run([m.train_op, m.loss], {m.x: xb, m.y: yb})
+            run.append(float(loss))
+        losses.append(run)
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    assert losses[1][-1] < losses[1][0]
+
+
+def test_one_send_recv_pair_per_tensor_per_destination() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(np.ones((2, 2), np.float32), name="w")
+        x = cg.placeholder((None, 2), name="x")
+        a = x @ w
+        b = cg.reduce_sum(w * 2.0)  # a second consumer of w on the worker
+        total = cg.reduce_sum(a) + b
+    parts = cg.partition(g, {n.name: PS if n.name == "w" else WORKER for n in g.nodes})
+    assert [e.tensor.name for e in parts.edges] == ["w:0"]
+    assert sorted(parts.edges[0].consumers) == ["matmul", "mul"]
+    assert [n.op for n in parts.graphs[PS].nodes] == ["Variable", "Send"]
+    assert parts.copies["matmul"].device == WORKER
+    assert g.node("matmul").device == ""  # the original graph is untouched
+    sess = cg.PartitionedSession(g, parts.device_of)
+    np.testing.assert_allclose(sess.run(total, {x: np.ones((3, 2))}), 12.0 + 8.0)
+
+
+def test_control_dependencies_cross_devices() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        counter = cg.variable(0.0, name="counter")
+        bump = cg.assign_add(counter, 1.0)
+        with cg.control_dependencies([bump]):
+            done = cg.no_op(name="done")
+    placement = {"counter": PS, "assign_add": PS, "const": PS, "done": WORKER}
+    sess = cg.PartitionedSession(g, placement)
+    sess.run(done)
+    sess.run(done)
+    assert sess.run(counter) == 2.0
+    assert any(e.tensor.node.op == "Const" and e.dst == WORKER for e in sess.parts.edges)
+
+
+def test_a_placement_missing_nodes_is_rejected() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2,), name="x")
+        cg.reduce_sum(x, name="total")
+    with pytest.raises(cg.PlacementError, match=r"the placement gives no device for 'total'; place the graph again"):
+        cg.partition(g, {"x": WORKER})
+
+
+def test_a_recv_without_its_send_says_who_did_not_answer() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable([1.0], name="w")
+        y = cg.reduce_sum(w * 2.0, name="y")
+    parts = cg.partition(g, {n.name: PS if n.name == "w" else WORKER for n in g.nodes}, timeout=0.2)
+    worker = parts.graphs[WORKER]
+    transport = cg.InProcessTransport()
+    plan = cg.dataflow.executor.Plan(worker, [parts.copy_of(y)], [], [], VariableStore(), transport=transport)
+    start = time.perf_counter()
+    with pytest.raises(
+        cg.ExecutionError,
+        match=r"Recv 'recv/w_0-__job_worker_task_0_device_cpu_0' .*failed while running: ExecutionError: Recv of 'w:0->"
+        + r"/job:worker/task:0/device:cpu:0': nothing was sent within 0.2 s \(waiting on /job:worker/task:0/device:cpu:0"
+        + r" for /job:ps/task:0/device:cpu:0\)",
+    ):
+        plan()
+    assert time.perf_counter() - start < 5
+
+
+def test_a_failing_partition_cancels_the_others_at_once() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(np.ones((3,), np.float32), name="w")
+        a = cg.placeholder((None,), name="a")
+        b = cg.placeholder((None,), name="b")
+        grad = cg.reduce_sum(a + b) * w  # fails on the worker when a and b differ in length
+        update = cg.assign_add(w, grad)
+    placement = {n.name: PS if n.name in ("w", "assign_add") else WORKER for n in g.nodes}
+    sess = cg.PartitionedSession(g, placement)
+    start = time.perf_counter()
+    with pytest.raises(cg.ExecutionError, match=r"the partition on /job:worker/task:0/device:cpu:0 failed: Add 'add'"):
+        sess.run(update, {a: np.ones(2), b: np.ones(3)})
+    assert time.perf_counter() - start < 10  # not the 60 s Recv deadline
+    np.testing.assert_array_equal(sess.run(w), np.ones(3))  # and the PS applied nothing
+
+
+def test_send_and_recv_need_a_transport() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable([1.0], name="w")
+        cg.reduce_sum(w, name="y")
+    parts = cg.partition(g, {"w": PS, "y": WORKER})
+    recv = next(n for n in parts.graphs[WORKER].nodes if n.op == "Recv")
+    with pytest.raises(
+        cg.ExecutionError, match=r"needs a transport: run partitioned graphs with cg.PartitionedSession"
+    ):
+        recv.opdef.kernels["cpu"](recv, KernelContext(VariableStore()))
+
+
+def test_mini_inception_placed_on_two_ps_tasks_trains_like_one_device() -> None:
+    devices = ["/job:ps/task:0/device:cpu:0", "/job:ps/task:1/device:cpu:0", WORKER]
+    losses = []
+    for partitioned in (False, True):
+        m = models.mini_inception(optimizer=cg.optim.Adam(1e-2))
+        if partitioned:
+            placement = cg.placement.place(m.graph, devices)
+            assert set(placement.device_of.values()) == set(devices)
+            sess = cg.PartitionedSession(m.graph, placement, timeout=20)
+        else:
+            sess = cg.Session(m.graph)
+        losses.append([float(sess.run([m.train_op, m.loss], {m.x: xb, m.y: yb})[1]) for xb, yb in _batches(True)])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
