@@ -133,17 +133,26 @@ def _embeddable(segment: Segment, constants: dict[Key, np.ndarray]) -> dict[Key,
     return keep
 
 
-def loop_source(segment: Segment, constants: dict[Key, np.ndarray] | None = None) -> str:
-    """Python source of the fused loop: ``fused(n, out, x0, s0, x1, s1, ...)``.
+def loop_source(
+    segment: Segment, constants: dict[Key, np.ndarray] | None = None, scalars: Sequence[bool] | None = None
+) -> str:
+    """Python source of the fused loop: ``fused(n, out, x0, x1, ...)``.
 
-    ``sK`` is 1 when input K has the output's shape and 0 when it holds one
-    value, so one loop serves both without a branch per element. Small
-    constants (``constants``, by tensor) are written into the source instead.
+    One loop per pattern of ``scalars`` (which non-constant inputs hold a
+    single value): those are read once, before the loop, and the others at
+    ``[i]``, so the loop body is plain unit-stride code that LLVM vectorises.
+    Small ``constants`` are written into the source. Every temporary is cast
+    back to the segment's dtype, as the op-by-op kernels compute, and
+    ``error_model="numpy"`` gives x / 0 = inf (not an exception) without a
+    branch per element.
     """
     constants = _embeddable(segment, constants or {})
-    header = ["import math", "", "import numpy as np", "from numba import njit", ""]
+    dtype = segment.output.dtype
+    header = ["import math", "", "import numpy as np", "from numba import njit", "", f"DT = np.{dtype}"]
+    dynamic = [t for t in segment.inputs() if _key(t) not in constants]
+    scalars = list(scalars) if scalars is not None else [False] * len(dynamic)
     operand: dict[Key, str] = {}
-    params = []
+    prologue = []
     for k, t in enumerate(segment.inputs()):
         value = constants.get(_key(t))
         if value is not None and value.size == 1:
@@ -151,15 +160,20 @@ def loop_source(segment: Segment, constants: dict[Key, np.ndarray] | None = None
         elif value is not None:
             header.append(f"C{k} = {_literal(value)}")
             operand[_key(t)] = f"C{k}[i]"
+    for k, (t, scalar) in enumerate(zip(dynamic, scalars, strict=True)):
+        if scalar:
+            prologue.append(f"    v{k} = x{k}[0]")
+            operand[_key(t)] = f"v{k}"
         else:
-            operand[_key(t)] = f"x{k}[i * s{k}]"
-            params.append(f"x{k}, s{k}")
-    lines = [*header, "", "", "@njit(nogil=True, cache=True)", f"def fused(n, out{''.join(', ' + p for p in params)}):"]
+            operand[_key(t)] = f"x{k}[i]"
+    params = "".join(f", x{k}" for k in range(len(dynamic)))
+    lines = [*header, "", "", '@njit(nogil=True, cache=True, error_model="numpy")', f"def fused(n, out{params}):"]
+    lines += prologue
     lines.append("    for i in range(n):")
     for j, node in enumerate(segment.nodes):
         operands = [operand[_key(t)] for t in node.inputs]
         assert node.opdef.elementwise is not None
-        lines.append(f"        t{j} = {node.opdef.elementwise.format(*operands)}")
+        lines.append(f"        t{j} = DT({node.opdef.elementwise.format(*operands)})")
         operand[_key(node.output(0))] = f"t{j}"
     lines.append(f"        out[i] = t{len(segment.nodes) - 1}")
     return "\n".join(lines) + "\n"
@@ -218,7 +232,7 @@ def segment_kernel(
     embedded = [constants[_key(t)] for t in inputs if _key(t) not in {_key(d) for d in dynamic}]
     # Embedded arrays are read at [i]: the output must have their shape.
     required = {c.shape for c in embedded if c.size > 1}
-    loop = compile_loop(loop_source(segment, constants))
+    loops: dict[tuple[bool, ...], Callable[..., None]] = {}
     dtype = np.dtype(segment.output.dtype)
     members = list(zip(segment.nodes, node_kernels, strict=True))
 
@@ -234,14 +248,21 @@ def segment_kernel(
         shape = max(shapes, key=lambda s: (math.prod(s), len(s))) if shapes else ()
         if len(required) > 1 or (required and shape not in required):
             return one_by_one(*xs)
-        args: list[Any] = []
+        args: list[np.ndarray] = []
+        pattern = []
         for x in xs:
             if x.shape == shape:
-                args += (x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)), 1
+                args.append(x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1))
+                pattern.append(False)
             elif x.size == 1 and x.ndim <= len(shape):
-                args += x.reshape(-1), 0
+                args.append(x.reshape(-1))
+                pattern.append(True)
             else:
                 return one_by_one(*xs)
+        key = tuple(pattern)
+        loop = loops.get(key)
+        if loop is None:
+            loop = loops[key] = compile_loop(loop_source(segment, constants, key))
         out = np.empty(shape, dtype)
         loop(out.size, out.reshape(-1), *args)
         return out

@@ -86,12 +86,28 @@ def test_the_loop_reads_each_input_once_per_element() -> None:
     g = cg.Graph()
     with g.as_default():
         x = cg.placeholder((4,), name="x")
-        out = cg.square(x + 1.0)
+        s = cg.placeholder((), name="s")
+        out = cg.square(x + s)
     [segment] = find_segments([n for n in g.nodes if n.op != "Placeholder"], set())
-    source = loop_source(segment)
-    assert "def fused(n, out, x0, s0, x1, s1):" in source
-    assert "t1 = (t0 * t0)" in source
+    source = loop_source(segment, scalars=[False, True])
+    assert "def fused(n, out, x0, x1):" in source
+    assert "    v1 = x1[0]" in source  # a one-value input is read once, before the loop
+    assert "t0 = DT((x0[i] + v1))" in source and "t1 = DT((t0 * t0))" in source
+    assert 'error_model="numpy"' in source
     assert out.node is segment.nodes[-1]
+
+
+def test_division_by_zero_gives_inf_fused_as_unfused() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((3,), name="x")
+        z = cg.placeholder((3,), name="z")
+        out = (x * 2.0) / z + 1.0
+    feeds = {x: np.array([1.0, -1.0, 0.0]), z: np.array([0.0, 0.0, 2.0])}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        got, want, _ = _both(g, out, feeds)
+    np.testing.assert_array_equal(got, want)
+    assert np.isinf(got[:2]).all()
 
 
 def test_a_failing_segment_names_its_last_node() -> None:

@@ -19,6 +19,7 @@ import numpy as np
 from numba import cuda, from_dtype
 
 TILE = 16
+PADDED = TILE + 1  # a shared row; the shape of a shared array must be a constant
 
 
 @cache
@@ -27,8 +28,8 @@ def _tiled_kernel(dtype: np.dtype) -> Any:
 
     @cuda.jit
     def run(a, b, out, transpose_a, transpose_b):  # type: ignore[no-untyped-def]
-        sa = cuda.shared.array((TILE, TILE + 1), acc_type)  # sa[row, k]
-        sb = cuda.shared.array((TILE, TILE + 1), acc_type)  # sb[k, col]
+        sa = cuda.shared.array((TILE, PADDED), acc_type)  # sa[row, k]
+        sb = cuda.shared.array((TILE, PADDED), acc_type)  # sb[k, col]
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
         m, n = out.shape
