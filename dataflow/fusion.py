@@ -148,7 +148,13 @@ def loop_source(
     """
     constants = _embeddable(segment, constants or {})
     dtype = segment.output.dtype
-    header = ["import math", "", "import numpy as np", "from numba import njit", "", f"DT = np.{dtype}"]
+    # tanh_ is the vectorisable approximation for float32, libm's tanh for float64.
+    tanh = (
+        "from cellgraph.dataflow.kernels.cpu.scalar import tanh_f32 as tanh_"
+        if dtype == "float32"
+        else "from math import tanh as tanh_"
+    )
+    header = ["import math", "", "import numpy as np", "from numba import njit", "", tanh, "", f"DT = np.{dtype}"]
     dynamic = [t for t in segment.inputs() if _key(t) not in constants]
     scalars = list(scalars) if scalars is not None else [False] * len(dynamic)
     operand: dict[Key, str] = {}

@@ -56,8 +56,8 @@ def _infer_activation_grad(ctx: InferContext) -> TensorSpec:
 # name, kernel, reference, gradient (g: upstream gradient), fusion expression
 _ACTIVATIONS: list[tuple[str, Any, Any, Any, str]] = [
     ("Relu",    nnk.relu,    lambda x: np.maximum(x, 0),            lambda n, g: [relu_grad(g, _y(n))],    "max({0}, 0.0)"),
-    ("Sigmoid", nnk.sigmoid, lambda x: 0.5 * (1 + np.tanh(0.5 * x)), lambda n, g: [sigmoid_grad(g, _y(n))], "(1.0 / (1.0 + math.exp(-{0})))"),
-    ("Tanh",    nnk.tanh,    np.tanh,                                lambda n, g: [tanh_grad(g, _y(n))],    "math.tanh({0})"),
+    ("Sigmoid", nnk.sigmoid, lambda x: 0.5 * (1 + np.tanh(0.5 * x)), lambda n, g: [sigmoid_grad(g, _y(n))], "(0.5 + 0.5 * tanh_(0.5 * {0}))"),
+    ("Tanh",    nnk.tanh,    np.tanh,                                lambda n, g: [tanh_grad(g, _y(n))],    "tanh_({0})"),
 ]  # fmt: skip
 
 # (dy, y) -> dx, and their own gradients (z: the upstream gradient of dx).
