@@ -73,6 +73,7 @@ class Plan:
                 again = f"; re-run cell {cell}" if cell is not None else ""
                 raise StaleNodeError(f"{node.describe()} is stale: {node.stale}{again}")
         ensure_configured()
+        self.device = device
         ctx = KernelContext(variables, transport)
         self.kernels = [_bind(node, ctx, device) for node in self.order]
         self.steps = self._steps(fuse)
@@ -91,8 +92,11 @@ class Plan:
         constants: dict[tuple[int, int], Any] = {}
         for node, kernel in zip(self.order, self.kernels, strict=True):
             if is_constant(node):
-                constants[_key(node.output(0))] = np.asarray(kernel())
-        segments = find_segments(self.order, {_key(t) for t in self.fetches}) if fuse else []
+                value = kernel()
+                constants[_key(node.output(0))] = np.asarray(value) if self.device == "cpu" else value
+        # Fused loops are CPU code; a CUDA plan runs its kernels one by one.
+        fusing = fuse and self.device == "cpu"
+        segments = find_segments(self.order, {_key(t) for t in self.fetches}) if fusing else []
         segment_of = {id(n): seg for seg in segments for n in seg.nodes}
         kernel_of = {id(n): k for n, k in zip(self.order, self.kernels, strict=True)}
         steps: list[Step] = []

@@ -59,14 +59,13 @@ class Partitioned:
         rank = {node.name: float(i) for i, node in enumerate(order)}
         out: dict[int, float] = {id(self.copies[name]): r for name, r in rank.items()}
         for edge in self.edges:
-            if edge.after not in rank:
-                continue
-            out[id(edge.send)] = rank[edge.after] + 0.5
-            out[id(edge.send.inputs[0].node)] = min(
-                out.get(id(edge.send.inputs[0].node), 1e18), rank[edge.after] + 0.25
-            )
+            # What the whole order does not schedule is fed, so ready from the start.
+            sent = rank.get(edge.after, -1.0) + 0.5
+            out[id(edge.send)] = sent
+            source = id(edge.send.inputs[0].node)
+            out[source] = min(out.get(source, sent - 0.25), sent - 0.25)
             readers = [rank[c] for c in edge.consumers if c in rank]
-            out[id(edge.recv.node)] = (min(readers) if readers else rank[edge.after] + 1) - 0.5
+            out[id(edge.recv.node)] = (min(readers) if readers else sent + 1.0) - 0.5
         return out
 
 

@@ -12,6 +12,7 @@ import concurrent.futures
 from collections.abc import Mapping
 from typing import Any
 
+from .devices import KERNEL_KEY, DeviceSpec
 from .errors import ExecutionError, GraphError
 from .executor import Plan, _schedule
 from .graph import Graph, Node, Tensor
@@ -20,6 +21,11 @@ from .partition import Partitioned, partition
 from .session import _convert_feed, _flatten
 from .transport import InProcessTransport
 from .variables import VariableStore
+
+
+def kernel_key(device: str) -> str:
+    """The ``OpDef.kernels`` key of a device name: "cpu", or "cuda" for a GPU."""
+    return KERNEL_KEY[DeviceSpec.parse(device).device_type or "cpu"]
 
 
 class PartitionedSession:
@@ -100,6 +106,7 @@ class PartitionedSession:
                     dev_targets,
                     dev_feeds,
                     self.variables,
+                    device=kernel_key(device),
                     fuse=self.fuse,
                     transport=self.transport,
                     ranks=ranks,
@@ -112,7 +119,14 @@ class PartitionedSession:
 
     def _run_all(self, plans: dict[str, Plan], values: dict[str, Any]) -> dict[str, dict[str, Any]]:
         def run_one(plan: Plan) -> dict[str, Any]:
-            outputs = plan(*(values[name] for name in plan.feed_names))  # type: ignore[attr-defined]
+            feeds = [values[name] for name in plan.feed_names]  # type: ignore[attr-defined]
+            if plan.device != "cpu":  # feeds and fetches cross the device boundary here
+                from numba import cuda
+
+                feeds = [cuda.to_device(v) for v in feeds]
+                outputs = [o.copy_to_host() if hasattr(o, "copy_to_host") else o for o in plan(*feeds)]
+            else:
+                outputs = list(plan(*feeds))
             return dict(zip(plan.fetch_names, outputs, strict=True))  # type: ignore[attr-defined]
 
         if len(plans) == 1:

@@ -56,14 +56,27 @@ def _no_reference(attrs: dict[str, Any], *inputs: np.ndarray) -> Any:
     raise NotImplementedError("Send/Recv move values between partitions; they compute nothing of their own")
 
 
+def _send_from_gpu(node: Node, ctx: KernelContext) -> Callable[[Any], tuple[()]]:
+    # A device boundary: the only place a tensor leaves the GPU.
+    send_host = _send_kernel(node, ctx)
+    return lambda x: send_host(x.copy_to_host())
+
+
+def _recv_on_gpu(node: Node, ctx: KernelContext) -> Callable[[], Any]:
+    from numba import cuda
+
+    recv_host = _recv_kernel(node, ctx)
+    return lambda: cuda.to_device(recv_host())
+
+
 register_op(OpDef(
     name="Send", family=FAMILY, infer=lambda ctx: [], reference=_no_reference,
-    grad=not_differentiable, kernels={"cpu": _send_kernel}, stateful=True,
+    grad=not_differentiable, kernels={"cpu": _send_kernel, "cuda": _send_from_gpu}, stateful=True,
 ))  # fmt: skip
 register_op(OpDef(
     name="Recv", family=FAMILY,
     infer=lambda ctx: TensorSpec(tuple(ctx.attrs["shape"]), ctx.attrs["dtype"]),
-    reference=_no_reference, grad=not_differentiable, kernels={"cpu": _recv_kernel},
+    reference=_no_reference, grad=not_differentiable, kernels={"cpu": _recv_kernel, "cuda": _recv_on_gpu},
     # Stateful: a Recv has no inputs but must run every time, never be folded into a constant.
     stateful=True,
 ))  # fmt: skip
