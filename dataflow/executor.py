@@ -21,6 +21,7 @@ import numpy as np
 from .errors import ExecutionError, KernelNotFound, StaleNodeError
 from .fusion import find_segments, is_constant, segment_kernel
 from .graph import Graph, Node, Tensor
+from .kernels.cuda import fusion as cuda_fusion
 from .opdef import KernelContext
 from .threads import ensure_configured
 from .variables import VariableStore
@@ -94,9 +95,9 @@ class Plan:
             if is_constant(node):
                 value = kernel()
                 constants[_key(node.output(0))] = np.asarray(value) if self.device == "cpu" else value
-        # Fused loops are CPU code; a CUDA plan runs its kernels one by one.
-        fusing = fuse and self.device == "cpu"
-        segments = find_segments(self.order, {_key(t) for t in self.fetches}) if fusing else []
+        # A segment runs as one Numba loop on the CPU, as one generated kernel on a GPU.
+        fused_kernel = {"cpu": segment_kernel, "cuda": cuda_fusion.segment_kernel}.get(self.device) if fuse else None
+        segments = find_segments(self.order, {_key(t) for t in self.fetches}) if fused_kernel else []
         segment_of = {id(n): seg for seg in segments for n in seg.nodes}
         kernel_of = {id(n): k for n, k in zip(self.order, self.kernels, strict=True)}
         steps: list[Step] = []
@@ -109,7 +110,8 @@ class Plan:
                     Step([node], node.inputs, node.outputs, (lambda v=value: v) if constant else kernel, constant)
                 )
             elif node is seg.nodes[-1]:  # a segment runs where its output is made
-                fused = segment_kernel(seg, [kernel_of[id(n)] for n in seg.nodes], constants)
+                assert fused_kernel is not None
+                fused = fused_kernel(seg, [kernel_of[id(n)] for n in seg.nodes], constants)
                 steps.append(Step(seg.nodes, fused.inputs, [seg.output], fused))  # type: ignore[attr-defined]
         return steps
 

@@ -33,6 +33,11 @@ CASES = {
         ["train_step.py", "--model", "cnn"],
         ["cellgraph_sps", "torch_sps", "ratio", "peak_bytes", "live_bytes_lower_bound", "threads"],
     ),
+    # cublas_tflops and matmul_ratio are null without CuPy, so only cellgraph's side is checked.
+    "gpu_kernels": (
+        ["gpu_kernels.py"],
+        ["matmul_tflops", "fused_gb_per_s", "copy_gb_per_s", "fused_ratio"],
+    ),
 }
 
 
@@ -52,6 +57,10 @@ def test_quick_run_ends_with_json(case: str) -> None:
     lines = proc.stdout.strip().splitlines()
     assert lines, f"{script} printed nothing; stderr:\n{proc.stderr}"
     result = json.loads(lines[-1])
+    if result.get("gpu", "") is None:  # gpu_kernels.py without a GPU (or on the simulator)
+        assert result == {"gpu": None, "skipped": "no CUDA GPU"}
+        assert "no CUDA GPU is present" in proc.stdout
+        return
     if result.get("torch_missing"):
         assert "pip install torch==" in proc.stdout
         pytest.skip(f"torch is not installed; {result['install']}")

@@ -25,7 +25,8 @@ from ..dtypes import INTS, as_dtype
 from ..errors import DTypeError, GraphError, ShapeError
 from ..graph import Node, Tensor
 from ..kernels.cpu import array as k
-from ..opdef import InferContext, OpDef, Shape, TensorSpec, not_differentiable, register_op
+from ..kernels.cuda import cuda_kernel
+from ..opdef import InferContext, KernelFactory, OpDef, Shape, TensorSpec, not_differentiable, register_op
 from ..shapes import fmt, num_elements
 from .base import TensorLike, apply, apply_node, as_tensor, graph_of
 from .math import zeros_like
@@ -33,6 +34,11 @@ from .math import zeros_like
 FAMILY = "array"
 Dys = list[Tensor | None]
 Attrs = dict[str, Any]
+
+
+def _cuda(name: str) -> KernelFactory:
+    """The CUDA kernel factory ``name`` of ``kernels/cuda/array.py`` (it reads the node's attrs)."""
+    return cuda_kernel("array", name)
 
 
 def _ints(value: Any, what: str, op: str) -> tuple[int, ...]:
@@ -110,13 +116,13 @@ register_op(OpDef(
     name="Reshape", family=FAMILY, infer=_infer_reshape,
     reference=lambda attrs, x: np.reshape(x, attrs["shape"]),
     grad=lambda node, dys: [reshape_like(_dy(dys), node.inputs[0])],
-    kernels={"cpu": lambda node, ctx: k.reshape(node.attrs["shape"])}, view=True,
+    kernels={"cpu": lambda node, ctx: k.reshape(node.attrs["shape"]), "cuda": _cuda("reshape_op")}, view=True,
 ))  # fmt: skip
 register_op(OpDef(
     name="ReshapeLike", family=FAMILY, infer=_infer_reshape_like,
     reference=lambda attrs, x, like: np.reshape(x, like.shape),
     grad=lambda node, dys: [reshape_like(_dy(dys), node.inputs[0]), None],
-    kernels={"cpu": lambda node, ctx: k.reshape_like}, view=True,
+    kernels={"cpu": lambda node, ctx: k.reshape_like, "cuda": _cuda("reshape_like_op")}, view=True,
 ))  # fmt: skip
 
 
@@ -166,14 +172,16 @@ register_op(OpDef(
     name="ExpandDims", family=FAMILY, infer=_infer_expand_dims,
     reference=lambda attrs, x: np.expand_dims(x, attrs["axes"]),
     grad=lambda node, dys: [squeeze(_dy(dys), node.attrs["axes"])],
-    kernels={"cpu": lambda node, ctx: lambda x, _a=node.attrs["axes"]: np.expand_dims(x, _a)}, view=True,
+    kernels={"cpu": lambda node, ctx: lambda x, _a=node.attrs["axes"]: np.expand_dims(x, _a),
+             "cuda": _cuda("expand_dims_op")}, view=True,
 ))  # fmt: skip
 register_op(OpDef(
     name="Squeeze", family=FAMILY, infer=_infer_squeeze,
     reference=lambda attrs, x: np.squeeze(x, attrs["axes"]),
     grad=lambda node, dys: [expand_dims(_dy(dys), node.attrs["axes"])],
     # np.squeeze checks at run time that a dim unknown when building is 1.
-    kernels={"cpu": lambda node, ctx: lambda x, _a=node.attrs["axes"]: np.squeeze(x, _a)}, view=True,
+    kernels={"cpu": lambda node, ctx: lambda x, _a=node.attrs["axes"]: np.squeeze(x, _a),
+             "cuda": _cuda("squeeze_op")}, view=True,
 ))  # fmt: skip
 
 
@@ -215,7 +223,7 @@ register_op(OpDef(
     reference=lambda attrs, x: np.transpose(x, attrs["perm"]),
     grad=lambda node, dys: [transpose(_dy(dys), tuple(int(i) for i in np.argsort(node.attrs["perm"])))],
     # view: an identity perm, or one that moves only size-1 dims, is already contiguous.
-    kernels={"cpu": lambda node, ctx: k.transpose(node.attrs["perm"])}, view=True,
+    kernels={"cpu": lambda node, ctx: k.transpose(node.attrs["perm"]), "cuda": _cuda("transpose_op")}, view=True,
 ))  # fmt: skip
 
 
@@ -278,11 +286,11 @@ register_op(OpDef(
     name="Concat", family=FAMILY, infer=_infer_concat,
     reference=lambda attrs, *xs: np.concatenate(xs, attrs["axis"]),
     grad=lambda node, dys: _split_like(_dy(dys), node.inputs, node.attrs["axis"]),
-    kernels={"cpu": lambda node, ctx: k.concat(node.attrs["axis"])},
+    kernels={"cpu": lambda node, ctx: k.concat(node.attrs["axis"]), "cuda": _cuda("concat_op")},
 ))  # fmt: skip
 register_op(OpDef(
     name="SplitLike", family=FAMILY, infer=_infer_split_like, reference=_ref_split_like, grad=_grad_split_like,
-    kernels={"cpu": lambda node, ctx: k.split_like(node.attrs["axis"])}, view=True,
+    kernels={"cpu": lambda node, ctx: k.split_like(node.attrs["axis"]), "cuda": _cuda("split_like_op")}, view=True,
 ))  # fmt: skip
 
 
@@ -365,13 +373,15 @@ register_op(OpDef(
     name="Slice", family=FAMILY, infer=_infer_slice,
     reference=lambda attrs, x: x[tuple(builtins.slice(b, None if s == -1 else b + s) for b, s in zip(attrs["begin"], attrs["size"]))],
     grad=_grad_slice,
-    kernels={"cpu": lambda node, ctx: k.slice_(node.attrs["begin"], node.attrs["size"])}, view=True,
+    kernels={"cpu": lambda node, ctx: k.slice_(node.attrs["begin"], node.attrs["size"]),
+             "cuda": _cuda("slice_op")}, view=True,
 ))  # fmt: skip
 register_op(OpDef(
     name="Pad", family=FAMILY, infer=_infer_pad,
     reference=lambda attrs, x: np.pad(x, attrs["paddings"], constant_values=attrs["constant_values"]),
     grad=_grad_pad,
-    kernels={"cpu": lambda node, ctx: k.pad(node.attrs["paddings"], node.attrs["constant_values"])},
+    kernels={"cpu": lambda node, ctx: k.pad(node.attrs["paddings"], node.attrs["constant_values"]),
+             "cuda": _cuda("pad_op")},
 ))  # fmt: skip
 
 
@@ -445,6 +455,11 @@ def _index(attrs: Attrs) -> tuple[Any, ...]:
     return tuple(key)
 
 
+def _cuda_indexed(name: str) -> KernelFactory:
+    """The CUDA kernel factory ``name``, given the NumPy index that the node's attrs encode."""
+    return lambda node, ctx: cuda_kernel("array", name, _index(node.attrs))(node, ctx)
+
+
 def _fmt_index(key: tuple[Any, ...]) -> str:
     """``[0, 1:3, ::-1, None]``: an index as the user wrote it."""
 
@@ -501,12 +516,14 @@ register_op(OpDef(
     name="StridedSlice", family=FAMILY, infer=_infer_strided_slice,
     reference=lambda attrs, x: np.array(x[_index(attrs)]),
     grad=lambda node, dys: [_strided_slice_grad(_dy(dys), node.inputs[0], node.attrs)],
-    kernels={"cpu": lambda node, ctx: k.strided_slice(_index(node.attrs))}, view=True,
+    kernels={"cpu": lambda node, ctx: k.strided_slice(_index(node.attrs)),
+             "cuda": _cuda_indexed("strided_slice_op")}, view=True,
 ))  # fmt: skip
 register_op(OpDef(
     name="StridedSliceGrad", family=FAMILY, infer=_infer_strided_slice_grad, reference=_ref_strided_slice_grad,
     grad=lambda node, dys: [apply("StridedSlice", [_dy(dys)], node.attrs, name="strided_slice"), None],
-    kernels={"cpu": lambda node, ctx: k.strided_slice_grad(_index(node.attrs))},
+    kernels={"cpu": lambda node, ctx: k.strided_slice_grad(_index(node.attrs)),
+             "cuda": _cuda_indexed("strided_slice_grad_op")},
 ))  # fmt: skip
 
 
@@ -649,17 +666,20 @@ register_op(OpDef(
     name="Gather", family=FAMILY, infer=_infer_gather,
     reference=lambda attrs, params, indices: np.take(params, indices, axis=attrs["axis"]),
     grad=lambda node, dys: [_scatter_add_like(_dy(dys), node.inputs[1], node.inputs[0], node.attrs["axis"]), None],
-    kernels={"cpu": lambda node, ctx: k.gather(node.attrs["axis"])},
+    kernels={"cpu": lambda node, ctx: k.gather(node.attrs["axis"]), "cuda": _cuda("gather_op")},
 ))  # fmt: skip
 register_op(OpDef(
     name="ScatterAddLike", family=FAMILY, infer=_infer_scatter_add_like, reference=_ref_scatter_add_like,
     grad=lambda node, dys: [gather(_dy(dys), node.inputs[1], node.attrs["axis"]), None, None],
-    kernels={"cpu": lambda node, ctx: k.scatter_add_like(node.attrs["axis"])},
+    kernels={"cpu": lambda node, ctx: k.scatter_add_like(node.attrs["axis"]), "cuda": _cuda("scatter_add_like_op")},
 ))  # fmt: skip
 register_op(OpDef(
     name="OneHot", family=FAMILY, infer=_infer_one_hot, reference=_ref_one_hot,
     grad=not_differentiable,  # a function of integer indices: nothing flows back
-    kernels={"cpu": lambda node, ctx: k.one_hot(*(node.attrs[a] for a in ("depth", "on_value", "off_value", "dtype")))},
+    kernels={
+        "cpu": lambda node, ctx: k.one_hot(*(node.attrs[a] for a in ("depth", "on_value", "off_value", "dtype"))),
+        "cuda": _cuda("one_hot_op"),
+    },
 ))  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from ..graph import Node, Tensor
 from ..kernels.cpu import conv as conv_kernels
 from ..kernels.cpu import pool as pool_kernels
 from ..kernels.cpu.conv import window
+from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, Shape, TensorSpec, register_op
 from ..shapes import fmt
 from .base import TensorLike, apply, as_tensor, check_fits, graph_of, require_float
@@ -213,17 +214,24 @@ def _conv_kernel(make: Any) -> Any:
 
 register_op(OpDef(
     name="Conv2D", family=FAMILY, infer=_infer_conv2d, reference=_ref_conv2d,
-    grad=_grad_conv2d, kernels={"cpu": _conv_kernel(conv_kernels.conv2d)},
+    grad=_grad_conv2d,
+    kernels={"cpu": _conv_kernel(conv_kernels.conv2d), "cuda": cuda_kernel("conv", "conv_op", "conv2d")},
 ))  # fmt: skip
 register_op(OpDef(
     name="Conv2DBackpropInput", family=FAMILY, infer=_infer_conv2d_backprop_input,
     reference=_ref_conv2d_backprop_input, grad=_grad_conv2d_backprop_input,
-    kernels={"cpu": _conv_kernel(conv_kernels.conv2d_input_grad)},
+    kernels={
+        "cpu": _conv_kernel(conv_kernels.conv2d_input_grad),
+        "cuda": cuda_kernel("conv", "conv_op", "conv2d_input_grad"),
+    },
 ))  # fmt: skip
 register_op(OpDef(
     name="Conv2DBackpropFilter", family=FAMILY, infer=_infer_conv2d_backprop_filter,
     reference=_ref_conv2d_backprop_filter, grad=_grad_conv2d_backprop_filter,
-    kernels={"cpu": _conv_kernel(conv_kernels.conv2d_filter_grad)},
+    kernels={
+        "cpu": _conv_kernel(conv_kernels.conv2d_filter_grad),
+        "cuda": cuda_kernel("conv", "conv_op", "conv2d_filter_grad"),
+    },
 ))  # fmt: skip
 
 
@@ -413,15 +421,19 @@ def _pool_kernel(make: Any) -> Any:
     return factory
 
 
-_POOLS: list[tuple[str, Any, Any, Any, Any]] = [
-    ("MaxPool",         _infer_pool,               _ref_max_pool,           _grad_max_pool,           _pool_kernel(pool_kernels.max_pool_forward)),
-    ("MaxPoolGrad",     _infer_pool_grad,          _ref_max_pool_grad,      _grad_max_pool_grad,      _pool_kernel(pool_kernels.max_pool_backprop)),
-    ("MaxPoolGradGrad", _infer_max_pool_grad_grad, _ref_max_pool_grad_grad, _grad_max_pool_grad_grad, _pool_kernel(pool_kernels.max_pool_backprop_backprop)),
-    ("AvgPool",         _infer_pool,               _ref_avg_pool,           _grad_avg_pool,           _pool_kernel(pool_kernels.avg_pool_forward)),
-    ("AvgPoolGrad",     _infer_pool_grad,          _ref_avg_pool_grad,      _grad_avg_pool_grad,      _pool_kernel(pool_kernels.avg_pool_backprop)),
+# name, shape rule, reference, gradient, CPU kernel, CUDA kernel (a function of kernels/cuda/conv.py)
+_POOLS: list[tuple[str, Any, Any, Any, Any, str]] = [
+    ("MaxPool",         _infer_pool,               _ref_max_pool,           _grad_max_pool,           pool_kernels.max_pool_forward,           "max_pool"),
+    ("MaxPoolGrad",     _infer_pool_grad,          _ref_max_pool_grad,      _grad_max_pool_grad,      pool_kernels.max_pool_backprop,          "max_pool_grad"),
+    ("MaxPoolGradGrad", _infer_max_pool_grad_grad, _ref_max_pool_grad_grad, _grad_max_pool_grad_grad, pool_kernels.max_pool_backprop_backprop, "max_pool_grad_grad"),
+    ("AvgPool",         _infer_pool,               _ref_avg_pool,           _grad_avg_pool,           pool_kernels.avg_pool_forward,           "avg_pool"),
+    ("AvgPoolGrad",     _infer_pool_grad,          _ref_avg_pool_grad,      _grad_avg_pool_grad,      pool_kernels.avg_pool_backprop,          "avg_pool_grad"),
 ]  # fmt: skip
-for _name, _infer, _ref, _grad, _factory in _POOLS:
-    register_op(OpDef(name=_name, family=FAMILY, infer=_infer, reference=_ref, grad=_grad, kernels={"cpu": _factory}))
+for _name, _infer, _ref, _grad, _cpu, _cuda in _POOLS:
+    register_op(OpDef(
+        name=_name, family=FAMILY, infer=_infer, reference=_ref, grad=_grad,
+        kernels={"cpu": _pool_kernel(_cpu), "cuda": cuda_kernel("conv", "pool_op", _cuda)},
+    ))  # fmt: skip
 
 
 def _pool(op: str, inputs: Sequence[TensorLike], ksize: Any, strides: Any, padding: Any, name: str) -> Tensor:

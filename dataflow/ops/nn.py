@@ -17,6 +17,7 @@ import numpy as np
 from ..dtypes import INTS, is_float
 from ..graph import Node, Tensor
 from ..kernels.cpu import nn as nnk
+from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, register_op
 from ..shapes import fmt, normalize_axes
 from .base import (
@@ -80,14 +81,16 @@ for _name, _kernel, _ref, _rule, _expr in _ACTIVATIONS:
         name=_name, family=FAMILY, infer=infer_float_unary,
         reference=lambda attrs, x, _f=_ref: _f(x).astype(x.dtype),
         grad=_one_upstream(_rule),
-        kernels={"cpu": elementwise_kernel(_kernel)}, elementwise=_expr,
+        kernels={"cpu": elementwise_kernel(_kernel), "cuda": cuda_kernel("nn", "activation_op", _name)},
+        elementwise=_expr,
     ))  # fmt: skip
 for _name, _kernel, _ref, _rule, _expr in _ACTIVATION_GRADS:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=_infer_activation_grad,
         reference=lambda attrs, g, y, _f=_ref: _f(g, y).astype(g.dtype),
         grad=_one_upstream(_rule),
-        kernels={"cpu": elementwise_kernel(_kernel)}, elementwise=_expr,
+        kernels={"cpu": elementwise_kernel(_kernel), "cuda": cuda_kernel("nn", "activation_op", _name)},
+        elementwise=_expr,
     ))  # fmt: skip
 
 
@@ -170,12 +173,12 @@ def _grad_log_softmax(node: Node, dys: Dys) -> Grads:
 
 register_op(OpDef(
     name="Softmax", family=FAMILY, infer=_infer_softmax, reference=_ref_softmax,
-    grad=_grad_softmax, kernels={"cpu": _softmax_kernel(log=False)},
+    grad=_grad_softmax, kernels={"cpu": _softmax_kernel(log=False), "cuda": cuda_kernel("nn", "softmax_op", False)},
 ))  # fmt: skip
 register_op(OpDef(
     name="LogSoftmax", family=FAMILY, infer=_infer_softmax,
     reference=lambda attrs, x: _ref_softmax(attrs, x, log=True),
-    grad=_grad_log_softmax, kernels={"cpu": _softmax_kernel(log=True)},
+    grad=_grad_log_softmax, kernels={"cpu": _softmax_kernel(log=True), "cuda": cuda_kernel("nn", "softmax_op", True)},
 ))  # fmt: skip
 
 
@@ -262,7 +265,8 @@ def _grad_xent(node: Node, dys: Dys) -> Grads:
 
 register_op(OpDef(
     name="SparseSoftmaxCrossEntropyWithLogits", family=FAMILY, infer=_infer_xent,
-    reference=_ref_xent, grad=_grad_xent, kernels={"cpu": _xent_kernel},
+    reference=_ref_xent, grad=_grad_xent,
+    kernels={"cpu": _xent_kernel, "cuda": cuda_kernel("nn", "sparse_softmax_xent_op")},
 ))  # fmt: skip
 
 
@@ -331,12 +335,13 @@ register_op(OpDef(
     name="BiasAdd", family=FAMILY, infer=_infer_bias_add,
     reference=lambda attrs, x, bias: x + bias,
     grad=lambda node, dys: [dys[0], bias_add_grad(dys[0])],
-    kernels={"cpu": _bias_add_kernel},
+    kernels={"cpu": _bias_add_kernel, "cuda": cuda_kernel("nn", "bias_add_op")},
 ))  # fmt: skip
 register_op(OpDef(
     name="BiasAddGrad", family=FAMILY, infer=_infer_bias_add_grad,
     reference=lambda attrs, dy: dy.reshape(-1, dy.shape[-1]).sum(axis=0).astype(dy.dtype),
-    grad=_grad_bias_add_grad, kernels={"cpu": _bias_add_grad_kernel},
+    grad=_grad_bias_add_grad,
+    kernels={"cpu": _bias_add_grad_kernel, "cuda": cuda_kernel("nn", "bias_add_grad_op")},
 ))  # fmt: skip
 
 
@@ -393,7 +398,7 @@ def _grad_dropout(node: Node, dys: Dys) -> Grads:
 
 register_op(OpDef(
     name="Dropout", family=FAMILY, infer=_infer_dropout, reference=_ref_dropout,
-    grad=_grad_dropout, kernels={"cpu": _dropout_kernel},
+    grad=_grad_dropout, kernels={"cpu": _dropout_kernel, "cuda": cuda_kernel("nn", "dropout_op")},
     stateful=True,  # a fresh mask each run: never constant-folded or deduplicated
 ))  # fmt: skip
 

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -176,19 +172,3 @@ def test_cpu_and_gpu_partitions_train_like_one_device() -> None:
             sess = cg.Session(m.graph)
         losses.append([float(sess.run([m.train_op, m.loss], {m.x: xb, m.y: yb})[1]) for _ in range(2)])
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
-
-
-@pytest.mark.slow
-def test_gpu_partitions_on_the_simulator() -> None:
-    """The plain run checks CPU+GPU partitions too, on Numba's CUDA simulator in a
-    subprocess (the simulator must be chosen before numba.cuda is imported)."""
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        pytest.skip("this process runs on the simulator: its cuda-marked tests run directly")
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rs", "-p", "no:cacheprovider", __file__]
-    proc = subprocess.run(
-        cmd, cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=600
-    )
-    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "1 passed" in summary and "skipped" not in summary, summary

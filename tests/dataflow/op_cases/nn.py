@@ -157,6 +157,13 @@ CASES = [
         id="several-blocks",
     ),
     OpCase(
+        "Conv2D",
+        lambda x, f: cg.conv2d(x, f),
+        [rand(2, 6, 6, 8, seed=86), rand(3, 3, 8, 8, seed=87)],
+        grad=False,
+        id="gpu-blocks",  # several thread blocks, small enough for the CUDA simulator
+    ),
+    OpCase(
         "Conv2DBackpropInput",
         lambda x, f, dy: cg.conv2d_backprop_input(x, f, dy),
         [rand(2, 5, 5, 3, seed=46), rand(3, 3, 3, 4, seed=47), rand(2, 5, 5, 4, seed=48)],
@@ -180,6 +187,13 @@ CASES = [
         id="stride2-several-blocks",
     ),
     OpCase(
+        "Conv2DBackpropInput",
+        lambda x, f, dy: cg.conv2d_backprop_input(x, f, dy, strides=2),
+        [rand(2, 8, 8, 4, seed=88), rand(3, 3, 4, 6, seed=89), rand(2, 4, 4, 6, seed=90)],
+        grad=False,
+        id="stride2-gpu-blocks",
+    ),
+    OpCase(
         "Conv2DBackpropFilter",
         lambda x, f, dy: cg.conv2d_backprop_filter(x, f, dy),
         [rand(2, 5, 5, 3, seed=55), rand(3, 3, 3, 4, seed=56), rand(2, 5, 5, 4, seed=57)],
@@ -201,6 +215,13 @@ CASES = [
         rtol=1e-4,
         atol=1e-3,
         id="several-blocks",
+    ),
+    OpCase(
+        "Conv2DBackpropFilter",
+        lambda x, f, dy: cg.conv2d_backprop_filter(x, f, dy, strides=2),
+        [rand(2, 6, 6, 8, seed=91), rand(3, 3, 8, 20, seed=92), rand(2, 3, 3, 20, seed=93)],
+        grad=False,
+        id="stride2-gpu-blocks",  # 5 x 2 tiles of the filter, 2 of the pixels
     ),
     # ------------------------------------------------------------------ pooling
     OpCase("MaxPool", lambda x: cg.max_pool(x, 2, 2), [rand(2, 4, 4, 3, seed=70)], id="valid-2x2"),

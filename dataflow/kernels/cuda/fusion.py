@@ -1,0 +1,134 @@
+"""Elementwise fusion on a GPU: a segment becomes one generated ``@cuda.jit`` kernel.
+
+The CUDA twin of ``dataflow/fusion.py``, which finds the segments and whose
+helpers this module reuses: the same scalar expressions (``OpDef.elementwise``),
+the same embedded constants, the same cast of every temporary to the segment's
+dtype, and the same rule for inputs (the output's shape or a single value;
+anything else runs the member kernels one by one). The kernel runs one thread
+per element over a grid-stride loop, so a launch of any size covers the
+output, and each thread reads a one-value input once, before its loop.
+
+``numba.cuda`` is imported when a kernel is compiled or launched, never when
+this module is imported (see ``kernels/cuda/__init__.py``): the executor
+imports this module for every plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from ...fusion import Key, Segment, _embeddable, _key, _literal, compile_loop
+from . import flat, launch
+
+
+def _host(value: Any) -> np.ndarray:
+    """A constant's value on the host: plans on a GPU hold constants as device arrays."""
+    return value.copy_to_host() if hasattr(value, "copy_to_host") else np.asarray(value)
+
+
+def kernel_source(
+    segment: Segment, constants: dict[Key, np.ndarray] | None = None, scalars: Sequence[bool] | None = None
+) -> str:
+    """Python source of the fused CUDA kernel: ``fused(n, out, x0, x1, ...)``.
+
+    ``constants`` (host arrays) and ``scalars`` mean what they mean for the CPU
+    loop (``fusion.loop_source``). ``tanh_`` is ``math.tanh``: the GPU has a
+    fast one, so the CPU loop's vectorisable approximation is not needed.
+    Division by zero gives inf: outside debug mode, Numba compiles CUDA kernels
+    with NumPy's error model.
+    """
+    constants = _embeddable(segment, constants or {})
+    dtype = segment.output.dtype
+    header = ["import math", "", "import numpy as np", "from numba import cuda", "", "tanh_ = math.tanh"]
+    header.append(f"DT = np.{dtype}")
+    dynamic = [t for t in segment.inputs() if _key(t) not in constants]
+    scalars = list(scalars) if scalars is not None else [False] * len(dynamic)
+    operand: dict[Key, str] = {}
+    prologue = []
+    for k, t in enumerate(segment.inputs()):
+        value = constants.get(_key(t))
+        if value is not None and value.size == 1:
+            operand[_key(t)] = _literal(value)
+        elif value is not None:
+            # A module-level array is a constant of the kernel (Numba puts it in constant memory).
+            header.append(f"C{k} = {_literal(value)}")
+            operand[_key(t)] = f"C{k}[i]"
+    for k, (t, scalar) in enumerate(zip(dynamic, scalars, strict=True)):
+        if scalar:
+            prologue.append(f"    v{k} = x{k}[0]")
+            operand[_key(t)] = f"v{k}"
+        else:
+            operand[_key(t)] = f"x{k}[i]"
+    params = "".join(f", x{k}" for k in range(len(dynamic)))
+    lines = [*header, "", "", "@cuda.jit(cache=True)", f"def fused(n, out{params}):"]
+    lines += prologue
+    lines.append("    for i in range(cuda.grid(1), n, cuda.gridsize(1)):")
+    for j, node in enumerate(segment.nodes):
+        operands = [operand[_key(t)] for t in node.inputs]
+        assert node.opdef.elementwise is not None
+        lines.append(f"        t{j} = DT({node.opdef.elementwise.format(*operands)})")
+        operand[_key(node.output(0))] = f"t{j}"
+    lines.append(f"        out[i] = t{len(segment.nodes) - 1}")
+    return "\n".join(lines) + "\n"
+
+
+def segment_kernel(
+    segment: Segment, node_kernels: Sequence[Callable[..., Any]], constants: dict[Key, Any] | None = None
+) -> Callable[..., Any]:
+    """The callable a CUDA plan runs for ``segment``: device arrays in, a fresh
+    device array out; the member kernels one by one when the inputs' shapes
+    need real broadcasting (or an input is not C-contiguous)."""
+    # Device constants small enough to embed: their host values go into the source,
+    # the device arrays stay for the op-by-op path.
+    embedded = _embeddable(segment, constants or {})
+    host = {k: _host(v) for k, v in embedded.items()}
+    inputs = segment.inputs()
+    dynamic = [t for t in inputs if _key(t) not in embedded]
+    # Embedded arrays are read at [i]: the output must have their shape.
+    required = {tuple(v.shape) for v in host.values() if v.size > 1}
+    kernels: dict[tuple[bool, ...], Any] = {}
+    dtype = np.dtype(segment.output.dtype)
+    members = list(zip(segment.nodes, node_kernels, strict=True))
+
+    def one_by_one(*xs: Any) -> Any:
+        env: dict[Key, Any] = dict(embedded)
+        env.update((_key(t), x) for t, x in zip(dynamic, xs, strict=True))
+        for node, kernel in members:
+            env[_key(node.output(0))] = kernel(*(env[_key(t)] for t in node.inputs))
+        return env[_key(segment.output)]
+
+    def run(*xs: Any) -> Any:
+        shapes = [*(tuple(x.shape) for x in xs), *required]
+        shape = max(shapes, key=lambda s: (math.prod(s), len(s))) if shapes else ()
+        if len(required) > 1 or (required and shape not in required):
+            return one_by_one(*xs)
+        args = []
+        pattern = []
+        for x in xs:
+            if tuple(x.shape) == shape and x.is_c_contiguous():
+                args.append(flat(x))
+                pattern.append(False)
+            elif x.size == 1 and x.ndim <= len(shape):
+                args.append(flat(x))
+                pattern.append(True)
+            else:
+                return one_by_one(*xs)
+        key = tuple(pattern)
+        kernel = kernels.get(key)
+        if kernel is None:
+            # compile_loop loads the source's `fused` from a file, so Numba can cache its code.
+            kernel = kernels[key] = cast(Any, compile_loop(kernel_source(segment, host, key)))
+        from numba import cuda
+
+        out = cuda.device_array(shape, dtype)
+        if out.size:
+            blocks, threads = launch(out.size)
+            kernel[blocks, threads](out.size, flat(out), *args)
+        return out
+
+    run.inputs = dynamic  # type: ignore[attr-defined]
+    return run
