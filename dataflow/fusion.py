@@ -146,7 +146,6 @@ def loop_source(
     ``error_model="numpy"`` gives x / 0 = inf (not an exception) without a
     branch per element.
     """
-    constants = _embeddable(segment, constants or {})
     dtype = segment.output.dtype
     # tanh_ is the vectorisable approximation for float32, libm's tanh for float64.
     tanh = (
@@ -154,17 +153,38 @@ def loop_source(
         if dtype == "float32"
         else "from math import tanh as tanh_"
     )
+    parts = loop_body(segment, constants, scalars)
     header = ["import math", "", "import numpy as np", "from numba import njit", "", tanh, "", f"DT = np.{dtype}"]
+    lines = [*header, *parts.constants, "", "", '@njit(nogil=True, cache=True, error_model="numpy")']
+    lines += [f"def fused(n, out{parts.params}):", *parts.prologue, "    for i in range(n):", *parts.body]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class LoopBody:
+    """The device-independent parts of a fused loop's source."""
+
+    constants: list[str]  # module-level "Ck = np.array(...)" lines
+    params: str  # ", x0, x1": the non-constant inputs
+    prologue: list[str]  # one-value inputs, read once before the loop
+    body: list[str]  # the loop body: one temporary per node, then the store
+
+
+def loop_body(
+    segment: Segment, constants: dict[Key, np.ndarray] | None = None, scalars: Sequence[bool] | None = None
+) -> LoopBody:
+    """What every fused loop of ``segment`` computes, for the CPU and CUDA sources to wrap."""
+    constants = _embeddable(segment, constants or {})
     dynamic = [t for t in segment.inputs() if _key(t) not in constants]
     scalars = list(scalars) if scalars is not None else [False] * len(dynamic)
     operand: dict[Key, str] = {}
-    prologue = []
+    defined, prologue = [], []
     for k, t in enumerate(segment.inputs()):
         value = constants.get(_key(t))
         if value is not None and value.size == 1:
             operand[_key(t)] = _literal(value)
         elif value is not None:
-            header.append(f"C{k} = {_literal(value)}")
+            defined.append(f"C{k} = {_literal(value)}")
             operand[_key(t)] = f"C{k}[i]"
     for k, (t, scalar) in enumerate(zip(dynamic, scalars, strict=True)):
         if scalar:
@@ -172,17 +192,14 @@ def loop_source(
             operand[_key(t)] = f"v{k}"
         else:
             operand[_key(t)] = f"x{k}[i]"
-    params = "".join(f", x{k}" for k in range(len(dynamic)))
-    lines = [*header, "", "", '@njit(nogil=True, cache=True, error_model="numpy")', f"def fused(n, out{params}):"]
-    lines += prologue
-    lines.append("    for i in range(n):")
+    body = []
     for j, node in enumerate(segment.nodes):
         operands = [operand[_key(t)] for t in node.inputs]
         assert node.opdef.elementwise is not None
-        lines.append(f"        t{j} = DT({node.opdef.elementwise.format(*operands)})")
+        body.append(f"        t{j} = DT({node.opdef.elementwise.format(*operands)})")
         operand[_key(node.output(0))] = f"t{j}"
-    lines.append(f"        out[i] = t{len(segment.nodes) - 1}")
-    return "\n".join(lines) + "\n"
+    body.append(f"        out[i] = t{len(segment.nodes) - 1}")
+    return LoopBody(defined, "".join(f", x{k}" for k in range(len(dynamic))), prologue, body)
 
 
 def _cache_dir() -> Path | None:

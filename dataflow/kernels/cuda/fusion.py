@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ...fusion import Key, Segment, _embeddable, _key, _literal, compile_loop
+from ...fusion import Key, Segment, _embeddable, _key, compile_loop, loop_body
 from . import flat, launch
 
 
@@ -41,38 +41,20 @@ def kernel_source(
     Division by zero gives inf: outside debug mode, Numba compiles CUDA kernels
     with NumPy's error model.
     """
-    constants = _embeddable(segment, constants or {})
     dtype = segment.output.dtype
-    header = ["import math", "", "import numpy as np", "from numba import cuda", "", "tanh_ = math.tanh"]
-    header.append(f"DT = np.{dtype}")
-    dynamic = [t for t in segment.inputs() if _key(t) not in constants]
-    scalars = list(scalars) if scalars is not None else [False] * len(dynamic)
-    operand: dict[Key, str] = {}
-    prologue = []
-    for k, t in enumerate(segment.inputs()):
-        value = constants.get(_key(t))
-        if value is not None and value.size == 1:
-            operand[_key(t)] = _literal(value)
-        elif value is not None:
-            # A module-level array is a constant of the kernel (Numba puts it in constant memory).
-            header.append(f"C{k} = {_literal(value)}")
-            operand[_key(t)] = f"C{k}[i]"
-    for k, (t, scalar) in enumerate(zip(dynamic, scalars, strict=True)):
-        if scalar:
-            prologue.append(f"    v{k} = x{k}[0]")
-            operand[_key(t)] = f"v{k}"
-        else:
-            operand[_key(t)] = f"x{k}[i]"
-    params = "".join(f", x{k}" for k in range(len(dynamic)))
-    lines = [*header, "", "", "@cuda.jit(cache=True)", f"def fused(n, out{params}):"]
-    lines += prologue
-    lines.append("    for i in range(cuda.grid(1), n, cuda.gridsize(1)):")
-    for j, node in enumerate(segment.nodes):
-        operands = [operand[_key(t)] for t in node.inputs]
-        assert node.opdef.elementwise is not None
-        lines.append(f"        t{j} = DT({node.opdef.elementwise.format(*operands)})")
-        operand[_key(node.output(0))] = f"t{j}"
-    lines.append(f"        out[i] = t{len(segment.nodes) - 1}")
+    parts = loop_body(segment, constants, scalars)
+    header = [
+        "import math",
+        "",
+        "import numpy as np",
+        "from numba import cuda",
+        "",
+        "tanh_ = math.tanh",
+        f"DT = np.{dtype}",
+    ]
+    # Module-level arrays are constants of the kernel (Numba puts them in constant memory).
+    lines = [*header, *parts.constants, "", "", "@cuda.jit(cache=True)", f"def fused(n, out{parts.params}):"]
+    lines += [*parts.prologue, "    for i in range(cuda.grid(1), n, cuda.gridsize(1)):", *parts.body]
     return "\n".join(lines) + "\n"
 
 
