@@ -172,3 +172,25 @@ def test_cpu_and_gpu_partitions_train_like_one_device() -> None:
             sess = cg.Session(m.graph)
         losses.append([float(sess.run([m.train_op, m.loss], {m.x: xb, m.y: yb})[1]) for _ in range(2)])
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
+
+
+@pytest.mark.cuda
+def test_mini_inception_on_two_ps_tasks_and_a_gpu_worker_trains_like_one_device() -> None:
+    """The devices issue's acceptance case. On the simulator it takes a few minutes
+    (every CUDA thread is a Python thread), so the batch is two images."""
+    devices = ["/job:ps/task:0/device:cpu:0", "/job:ps/task:1/device:cpu:0", WORKER, GPU]
+    rng = np.random.default_rng(0)
+    xb, yb = rng.random((2, 8, 8, 1), dtype=np.float32), np.array([1, 7], np.int32)
+    losses = []
+    for partitioned in (False, True):
+        m = models.mini_inception(optimizer=cg.optim.SGD(0.1))
+        if partitioned:
+            placement = cg.placement.place(m.graph, devices)
+            load = placement.ps_load_bytes()
+            assert max(load.values()) <= 1.1 * min(load.values())
+            assert sum(1 for d in placement.device_of.values() if d == GPU) > len(placement.device_of) // 2
+            sess = cg.PartitionedSession(m.graph, placement, timeout=600)
+        else:
+            sess = cg.Session(m.graph)
+        losses.append([float(sess.run([m.train_op, m.loss], {m.x: xb, m.y: yb})[1]) for _ in range(2)])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
