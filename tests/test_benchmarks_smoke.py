@@ -23,7 +23,16 @@ CASES = {
     ),
     "op_overhead": (
         ["op_overhead.py"],
-        ["cellgraph_us", "cellgraph_run_us", "torch_us", "numpy_us", "ratio", "threads"],
+        [
+            "cellgraph_us",
+            "cellgraph_run_us",
+            "cellgraph_fused_us",
+            "torch_us",
+            "numpy_us",
+            "ratio",
+            "ratio_fused",
+            "threads",
+        ],
     ),
     "train_step_mlp": (
         ["train_step.py", "--model", "mlp"],
