@@ -5,8 +5,8 @@ nodes in topological order, each calling the kernel bound to it, with every
 intermediate released right after its last use (so memory follows liveness).
 Interpreting a node list costs a dict lookup and a loop iteration per node;
 generated code costs only the kernel call. Runs of elementwise ops are fused
-into one Numba loop (``fusion.py``), and constants are computed once, when the
-plan is built.
+into one generated loop (``fusion.py``: a Numba loop on the CPU, a CUDA kernel
+on a GPU), and constants are computed once, when the plan is built.
 """
 
 from __future__ import annotations
