@@ -103,9 +103,9 @@ def _check(node: Node, i: int, x: Tensor, gx: Tensor) -> None:
 
 def _between(ys: list[Tensor], xs: list[Tensor]) -> list[Node]:
     """Nodes on some path from an x to a y, in topological order."""
-    from .executor import _schedule
+    from .executor import schedule
 
-    upstream = _schedule(ys, [], [])
+    upstream = schedule(ys, [], [])
     reaches: set[int] = {id(x.node) for x in xs}
     on_path: list[Node] = []
     for node in upstream:  # inputs come first, so one forward sweep suffices

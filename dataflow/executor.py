@@ -62,7 +62,7 @@ class Plan:
         self.graph = graph
         self.fetches = list(fetches)
         self.feeds = list(feeds)
-        self.order = _schedule(self.fetches, list(targets), self.feeds)
+        self.order = schedule(self.fetches, list(targets), self.feeds)
         if ranks is not None:
             # A partition follows the whole graph's order (see Partitioned.ranks);
             # the sort is stable and the ranks respect every edge, so the order
@@ -212,7 +212,7 @@ def _bind(node: Node, ctx: KernelContext, device: str) -> Callable[..., Any]:
     return factory(node, ctx)
 
 
-def _schedule(fetches: list[Tensor], targets: list[Node], feeds: list[Tensor]) -> list[Node]:
+def schedule(fetches: list[Tensor], targets: list[Node], feeds: list[Tensor]) -> list[Node]:
     """Nodes the fetches and targets need, inputs first; fed tensors cut the graph."""
     fed = {(id(t.node), t.index) for t in feeds}
     order: list[Node] = []

@@ -20,9 +20,9 @@ from .ops.state import assign_add, constant, group, variable
 
 
 def _trainable_inputs(loss: Tensor) -> list[Tensor]:
-    from .executor import _schedule
+    from .executor import schedule
 
-    return [n.output(0) for n in _schedule([loss], [], []) if n.op == "Variable" and n.attrs.get("trainable", True)]
+    return [n.output(0) for n in schedule([loss], [], []) if n.op == "Variable" and n.attrs.get("trainable", True)]
 
 
 class Optimizer:

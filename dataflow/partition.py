@@ -93,7 +93,7 @@ def partition(graph: Graph, placement: Any, timeout: float = transfer.DEFAULT_TI
     >>> sorted(n.op for n in parts.graphs[ps].nodes)
     ['Send', 'Variable']
     """
-    from .executor import _schedule
+    from .executor import schedule
 
     device_of = _devices_of(graph, placement)
     graphs: dict[str, Graph] = {d: Graph() for d in dict.fromkeys(device_of.values())}
@@ -129,7 +129,7 @@ def partition(graph: Graph, placement: Any, timeout: float = transfer.DEFAULT_TI
         return edge.recv.node
 
     everything = [n for n in graph.nodes]
-    for node in _schedule([], everything, []):
+    for node in schedule([], everything, []):
         dst = device_of[node.name]
         g = graphs[dst]
         inputs = [local(t, dst, node.name) for t in node.inputs]

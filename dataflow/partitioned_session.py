@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from .devices import KERNEL_KEY, DeviceSpec
-from .errors import ExecutionError, GraphError
-from .executor import Plan, _schedule
+from .errors import ExecutionError
+from .executor import Plan, schedule
 from .graph import Graph, Node, Tensor
 from .ops.transfer import DEFAULT_TIMEOUT_S
 from .partition import Partitioned, partition
-from .session import _convert_feed, _flatten
+from .session import convert_feed, feed_tensor, flatten_fetches, resolve_fetch
 from .transport import InProcessTransport
 from .variables import VariableStore
 
@@ -68,10 +68,10 @@ class PartitionedSession:
             self.parts = partition(self.graph, self.placement, self.timeout)
             self._plans.clear()
         flat: list[Any] = []
-        rebuild = _flatten(fetches, flat)
-        resolved = [self._resolve(f) for f in flat]
-        feeds = {self._tensor(k): v for k, v in (feed_dict or {}).items()}
-        values = {t.name: _convert_feed(t, v) for t, v in feeds.items()}
+        rebuild = flatten_fetches(fetches, flat)
+        resolved = [resolve_fetch(self.graph, f) for f in flat]
+        feeds = {feed_tensor(self.graph, k): v for k, v in (feed_dict or {}).items()}
+        values = {t.name: convert_feed(t, v) for t, v in feeds.items()}
         plans = self._plans_for(resolved, list(feeds))
         results = self._run_all(plans, values)
         out: list[Any] = []
@@ -90,7 +90,7 @@ class PartitionedSession:
         parts = self.parts
         tensors = [r for r in resolved if isinstance(r, Tensor)]
         targets = [r for r in resolved if isinstance(r, Node)]
-        whole = _schedule(tensors, targets, feeds)
+        whole = schedule(tensors, targets, feeds)
         needed = {n.name for n in whole}
         ranks = parts.ranks(whole)
         plans: dict[str, Plan] = {}
@@ -149,16 +149,3 @@ class PartitionedSession:
             failed, first = errors[0]
             raise ExecutionError(f"the partition on {failed} failed: {first}") from first
         return results
-
-    def _resolve(self, fetch: Any) -> Tensor | Node:
-        if isinstance(fetch, str):
-            return self.graph.tensor(fetch) if ":" in fetch else self.graph.node(fetch)
-        if isinstance(fetch, (Tensor, Node)) and fetch in self.graph:
-            return fetch
-        raise GraphError(f"cannot fetch {fetch!r}: fetch a Tensor, a node, or a name of this session's graph")
-
-    def _tensor(self, key: Tensor | str) -> Tensor:
-        t = self.graph.tensor(key) if isinstance(key, str) else key
-        if not isinstance(t, Tensor) or t not in self.graph:
-            raise GraphError(f"feed {key!r} is not a tensor of this session's graph")
-        return t

@@ -44,14 +44,14 @@ class Session:
         feed is checked before any kernel runs, so a bad feed changes nothing.
         """
         flat: list[Fetch] = []
-        rebuild = _flatten(fetches, flat)
+        rebuild = flatten_fetches(fetches, flat)
         feeds = dict(feed_dict or {})
-        feed_tensors = sorted((self._tensor(k, "feed") for k in feeds), key=lambda t: t.name)
-        by_tensor = {self._tensor(k, "feed"): v for k, v in feeds.items()}
-        values = [_convert_feed(t, by_tensor[t]) for t in feed_tensors]
+        feed_tensors = sorted((feed_tensor(self.graph, k) for k in feeds), key=lambda t: t.name)
+        by_tensor = {feed_tensor(self.graph, k): v for k, v in feeds.items()}
+        values = [convert_feed(t, by_tensor[t]) for t in feed_tensors]
         plan = self._plan(flat, feed_tensors)
         results = iter(plan(*values))
-        out = [None if isinstance(self._resolve(f), Node) else next(results) for f in flat]
+        out = [None if isinstance(resolve_fetch(self.graph, f), Node) else next(results) for f in flat]
         return rebuild(iter(out))
 
     def make_callable(
@@ -59,7 +59,7 @@ class Session:
     ) -> Callable[..., tuple[Any, ...]]:
         """A function of the feed arrays (in ``feed_list`` order) returning the fetched
         tensors, skipping ``run``'s per-call checks; for tight training loops."""
-        feeds = [self._tensor(t, "feed") for t in feed_list]
+        feeds = [feed_tensor(self.graph, t) for t in feed_list]
         return self._plan(list(fetches), feeds, sort=False)
 
     def variable_values(self) -> dict[str, np.ndarray]:
@@ -67,7 +67,7 @@ class Session:
         return {n.name: self.variables.value(n).copy() for n in self.graph.variables()}
 
     def _plan(self, flat: Sequence[Fetch], feeds: Sequence[Tensor], sort: bool = True) -> Plan:
-        resolved = [self._resolve(f) for f in flat]
+        resolved = [resolve_fetch(self.graph, f) for f in flat]
         tensors = [r for r in resolved if isinstance(r, Tensor)]
         targets = [r for r in resolved if isinstance(r, Node)]
         key = (self.graph.version, tuple(id(r) for r in resolved), tuple(id(t) for t in feeds))
@@ -78,30 +78,31 @@ class Session:
             plan = self._plans[key] = Plan(self.graph, tensors, targets, feeds, self.variables, fuse=self.fuse)
         return plan
 
-    def _resolve(self, fetch: Fetch) -> Tensor | Node:
-        if isinstance(fetch, str):
-            return self.graph.tensor(fetch) if ":" in fetch else self.graph.node(fetch)
-        if isinstance(fetch, (Tensor, Node)):
-            if fetch not in self.graph:
-                name = fetch.name
-                raise GraphError(
-                    f"fetch {name!r} is not in this session's graph (another graph, or its cell was re-run)"
-                )
-            return fetch
-        raise GraphError(f"cannot fetch {fetch!r}: fetch a Tensor, a node, or a name")
 
-    def _tensor(self, key: Tensor | str, role: str) -> Tensor:
-        t = self.graph.tensor(key) if isinstance(key, str) else key
-        if not isinstance(t, Tensor):
-            raise GraphError(f"{role} key {key!r} is not a Tensor")
-        if t not in self.graph:
+def resolve_fetch(graph: Graph, fetch: Fetch) -> Tensor | Node:
+    """The tensor or node of ``graph`` that ``fetch`` (a handle or a name) means."""
+    if isinstance(fetch, str):
+        return graph.tensor(fetch) if ":" in fetch else graph.node(fetch)
+    if isinstance(fetch, (Tensor, Node)):
+        if fetch not in graph:
             raise GraphError(
-                f"{role} {t.name!r} is not in this session's graph (another graph, or its cell was re-run)"
+                f"fetch {fetch.name!r} is not in this session's graph (another graph, or its cell was re-run)"
             )
-        return t
+        return fetch
+    raise GraphError(f"cannot fetch {fetch!r}: fetch a Tensor, a node, or a name")
 
 
-def _convert_feed(t: Tensor, value: Any) -> np.ndarray:
+def feed_tensor(graph: Graph, key: Tensor | str) -> Tensor:
+    """The tensor of ``graph`` that feed key ``key`` (a handle or a name) means."""
+    t = graph.tensor(key) if isinstance(key, str) else key
+    if not isinstance(t, Tensor):
+        raise GraphError(f"feed key {key!r} is not a Tensor")
+    if t not in graph:
+        raise GraphError(f"feed {t.name!r} is not in this session's graph (another graph, or its cell was re-run)")
+    return t
+
+
+def convert_feed(t: Tensor, value: Any) -> np.ndarray:
     array = np.asarray(value)
     if array.dtype != t.dtype:
         if not np.can_cast(array.dtype, t.dtype, "same_kind"):
@@ -112,14 +113,14 @@ def _convert_feed(t: Tensor, value: Any) -> np.ndarray:
     return array
 
 
-def _flatten(fetches: Any, flat: list[Fetch]) -> Callable[[Iterator[Any]], Any]:
+def flatten_fetches(fetches: Any, flat: list[Fetch]) -> Callable[[Iterator[Any]], Any]:
     """Collect the leaves of a fetch structure; return how to rebuild it from results."""
     if isinstance(fetches, (list, tuple)):
-        parts = [_flatten(f, flat) for f in fetches]
+        parts = [flatten_fetches(f, flat) for f in fetches]
         kind = list if isinstance(fetches, list) else tuple
         return lambda it: kind(part(it) for part in parts)
     if isinstance(fetches, Mapping):
-        keyed = [(k, _flatten(v, flat)) for k, v in fetches.items()]
+        keyed = [(k, flatten_fetches(v, flat)) for k, v in fetches.items()]
         return lambda it: {k: part(it) for k, part in keyed}
     flat.append(fetches)
     return lambda it: next(it)

@@ -194,3 +194,24 @@ def test_mini_inception_on_two_ps_tasks_and_a_gpu_worker_trains_like_one_device(
             sess = cg.Session(m.graph)
         losses.append([float(sess.run([m.train_op, m.loss], {m.x: xb, m.y: yb})[1]) for _ in range(2)])
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
+
+
+def test_bad_fetches_and_feeds_are_rejected_as_in_a_session() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable([1.0], name="w")
+        x = cg.placeholder((1,), name="x")
+        step = cg.assign_add(w, x)
+    other = cg.Graph()
+    with other.as_default():
+        z = cg.placeholder((1,), name="z")
+    sess = cg.PartitionedSession(g, {"w": PS, "assign_add": PS, "x": WORKER})
+    with pytest.raises(cg.GraphError, match=r"fetch 'z:0' is not in this session's graph"):
+        sess.run(z)
+    with pytest.raises(cg.GraphError, match=r"cannot fetch 42: fetch a Tensor, a node, or a name"):
+        sess.run(42)
+    with pytest.raises(cg.GraphError, match=r"feed 'z:0' is not in this session's graph"):
+        sess.run(step, {z: [1.0]})
+    with pytest.raises(cg.ShapeError, match=r"feed for 'x:0' has shape \(2,\), expected \(1,\)"):
+        sess.run(step, {x: [1.0, 2.0]})
+    np.testing.assert_array_equal(sess.run(w), [1.0])  # nothing rejected changed the variable
