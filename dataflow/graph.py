@@ -426,9 +426,6 @@ class Graph:
                     self._cell_run.new.remove(node)
             raise
 
-    def consumers(self, node: Node) -> list[Node]:
-        return [n for n in self._nodes.values() if any(t.node is node for t in n.inputs)]
-
 
 def _fmt(shape: Shape) -> str:
     from .shapes import fmt

@@ -28,14 +28,6 @@ class VariableStore:
             self._specs[node.name] = spec
         return self._values[node.name]
 
-    def reset(self, node: Node) -> None:
-        self._specs.pop(node.name, None)
-        self._values.pop(node.name, None)
-
-    def snapshot(self) -> dict[str, np.ndarray]:
-        """A copy of every initialised value, by variable name."""
-        return {name: value.copy() for name, value in self._values.items()}
-
     def load(self, node: Node, value: np.ndarray) -> None:
         target = self.value(node)
         target[...] = value
