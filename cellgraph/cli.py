@@ -55,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
     demo.add_argument("--check", action="store_true", help="exit 1 when an accuracy target is missed")
     demo.set_defaults(run=_demo)
+    from cellgraph.cluster.ps import command as ps_command
+
+    ps_command.add_parser(commands)
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)

@@ -41,15 +41,16 @@ from .shapes import fmt
 GRAPHDEF_VERSION = 1
 MIN_CONSUMER = 1
 
-_DTYPE_ENUM: dict[str, tensor_pb2.DataType.ValueType] = {
+# DataType enum of each cellgraph dtype name, and back; the parameter service uses them too.
+DTYPE_ENUM: dict[str, tensor_pb2.DataType.ValueType] = {
     "float32": tensor_pb2.DT_FLOAT32,
     "float64": tensor_pb2.DT_FLOAT64,
     "int32": tensor_pb2.DT_INT32,
     "int64": tensor_pb2.DT_INT64,
     "bool": tensor_pb2.DT_BOOL,
 }
-_DTYPE_NAME = {enum: name for name, enum in _DTYPE_ENUM.items()}
-assert set(_DTYPE_ENUM) == set(DTYPES), "every cellgraph dtype needs a DataType in protos/tensor.proto"
+DTYPE_NAME = {enum: name for name, enum in DTYPE_ENUM.items()}
+assert set(DTYPE_ENUM) == set(DTYPES), "every cellgraph dtype needs a DataType in protos/tensor.proto"
 
 _INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
@@ -59,16 +60,16 @@ _SUPPORTED = "bool, int, float, str, None, numpy.ndarray, and tuples or lists of
 # ------------------------------------------------------------------ tensors
 def _dtype_enum(dtype: np.dtype[Any]) -> tensor_pb2.DataType.ValueType:
     try:
-        return _DTYPE_ENUM[dtype.name]
+        return DTYPE_ENUM[dtype.name]
     except KeyError:
-        raise DTypeError(f"unsupported dtype {dtype.name}; a TensorProto holds {', '.join(_DTYPE_ENUM)}") from None
+        raise DTypeError(f"unsupported dtype {dtype.name}; a TensorProto holds {', '.join(DTYPE_ENUM)}") from None
 
 
 def _dtype_name(enum: int) -> str:
     try:
-        return _DTYPE_NAME[enum]  # type: ignore[index]
+        return DTYPE_NAME[enum]  # type: ignore[index]
     except KeyError:
-        known = ", ".join(f"{tensor_pb2.DataType.Name(e)} ({name})" for name, e in _DTYPE_ENUM.items())
+        known = ", ".join(f"{tensor_pb2.DataType.Name(e)} ({name})" for name, e in DTYPE_ENUM.items())
         raise GraphError(f"DataType {enum} is not a tensor dtype; expected one of {known}") from None
 
 
@@ -103,7 +104,7 @@ def from_tensor_proto(proto: tensor_pb2.TensorProto) -> np.ndarray:
 
 def _spec_to_proto(spec: TensorSpec) -> tensor_pb2.TensorSpecProto:
     dims = [-1 if d is None else d for d in spec.shape]
-    return tensor_pb2.TensorSpecProto(dtype=_DTYPE_ENUM[spec.dtype], shape=tensor_pb2.TensorShapeProto(dim=dims))
+    return tensor_pb2.TensorSpecProto(dtype=DTYPE_ENUM[spec.dtype], shape=tensor_pb2.TensorShapeProto(dim=dims))
 
 
 def _spec_from_proto(proto: tensor_pb2.TensorSpecProto, where: str) -> TensorSpec:

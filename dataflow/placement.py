@@ -107,7 +107,7 @@ class Placement:
 
 # ----------------------------------------------------------- PS strategies
 @dataclass
-class _Item:
+class PsItem:
     """One unit of PS load: a variable (or one partition of it) with its slots."""
 
     variable: str
@@ -119,10 +119,10 @@ class _Item:
 # A strategy puts each item on a ps device, given the load already there, and
 # returns the devices in item order. Partitions of one variable must land on
 # different devices.
-Strategy = Callable[[list[_Item], list[str], dict[str, int]], list[str]]
+Strategy = Callable[[list[PsItem], list[str], dict[str, int]], list[str]]
 
 
-def _greedy(items: list[_Item], ps: list[str], load: dict[str, int]) -> list[str]:
+def greedy_by_bytes(items: list[PsItem], ps: list[str], load: dict[str, int]) -> list[str]:
     chosen: dict[int, str] = {}
     taken: dict[str, set[str]] = {}
     for i in sorted(range(len(items)), key=lambda i: (-items[i].nbytes, items[i].order, items[i].part)):
@@ -135,7 +135,7 @@ def _greedy(items: list[_Item], ps: list[str], load: dict[str, int]) -> list[str
     return [chosen[i] for i in range(len(items))]
 
 
-def _round_robin(items: list[_Item], ps: list[str], load: dict[str, int]) -> list[str]:
+def round_robin(items: list[PsItem], ps: list[str], load: dict[str, int]) -> list[str]:
     """TensorFlow's ``replica_device_setter``: the next task in graph order, whatever its load."""
     result = [""] * len(items)
     for turn, i in enumerate(sorted(range(len(items)), key=lambda i: (items[i].order, items[i].part))):
@@ -144,7 +144,7 @@ def _round_robin(items: list[_Item], ps: list[str], load: dict[str, int]) -> lis
     return result
 
 
-STRATEGIES: dict[str, Strategy] = {"greedy": _greedy, "round_robin": _round_robin}
+STRATEGIES: dict[str, Strategy] = {"greedy": greedy_by_bytes, "round_robin": round_robin}
 
 
 # ------------------------------------------------------------------ place
@@ -361,7 +361,7 @@ class _Placer:
         if threshold is None:
             threshold = max(1, sum(_nbytes(v) for v in variables if v.name not in self.slot_of) // len(self.ps))
 
-        items: list[_Item] = []
+        items: list[PsItem] = []
         cuts: dict[str, list[tuple[int, int]]] = {}
         for order, var in enumerate(owners):
             shape = var.specs[0].shape
@@ -369,7 +369,7 @@ class _Placer:
             nbytes = _nbytes(var)
             if nbytes > threshold and len(self.ps) > 1 and rows and rows > 1:
                 count = min(len(self.ps), rows, max(2, math.ceil(nbytes / threshold)))
-                cuts[var.name] = _row_ranges(rows, count)
+                cuts[var.name] = row_ranges(rows, count)
                 for part, (start, stop) in enumerate(cuts[var.name]):
                     share = sum(
                         _nbytes(s) * (stop - start) // rows
@@ -377,10 +377,10 @@ class _Placer:
                         else (_nbytes(s) if part == 0 else 0)
                         for s in [var, *slots.get(var.name, [])]
                     )
-                    items.append(_Item(var.name, part, share, order))
+                    items.append(PsItem(var.name, part, share, order))
             else:
                 total = nbytes + sum(_nbytes(s) for s in slots.get(var.name, []))
-                items.append(_Item(var.name, 0, total, order))
+                items.append(PsItem(var.name, 0, total, order))
 
         chosen = strategy(items, self.ps, load)
         by_var: dict[str, list[str]] = {}
@@ -460,7 +460,7 @@ class _Placer:
         )
 
 
-def _row_ranges(rows: int, count: int) -> list[tuple[int, int]]:
+def row_ranges(rows: int, count: int) -> list[tuple[int, int]]:
     """``count`` contiguous row ranges covering ``0:rows``, sizes differing by at most one."""
     base, extra = divmod(rows, count)
     out, start = [], 0
@@ -471,4 +471,4 @@ def _row_ranges(rows: int, count: int) -> list[tuple[int, int]]:
     return out
 
 
-__all__ = ["STRATEGIES", "Placement", "place"]
+__all__ = ["STRATEGIES", "Placement", "PsItem", "greedy_by_bytes", "place", "row_ranges"]

@@ -9,11 +9,12 @@ import pkgutil
 import pytest
 
 import cellgraph
+import cellgraph.cluster
 import cellgraph.dataflow
 
 # The subpackages live in their own folders (pyproject's package-dir), so each
 # is walked from its own path.
-PACKAGES = [cellgraph, cellgraph.dataflow]
+PACKAGES = [cellgraph, cellgraph.dataflow, cellgraph.cluster]
 SKIP = ("cellgraph.__main__", "_pb2", "_pb2_grpc", ".kernels.cuda")
 MODULES = sorted(
     info.name

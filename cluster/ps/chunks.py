@@ -1,0 +1,185 @@
+"""Tensors as streams of chunks, and the checks that put them back together.
+
+gRPC caps a message at 4 MiB by default. Rather than raising the cap (as
+TensorFlow did, to 2 GiB), every tensor travels as ``TensorChunk`` messages of
+at most ``MAX_CHUNK_BYTES`` of content, each naming its tensor, dtype, whole
+shape and byte offset. The receiver preallocates the whole array and writes
+each chunk straight into it, checking as it goes that the chunks agree with
+the expected dtype and shape, stay inside the tensor, never overlap, and in
+the end leave no gap.
+
+Examples
+--------
+>>> import numpy as np
+>>> from cellgraph.cluster.ps.config import VariableSpec
+>>> w = np.arange(10, dtype=np.float32)
+>>> chunks = list(tensor_chunks("w", w, max_bytes=16))
+>>> len(chunks)
+3
+>>> whole = TensorAssembler(VariableSpec("w", w.dtype, w.shape))
+>>> for chunk in chunks:
+...     whole.add(chunk)
+>>> bool((whole.finish() == w).all())
+True
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import numpy as np
+
+from cellgraph.dataflow.graphdef import DTYPE_ENUM, DTYPE_NAME
+from cellgraph.dataflow.shapes import fmt
+from cellgraph.protos import tensor_pb2
+
+from ..errors import ParameterServerError
+from .config import VariableSpec
+
+# Content bytes per chunk: 4 MiB less room for the chunk's other fields and the
+# message that wraps it, so that every message fits gRPC's default limit.
+MAX_CHUNK_BYTES = 4 * 1024 * 1024 - 4096
+
+M = TypeVar("M", bound=Any)
+
+
+def dtype_enum(dtype: np.dtype) -> int:
+    """The ``DataType`` of a NumPy dtype the parameter service can hold."""
+    try:
+        return int(DTYPE_ENUM[dtype.name])
+    except KeyError:
+        raise ParameterServerError(
+            f"dtype {dtype.name} cannot travel as a tensor; known: {', '.join(DTYPE_ENUM)}", "INVALID_ARGUMENT"
+        ) from None
+
+
+def dtype_of(enum: int, where: str) -> np.dtype:
+    """The NumPy dtype of a ``DataType`` read off the wire; ``where`` says which message had it."""
+    try:
+        return np.dtype(DTYPE_NAME[enum])  # type: ignore[index]
+    except KeyError:
+        known = ", ".join(tensor_pb2.DataType.Name(e) for e in DTYPE_ENUM.values())
+        raise ParameterServerError(
+            f"{where}: DataType {enum} is not a tensor dtype; known: {known}", "INVALID_ARGUMENT"
+        ) from None
+
+
+def byte_view(array: np.ndarray) -> np.ndarray:
+    """The flat ``uint8`` view of a C-contiguous array (the wire's little-endian bytes on this host)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def tensor_chunks(
+    name: str, array: np.ndarray, max_bytes: int = MAX_CHUNK_BYTES, make: Callable[[], M] | None = None
+) -> Iterator[M]:
+    """Split ``array`` into chunks of at most ``max_bytes`` of content (one empty chunk for an empty array).
+
+    Each chunk is the ``chunk`` field of a new ``make()`` message (a
+    ``PullMessage``, a ``PushMessage``, ...), or a bare ``TensorChunk`` when
+    ``make`` is None. The chunk is filled in place: building a message with a
+    chunk passed to its constructor costs a copy of the content, and for 4 MiB
+    chunks that copy was most of a pull's time.
+    """
+    if max_bytes < 1:
+        raise ParameterServerError(f"max_bytes must be positive, got {max_bytes}", "INVALID_ARGUMENT")
+    raw = byte_view(array)
+    dtype = dtype_enum(array.dtype)
+    offsets = range(0, raw.size, max_bytes) if raw.size else range(1)
+    for offset in offsets:
+        message = make() if make is not None else tensor_pb2.TensorChunk()
+        chunk = message.chunk if make is not None else message  # type: ignore[attr-defined]
+        chunk.name, chunk.dtype, chunk.offset = name, dtype, offset
+        # Only the first chunk needs the shape, but every chunk carries it so
+        # that each can be checked on its own; it is a few bytes.
+        chunk.shape.dim.extend(array.shape)
+        chunk.content = raw[offset : offset + max_bytes].tobytes()
+        yield message  # type: ignore[misc]
+
+
+class TensorAssembler:
+    """Receives the chunks of one tensor of a known spec into a preallocated array.
+
+    Parameters
+    ----------
+    spec
+        The tensor expected: its name, dtype and shape. Chunks that disagree
+        are refused before a byte of them is written.
+    what
+        How messages name the tensor, e.g. ``"gradient for 'w'"``.
+    out
+        Where to write: a C-contiguous array of the spec's dtype and shape (a
+        client passes the rows of the whole variable that this piece covers).
+        A new array by default.
+    """
+
+    def __init__(self, spec: VariableSpec, what: str | None = None, out: np.ndarray | None = None) -> None:
+        self.spec = spec
+        self.what = what or f"tensor '{spec.name}'"
+        if out is None:
+            out = np.empty(spec.shape, dtype=spec.dtype)
+        elif out.shape != spec.shape or out.dtype != spec.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {spec.dtype.name} array of shape {fmt(spec.shape)}")
+        self.array = out
+        self._bytes = byte_view(self.array)
+        # Received byte ranges, sorted by start; they never overlap.
+        self._starts: list[int] = []
+        self._stops: list[int] = []
+        self.received = 0
+
+    def add(self, chunk: tensor_pb2.TensorChunk) -> None:
+        """Check ``chunk`` against the spec and the chunks so far, then write it in place."""
+        spec, what = self.spec, self.what
+        dtype = dtype_of(chunk.dtype, f"chunk of {what}")
+        if dtype != spec.dtype:
+            raise ParameterServerError(
+                f"chunk of {what} is {dtype.name}, the variable is {spec.dtype.name}", "INVALID_ARGUMENT"
+            )
+        shape = tuple(chunk.shape.dim)
+        if shape != spec.shape:
+            raise ParameterServerError(
+                f"chunk of {what} says shape {fmt(shape)}, the variable's is {fmt(spec.shape)}", "INVALID_ARGUMENT"
+            )
+        start, size, total = chunk.offset, len(chunk.content), self._bytes.size
+        stop = start + size
+        if start < 0 or stop > total:
+            raise ParameterServerError(
+                f"chunk of {what} at bytes [{start}, {stop}) runs outside the tensor's {total} bytes",
+                "INVALID_ARGUMENT",
+            )
+        where = bisect.bisect_right(self._starts, start)
+        before = where - 1
+        if before >= 0 and self._stops[before] > start or where < len(self._starts) and self._starts[where] < stop:
+            hit = before if before >= 0 and self._stops[before] > start else where
+            raise ParameterServerError(
+                f"chunk of {what} at bytes [{start}, {stop}) overlaps bytes "
+                f"[{self._starts[hit]}, {self._stops[hit]}) already received",
+                "INVALID_ARGUMENT",
+            )
+        if size:
+            self._bytes[start:stop] = np.frombuffer(chunk.content, dtype=np.uint8)
+            self._starts.insert(where, start)
+            self._stops.insert(where, stop)
+        self.received += size
+
+    def missing(self) -> list[tuple[int, int]]:
+        """The byte ranges not received yet."""
+        gaps, at = [], 0
+        for start, stop in zip(self._starts, self._stops):
+            if start > at:
+                gaps.append((at, start))
+            at = stop
+        if at < self._bytes.size:
+            gaps.append((at, int(self._bytes.size)))
+        return gaps
+
+    def finish(self) -> np.ndarray:
+        """The whole tensor; every byte must have arrived."""
+        gaps = self.missing()
+        if gaps:
+            shown = ", ".join(f"[{a}, {b})" for a, b in gaps[:3]) + (", ..." if len(gaps) > 3 else "")
+            raise ParameterServerError(
+                f"{self.what} is incomplete: bytes {shown} of {self._bytes.size} never arrived", "INVALID_ARGUMENT"
+            )
+        return self.array

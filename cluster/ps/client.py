@@ -1,0 +1,484 @@
+"""``ParameterClient``: one job's view of all its parameter-server shards.
+
+A client talks to every shard in parallel (one thread per shard), puts the
+pieces of a split variable back together (it pulls and pushes it as one
+tensor), retries a call that found a server UNAVAILABLE with exponential
+backoff, and gives every call a deadline. Channels open lazily and belong to
+one process: after a fork (``!ls`` in a notebook forks the kernel) the child
+opens its own.
+
+Examples
+--------
+>>> import numpy as np
+>>> from cellgraph.cluster.ps import ParameterClient, OptimizerConfig, create_server
+>>> servers = [create_server("127.0.0.1:0", token="t0k3n") for _ in range(2)]
+>>> client = ParameterClient([f"127.0.0.1:{port}" for _, port in servers], token="t0k3n")
+>>> client.init("job", {"w": np.ones((4, 2), np.float32)}, OptimizerConfig("sgd", learning_rate=0.5))
+0
+>>> client.register(0).global_step
+0
+>>> client.push({"w": np.ones((4, 2), np.float32)}, step=0, replica_id=0).status
+'applied'
+>>> client.pull().values["w"][0]
+array([0.5, 0.5], dtype=float32)
+>>> client.close(); [server.stop(None).wait() for server, _ in servers]
+[True, True]
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+import numpy as np
+
+from cellgraph.dataflow.placement import Placement
+from cellgraph.dataflow.shapes import fmt
+from cellgraph.protos import parameter_service_pb2 as pb
+from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
+
+from ..errors import ParameterServerError
+from .auth import ClientTLS, token_metadata
+from .chunks import MAX_CHUNK_BYTES, TensorAssembler, tensor_chunks
+from .config import OptimizerConfig, TrainingConfig, VariableSpec
+from .messages import (
+    optimizer_from_proto,
+    optimizer_to_proto,
+    spec_from_proto,
+    spec_to_proto,
+    training_from_proto,
+    training_to_proto,
+)
+from .server import MAX_MESSAGE_BYTES
+from .sharding import Layout, layout_from_placement, shard_variables
+
+T = TypeVar("T")
+_STATUS_NAMES = {
+    pb.PushResponse.APPLIED: "applied",
+    pb.PushResponse.AGGREGATED: "aggregated",
+    pb.PushResponse.STALE: "stale",
+}
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What ``register`` learns: the job, where its variables live, and its rules."""
+
+    job_id: str
+    global_step: int
+    layout: Layout
+    training: TrainingConfig
+    optimizer: OptimizerConfig
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """Whole variables, the global step (the lowest over the shards read) and each variable's version."""
+
+    values: dict[str, np.ndarray]
+    global_step: int
+    versions: dict[str, int]
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What the shards did with a push: ``stale`` if any shard dropped it, else ``applied`` if all
+    applied it, else ``aggregated``; ``global_step`` is the lowest over the shards."""
+
+    status: str
+    global_step: int
+    staleness: int
+    by_shard: tuple[str, ...]
+
+
+class ParameterClient:
+    """A client of one job's parameter servers (shard ``i`` at ``addresses[i]``).
+
+    Parameters
+    ----------
+    addresses
+        ``host:port`` of each shard, in shard order.
+    token
+        The job's token, sent with every call (``None`` only for a server
+        started with ``token=None``).
+    tls
+        Certificates to reach TLS servers; plain TCP when ``None``.
+    timeout
+        Deadline of each call, in seconds, retries included.
+    retries
+        Attempts at a call that finds a server UNAVAILABLE, backing off
+        exponentially from ``backoff`` seconds (doubling, at most 2 s).
+    """
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        token: str | None,
+        *,
+        tls: ClientTLS | None = None,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.05,
+        max_chunk_bytes: int = MAX_CHUNK_BYTES,
+    ) -> None:
+        if not addresses:
+            raise ParameterServerError("a ParameterClient needs the address of at least one server", "INVALID_ARGUMENT")
+        self.addresses = list(addresses)
+        self.tls = tls
+        self.timeout = timeout
+        self.retries = max(1, retries)
+        self.backoff = backoff
+        self.max_chunk_bytes = max_chunk_bytes
+        self.layout: Layout | None = None
+        self.training: TrainingConfig | None = None
+        self._metadata = token_metadata(token) if token is not None else ()
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._channels: list[grpc.Channel] = []
+        self._stubs: list[pb_grpc.ParameterServiceStub] = []
+        self._pool: futures.ThreadPoolExecutor | None = None
+
+    # ------------------------------------------------------------------ plumbing
+    def _stub(self, shard: int) -> pb_grpc.ParameterServiceStub:
+        with self._lock:
+            if self._pid != os.getpid():
+                # A forked child must not use its parent's channels: open its own (the parent's stay the parent's).
+                self._pid, self._pool = os.getpid(), None
+                self._channels = [self._open(a) for a in self.addresses]
+                self._stubs = [pb_grpc.ParameterServiceStub(c) for c in self._channels]
+            return self._stubs[shard]
+
+    def _open(self, address: str) -> grpc.Channel:
+        options: list[tuple[str, int | str]] = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
+        if self.tls is None:
+            return grpc.insecure_channel(address, options=options)
+        return grpc.secure_channel(address, self.tls.credentials(), options=options + list(self.tls.channel_options()))
+
+    def _call(
+        self,
+        shard: int,
+        what: str,
+        call: Callable[[pb_grpc.ParameterServiceStub, float], T],
+        retry: bool = True,
+        timeout: float | None = None,
+    ) -> T:
+        """Run ``call(stub, seconds_left)`` against ``shard``, retrying while it is UNAVAILABLE, within ``timeout``."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        delay, attempt = self.backoff, 0
+        while True:
+            attempt += 1
+            try:
+                return call(self._stub(shard), max(0.001, deadline - time.monotonic()))
+            except grpc.RpcError as err:
+                code = err.code()  # type: ignore[attr-defined]
+                retry_now = retry and code == grpc.StatusCode.UNAVAILABLE and attempt < self.retries
+                if retry_now and time.monotonic() + delay < deadline:
+                    time.sleep(delay)
+                    delay = min(2 * delay, 2.0)
+                    continue
+                raise self._error(shard, what, err, attempt, timeout) from None
+
+    def _error(self, shard: int, what: str, err: grpc.RpcError, attempts: int, timeout: float) -> ParameterServerError:
+        code = err.code().name  # type: ignore[attr-defined]
+        details = err.details() or code  # type: ignore[attr-defined]
+        where = f"parameter server {self.addresses[shard]} (shard {shard})"
+        if code == "UNAVAILABLE":
+            return ParameterServerError(
+                f"{where} did not answer {what} after {attempts} attempt(s) within {timeout:g} s: {details}. "
+                "Is it running, and is the address right?",
+                code,
+            )
+        if code == "DEADLINE_EXCEEDED" and "waited" not in details:
+            details = f"no answer within the {timeout:g} s deadline"
+        return ParameterServerError(f"{where} refused {what}: {details}", code if code in _KNOWN else "UNKNOWN")
+
+    def _each_shard(self, shards: Sequence[int], work: Callable[[int], T]) -> dict[int, T]:
+        """``work(shard)`` for every shard, in parallel; the first error is raised after all finish."""
+        if len(shards) == 1:
+            return {shards[0]: work(shards[0])}
+        self._stub(0)  # (re)open channels and forget a parent's pool before fanning out
+        with self._lock:
+            if self._pool is None:
+                self._pool = futures.ThreadPoolExecutor(len(self.addresses), thread_name_prefix="cellgraph-psclient")
+            pool = self._pool
+        running = {shard: pool.submit(work, shard) for shard in shards}
+        futures.wait(running.values())
+        return {shard: f.result() for shard, f in running.items()}
+
+    def _need_layout(self) -> Layout:
+        if self.layout is None:
+            self.job()
+        assert self.layout is not None
+        return self.layout
+
+    # ------------------------------------------------------------------ job setup
+    def init(
+        self,
+        job_id: str,
+        variables: Mapping[str, np.ndarray],
+        optimizer: OptimizerConfig | None = None,
+        training: TrainingConfig | None = None,
+        *,
+        placement: Placement | None = None,
+        split_threshold: int | None = None,
+    ) -> int:
+        """Give every shard its part of the job and its initial values; return the global step.
+
+        The layout comes from ``placement`` when given (``ps`` task ``i`` is
+        shard ``i``), else variables are spread greedily by bytes. Calling it
+        again for the same job (a restarted client) leaves the values alone.
+        """
+        optimizer, training = optimizer or OptimizerConfig(), training or TrainingConfig()
+        arrays = {name: np.ascontiguousarray(value) for name, value in variables.items()}
+        if placement is not None:
+            layout = layout_from_placement(placement, arrays)
+        else:
+            layout = shard_variables(arrays, len(self.addresses), split_threshold)
+        used = {shard for pieces in layout.values() for shard, _ in pieces}
+        if max(used, default=0) >= len(self.addresses):
+            raise ParameterServerError(
+                f"the layout uses shard {max(used)}, but this client knows {len(self.addresses)} server(s)",
+                "INVALID_ARGUMENT",
+            )
+        shard_map = [
+            pb.ShardMapEntry(shard=s, variable=spec_to_proto(spec)) for pieces in layout.values() for s, spec in pieces
+        ]
+
+        def messages(shard: int) -> Iterator[pb.InitMessage]:
+            mine = [(spec, arrays[spec.name]) for pieces in layout.values() for s, spec in pieces if s == shard]
+            yield pb.InitMessage(
+                config=pb.JobConfig(
+                    job_id=job_id,
+                    shard=shard,
+                    num_shards=len(self.addresses),
+                    variables=[spec_to_proto(spec) for spec, _ in mine],
+                    shard_map=shard_map,
+                    optimizer=optimizer_to_proto(optimizer),
+                    training=training_to_proto(training),
+                )
+            )
+            for spec, value in mine:
+                rows = value[spec.rows[0] : spec.rows[1]] if spec.shape != spec.whole_shape and spec.rows else value
+                yield from tensor_chunks(spec.name, rows, self.max_chunk_bytes, pb.InitMessage)
+
+        def init_shard(shard: int) -> int:
+            call = lambda stub, left: stub.Init(messages(shard), timeout=left, metadata=self._metadata)
+            return int(self._call(shard, f"Init of job '{job_id}'", call).global_step)
+
+        steps = self._each_shard(sorted(used), init_shard)
+        self.layout, self.training = layout, training
+        return min(steps.values())
+
+    def register(self, replica_id: int) -> JobInfo:
+        """Join the job as replica ``replica_id`` on every shard; learn its variables and rules."""
+        return self._register(pb.RegisterRequest(replica_id=replica_id), f"Register of replica {replica_id}")
+
+    def job(self) -> JobInfo:
+        """Learn the job's variables, layout and rules without joining it as a replica."""
+        return self._register(pb.RegisterRequest(observer=True), "Register of an observer")
+
+    def _register(self, request: pb.RegisterRequest, what: str) -> JobInfo:
+        def register_shard(shard: int) -> pb.RegisterResponse:
+            call = lambda stub, left: stub.Register(request, timeout=left, metadata=self._metadata)
+            return self._call(shard, what, call)
+
+        answers = self._each_shard(range(len(self.addresses)), register_shard)
+        first = answers[0]
+        layout: Layout = {}
+        for entry in first.shard_map:
+            spec = spec_from_proto(entry.variable)
+            layout.setdefault(spec.name, []).append((entry.shard, spec))
+        for pieces in layout.values():
+            pieces.sort(key=lambda p: p[1].rows or (0, 0))
+        self.layout, self.training = layout, training_from_proto(first.training)
+        return JobInfo(
+            job_id=first.job_id,
+            global_step=min(a.global_step for a in answers.values()),
+            layout=layout,
+            training=self.training,
+            optimizer=optimizer_from_proto(first.optimizer),
+        )
+
+    # ------------------------------------------------------------------ pull / push
+    def pull(
+        self,
+        names: Sequence[str] | None = None,
+        *,
+        min_step: int | None = None,
+        timeout: float | None = None,
+        replica_id: int = 0,
+    ) -> PullResult:
+        """The whole value of each named variable (all when ``names`` is None).
+
+        With ``min_step``, each shard answers once its global step reaches it
+        (sync replicas wait for the step they pushed to be applied); the wait
+        is bounded by ``timeout`` (default: the client's).
+        """
+        layout = self._need_layout()
+        wanted = list(layout) if names is None else list(names)
+        unknown = [n for n in wanted if n not in layout]
+        if unknown:
+            raise ParameterServerError(
+                f"pull of unknown variable(s) {', '.join(map(repr, unknown))}; the job has: {', '.join(layout)}",
+                "NOT_FOUND",
+            )
+        whole = {n: np.empty(layout[n][0][1].whole_shape, layout[n][0][1].dtype) for n in wanted}
+        by_shard: dict[int, list[VariableSpec]] = {}
+        for name in wanted:
+            for shard, spec in layout[name]:
+                by_shard.setdefault(shard, []).append(spec)
+        wait = self.timeout if timeout is None else timeout
+
+        def pull_shard(shard: int) -> tuple[int, dict[str, int]]:
+            specs = {spec.name: spec for spec in by_shard[shard]}
+            request = pb.PullRequest(names=list(specs), replica_id=replica_id, max_chunk_bytes=self.max_chunk_bytes)
+            if min_step is not None:
+                request.min_step = min_step
+
+            def call(stub: pb_grpc.ParameterServiceStub, left: float) -> tuple[int, dict[str, int]]:
+                assemblers = {
+                    name: TensorAssembler(spec, f"variable '{name}' from shard {shard}", out=_rows(whole[name], spec))
+                    for name, spec in specs.items()
+                }
+                step, versions = 0, {}
+                for message in stub.Pull(request, timeout=left, metadata=self._metadata):
+                    assembler = assemblers.get(message.chunk.name)
+                    if assembler is None:
+                        raise ParameterServerError(
+                            f"shard {shard} sent '{message.chunk.name}', which was not asked for", "INTERNAL"
+                        )
+                    assembler.add(message.chunk)
+                    step, versions[message.chunk.name] = message.global_step, message.version
+                for assembler in assemblers.values():
+                    assembler.finish()
+                return step, versions
+
+            return self._call(shard, f"Pull of {', '.join(specs)}", call, timeout=wait)
+
+        answers = self._each_shard(sorted(by_shard), pull_shard)
+        versions: dict[str, int] = {}
+        for _, shard_versions in answers.values():
+            for name, version in shard_versions.items():
+                versions[name] = min(version, versions.get(name, version))
+        return PullResult(whole, min(step for step, _ in answers.values()), versions)
+
+    def push(self, grads: Mapping[str, np.ndarray], *, step: int, replica_id: int) -> PushResult:
+        """Send replica ``replica_id``'s gradients for ``step`` to every shard that holds their variables."""
+        layout = self._need_layout()
+        unknown = [n for n in grads if n not in layout]
+        if unknown:
+            raise ParameterServerError(
+                f"gradient for unknown variable(s) {', '.join(map(repr, unknown))}; the job has: {', '.join(layout)}",
+                "NOT_FOUND",
+            )
+        by_shard: dict[int, list[tuple[VariableSpec, np.ndarray]]] = {}
+        for name, grad in grads.items():
+            grad = np.ascontiguousarray(grad)
+            spec0 = layout[name][0][1]
+            if grad.shape != spec0.whole_shape:
+                raise ParameterServerError(
+                    f"gradient for '{name}' has shape {fmt(grad.shape)}, the variable's is {fmt(spec0.whole_shape)}",
+                    "INVALID_ARGUMENT",
+                )
+            for shard, spec in layout[name]:
+                by_shard.setdefault(shard, []).append((spec, _rows(grad, spec)))
+        header = pb.PushMessage(header=pb.PushHeader(replica_id=replica_id, step=step))
+
+        def messages(shard: int) -> Iterator[pb.PushMessage]:
+            yield header
+            for spec, piece in by_shard[shard]:
+                yield from tensor_chunks(spec.name, piece, self.max_chunk_bytes, pb.PushMessage)
+
+        def push_shard(shard: int) -> pb.PushResponse:
+            call = lambda stub, left: stub.Push(messages(shard), timeout=left, metadata=self._metadata)
+            # An async push that reached the server before the connection broke may have been applied: retrying
+            # could apply it twice. A sync push is safe to retry: the server refuses a second one for the same step.
+            sync = self.training is not None and self.training.mode == "sync"
+            return self._call(shard, f"Push of replica {replica_id} for step {step}", call, retry=sync)
+
+        answers = self._each_shard(sorted(by_shard), push_shard)
+        statuses = tuple(_STATUS_NAMES.get(answers[s].status, "unknown") for s in sorted(answers))
+        if "stale" in statuses:
+            status = "stale"
+        elif all(s == "applied" for s in statuses):
+            status = "applied"
+        else:
+            status = "aggregated"
+        return PushResult(
+            status=status,
+            global_step=min(a.global_step for a in answers.values()),
+            staleness=max(a.staleness for a in answers.values()),
+            by_shard=statuses,
+        )
+
+    # ------------------------------------------------------------------ checkpoints and stats
+    def save(self) -> str:
+        """Checkpoint every shard; return the checkpoint's name (the same on every shard only if their steps agree)."""
+        call = lambda stub, left: stub.Save(pb.SaveRequest(), timeout=left, metadata=self._metadata)
+        answers = self._each_shard(range(len(self.addresses)), lambda s: self._call(s, "Save", call))
+        names = sorted({a.checkpoint for a in answers.values()})
+        return names[0] if len(names) == 1 else ",".join(names)
+
+    def restore(self, checkpoint: str = "") -> int:
+        """Restore every shard from ``checkpoint`` (the latest complete one when empty); return the global step."""
+        request = pb.RestoreRequest(checkpoint=checkpoint)
+        call = lambda stub, left: stub.Restore(request, timeout=left, metadata=self._metadata)
+        answers = self._each_shard(
+            range(len(self.addresses)),
+            lambda s: self._call(s, f"Restore of {checkpoint or 'the latest checkpoint'}", call),
+        )
+        return min(a.global_step for a in answers.values())
+
+    def stats(self) -> list[pb.StatsResponse]:
+        """Every shard's ``Stats``, in shard order."""
+        call = lambda stub, left: stub.Stats(pb.StatsRequest(), timeout=left, metadata=self._metadata)
+        answers = self._each_shard(range(len(self.addresses)), lambda s: self._call(s, "Stats", call))
+        return [answers[s] for s in range(len(self.addresses))]
+
+    def close(self) -> None:
+        """Close this process's channels and threads; the client reopens them if used again."""
+        with self._lock:
+            if self._pid == os.getpid():
+                for channel in self._channels:
+                    channel.close()
+                if self._pool is not None:
+                    self._pool.shutdown(wait=False)
+            self._pid, self._channels, self._stubs, self._pool = -1, [], [], None
+
+    def __enter__(self) -> ParameterClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_KNOWN = {
+    "INVALID_ARGUMENT",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "FAILED_PRECONDITION",
+    "RESOURCE_EXHAUSTED",
+    "OUT_OF_RANGE",
+    "DEADLINE_EXCEEDED",
+    "UNAUTHENTICATED",
+    "UNAVAILABLE",
+    "CANCELLED",
+    "INTERNAL",
+}
+
+
+def _rows(whole: np.ndarray, spec: VariableSpec) -> np.ndarray:
+    """The rows of ``whole`` that piece ``spec`` covers (a contiguous view), or ``whole`` itself."""
+    if spec.shape == spec.whole_shape or spec.rows is None:
+        return whole
+    return whole[spec.rows[0] : spec.rows[1]]

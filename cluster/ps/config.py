@@ -1,0 +1,93 @@
+"""What a parameter-server job is: its variables, its optimizer, its training mode.
+
+These plain dataclasses are shared by the store, the server, the client and
+the checkpoints; ``cluster/ps/messages.py`` converts them to and from their
+protobuf messages (``protos/parameter_service.proto``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ..errors import ParameterServerError
+
+Mode = Literal["sync", "async"]
+OptimizerKind = Literal["sgd", "momentum", "adam"]
+
+# The slots each optimizer keeps beside a variable, in the order its kernel takes them.
+# Adam's "t" (its step count, for bias correction) is a scalar float64 per variable.
+SLOTS: dict[str, tuple[str, ...]] = {"sgd": (), "momentum": ("momentum",), "adam": ("m", "v", "t")}
+
+
+@dataclass(frozen=True)
+class VariableSpec:
+    """One variable held by a shard: its name, dtype and the shape of the piece held.
+
+    For a variable split across shards, ``rows`` is the ``[start, stop)`` range
+    of axis 0 this piece covers and ``full_shape`` the whole variable's shape;
+    an unsplit variable has ``rows == (0, shape[0])`` (or ``(0, 0)`` for a scalar).
+    """
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    full_shape: tuple[int, ...] | None = None
+    rows: tuple[int, int] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def whole_shape(self) -> tuple[int, ...]:
+        return self.full_shape if self.full_shape is not None else self.shape
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The update the server applies to a variable with the (averaged) gradient."""
+
+    kind: OptimizerKind = "sgd"
+    learning_rate: float = 0.01
+    momentum: float = 0.9
+    nesterov: bool = False
+    beta1: float = 0.9
+    beta2: float = 0.999
+    epsilon: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if self.kind not in SLOTS:
+            raise ParameterServerError(
+                f"optimizer kind {self.kind!r} is not one of {', '.join(SLOTS)}", "INVALID_ARGUMENT"
+            )
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """How pushes become updates.
+
+    ``sync``: the first ``replicas_to_aggregate`` gradients tagged with the
+    global step are averaged and applied once, then the step advances; older
+    tags are dropped as stale. ``async``: each gradient is applied on arrival,
+    unless it was computed from parameters more than ``max_staleness`` versions
+    old (``None``: no bound).
+    """
+
+    mode: Mode = "async"
+    replicas_to_aggregate: int = 1
+    max_staleness: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("sync", "async"):
+            raise ParameterServerError(f"training mode {self.mode!r} is not 'sync' or 'async'", "INVALID_ARGUMENT")
+        if self.replicas_to_aggregate < 1:
+            raise ParameterServerError(
+                f"replicas_to_aggregate must be at least 1, got {self.replicas_to_aggregate}", "INVALID_ARGUMENT"
+            )
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ParameterServerError(
+                f"max_staleness must be 0 or more (or None), got {self.max_staleness}", "INVALID_ARGUMENT"
+            )

@@ -1,0 +1,94 @@
+"""The job's dataclasses (``config.py``) to and from their protobuf messages.
+
+Reading a message checks it as it goes: a message off the wire is untrusted,
+so every field that could be nonsense (an unset dtype, a negative dim, an
+unknown optimizer) is refused with a status code and a message that names it.
+"""
+
+from __future__ import annotations
+
+from cellgraph.dataflow.shapes import fmt
+from cellgraph.protos import parameter_service_pb2 as pb
+from cellgraph.protos import tensor_pb2
+
+from ..errors import ParameterServerError
+from .chunks import dtype_enum, dtype_of
+from .config import OptimizerConfig, TrainingConfig, VariableSpec
+
+_MODES = {"sync": pb.SYNC, "async": pb.ASYNC}
+_MODE_NAMES = {v: k for k, v in _MODES.items()}
+
+
+def _invalid(message: str) -> ParameterServerError:
+    return ParameterServerError(message, "INVALID_ARGUMENT")
+
+
+# ------------------------------------------------------------------ variables
+def spec_to_proto(spec: VariableSpec) -> pb.VariableSpecProto:
+    rows = spec.rows if spec.rows is not None else (0, spec.shape[0] if spec.shape else 0)
+    return pb.VariableSpecProto(
+        name=spec.name,
+        dtype=dtype_enum(spec.dtype),  # type: ignore[arg-type]
+        shape=tensor_pb2.TensorShapeProto(dim=spec.shape),
+        full_shape=tensor_pb2.TensorShapeProto(dim=spec.whole_shape),
+        row_start=rows[0],
+        row_stop=rows[1],
+    )
+
+
+def spec_from_proto(proto: pb.VariableSpecProto) -> VariableSpec:
+    if not proto.name:
+        raise _invalid("a variable spec has no name")
+    where = f"variable '{proto.name}'"
+    shape, full = tuple(proto.shape.dim), tuple(proto.full_shape.dim) or tuple(proto.shape.dim)
+    for label, dims in (("shape", shape), ("full shape", full)):
+        if any(d < 0 for d in dims):
+            raise _invalid(f"{where}: {label} {fmt(dims)} has a negative dim; a variable's shape is fully known")
+    rows = (proto.row_start, proto.row_stop)
+    if shape != full:
+        # A partition: rows [start, stop) of axis 0 of the whole variable.
+        if len(shape) != len(full) or shape[1:] != full[1:] or not 0 <= rows[0] < rows[1] <= full[0]:
+            raise _invalid(f"{where}: a piece of shape {fmt(shape)} rows {rows[0]}:{rows[1]} does not fit {fmt(full)}")
+        if rows[1] - rows[0] != shape[0]:
+            raise _invalid(f"{where}: rows {rows[0]}:{rows[1]} are {rows[1] - rows[0]} rows, the piece has {shape[0]}")
+    return VariableSpec(proto.name, dtype_of(proto.dtype, where), shape, full, rows)
+
+
+# ------------------------------------------------------------------ optimizer and training
+def optimizer_to_proto(config: OptimizerConfig) -> pb.OptimizerConfigProto:
+    return pb.OptimizerConfigProto(
+        kind=config.kind,
+        learning_rate=config.learning_rate,
+        momentum=config.momentum,
+        nesterov=config.nesterov,
+        beta1=config.beta1,
+        beta2=config.beta2,
+        epsilon=config.epsilon,
+    )
+
+
+def optimizer_from_proto(proto: pb.OptimizerConfigProto) -> OptimizerConfig:
+    return OptimizerConfig(
+        kind=proto.kind,  # type: ignore[arg-type]  # checked by OptimizerConfig
+        learning_rate=proto.learning_rate,
+        momentum=proto.momentum,
+        nesterov=proto.nesterov,
+        beta1=proto.beta1,
+        beta2=proto.beta2,
+        epsilon=proto.epsilon,
+    )
+
+
+def training_to_proto(config: TrainingConfig) -> pb.TrainingConfigProto:
+    proto = pb.TrainingConfigProto(mode=_MODES[config.mode], replicas_to_aggregate=config.replicas_to_aggregate)
+    if config.max_staleness is not None:
+        proto.max_staleness = config.max_staleness
+    return proto
+
+
+def training_from_proto(proto: pb.TrainingConfigProto) -> TrainingConfig:
+    if proto.mode not in _MODE_NAMES:
+        raise _invalid(f"training mode {proto.mode} is not SYNC (1) or ASYNC (2)")
+    staleness = proto.max_staleness if proto.HasField("max_staleness") else None
+    return TrainingConfig(_MODE_NAMES[proto.mode], proto.replicas_to_aggregate, staleness)  # type: ignore[arg-type]
+

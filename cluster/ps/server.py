@@ -1,0 +1,483 @@
+"""The parameter server: a gRPC service in front of one shard's store.
+
+The servicer's methods are named exactly as the RPCs of
+``protos/parameter_service.proto``. Each one checks its request at the door
+(names, dtypes, shapes, chunk offsets, sizes, the replica and the step) and
+refuses a bad one with a status code and a message naming the variable and
+what was wrong, before anything changes: a push is assembled completely into
+its own buffers and only then handed to the store, which applies it or not as
+a whole.
+
+``create_server(address, token=...)`` returns ``(server, port)`` so tests bind
+port 0. Authentication is on unless ``token=None`` is passed on purpose; TLS
+is the ``tls=`` argument; the standard health service answers without a token.
+
+Examples
+--------
+>>> from cellgraph.cluster.ps import ParameterClient, create_server, new_token
+>>> import numpy as np
+>>> token = new_token()
+>>> server, port = create_server("127.0.0.1:0", token=token)
+>>> client = ParameterClient([f"127.0.0.1:{port}"], token=token)
+>>> client.init("demo", {"w": np.zeros(3, np.float32)})
+0
+>>> client.close(); server.stop(None).wait()
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from cellgraph.protos import parameter_service_pb2 as pb
+from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
+
+from ..errors import ParameterServerError
+from . import checkpoint
+from .auth import ServerTLS, TokenAuthInterceptor
+from .chunks import MAX_CHUNK_BYTES, TensorAssembler, tensor_chunks
+from .messages import (
+    optimizer_from_proto,
+    optimizer_to_proto,
+    spec_from_proto,
+    training_from_proto,
+    training_to_proto,
+)
+from .store import ParameterStore, StoreState
+
+SERVICE_NAME = "cellgraph.ParameterService"
+# Room above the largest chunk for the fields around it.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# A pull that waits for a step and carries no deadline of its own waits at most this long.
+DEFAULT_MAX_WAIT_S = 300.0
+# How many bytes of variables one server agrees to hold; more is RESOURCE_EXHAUSTED.
+DEFAULT_MAX_BYTES = 64 * 1024**3
+
+R = TypeVar("R")
+
+
+class _Counters:
+    """Bytes in and out and refused requests, shared by the handler threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes_in = self.bytes_out = self.rejected = 0
+
+    def add(self, *, bytes_in: int = 0, bytes_out: int = 0, rejected: int = 0) -> None:
+        with self._lock:
+            self.bytes_in += bytes_in
+            self.bytes_out += bytes_out
+            self.rejected += rejected
+
+
+def _refusing(method: Callable[..., R]) -> Callable[..., R]:
+    """Turn a ParameterServerError raised by a handler into the RPC's status, and count it."""
+
+    @functools.wraps(method)
+    def handler(self: ParameterServicer, request: Any, context: grpc.ServicerContext) -> R:
+        try:
+            return method(self, request, context)
+        except ParameterServerError as err:
+            if err.code != "DEADLINE_EXCEEDED":
+                self.counters.add(rejected=1)
+            context.abort(grpc.StatusCode[err.code], str(err))
+            raise AssertionError("context.abort returns only by raising") from err
+
+    return handler
+
+
+def _refusing_stream(method: Callable[..., Iterator[R]]) -> Callable[..., Iterator[R]]:
+    """``_refusing`` for a handler that streams its response."""
+
+    @functools.wraps(method)
+    def handler(self: ParameterServicer, request: Any, context: grpc.ServicerContext) -> Iterator[R]:
+        try:
+            yield from method(self, request, context)
+        except ParameterServerError as err:
+            if err.code != "DEADLINE_EXCEEDED":
+                self.counters.add(rejected=1)
+            context.abort(grpc.StatusCode[err.code], str(err))
+
+    return handler
+
+
+def _check_chunk_size(size: int, limit: int, what: str) -> None:
+    if size > limit:
+        raise ParameterServerError(
+            f"a chunk of {what} carries {size:,} bytes, over this server's limit of {limit:,} per chunk",
+            "RESOURCE_EXHAUSTED",
+        )
+
+
+class ParameterServicer(pb_grpc.ParameterServiceServicer):
+    """One shard of one job: the RPCs of ``ParameterService`` over a ``ParameterStore``."""
+
+    def __init__(
+        self,
+        *,
+        checkpoint_dir: str | Path | None = None,
+        keep_checkpoints: int = 5,
+        max_chunk_bytes: int = MAX_CHUNK_BYTES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        auth: TokenAuthInterceptor | None = None,
+    ) -> None:
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.keep_checkpoints = keep_checkpoints
+        self.max_chunk_bytes = max_chunk_bytes
+        self.max_bytes = max_bytes
+        self.max_wait_s = max_wait_s
+        self.auth = auth
+        self.counters = _Counters()
+        self.store: ParameterStore | None = None
+        self.job: pb.JobConfig | None = None
+        self._init_lock = threading.Lock()  # one Init at a time
+        self._save_lock = threading.Lock()  # one Save or Restore at a time
+
+    # ------------------------------------------------------------------ helpers
+    def _job_store(self) -> tuple[pb.JobConfig, ParameterStore]:
+        if self.store is None or self.job is None:
+            raise ParameterServerError(
+                "this parameter server holds no job yet: a client must call Init first", "FAILED_PRECONDITION"
+            )
+        return self.job, self.store
+
+    def _checkpoint_dir(self) -> Path:
+        if self.checkpoint_dir is None:
+            raise ParameterServerError(
+                "this parameter server has no checkpoint directory: start it with checkpoint_dir=... "
+                "(`cellgraph ps --checkpoint-dir DIR`)",
+                "FAILED_PRECONDITION",
+            )
+        return self.checkpoint_dir
+
+    # ------------------------------------------------------------------ Init
+    @_refusing
+    def Init(self, request_iterator: Iterator[pb.InitMessage], context: grpc.ServicerContext) -> pb.InitResponse:  # noqa: N802
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("kind") != "config":
+            raise ParameterServerError("an Init stream must start with the job's config", "INVALID_ARGUMENT")
+        config = first.config
+        with self._init_lock:
+            if self.job is not None and self.store is not None:
+                if self.job.SerializeToString(deterministic=True) != config.SerializeToString(deterministic=True):
+                    other = "the same job id with a different config" if self.job.job_id == config.job_id else None
+                    raise ParameterServerError(
+                        f"this parameter server already holds job '{self.job.job_id}'"
+                        + (f" ({other})" if other else f"; job '{config.job_id}' needs a server of its own"),
+                        "FAILED_PRECONDITION",
+                    )
+                return pb.InitResponse(global_step=self.store.global_step, already_initialized=True)
+            store = self._build_store(config, request_iterator)
+            self.store, self.job = store, config
+            return pb.InitResponse(global_step=store.global_step)
+
+    def _build_store(self, config: pb.JobConfig, messages: Iterator[pb.InitMessage]) -> ParameterStore:
+        if not config.job_id:
+            raise ParameterServerError("the job config has no job_id", "INVALID_ARGUMENT")
+        if not 0 <= config.shard < config.num_shards:
+            raise ParameterServerError(
+                f"shard {config.shard} is not in [0, {config.num_shards}) (num_shards)", "INVALID_ARGUMENT"
+            )
+        specs = [spec_from_proto(v) for v in config.variables]
+        if not specs:
+            raise ParameterServerError(
+                f"job '{config.job_id}' gives shard {config.shard} no variables", "INVALID_ARGUMENT"
+            )
+        total = sum(s.nbytes for s in specs)
+        if total > self.max_bytes:
+            raise ParameterServerError(
+                f"job '{config.job_id}' declares {total:,} bytes of variables for shard {config.shard}, "
+                f"over this server's limit of {self.max_bytes:,}",
+                "RESOURCE_EXHAUSTED",
+            )
+        for entry in config.shard_map:
+            spec_from_proto(entry.variable)  # every entry must parse, though only ours are held
+        optimizer, training = optimizer_from_proto(config.optimizer), training_from_proto(config.training)
+        by_name = {s.name: s for s in specs}
+        if len(by_name) != len(specs):
+            raise ParameterServerError("the job config names a variable twice", "INVALID_ARGUMENT")
+        assemblers = {s.name: TensorAssembler(s, f"initial value of '{s.name}'") for s in specs}
+        for message in messages:
+            if message.WhichOneof("kind") != "chunk":
+                raise ParameterServerError("an Init stream carries one config, then only chunks", "INVALID_ARGUMENT")
+            chunk = message.chunk
+            if chunk.name not in assemblers:
+                raise ParameterServerError(
+                    f"initial value for '{chunk.name}', which is not a variable of this shard; "
+                    f"it holds: {', '.join(by_name)}",
+                    "NOT_FOUND",
+                )
+            _check_chunk_size(len(chunk.content), self.max_chunk_bytes, f"initial value of '{chunk.name}'")
+            assemblers[chunk.name].add(chunk)
+            self.counters.add(bytes_in=len(chunk.content))
+        initial = {name: a.finish() for name, a in assemblers.items()}
+        return ParameterStore(config.job_id, specs, initial, optimizer, training)
+
+    # ------------------------------------------------------------------ Register
+    @_refusing
+    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterResponse:  # noqa: N802
+        job, store = self._job_store()
+        step = store.global_step if request.observer else store.register(request.replica_id)
+        return pb.RegisterResponse(
+            job_id=job.job_id,
+            global_step=step,
+            shard=job.shard,
+            num_shards=job.num_shards,
+            variables=job.variables,
+            shard_map=job.shard_map,
+            training=training_to_proto(store.training),
+            optimizer=optimizer_to_proto(store.optimizer),
+        )
+
+    # ------------------------------------------------------------------ Pull
+    @_refusing_stream
+    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[pb.PullMessage]:  # noqa: N802
+        _, store = self._job_store()
+        names = list(request.names) or None
+        if request.HasField("min_step"):
+            remaining = context.time_remaining()
+            # Give up a little before the caller's deadline, so that the caller
+            # gets this server's account of whom it waited for, not a bare timeout.
+            timeout = self.max_wait_s if remaining is None else min(0.9 * remaining, self.max_wait_s)
+            store.wait_for_step(request.min_step, timeout)
+        step, values = store.read(names)
+        limit = self.max_chunk_bytes
+        if request.max_chunk_bytes > 0:
+            limit = min(limit, request.max_chunk_bytes)
+        for name, (version, value) in values.items():
+            make = lambda: pb.PullMessage(global_step=step, version=version)  # noqa: B023 - used before the next turn
+            for message in tensor_chunks(name, value, limit, make):
+                self.counters.add(bytes_out=len(message.chunk.content))
+                yield message
+
+    # ------------------------------------------------------------------ Push
+    @_refusing
+    def Push(self, request_iterator: Iterator[pb.PushMessage], context: grpc.ServicerContext) -> pb.PushResponse:  # noqa: N802
+        _, store = self._job_store()
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("kind") != "header":
+            raise ParameterServerError("a Push stream must start with a header (replica_id, step)", "INVALID_ARGUMENT")
+        header = first.header
+        assemblers: dict[str, TensorAssembler] = {}
+        received = 0
+        for message in request_iterator:
+            if message.WhichOneof("kind") != "chunk":
+                raise ParameterServerError(
+                    f"replica {header.replica_id}'s push for step {header.step} has a second header; "
+                    "a Push stream carries one header, then only chunks",
+                    "INVALID_ARGUMENT",
+                )
+            chunk = message.chunk
+            assembler = assemblers.get(chunk.name)
+            if assembler is None:
+                spec = store.specs.get(chunk.name)
+                if spec is None:
+                    raise ParameterServerError(
+                        f"gradient for unknown variable '{chunk.name}' in replica {header.replica_id}'s push for "
+                        f"step {header.step}; this shard holds: {', '.join(store.specs)}",
+                        "NOT_FOUND",
+                    )
+                assembler = assemblers[chunk.name] = TensorAssembler(spec, f"gradient for '{chunk.name}'")
+            _check_chunk_size(len(chunk.content), self.max_chunk_bytes, f"gradient for '{chunk.name}'")
+            assembler.add(chunk)
+            received += len(chunk.content)
+        self.counters.add(bytes_in=received)
+        grads = {name: a.finish() for name, a in assemblers.items()}
+        outcome = store.push(header.replica_id, header.step, grads)
+        return pb.PushResponse(
+            status=pb.PushResponse.Status.Value(outcome.status.upper()),
+            global_step=outcome.global_step,
+            staleness=outcome.staleness,
+        )
+
+    # ------------------------------------------------------------------ Save / Restore
+    @_refusing
+    def Save(self, request: pb.SaveRequest, context: grpc.ServicerContext) -> pb.SaveResponse:  # noqa: N802
+        job, store = self._job_store()
+        directory = self._checkpoint_dir()
+        with self._save_lock:
+            state = store.state()  # a consistent snapshot; training goes on while it is written
+            info = checkpoint.write_shard_checkpoint(
+                directory,
+                job_id=job.job_id,
+                shard=job.shard,
+                num_shards=job.num_shards,
+                global_step=state.global_step,
+                tensors=state.tensors,
+                versions=state.versions,
+                specs=list(store.specs.values()),
+                optimizer=store.optimizer,
+                training=store.training,
+                keep=self.keep_checkpoints,
+            )
+        nbytes = sum(t.nbytes for t in state.tensors.values())
+        return pb.SaveResponse(checkpoint=info.name, global_step=state.global_step, bytes=nbytes)
+
+    @_refusing
+    def Restore(self, request: pb.RestoreRequest, context: grpc.ServicerContext) -> pb.RestoreResponse:  # noqa: N802
+        job, store = self._job_store()
+        directory = self._checkpoint_dir()
+        with self._save_lock:
+            name = request.checkpoint
+            if not name:
+                latest = checkpoint.latest_checkpoint(directory, job.shard, job.num_shards)
+                if latest is None:
+                    raise ParameterServerError(
+                        f"no complete checkpoint of shard {job.shard} of {job.num_shards} in {directory}", "NOT_FOUND"
+                    )
+                name = latest.name
+            saved = checkpoint.read_shard_checkpoint(directory, name, job.shard, job.num_shards)
+            _check_same_variables(saved.specs, list(store.specs.values()), name)
+            store.load_state(StoreState(saved.global_step, dict(saved.versions), dict(saved.tensors)))
+        return pb.RestoreResponse(checkpoint=name, global_step=saved.global_step)
+
+    # ------------------------------------------------------------------ Stats
+    @_refusing
+    def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:  # noqa: N802
+        counters = self.counters
+        rejected = counters.rejected + (self.auth.rejected if self.auth is not None else 0)
+        if self.store is None or self.job is None:
+            return pb.StatsResponse(bytes_in=counters.bytes_in, bytes_out=counters.bytes_out, pushes_rejected=rejected)
+        stats = self.store.stats()
+        return pb.StatsResponse(
+            job_id=self.job.job_id,
+            shard=self.job.shard,
+            global_step=stats.global_step,
+            variables=[
+                pb.VariableStats(name=name, version=stats.versions[name], bytes=spec.nbytes)
+                for name, spec in self.store.specs.items()
+            ],
+            bytes_in=counters.bytes_in,
+            bytes_out=counters.bytes_out,
+            pushes_applied=stats.pushes_applied,
+            pushes_stale=stats.pushes_stale,
+            pushes_rejected=rejected + stats.pushes_rejected,
+            updates=stats.updates,
+            replicas=[
+                pb.ReplicaStatsProto(
+                    replica_id=r.replica_id,
+                    last_step=r.last_step,
+                    pushes=r.pushes,
+                    last_seen_unix=r.last_seen,
+                    steps_per_second=r.steps_per_second,
+                )
+                for r in stats.replicas.values()
+            ],
+            training=training_to_proto(self.store.training),
+        )
+
+
+def _check_same_variables(saved: Sequence[Any], held: Sequence[Any], name: str) -> None:
+    """Refuse a checkpoint whose variables differ from the job's, naming the first difference."""
+    saved_by_name = {s.name: s for s in saved}
+    for spec in held:
+        other = saved_by_name.pop(spec.name, None)
+        if other is None:
+            raise ParameterServerError(f"checkpoint {name} has no variable '{spec.name}'", "FAILED_PRECONDITION")
+        if (other.dtype, other.shape) != (spec.dtype, spec.shape):
+            raise ParameterServerError(
+                f"checkpoint {name} has '{spec.name}' as {other.dtype.name} {other.shape}, "
+                f"the job holds {spec.dtype.name} {spec.shape}",
+                "FAILED_PRECONDITION",
+            )
+    if saved_by_name:
+        raise ParameterServerError(
+            f"checkpoint {name} has variables this job does not: {', '.join(sorted(saved_by_name))}",
+            "FAILED_PRECONDITION",
+        )
+
+
+def create_server(
+    address: str = "127.0.0.1:0",
+    *,
+    token: str | None,
+    tls: ServerTLS | None = None,
+    checkpoint_dir: str | Path | None = None,
+    keep_checkpoints: int = 5,
+    max_workers: int = 32,
+    max_chunk_bytes: int = MAX_CHUNK_BYTES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_wait_s: float = DEFAULT_MAX_WAIT_S,
+) -> tuple[grpc.Server, int]:
+    """Start a parameter server on ``address``; return the running server and its port.
+
+    Parameters
+    ----------
+    address
+        ``host:port``; port 0 picks a free port. Bind to 127.0.0.1 (the
+        default) unless other machines must reach it.
+    token
+        The job's token: every call but the health check must carry it.
+        ``None`` turns authentication off, and must be asked for explicitly.
+    tls
+        Certificates for TLS (and, with ``client_ca``, for checking clients'
+        certificates). Plain TCP when ``None``.
+    checkpoint_dir
+        Where ``Save`` writes and ``Restore`` reads; ``keep_checkpoints`` are kept.
+
+    Examples
+    --------
+    >>> server, port = create_server("127.0.0.1:0", token="s3cret")
+    >>> port > 0
+    True
+    >>> server.stop(None).wait()
+    True
+    """
+    auth = TokenAuthInterceptor(token) if token is not None else None
+    servicer = ParameterServicer(
+        checkpoint_dir=checkpoint_dir,
+        keep_checkpoints=keep_checkpoints,
+        max_chunk_bytes=max_chunk_bytes,
+        max_bytes=max_bytes,
+        max_wait_s=max_wait_s,
+        auth=auth,
+    )
+    options = [
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        # Two servers must never share a port silently.
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="cellgraph-ps"),
+        interceptors=[auth] if auth is not None else [],
+        options=options,
+    )
+    pb_grpc.add_ParameterServiceServicer_to_server(servicer, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        port = (
+            server.add_secure_port(address, tls.credentials()) if tls is not None else server.add_insecure_port(address)
+        )
+    except RuntimeError:  # grpcio >= 1.57 raises where older versions returned port 0
+        port = 0
+    if port == 0:
+        server.stop(None)
+        raise ParameterServerError(
+            f"could not bind the parameter server to {address}: is the port in use, or the address not this machine's?",
+            "UNAVAILABLE",
+        )
+    server.start()
+    for service in ("", SERVICE_NAME):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    server.servicer = servicer  # type: ignore[attr-defined]  # for tests and the CLI, which read its counters
+    return server, port
+
+
+def serve_forever(server: grpc.Server, stop: threading.Event, grace_s: float = 5.0) -> None:
+    """Block until ``stop`` is set, then stop ``server``, letting calls in flight finish within ``grace_s``."""
+    with contextlib.suppress(KeyboardInterrupt):
+        while not stop.wait(0.5):
+            pass
+    server.stop(grace_s).wait(grace_s + 1.0)

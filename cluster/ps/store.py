@@ -1,0 +1,523 @@
+"""One parameter-server shard's state, and the rules that turn pushed gradients into updates.
+
+A ``ParameterStore`` holds a shard's variables, their optimizer slots and
+versions, the global step, and who pushed what. It knows nothing of gRPC: the
+server wraps it and answers a ``ParameterServerError`` with the RPC status
+named by its ``code``. Every push is checked completely before anything
+changes, so a refused push leaves the store exactly as it was (apart from the
+count of refused pushes).
+
+Updates run the same Numba kernels as the local executor's ``Apply*`` ops,
+with the scalars cast the same way, so a model trained through a parameter
+server follows the trajectory it would follow in one process.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from ...dataflow.kernels.cpu import training as k
+from ...dataflow.shapes import fmt
+from ..errors import ParameterServerError
+from .config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec
+
+TRAINABLE = ("float32", "float64")
+# Adam's step count is a float64 scalar per variable, whatever the variable's dtype.
+STEP_COUNT_SLOT = "t"
+STEP_COUNT_DTYPE = np.dtype(np.float64)
+# Weight of the newest interval in a replica's smoothed push interval: recent
+# enough to show a straggler within a few steps, smooth enough not to flicker.
+RATE_SMOOTHING = 0.2
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """What became of one pushed gradient.
+
+    ``status`` is ``"applied"`` when this push caused an update,
+    ``"aggregated"`` when (sync) it was counted and the update waits for other
+    replicas, and ``"stale"`` when it was dropped. ``global_step`` is the
+    shard's step after the push; ``staleness`` is how many steps behind the
+    push's step was (0 when fresh).
+    """
+
+    status: Literal["applied", "aggregated", "stale"]
+    global_step: int
+    staleness: int
+
+
+@dataclass(frozen=True)
+class ReplicaStats:
+    """What the store has seen of one replica; ``steps_per_second`` is 0.0 until its second push."""
+
+    replica_id: int
+    last_step: int
+    pushes: int
+    last_seen: float
+    steps_per_second: float
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """Counters and versions of a shard, for monitoring (one consistent snapshot)."""
+
+    global_step: int
+    versions: dict[str, int]
+    pushes_applied: int
+    pushes_stale: int
+    pushes_rejected: int
+    updates: int
+    replicas: dict[int, ReplicaStats]
+
+
+@dataclass(frozen=True)
+class StoreState:
+    """What a checkpoint holds: the step, the versions, and every variable and slot.
+
+    ``tensors`` is keyed by variable name and by ``"name/slot"`` for slots
+    (``"w/momentum"``, ``"w/m"``, ``"w/v"``, ``"w/t"``).
+    """
+
+    global_step: int
+    versions: dict[str, int]
+    tensors: dict[str, np.ndarray]
+
+
+@dataclass
+class _Replica:
+    """The mutable record behind ``ReplicaStats``."""
+
+    last_step: int = -1
+    pushes: int = 0
+    last_seen: float = field(default_factory=time.time)
+    last_tick: float = 0.0  # perf_counter() at the last push: wall-clock time can jump
+    interval: float = 0.0  # smoothed seconds between pushes
+
+    def saw_push(self, step: int) -> None:
+        now = time.perf_counter()
+        if self.pushes == 1:
+            self.interval = now - self.last_tick
+        elif self.pushes > 1:
+            self.interval += RATE_SMOOTHING * (now - self.last_tick - self.interval)
+        self.last_step, self.last_tick, self.last_seen = step, now, time.time()
+        self.pushes += 1
+
+    def stats(self, replica_id: int) -> ReplicaStats:
+        rate = 1.0 / self.interval if self.pushes >= 2 and self.interval > 0 else 0.0
+        return ReplicaStats(replica_id, self.last_step, self.pushes, self.last_seen, rate)
+
+
+# ------------------------------------------------------------ optimizer updates
+# Each calls its kernel exactly as dataflow/ops/training.py's kernels do: the
+# learning rate and hyperparameters cast to the variable's dtype (the local
+# learning rate is a constant of that dtype), flat views of C-contiguous buffers.
+def _sgd(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
+    k.sgd(k.flat(var), var.dtype.type(opt.learning_rate), k.flat(grad))
+
+
+def _momentum(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
+    cast = var.dtype.type
+    k.momentum(
+        k.flat(var), k.flat(slots["momentum"]), cast(opt.learning_rate), k.flat(grad), cast(opt.momentum), opt.nesterov
+    )
+
+
+def _adam(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
+    cast, t = var.dtype.type, slots[STEP_COUNT_SLOT]
+    t[...] += 1  # before the update, as ApplyAdam does: the first step is t = 1
+    lr_t = cast(k.adam_step_size(float(cast(opt.learning_rate)), opt.beta1, opt.beta2, float(t)))
+    m, v = k.flat(slots["m"]), k.flat(slots["v"])
+    k.adam(k.flat(var), m, v, lr_t, k.flat(grad), cast(opt.beta1), cast(opt.beta2), cast(opt.epsilon))
+
+
+Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray, OptimizerConfig], None]
+UPDATES: dict[str, Update] = {"sgd": _sgd, "momentum": _momentum, "adam": _adam}
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return ", ".join(map(repr, names))
+
+
+def _key_mismatch(what: str, found: Iterable[str], expected: Iterable[str]) -> str | None:
+    """``"{what}: missing 'a'; unexpected 'b' (...)"`` when two sets of names differ, else None."""
+    found, expected = list(found), list(expected)
+    missing = [key for key in expected if key not in found]
+    extra = [key for key in found if key not in expected]
+    problems = [f"missing {_quoted(missing)}"] if missing else []
+    if extra:
+        problems.append(f"unexpected {_quoted(extra)} (the shard holds {_quoted(expected) or 'nothing'})")
+    return f"{what}: {'; '.join(problems)}" if problems else None
+
+
+def _plural(word: str, ids: Sequence[int]) -> str:
+    """``replica 0`` / ``replicas 1, 2``."""
+    return f"{word}{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))}"
+
+
+class ParameterStore:
+    """The variables, slots and training state of one parameter-server shard.
+
+    Parameters
+    ----------
+    job_id
+        The job this shard serves (named in error messages).
+    specs
+        The variables held, in order; float32 or float64, names unique.
+    initial
+        The initial value of every variable, exactly the spec names, dtypes and
+        shapes. The store keeps its own C-contiguous copies.
+    optimizer, training
+        The update applied with the (averaged) gradient, and how pushes become
+        updates (``sync``: the mean of ``replicas_to_aggregate`` gradients per
+        step; ``async``: every fresh enough gradient on arrival).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cellgraph.cluster.ps.config import OptimizerConfig, TrainingConfig, VariableSpec
+    >>> spec = VariableSpec("w", np.dtype("float32"), (2,))
+    >>> store = ParameterStore(
+    ...     "job", [spec], {"w": np.zeros(2, np.float32)},
+    ...     OptimizerConfig("sgd", learning_rate=0.5), TrainingConfig("sync", replicas_to_aggregate=2),
+    ... )
+    >>> store.register(0), store.register(1)
+    (0, 0)
+    >>> store.push(0, 0, {"w": np.array([1.0, 2.0], np.float32)}).status
+    'aggregated'
+    >>> store.push(1, 0, {"w": np.array([3.0, 4.0], np.float32)})
+    PushOutcome(status='applied', global_step=1, staleness=0)
+    >>> store.read(["w"])
+    (1, {'w': (1, array([-1. , -1.5], dtype=float32))})
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        specs: Sequence[VariableSpec],
+        initial: Mapping[str, np.ndarray],
+        optimizer: OptimizerConfig,
+        training: TrainingConfig,
+    ) -> None:
+        self.job_id = job_id
+        self.optimizer = optimizer
+        self.training = training
+        self.specs: dict[str, VariableSpec] = {}
+        for spec in specs:
+            if spec.name in self.specs:
+                raise ParameterServerError(f"variable {spec.name!r} is listed twice in the shard", "INVALID_ARGUMENT")
+            if np.dtype(spec.dtype).name not in TRAINABLE:
+                raise ParameterServerError(
+                    f"variable {spec.name!r} has dtype {np.dtype(spec.dtype).name}; "
+                    f"a parameter server trains only {' or '.join(TRAINABLE)}",
+                    "INVALID_ARGUMENT",
+                )
+            self.specs[spec.name] = spec
+        self._slot_names = SLOTS[optimizer.kind]
+        self._update = UPDATES[optimizer.kind]
+        # Every tensor a checkpoint holds, key -> (dtype, shape): load_state checks against it.
+        self._layout: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        for name, spec in self.specs.items():
+            self._layout[name] = (np.dtype(spec.dtype), tuple(spec.shape))
+            for slot in self._slot_names:
+                key = f"{name}/{slot}"
+                if key in self.specs:
+                    raise ParameterServerError(
+                        f"variable {key!r} has the name of slot {slot!r} of variable {name!r}; "
+                        "their checkpoint keys would collide",
+                        "INVALID_ARGUMENT",
+                    )
+                scalar = slot == STEP_COUNT_SLOT
+                self._layout[key] = (STEP_COUNT_DTYPE, ()) if scalar else self._layout[name]
+        self._check_initial(initial)
+
+        self._lock = threading.Condition()
+        # All the tensors live in one dict keyed like a checkpoint, so state()
+        # and load_state() are a copy and a swap.
+        self._tensors = {
+            key: np.array(initial[key], order="C") if key in self.specs else np.zeros(shape, dtype)
+            for key, (dtype, shape) in self._layout.items()
+        }
+        self._versions = dict.fromkeys(self.specs, 0)
+        self._global_step = 0
+        self._replicas: dict[int, _Replica] = {}
+        # Sync mode: the running sum of this step's gradients and who sent them.
+        sync = training.mode == "sync"
+        self._sums = {name: np.zeros_like(self._tensors[name]) for name in self.specs} if sync else {}
+        self._contributors: list[int] = []
+        self._pushes_applied = self._pushes_stale = self._pushes_rejected = self._updates = 0
+
+    def _check_initial(self, initial: Mapping[str, np.ndarray]) -> None:
+        problem = _key_mismatch("initial values", initial, self.specs)
+        if problem:
+            raise ParameterServerError(problem, "INVALID_ARGUMENT")
+        for name in self.specs:
+            self._check_tensor(f"initial value of {name!r}", initial[name], name, "the spec says", "INVALID_ARGUMENT")
+
+    def _check_tensor(self, what: str, value: object, key: str, expected: str, code: str) -> None:
+        """Raise unless ``value`` has the dtype and shape of ``key``: "{what} has shape (3,), {expected} (2,)"."""
+        dtype, shape = self._layout[key]
+        if not isinstance(value, np.ndarray):
+            raise ParameterServerError(f"{what} is a {type(value).__name__}, not a NumPy array", code)
+        if value.dtype != dtype:
+            raise ParameterServerError(f"{what} has dtype {value.dtype}, {expected} {dtype}", code)
+        if value.shape != shape:
+            raise ParameterServerError(f"{what} has shape {fmt(value.shape)}, {expected} {fmt(shape)}", code)
+
+    @property
+    def global_step(self) -> int:
+        """The number of updates applied so far (or restored from a checkpoint)."""
+        with self._lock:
+            return self._global_step
+
+    def register(self, replica_id: int) -> int:
+        """Admit a replica and return the global step; a restarted replica may register again.
+
+        Examples
+        --------
+        >>> store = ParameterStore("job", [], {}, OptimizerConfig(), TrainingConfig())
+        >>> store.register(3)
+        0
+        """
+        if replica_id < 0:
+            raise ParameterServerError(f"replica id must be 0 or more, got {replica_id}", "INVALID_ARGUMENT")
+        with self._lock:
+            replica = self._replicas.setdefault(replica_id, _Replica())
+            replica.last_seen = time.time()
+            return self._global_step
+
+    def push(self, replica_id: int, step: int, grads: Mapping[str, np.ndarray]) -> PushOutcome:
+        """Take one replica's gradients, computed from the parameters at global step ``step``.
+
+        ``grads`` must hold a gradient for every variable of the shard. In sync
+        mode a push for the current step is summed with the others; the one that
+        makes ``replicas_to_aggregate`` applies their mean. In async mode a push
+        is applied on arrival unless it is more than ``max_staleness`` steps
+        old. A push for an older step (sync) or a too old one (async) is dropped
+        as ``"stale"``; a malformed one raises and changes nothing.
+
+        Examples
+        --------
+        >>> spec = VariableSpec("w", np.dtype("float64"), ())
+        >>> store = ParameterStore("job", [spec], {"w": np.array(1.0)}, OptimizerConfig(), TrainingConfig())
+        >>> _ = store.register(0)
+        >>> store.push(0, 0, {"w": np.array(10.0)})
+        PushOutcome(status='applied', global_step=1, staleness=0)
+        >>> store.push(0, 0, {"w": np.array(10.0)})
+        PushOutcome(status='applied', global_step=2, staleness=1)
+        >>> store.read()[1]["w"]
+        (2, array(0.8))
+        """
+        with self._lock:
+            try:
+                self._check_push(replica_id, step, grads)
+            except ParameterServerError:
+                self._pushes_rejected += 1
+                raise
+            self._replicas[replica_id].saw_push(step)
+            staleness = self._global_step - step
+            if self.training.mode == "sync":
+                return self._aggregate(replica_id, staleness, grads)
+            if self.training.max_staleness is not None and staleness > self.training.max_staleness:
+                self._pushes_stale += 1
+                return PushOutcome("stale", self._global_step, staleness)
+            self._apply({name: np.ascontiguousarray(grads[name]) for name in self.specs})
+            self._pushes_applied += 1
+            return PushOutcome("applied", self._global_step, staleness)
+
+    def _check_push(self, replica_id: int, step: int, grads: Mapping[str, np.ndarray]) -> None:
+        """Raise the error a malformed push deserves; called under the lock."""
+        if replica_id not in self._replicas:
+            raise ParameterServerError(
+                f"replica {replica_id} is not registered with job {self.job_id!r}; call Register first",
+                "FAILED_PRECONDITION",
+            )
+        unknown = [name for name in grads if name not in self.specs]
+        if unknown:
+            raise ParameterServerError(
+                f"replica {replica_id} pushed a gradient for {_quoted(unknown)}, which this shard "
+                f"does not hold; it holds {_quoted(self.specs) or 'no variables'}",
+                "NOT_FOUND",
+            )
+        missing = [name for name in self.specs if name not in grads]
+        if missing:
+            raise ParameterServerError(
+                f"replica {replica_id}'s push for step {step} lacks a gradient for {_quoted(missing)}; "
+                "a push must carry one for every variable of the shard",
+                "INVALID_ARGUMENT",
+            )
+        for name in self.specs:
+            what = f"replica {replica_id}'s gradient for {name!r}"
+            self._check_tensor(what, grads[name], name, "the variable has", "INVALID_ARGUMENT")
+        if step < 0:
+            raise ParameterServerError(f"step {step} is negative", "INVALID_ARGUMENT")
+        if step > self._global_step:
+            raise ParameterServerError(
+                f"step {step} is from the future: the global step is {self._global_step}", "INVALID_ARGUMENT"
+            )
+        if self.training.mode == "sync" and step == self._global_step and replica_id in self._contributors:
+            raise ParameterServerError(
+                f"replica {replica_id} already pushed a gradient for step {step}", "ALREADY_EXISTS"
+            )
+
+    def _aggregate(self, replica_id: int, staleness: int, grads: Mapping[str, np.ndarray]) -> PushOutcome:
+        """Sync mode: add a checked push to this step's sum, and apply the mean when it is complete."""
+        if staleness > 0:
+            self._pushes_stale += 1
+            return PushOutcome("stale", self._global_step, staleness)
+        for name, total in self._sums.items():
+            np.add(total, grads[name], out=total)
+        self._contributors.append(replica_id)
+        k_needed = self.training.replicas_to_aggregate
+        if len(self._contributors) < k_needed:
+            return PushOutcome("aggregated", self._global_step, 0)
+        for total in self._sums.values():
+            np.divide(total, k_needed, out=total)
+        self._apply(self._sums)
+        self._pushes_applied += k_needed
+        self._discard_aggregation()
+        return PushOutcome("applied", self._global_step, 0)
+
+    def _discard_aggregation(self) -> None:
+        for total in self._sums.values():
+            total.fill(0)
+        self._contributors.clear()
+
+    def _apply(self, grads: Mapping[str, np.ndarray]) -> None:
+        """One optimizer update of every variable, then the next step; called under the lock."""
+        for name in self.specs:
+            slots = {slot: self._tensors[f"{name}/{slot}"] for slot in self._slot_names}
+            self._update(self._tensors[name], slots, grads[name], self.optimizer)
+            self._versions[name] += 1
+        self._global_step += 1
+        self._updates += 1
+        self._lock.notify_all()
+
+    def wait_for_step(self, step: int, timeout: float) -> int:
+        """Block until the global step reaches ``step``, at most ``timeout`` seconds; return the global step.
+
+        On timeout, raise ``DEADLINE_EXCEEDED`` saying (in sync mode) which
+        replicas have and have not pushed for the current step.
+
+        Examples
+        --------
+        >>> store = ParameterStore("job", [], {}, OptimizerConfig(), TrainingConfig())
+        >>> store.wait_for_step(0, timeout=1.0)
+        0
+        """
+        if not (math.isfinite(timeout) and timeout >= 0):
+            raise ParameterServerError(
+                f"timeout must be a finite number of seconds, 0 or more, got {timeout}", "INVALID_ARGUMENT"
+            )
+        with self._lock:
+            if not self._lock.wait_for(lambda: self._global_step >= step, timeout):
+                raise ParameterServerError(self._waiting_message(step, timeout), "DEADLINE_EXCEEDED")
+            return self._global_step
+
+    def _waiting_message(self, step: int, timeout: float) -> str:
+        now = self._global_step
+        message = f"waited {float(timeout)} s for global step {step}, still at {now}"
+        if self.training.mode != "sync":
+            return message
+        arrived = sorted(self._contributors)
+        pending = sorted(set(self._replicas) - set(arrived))
+        message += f": {len(arrived)} of {self.training.replicas_to_aggregate} gradients for step {now} arrived"
+        if arrived:
+            message += f" (from {_plural('replica', arrived)})"
+        return message + (
+            f"; not yet from {_plural('replica', pending)}" if pending else "; no other replica is registered"
+        )
+
+    def read(self, names: Sequence[str] | None = None) -> tuple[int, dict[str, tuple[int, np.ndarray]]]:
+        """``(global_step, {name: (version, copy of value)})`` for ``names`` (``None``: all), one snapshot.
+
+        Examples
+        --------
+        >>> spec = VariableSpec("w", np.dtype("float32"), (2,))
+        >>> store = ParameterStore("job", [spec], {"w": np.ones(2, np.float32)}, OptimizerConfig(), TrainingConfig())
+        >>> store.read(["w"])
+        (0, {'w': (0, array([1., 1.], dtype=float32))})
+        """
+        wanted = list(self.specs) if names is None else list(names)
+        unknown = [name for name in wanted if name not in self.specs]
+        if unknown:
+            raise ParameterServerError(
+                f"job {self.job_id!r}: no variable {_quoted(unknown)} on this shard; "
+                f"it holds {_quoted(self.specs) or 'no variables'}",
+                "NOT_FOUND",
+            )
+        with self._lock:
+            return self._global_step, {name: (self._versions[name], self._tensors[name].copy()) for name in wanted}
+
+    def note_rejected(self) -> None:
+        """Count a request the server refused before it reached the store."""
+        with self._lock:
+            self._pushes_rejected += 1
+
+    def stats(self) -> StoreStats:
+        """The shard's counters, versions and replicas, one consistent snapshot."""
+        with self._lock:
+            return StoreStats(
+                global_step=self._global_step,
+                versions=dict(self._versions),
+                pushes_applied=self._pushes_applied,
+                pushes_stale=self._pushes_stale,
+                pushes_rejected=self._pushes_rejected,
+                updates=self._updates,
+                replicas={rid: replica.stats(rid) for rid, replica in sorted(self._replicas.items())},
+            )
+
+    def state(self) -> StoreState:
+        """Copies of the global step, versions, variables and slots: what a checkpoint saves."""
+        with self._lock:
+            tensors = {key: value.copy() for key, value in self._tensors.items()}
+            return StoreState(self._global_step, dict(self._versions), tensors)
+
+    def load_state(self, state: StoreState) -> None:
+        """Restore a checkpoint: checked completely first, so a bad one changes nothing.
+
+        A sync step's pending gradients are discarded (they were computed from
+        parameters the checkpoint replaces), and waiters re-check the restored step.
+
+        Examples
+        --------
+        >>> spec = VariableSpec("w", np.dtype("float64"), ())
+        >>> store = ParameterStore("job", [spec], {"w": np.array(1.0)}, OptimizerConfig(), TrainingConfig())
+        >>> store.load_state(StoreState(7, {"w": 7}, {"w": np.array(5.0)}))
+        >>> store.read()
+        (7, {'w': (7, array(5.))})
+        """
+        self._check_state(state)
+        fresh = {key: np.array(state.tensors[key], order="C") for key in self._layout}
+        with self._lock:
+            self._tensors = fresh
+            self._versions = {name: int(state.versions[name]) for name in self.specs}
+            self._global_step = int(state.global_step)
+            self._discard_aggregation()
+            self._lock.notify_all()
+
+    def _check_state(self, state: StoreState) -> None:
+        def refuse(problem: str) -> ParameterServerError:
+            return ParameterServerError(f"checkpoint for job {self.job_id!r}: {problem}", "FAILED_PRECONDITION")
+
+        if state.global_step < 0:
+            raise refuse(f"global step {state.global_step} is negative")
+        for label, found, expected in (
+            ("tensors", state.tensors, self._layout),
+            ("versions", state.versions, self.specs),
+        ):
+            problem = _key_mismatch(label, found, expected)
+            if problem:
+                raise refuse(problem)
+        for name, version in state.versions.items():
+            if version < 0:
+                raise refuse(f"version {version} of {name!r} is negative")
+        for key in self._layout:
+            what = f"checkpoint for job {self.job_id!r}: {key!r}"
+            self._check_tensor(what, state.tensors[key], key, "the shard holds", "FAILED_PRECONDITION")
