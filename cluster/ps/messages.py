@@ -91,4 +91,3 @@ def training_from_proto(proto: pb.TrainingConfigProto) -> TrainingConfig:
         raise _invalid(f"training mode {proto.mode} is not SYNC (1) or ASYNC (2)")
     staleness = proto.max_staleness if proto.HasField("max_staleness") else None
     return TrainingConfig(_MODE_NAMES[proto.mode], proto.replicas_to_aggregate, staleness)  # type: ignore[arg-type]
-

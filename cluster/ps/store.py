@@ -115,26 +115,19 @@ class _Replica:
 
 
 # ------------------------------------------------------------ optimizer updates
-# Each calls its kernel exactly as dataflow/ops/training.py's kernels do: the
-# learning rate and hyperparameters cast to the variable's dtype (the local
-# learning rate is a constant of that dtype), flat views of C-contiguous buffers.
+# The same update functions as the executor's Apply* kernels, so a variable
+# trained on a server moves exactly as it would locally.
 def _sgd(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
-    k.sgd(k.flat(var), var.dtype.type(opt.learning_rate), k.flat(grad))
+    k.sgd_update(var, opt.learning_rate, grad)
 
 
 def _momentum(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
-    cast = var.dtype.type
-    k.momentum(
-        k.flat(var), k.flat(slots["momentum"]), cast(opt.learning_rate), k.flat(grad), cast(opt.momentum), opt.nesterov
-    )
+    k.momentum_update(var, slots["momentum"], opt.learning_rate, grad, opt.momentum, opt.nesterov)
 
 
 def _adam(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
-    cast, t = var.dtype.type, slots[STEP_COUNT_SLOT]
-    t[...] += 1  # before the update, as ApplyAdam does: the first step is t = 1
-    lr_t = cast(k.adam_step_size(float(cast(opt.learning_rate)), opt.beta1, opt.beta2, float(t)))
-    m, v = k.flat(slots["m"]), k.flat(slots["v"])
-    k.adam(k.flat(var), m, v, lr_t, k.flat(grad), cast(opt.beta1), cast(opt.beta2), cast(opt.epsilon))
+    m, v, t = slots["m"], slots["v"], slots[STEP_COUNT_SLOT]
+    k.adam_update(var, m, v, t, opt.learning_rate, grad, opt.beta1, opt.beta2, opt.epsilon)
 
 
 Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray, OptimizerConfig], None]

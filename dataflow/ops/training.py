@@ -76,7 +76,7 @@ def _ref_adam(
 
 def _sgd_kernel(node: Node, ctx: KernelContext) -> Any:
     def run(var: np.ndarray, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:
-        k.sgd(k.flat(var), var.dtype.type(lr), k.flat(np.ascontiguousarray(grad)))
+        k.sgd_update(var, lr, grad)
         return var
 
     return run
@@ -86,8 +86,7 @@ def _momentum_kernel(node: Node, ctx: KernelContext) -> Any:
     mu, nesterov = node.attrs["momentum"], node.attrs["nesterov"]
 
     def run(var: np.ndarray, accum: np.ndarray, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:
-        g = k.flat(np.ascontiguousarray(grad))
-        k.momentum(k.flat(var), k.flat(accum), var.dtype.type(lr), g, var.dtype.type(mu), nesterov)
+        k.momentum_update(var, accum, lr, grad, mu, nesterov)
         return var
 
     return run
@@ -99,10 +98,8 @@ def _adam_kernel(node: Node, ctx: KernelContext) -> Any:
     def run(
         var: np.ndarray, m: np.ndarray, v: np.ndarray, t: np.ndarray, lr: np.ndarray, grad: np.ndarray
     ) -> np.ndarray:
-        t += 1  # the step count is a slot too, so it is saved with the others
-        lr_t = var.dtype.type(k.adam_step_size(float(lr), b1, b2, float(t)))
-        g = k.flat(np.ascontiguousarray(grad))
-        k.adam(k.flat(var), k.flat(m), k.flat(v), lr_t, g, var.dtype.type(b1), var.dtype.type(b2), var.dtype.type(eps))
+        # The step count is a slot too, so it is saved with the others.
+        k.adam_update(var, m, v, t, lr, grad, b1, b2, eps)
         return var
 
     return run

@@ -46,3 +46,34 @@ def flat(x: np.ndarray) -> np.ndarray:
 def adam_step_size(lr: float, beta1: float, beta2: float, t: float) -> float:
     """Adam's bias-corrected step size for step ``t`` (1-based)."""
     return lr * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
+
+
+# The updates as the executor's Apply* ops and the parameter server's store
+# both run them: hyperparameters cast to the variable's dtype (a local learning
+# rate is a constant of that dtype), flat views of C-contiguous buffers, Adam's
+# step count incremented before its update (the first step is t = 1).
+def sgd_update(var: np.ndarray, lr: float, grad: np.ndarray) -> None:
+    sgd(flat(var), var.dtype.type(lr), flat(np.ascontiguousarray(grad)))
+
+
+def momentum_update(var: np.ndarray, accum: np.ndarray, lr: float, grad: np.ndarray, mu: float, nesterov: bool) -> None:
+    cast = var.dtype.type
+    momentum(flat(var), flat(accum), cast(lr), flat(np.ascontiguousarray(grad)), cast(mu), nesterov)
+
+
+def adam_update(
+    var: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    t: np.ndarray,
+    lr: float,
+    grad: np.ndarray,
+    beta1: float,
+    beta2: float,
+    epsilon: float,
+) -> None:
+    cast = var.dtype.type
+    t += 1
+    lr_t = cast(adam_step_size(float(cast(lr)), beta1, beta2, float(t)))
+    g = flat(np.ascontiguousarray(grad))
+    adam(flat(var), flat(m), flat(v), lr_t, g, cast(beta1), cast(beta2), cast(epsilon))
