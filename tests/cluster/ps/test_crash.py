@@ -18,7 +18,7 @@ from cellgraph.cluster.ps import OptimizerConfig, ParameterClient
 from cellgraph.cluster.ps.checkpoint import latest_checkpoint, list_checkpoints
 
 from .conftest import TIMEOUT
-from .test_cli import PsProcess, cellgraph_ps
+from .processes import PsProcess, cellgraph_ps
 
 JOB = "crash"
 ELEMENTS = 13_107_200  # float32 elements per variable: 2 x 50 MiB of state

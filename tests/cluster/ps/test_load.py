@@ -11,7 +11,7 @@ import pytest
 from cellgraph.cluster.ps import OptimizerConfig, ParameterClient, TrainingConfig
 
 from .conftest import TIMEOUT
-from .test_cli import cellgraph_ps
+from .processes import cellgraph_ps
 
 REPLICAS = 16
 PUSHES = 1_000  # per replica
