@@ -43,7 +43,7 @@ from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 
-from ..errors import ParameterServerError
+from ..errors import STATUS_CODES, ParameterServerError
 from .auth import ClientTLS, token_metadata
 from .chunks import MAX_CHUNK_BYTES, TensorAssembler, tensor_chunks
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
@@ -200,7 +200,7 @@ class ParameterClient:
             )
         if code == "DEADLINE_EXCEEDED" and "waited" not in details:
             details = f"no answer within the {timeout:g} s deadline"
-        return ParameterServerError(f"{where} refused {what}: {details}", code if code in _KNOWN else "UNKNOWN")
+        return ParameterServerError(f"{where} refused {what}: {details}", code if code in STATUS_CODES else "UNKNOWN")
 
     def _each_shard(self, shards: Sequence[int], work: Callable[[int], T]) -> dict[int, T]:
         """``work(shard)`` for every shard, in parallel; the first error is raised after all finish."""
@@ -460,21 +460,6 @@ class ParameterClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_KNOWN = {
-    "INVALID_ARGUMENT",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "FAILED_PRECONDITION",
-    "RESOURCE_EXHAUSTED",
-    "OUT_OF_RANGE",
-    "DEADLINE_EXCEEDED",
-    "UNAUTHENTICATED",
-    "UNAVAILABLE",
-    "CANCELLED",
-    "INTERNAL",
-}
 
 
 def _rows(whole: np.ndarray, spec: VariableSpec) -> np.ndarray:
