@@ -522,6 +522,60 @@ class PushResponse(_message.Message):
 Global___PushResponse: _TypeAlias = PushResponse  # noqa: Y015
 
 @_typing.final
+class PushPullRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    CHUNKS_FIELD_NUMBER: _builtins.int
+    PULL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def header(self) -> Global___PushHeader: ...
+    @_builtins.property
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[_tensor_pb2.TensorChunk]:
+        """a gradient for every variable of the shard"""
+
+    @_builtins.property
+    def pull(self) -> Global___PullRequest: ...
+    def __init__(
+        self,
+        *,
+        header: Global___PushHeader | None = ...,
+        chunks: _abc.Iterable[_tensor_pb2.TensorChunk] | None = ...,
+        pull: Global___PullRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "pull", b"pull"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "header", b"header", "pull", b"pull"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PushPullRequest: _TypeAlias = PushPullRequest  # noqa: Y015
+
+@_typing.final
+class PushPullResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PUSH_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def push(self) -> Global___PushResponse: ...
+    @_builtins.property
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___PullMessage]: ...
+    def __init__(
+        self,
+        *,
+        push: Global___PushResponse | None = ...,
+        values: _abc.Iterable[Global___PullMessage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["push", b"push"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["push", b"push", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PushPullResponse: _TypeAlias = PushPullResponse  # noqa: Y015
+
+@_typing.final
 class SaveRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -679,6 +733,26 @@ Global___ReplicaStatsProto: _TypeAlias = ReplicaStatsProto  # noqa: Y015
 class StatsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class CallsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     JOB_ID_FIELD_NUMBER: _builtins.int
     SHARD_FIELD_NUMBER: _builtins.int
     GLOBAL_STEP_FIELD_NUMBER: _builtins.int
@@ -691,6 +765,7 @@ class StatsResponse(_message.Message):
     UPDATES_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
     TRAINING_FIELD_NUMBER: _builtins.int
+    CALLS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """empty while the server waits for Init"""
     shard: _builtins.int
@@ -708,6 +783,10 @@ class StatsResponse(_message.Message):
     def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaStatsProto]: ...
     @_builtins.property
     def training(self) -> Global___TrainingConfigProto: ...
+    @_builtins.property
+    def calls(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """calls answered, by RPC name"""
+
     def __init__(
         self,
         *,
@@ -723,10 +802,11 @@ class StatsResponse(_message.Message):
         updates: _builtins.int = ...,
         replicas: _abc.Iterable[Global___ReplicaStatsProto] | None = ...,
         training: Global___TrainingConfigProto | None = ...,
+        calls: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["training", b"training"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in", b"bytes_in", "bytes_out", b"bytes_out", "global_step", b"global_step", "job_id", b"job_id", "pushes_applied", b"pushes_applied", "pushes_rejected", b"pushes_rejected", "pushes_stale", b"pushes_stale", "replicas", b"replicas", "shard", b"shard", "training", b"training", "updates", b"updates", "variables", b"variables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in", b"bytes_in", "bytes_out", b"bytes_out", "calls", b"calls", "global_step", b"global_step", "job_id", b"job_id", "pushes_applied", b"pushes_applied", "pushes_rejected", b"pushes_rejected", "pushes_stale", b"pushes_stale", "replicas", b"replicas", "shard", b"shard", "training", b"training", "updates", b"updates", "variables", b"variables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

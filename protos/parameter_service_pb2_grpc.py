@@ -54,6 +54,11 @@ class ParameterServiceStub:
                 request_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushMessage.SerializeToString,
                 response_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushResponse.FromString,
                 _registered_method=True)
+        self.PushPull = channel.unary_unary(
+                '/cellgraph.ParameterService/PushPull',
+                request_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushPullRequest.SerializeToString,
+                response_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushPullResponse.FromString,
+                _registered_method=True)
         self.Save = channel.unary_unary(
                 '/cellgraph.ParameterService/Save',
                 request_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.SaveRequest.SerializeToString,
@@ -106,6 +111,15 @@ class ParameterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PushPull(self, request, context):
+        """A push and the pull after it in one round trip, for a shard whose
+        gradients and variables each fit in one message (a client uses Push and
+        Pull for bigger ones). A sync replica sets pull.min_step to step + 1.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Save(self, request, context):
         """Write this shard's variables, slots and global step to a checkpoint.
         """
@@ -149,6 +163,11 @@ def add_ParameterServiceServicer_to_server(servicer, server):
                     servicer.Push,
                     request_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushMessage.FromString,
                     response_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushResponse.SerializeToString,
+            ),
+            'PushPull': grpc.unary_unary_rpc_method_handler(
+                    servicer.PushPull,
+                    request_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushPullRequest.FromString,
+                    response_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushPullResponse.SerializeToString,
             ),
             'Save': grpc.unary_unary_rpc_method_handler(
                     servicer.Save,
@@ -274,6 +293,33 @@ class ParameterService:
             '/cellgraph.ParameterService/Push',
             cellgraph_dot_protos_dot_parameter__service__pb2.PushMessage.SerializeToString,
             cellgraph_dot_protos_dot_parameter__service__pb2.PushResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushPull(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cellgraph.ParameterService/PushPull',
+            cellgraph_dot_protos_dot_parameter__service__pb2.PushPullRequest.SerializeToString,
+            cellgraph_dot_protos_dot_parameter__service__pb2.PushPullResponse.FromString,
             options,
             channel_credentials,
             insecure,

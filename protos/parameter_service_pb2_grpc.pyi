@@ -56,6 +56,11 @@ class ParameterServiceStub:
     """
     Push: _grpc.StreamUnaryMultiCallable[_parameter_service_pb2.PushMessage, _parameter_service_pb2.PushResponse]
     """A replica's gradients for one step: a header, then every variable's chunks."""
+    PushPull: _grpc.UnaryUnaryMultiCallable[_parameter_service_pb2.PushPullRequest, _parameter_service_pb2.PushPullResponse]
+    """A push and the pull after it in one round trip, for a shard whose
+    gradients and variables each fit in one message (a client uses Push and
+    Pull for bigger ones). A sync replica sets pull.min_step to step + 1.
+    """
     Save: _grpc.UnaryUnaryMultiCallable[_parameter_service_pb2.SaveRequest, _parameter_service_pb2.SaveResponse]
     """Write this shard's variables, slots and global step to a checkpoint."""
     Restore: _grpc.UnaryUnaryMultiCallable[_parameter_service_pb2.RestoreRequest, _parameter_service_pb2.RestoreResponse]
@@ -81,6 +86,11 @@ class ParameterServiceAsyncStub(ParameterServiceStub):
     """
     Push: _aio.StreamUnaryMultiCallable[_parameter_service_pb2.PushMessage, _parameter_service_pb2.PushResponse]  # type: ignore[assignment]
     """A replica's gradients for one step: a header, then every variable's chunks."""
+    PushPull: _aio.UnaryUnaryMultiCallable[_parameter_service_pb2.PushPullRequest, _parameter_service_pb2.PushPullResponse]  # type: ignore[assignment]
+    """A push and the pull after it in one round trip, for a shard whose
+    gradients and variables each fit in one message (a client uses Push and
+    Pull for bigger ones). A sync replica sets pull.min_step to step + 1.
+    """
     Save: _aio.UnaryUnaryMultiCallable[_parameter_service_pb2.SaveRequest, _parameter_service_pb2.SaveResponse]  # type: ignore[assignment]
     """Write this shard's variables, slots and global step to a checkpoint."""
     Restore: _aio.UnaryUnaryMultiCallable[_parameter_service_pb2.RestoreRequest, _parameter_service_pb2.RestoreResponse]  # type: ignore[assignment]
@@ -127,6 +137,17 @@ class ParameterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_parameter_service_pb2.PushResponse, _abc.Awaitable[_parameter_service_pb2.PushResponse]]:
         """A replica's gradients for one step: a header, then every variable's chunks."""
+
+    @_abc_1.abstractmethod
+    def PushPull(
+        self,
+        request: _parameter_service_pb2.PushPullRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_parameter_service_pb2.PushPullResponse, _abc.Awaitable[_parameter_service_pb2.PushPullResponse]]:
+        """A push and the pull after it in one round trip, for a shard whose
+        gradients and variables each fit in one message (a client uses Push and
+        Pull for bigger ones). A sync replica sets pull.min_step to step + 1.
+        """
 
     @_abc_1.abstractmethod
     def Save(

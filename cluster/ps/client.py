@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import TypeVar
@@ -324,6 +324,80 @@ class ParameterClient:
         (sync replicas wait for the step they pushed to be applied); the wait
         is bounded by ``timeout`` (default: the client's).
         """
+        plan = self._pull_plan(names, min_step, replica_id)
+
+        def pull_shard(shard: int) -> tuple[int, dict[str, int]]:
+            def call(stub: pb_grpc.ParameterServiceStub, left: float) -> tuple[int, dict[str, int]]:
+                messages = stub.Pull(plan.requests[shard], timeout=left, metadata=self._metadata)
+                return plan.receive(shard, messages)
+
+            return self._call(shard, f"Pull of {', '.join(plan.names[shard])}", call, timeout=timeout)
+
+        return plan.result(self._each_shard(sorted(plan.requests), pull_shard))
+
+    def push(self, grads: Mapping[str, np.ndarray], *, step: int, replica_id: int) -> PushResult:
+        """Send replica ``replica_id``'s gradients for ``step`` to every shard that holds their variables."""
+        pieces = self._push_pieces(grads)
+        answers = self._each_shard(
+            sorted(pieces), lambda shard: self._push_shard(shard, pieces[shard], step, replica_id)
+        )
+        return _push_result(answers)
+
+    def push_pull(
+        self,
+        grads: Mapping[str, np.ndarray],
+        *,
+        step: int,
+        replica_id: int,
+        min_step: int | None = None,
+        names: Sequence[str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[PushResult, PullResult]:
+        """``push`` then ``pull``, in one round trip per shard where both fit in one message.
+
+        A sync replica passes ``min_step=step + 1`` to get the parameters of
+        the update its gradient joined. Shards with more bytes than
+        ``FUSED_BYTES`` either way take the two streaming calls.
+        """
+        pieces = self._push_pieces(grads)
+        plan = self._pull_plan(names, min_step, replica_id)
+        shards = sorted(set(pieces) | set(plan.requests))
+
+        def exchange(shard: int) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
+            mine, request = pieces.get(shard, []), plan.requests.get(shard)
+            small = sum(p.nbytes for _, p in mine) <= FUSED_BYTES and plan.nbytes(shard) <= FUSED_BYTES
+            if not (mine and request is not None and small):
+                pushed = self._push_shard(shard, mine, step, replica_id) if mine else None
+                if request is None:
+                    return pushed, None
+                call = lambda stub, left: plan.receive(shard, stub.Pull(request, timeout=left, metadata=self._metadata))
+                return pushed, self._call(shard, f"Pull of {', '.join(plan.names[shard])}", call, timeout=timeout)
+            fused = pb.PushPullRequest(header=pb.PushHeader(replica_id=replica_id, step=step), pull=request)
+            for spec, piece in mine:
+                fused.chunks.extend(tensor_chunks(spec.name, piece, self.max_chunk_bytes))
+
+            def call_fused(
+                stub: pb_grpc.ParameterServiceStub, left: float
+            ) -> tuple[pb.PushResponse, tuple[int, dict[str, int]]]:
+                answer = stub.PushPull(fused, timeout=left, metadata=self._metadata)
+                return answer.push, plan.receive(shard, answer.values)
+
+            # Retried only in sync mode, as a push is (see _push_shard).
+            return self._call(
+                shard,
+                f"PushPull of replica {replica_id} for step {step}",
+                call_fused,
+                retry=self._sync(),
+                timeout=timeout,
+            )
+
+        answers = self._each_shard(shards, exchange)
+        pushed = {s: a[0] for s, a in answers.items() if a[0] is not None}
+        pulled = {s: a[1] for s, a in answers.items() if a[1] is not None}
+        return _push_result(pushed), plan.result(pulled)
+
+    # ------------------------------------------------------------------ pull and push, per shard
+    def _pull_plan(self, names: Sequence[str] | None, min_step: int | None, replica_id: int) -> _PullPlan:
         layout = self._need_layout()
         wanted = list(layout) if names is None else list(names)
         unknown = [n for n in wanted if n not in layout]
@@ -332,49 +406,13 @@ class ParameterClient:
                 f"pull of unknown variable(s) {', '.join(map(repr, unknown))}; the job has: {', '.join(layout)}",
                 "NOT_FOUND",
             )
-        whole = {n: np.empty(layout[n][0][1].whole_shape, layout[n][0][1].dtype) for n in wanted}
-        by_shard: dict[int, list[VariableSpec]] = {}
-        for name in wanted:
-            for shard, spec in layout[name]:
-                by_shard.setdefault(shard, []).append(spec)
-        wait = self.timeout if timeout is None else timeout
+        return _PullPlan(layout, wanted, min_step, replica_id, self.max_chunk_bytes)
 
-        def pull_shard(shard: int) -> tuple[int, dict[str, int]]:
-            specs = {spec.name: spec for spec in by_shard[shard]}
-            request = pb.PullRequest(names=list(specs), replica_id=replica_id, max_chunk_bytes=self.max_chunk_bytes)
-            if min_step is not None:
-                request.min_step = min_step
-
-            def call(stub: pb_grpc.ParameterServiceStub, left: float) -> tuple[int, dict[str, int]]:
-                assemblers = {
-                    name: TensorAssembler(spec, f"variable '{name}' from shard {shard}", out=_rows(whole[name], spec))
-                    for name, spec in specs.items()
-                }
-                step, versions = 0, {}
-                for message in stub.Pull(request, timeout=left, metadata=self._metadata):
-                    assembler = assemblers.get(message.chunk.name)
-                    if assembler is None:
-                        raise ParameterServerError(
-                            f"shard {shard} sent '{message.chunk.name}', which was not asked for", "INTERNAL"
-                        )
-                    assembler.add(message.chunk)
-                    step, versions[message.chunk.name] = message.global_step, message.version
-                for assembler in assemblers.values():
-                    assembler.finish()
-                return step, versions
-
-            return self._call(shard, f"Pull of {', '.join(specs)}", call, timeout=wait)
-
-        answers = self._each_shard(sorted(by_shard), pull_shard)
-        versions: dict[str, int] = {}
-        for _, shard_versions in answers.values():
-            for name, version in shard_versions.items():
-                versions[name] = min(version, versions.get(name, version))
-        return PullResult(whole, min(step for step, _ in answers.values()), versions)
-
-    def push(self, grads: Mapping[str, np.ndarray], *, step: int, replica_id: int) -> PushResult:
-        """Send replica ``replica_id``'s gradients for ``step`` to every shard that holds their variables."""
+    def _push_pieces(self, grads: Mapping[str, np.ndarray]) -> dict[int, list[tuple[VariableSpec, np.ndarray]]]:
+        """Each shard's part of a push: (the piece's spec, its rows of the gradient)."""
         layout = self._need_layout()
+        if not grads:
+            raise ParameterServerError("a push needs at least one gradient", "INVALID_ARGUMENT")
         unknown = [n for n in grads if n not in layout]
         if unknown:
             raise ParameterServerError(
@@ -384,42 +422,31 @@ class ParameterClient:
         by_shard: dict[int, list[tuple[VariableSpec, np.ndarray]]] = {}
         for name, grad in grads.items():
             grad = np.ascontiguousarray(grad)
-            spec0 = layout[name][0][1]
-            if grad.shape != spec0.whole_shape:
+            whole_shape = layout[name][0][1].whole_shape
+            if grad.shape != whole_shape:
                 raise ParameterServerError(
-                    f"gradient for '{name}' has shape {fmt(grad.shape)}, the variable's is {fmt(spec0.whole_shape)}",
+                    f"gradient for '{name}' has shape {fmt(grad.shape)}, the variable's is {fmt(whole_shape)}",
                     "INVALID_ARGUMENT",
                 )
             for shard, spec in layout[name]:
                 by_shard.setdefault(shard, []).append((spec, _rows(grad, spec)))
-        header = pb.PushMessage(header=pb.PushHeader(replica_id=replica_id, step=step))
+        return by_shard
 
-        def messages(shard: int) -> Iterator[pb.PushMessage]:
-            yield header
-            for spec, piece in by_shard[shard]:
+    def _sync(self) -> bool:
+        return self.training is not None and self.training.mode == "sync"
+
+    def _push_shard(
+        self, shard: int, pieces: list[tuple[VariableSpec, np.ndarray]], step: int, replica_id: int
+    ) -> pb.PushResponse:
+        def messages() -> Iterator[pb.PushMessage]:
+            yield pb.PushMessage(header=pb.PushHeader(replica_id=replica_id, step=step))
+            for spec, piece in pieces:
                 yield from tensor_chunks(spec.name, piece, self.max_chunk_bytes, pb.PushMessage)
 
-        def push_shard(shard: int) -> pb.PushResponse:
-            call = lambda stub, left: stub.Push(messages(shard), timeout=left, metadata=self._metadata)
-            # An async push that reached the server before the connection broke may have been applied: retrying
-            # could apply it twice. A sync push is safe to retry: the server refuses a second one for the same step.
-            sync = self.training is not None and self.training.mode == "sync"
-            return self._call(shard, f"Push of replica {replica_id} for step {step}", call, retry=sync)
-
-        answers = self._each_shard(sorted(by_shard), push_shard)
-        statuses = tuple(_STATUS_NAMES.get(answers[s].status, "unknown") for s in sorted(answers))
-        if "stale" in statuses:
-            status = "stale"
-        elif all(s == "applied" for s in statuses):
-            status = "applied"
-        else:
-            status = "aggregated"
-        return PushResult(
-            status=status,
-            global_step=min(a.global_step for a in answers.values()),
-            staleness=max(a.staleness for a in answers.values()),
-            by_shard=statuses,
-        )
+        call = lambda stub, left: stub.Push(messages(), timeout=left, metadata=self._metadata)
+        # An async push that reached the server before the connection broke may have been applied: retrying
+        # could apply it twice. A sync push is safe to retry: the server refuses a second one for the same step.
+        return self._call(shard, f"Push of replica {replica_id} for step {step}", call, retry=self._sync())
 
     # ------------------------------------------------------------------ checkpoints and stats
     def save(self) -> str:
@@ -467,3 +494,74 @@ def _rows(whole: np.ndarray, spec: VariableSpec) -> np.ndarray:
     if spec.shape == spec.whole_shape or spec.rows is None:
         return whole
     return whole[spec.rows[0] : spec.rows[1]]
+
+
+# A shard's push and pull go in one PushPull call when each way carries at most this many bytes.
+FUSED_BYTES = 1024 * 1024
+
+
+class _PullPlan:
+    """One pull's requests per shard, and the whole arrays their chunks are written into."""
+
+    def __init__(
+        self, layout: Layout, wanted: list[str], min_step: int | None, replica_id: int, max_chunk: int
+    ) -> None:
+        self.whole = {n: np.empty(layout[n][0][1].whole_shape, layout[n][0][1].dtype) for n in wanted}
+        self.specs: dict[int, dict[str, VariableSpec]] = {}
+        for name in wanted:
+            for shard, spec in layout[name]:
+                self.specs.setdefault(shard, {})[name] = spec
+        self.names = {shard: list(specs) for shard, specs in self.specs.items()}
+        self.requests: dict[int, pb.PullRequest] = {}
+        for shard, specs in self.specs.items():
+            request = pb.PullRequest(names=list(specs), replica_id=replica_id, max_chunk_bytes=max_chunk)
+            if min_step is not None:
+                request.min_step = min_step
+            self.requests[shard] = request
+
+    def nbytes(self, shard: int) -> int:
+        return sum(spec.nbytes for spec in self.specs.get(shard, {}).values())
+
+    def receive(self, shard: int, messages: Iterable[pb.PullMessage]) -> tuple[int, dict[str, int]]:
+        """Write a shard's chunks into the whole arrays; return its global step and the versions it sent."""
+        specs = self.specs[shard]
+        assemblers = {
+            name: TensorAssembler(spec, f"variable '{name}' from shard {shard}", out=_rows(self.whole[name], spec))
+            for name, spec in specs.items()
+        }
+        step, versions = 0, {}
+        for message in messages:
+            assembler = assemblers.get(message.chunk.name)
+            if assembler is None:
+                raise ParameterServerError(
+                    f"shard {shard} sent '{message.chunk.name}', which was not asked for", "INTERNAL"
+                )
+            assembler.add(message.chunk)
+            step, versions[message.chunk.name] = message.global_step, message.version
+        for assembler in assemblers.values():
+            assembler.finish()
+        return step, versions
+
+    def result(self, answers: Mapping[int, tuple[int, dict[str, int]]]) -> PullResult:
+        versions: dict[str, int] = {}
+        for _, shard_versions in answers.values():
+            for name, version in shard_versions.items():
+                versions[name] = min(version, versions.get(name, version))
+        return PullResult(self.whole, min(step for step, _ in answers.values()), versions)
+
+
+def _push_result(answers: Mapping[int, pb.PushResponse]) -> PushResult:
+    """One result for a push from every shard's answer: the worst status, the lowest step."""
+    statuses = tuple(_STATUS_NAMES.get(answers[s].status, "unknown") for s in sorted(answers))
+    if "stale" in statuses:
+        status = "stale"
+    elif all(s == "applied" for s in statuses):
+        status = "applied"
+    else:
+        status = "aggregated"
+    return PushResult(
+        status=status,
+        global_step=min(a.global_step for a in answers.values()),
+        staleness=max(a.staleness for a in answers.values()),
+        by_shard=statuses,
+    )

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +40,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
+from cellgraph.protos import tensor_pb2
 
 from ..errors import ParameterServerError
 from . import checkpoint
@@ -71,12 +72,19 @@ class _Counters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.bytes_in = self.bytes_out = self.rejected = 0
+        self.calls: dict[str, int] = {}
 
-    def add(self, *, bytes_in: int = 0, bytes_out: int = 0, rejected: int = 0) -> None:
+    def add(self, *, bytes_in: int = 0, bytes_out: int = 0, rejected: int = 0, call: str | None = None) -> None:
         with self._lock:
             self.bytes_in += bytes_in
             self.bytes_out += bytes_out
             self.rejected += rejected
+            if call is not None:
+                self.calls[call] = self.calls.get(call, 0) + 1
+
+    def calls_so_far(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.calls)
 
 
 def _refusing(method: Callable[..., R]) -> Callable[..., R]:
@@ -84,6 +92,7 @@ def _refusing(method: Callable[..., R]) -> Callable[..., R]:
 
     @functools.wraps(method)
     def handler(self: ParameterServicer, request: Any, context: grpc.ServicerContext) -> R:
+        self.counters.add(call=method.__name__)
         try:
             return method(self, request, context)
         except ParameterServerError as err:
@@ -100,6 +109,7 @@ def _refusing_stream(method: Callable[..., Iterator[R]]) -> Callable[..., Iterat
 
     @functools.wraps(method)
     def handler(self: ParameterServicer, request: Any, context: grpc.ServicerContext) -> Iterator[R]:
+        self.counters.add(call=method.__name__)
         try:
             yield from method(self, request, context)
         except ParameterServerError as err:
@@ -243,6 +253,12 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
     @_refusing_stream
     def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[pb.PullMessage]:  # noqa: N802
         _, store = self._job_store()
+        yield from self._values(store, request, context, pb.PullMessage)
+
+    def _values(
+        self, store: ParameterStore, request: pb.PullRequest, context: grpc.ServicerContext, make: Callable[[], Any]
+    ) -> Iterator[pb.PullMessage]:
+        """The chunks of the requested variables, each in a new ``make()`` message, once ``min_step`` is reached."""
         names = list(request.names) or None
         if request.HasField("min_step"):
             remaining = context.time_remaining()
@@ -255,8 +271,8 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         if request.max_chunk_bytes > 0:
             limit = min(limit, request.max_chunk_bytes)
         for name, (version, value) in values.items():
-            make = lambda: pb.PullMessage(global_step=step, version=version)  # noqa: B023 - used before the next turn
             for message in tensor_chunks(name, value, limit, make):
+                message.global_step, message.version = step, version
                 self.counters.add(bytes_out=len(message.chunk.content))
                 yield message
 
@@ -268,16 +284,26 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         if first is None or first.WhichOneof("kind") != "header":
             raise ParameterServerError("a Push stream must start with a header (replica_id, step)", "INVALID_ARGUMENT")
         header = first.header
+
+        def chunks() -> Iterator[tensor_pb2.TensorChunk]:
+            for message in request_iterator:
+                if message.WhichOneof("kind") != "chunk":
+                    raise ParameterServerError(
+                        f"replica {header.replica_id}'s push for step {header.step} has a second header; "
+                        "a Push stream carries one header, then only chunks",
+                        "INVALID_ARGUMENT",
+                    )
+                yield message.chunk
+
+        return self._push(store, header, chunks())
+
+    def _push(
+        self, store: ParameterStore, header: pb.PushHeader, chunks: Iterable[tensor_pb2.TensorChunk]
+    ) -> pb.PushResponse:
+        """Assemble every gradient of a push into its own buffers, then hand the whole push to the store."""
         assemblers: dict[str, TensorAssembler] = {}
         received = 0
-        for message in request_iterator:
-            if message.WhichOneof("kind") != "chunk":
-                raise ParameterServerError(
-                    f"replica {header.replica_id}'s push for step {header.step} has a second header; "
-                    "a Push stream carries one header, then only chunks",
-                    "INVALID_ARGUMENT",
-                )
-            chunk = message.chunk
+        for chunk in chunks:
             assembler = assemblers.get(chunk.name)
             if assembler is None:
                 spec = store.specs.get(chunk.name)
@@ -299,6 +325,25 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             global_step=outcome.global_step,
             staleness=outcome.staleness,
         )
+
+    # ------------------------------------------------------------------ PushPull
+    @_refusing
+    def PushPull(self, request: pb.PushPullRequest, context: grpc.ServicerContext) -> pb.PushPullResponse:  # noqa: N802
+        _, store = self._job_store()
+        if not request.HasField("header"):
+            raise ParameterServerError("a PushPull request needs a header (replica_id, step)", "INVALID_ARGUMENT")
+        response = pb.PushPullResponse()
+        response.push.CopyFrom(self._push(store, request.header, request.chunks))
+        values = list(self._values(store, request.pull, context, response.values.add))
+        size = response.ByteSize()
+        if size > MAX_MESSAGE_BYTES:
+            raise ParameterServerError(
+                f"the {len(values)} chunks of the pull after replica {request.header.replica_id}'s push make a "
+                f"{size:,}-byte answer, over the {MAX_MESSAGE_BYTES:,}-byte message limit; the push was taken: "
+                "pull these variables with Pull",
+                "RESOURCE_EXHAUSTED",
+            )
+        return response
 
     # ------------------------------------------------------------------ Save / Restore
     @_refusing
@@ -347,7 +392,12 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         counters = self.counters
         rejected = counters.rejected + (self.auth.rejected if self.auth is not None else 0)
         if self.store is None or self.job is None:
-            return pb.StatsResponse(bytes_in=counters.bytes_in, bytes_out=counters.bytes_out, pushes_rejected=rejected)
+            return pb.StatsResponse(
+                bytes_in=counters.bytes_in,
+                bytes_out=counters.bytes_out,
+                pushes_rejected=rejected,
+                calls=counters.calls_so_far(),
+            )
         stats = self.store.stats()
         return pb.StatsResponse(
             job_id=self.job.job_id,
@@ -374,6 +424,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                 for r in stats.replicas.values()
             ],
             training=training_to_proto(self.store.training),
+            calls=counters.calls_so_far(),
         )
 
 

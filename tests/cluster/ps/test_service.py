@@ -70,7 +70,11 @@ def test_sync_with_a_backup_replica_applies_each_step_once(ps: Servers) -> None:
                     break
                 # Every replica's gradient for step s is the same, so the mean of any two is known.
                 grads = {n: np.full_like(v, step + 1) for n, v in pulled.values.items()}
-                result = client.push(grads, step=step, replica_id=rid)
+                if rid == 0:  # one replica takes the fused call: push, then wait for the update it joined
+                    result, after = client.push_pull(grads, step=step, replica_id=rid, min_step=step + 1)
+                    assert after.global_step >= step + 1 or result.status == "stale"
+                else:
+                    result = client.push(grads, step=step, replica_id=rid)
                 assert result.status in ("applied", "aggregated", "stale")
                 step += 1
         except BaseException as err:  # noqa: BLE001 - reported by the main thread
@@ -253,3 +257,28 @@ def test_an_unreachable_server_is_named_after_the_retries(ps: Servers) -> None:
     ) as err:
         client.stats()
     assert err.value.code == "UNAVAILABLE"
+
+
+def test_push_pull_is_one_call_for_small_shards_and_two_for_big_ones(ps: Servers) -> None:
+    from cellgraph.cluster.ps.client import FUSED_BYTES
+
+    ps.start(2)
+    client = ps.client()
+    big = np.zeros(FUSED_BYTES // 4 + 1, np.float32)  # over the fused limit: Push and Pull streams
+    values = {"big": big, "small": np.zeros(4, np.float32)}
+    client.init("fused", values, OptimizerConfig("sgd", -1.0), split_threshold=1 << 40)
+    client.register(0)
+    where = {name: pieces[0][0] for name, pieces in client.layout.items()}  # type: ignore[union-attr]
+    assert where["big"] != where["small"]
+    grads = {name: np.ones_like(v) for name, v in values.items()}
+    pushed, pulled = client.push_pull(grads, step=0, replica_id=0)
+    assert pushed.status == "applied" and pushed.by_shard == ("applied", "applied")
+    assert pulled.global_step == 1
+    for name in values:
+        assert (pulled.values[name] == 1).all()
+    calls = {where[name]: dict(client.stats()[where[name]].calls) for name in values}
+    assert calls[where["small"]].get("PushPull") == 1 and "Push" not in calls[where["small"]]
+    assert calls[where["big"]].get("Push") == 1 and calls[where["big"]].get("Pull") == 1
+    assert "PushPull" not in calls[where["big"]]
+    with pytest.raises(ParameterServerError, match="a push needs at least one gradient"):
+        client.push_pull({}, step=1, replica_id=0)
