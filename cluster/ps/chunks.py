@@ -98,6 +98,53 @@ def tensor_chunks(
         yield message  # type: ignore[misc]
 
 
+def _varint(n: int) -> bytes:
+    """``n`` as a protobuf base-128 varint."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+# ``content`` goes last in a frame's chunk: its tag, its length, then the bytes.
+_CONTENT_TAG = _varint(tensor_pb2.TensorChunk.DESCRIPTOR.fields_by_name["content"].number << 3 | 2)
+
+
+def tensor_chunk_frames(
+    name: str, array: np.ndarray, max_bytes: int = MAX_CHUNK_BYTES, *, field: int, head: bytes = b""
+) -> Iterator[bytes]:
+    """The chunks of ``tensor_chunks``, already serialized inside their wrapping message, one copy each.
+
+    A frame is ``head`` (the wrapping message's other fields, serialized)
+    followed by field number ``field`` holding the chunk: any protobuf parser
+    reads it as the message ``tensor_chunks(..., make)`` would have built.
+    Serializing a message that holds 4 MiB of ``bytes`` costs protobuf about
+    4 ms (~1 GB/s); joining the same bytes costs 0.1 ms. (TensorFlow's gRPC
+    runtime encodes its tensor responses by hand for the same reason.)
+    """
+    if max_bytes < 1:
+        raise ParameterServerError(f"max_bytes must be positive, got {max_bytes}", "INVALID_ARGUMENT")
+    raw = byte_view(array)
+    dtype = dtype_enum(array.dtype)
+    field_tag = _varint(field << 3 | 2)
+    offsets = range(0, raw.size, max_bytes) if raw.size else range(1)
+    for offset in offsets:
+        content = raw[offset : offset + max_bytes].data  # a memoryview: joined without a copy of its own
+        meta = tensor_pb2.TensorChunk(name=name, dtype=dtype, offset=offset)  # type: ignore[arg-type]
+        meta.shape.dim.extend(array.shape)
+        meta_bytes = meta.SerializeToString()
+        size = _varint(content.nbytes)
+        inner = len(meta_bytes) + len(_CONTENT_TAG) + len(size) + content.nbytes
+        yield b"".join((head, field_tag, _varint(inner), meta_bytes, _CONTENT_TAG, size, content))
+
+
+def serialize(message: Any) -> bytes:
+    """A message's wire bytes; a frame of ``tensor_chunk_frames`` passes as it is."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
 class TensorAssembler:
     """Receives the chunks of one tensor of a known spec into a preallocated array.
 

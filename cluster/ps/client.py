@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
+import grpc.experimental
 import numpy as np
 
 from cellgraph.dataflow.placement import Placement
@@ -45,7 +46,7 @@ from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 
 from ..errors import STATUS_CODES, ParameterServerError
 from .auth import ClientTLS, token_metadata
-from .chunks import MAX_CHUNK_BYTES, TensorAssembler, tensor_chunks
+from .chunks import MAX_CHUNK_BYTES, TensorAssembler, serialize, tensor_chunk_frames, tensor_chunks
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
 from .messages import (
     optimizer_from_proto,
@@ -55,10 +56,27 @@ from .messages import (
     training_from_proto,
     training_to_proto,
 )
-from .server import MAX_MESSAGE_BYTES
+from .server import MAX_MESSAGE_BYTES, SERVICE_NAME
 from .sharding import Layout, layout_from_placement, shard_variables
 
 T = TypeVar("T")
+_PUSH_CHUNK_FIELD = pb.PushMessage.DESCRIPTOR.fields_by_name["chunk"].number
+_INIT_CHUNK_FIELD = pb.InitMessage.DESCRIPTOR.fields_by_name["chunk"].number
+
+
+class _Stub(pb_grpc.ParameterServiceStub):
+    """The generated stub, except that Init and Push also send frames serialized by hand (``tensor_chunk_frames``)."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        super().__init__(channel)
+        self.Init = channel.stream_unary(  # type: ignore[misc]
+            f"/{SERVICE_NAME}/Init", request_serializer=serialize, response_deserializer=pb.InitResponse.FromString
+        )
+        self.Push = channel.stream_unary(  # type: ignore[misc]
+            f"/{SERVICE_NAME}/Push", request_serializer=serialize, response_deserializer=pb.PushResponse.FromString
+        )
+
+
 _STATUS_NAMES = {
     pb.PushResponse.APPLIED: "applied",
     pb.PushResponse.AGGREGATED: "aggregated",
@@ -151,13 +169,15 @@ class ParameterClient:
                 # A forked child must not use its parent's channels: open its own (the parent's stay the parent's).
                 self._pid, self._pool = os.getpid(), None
                 self._channels = [self._open(a) for a in self.addresses]
-                self._stubs = [pb_grpc.ParameterServiceStub(c) for c in self._channels]
+                self._stubs = [_Stub(c) for c in self._channels]
             return self._stubs[shard]
 
     def _open(self, address: str) -> grpc.Channel:
         options: list[tuple[str, int | str]] = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # Read a Pull's messages on the calling thread, with no hop through a second thread per message.
+            (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
         ]
         if self.tls is None:
             return grpc.insecure_channel(address, options=options)
@@ -254,7 +274,7 @@ class ParameterClient:
             pb.ShardMapEntry(shard=s, variable=spec_to_proto(spec)) for pieces in layout.values() for s, spec in pieces
         ]
 
-        def messages(shard: int) -> Iterator[pb.InitMessage]:
+        def messages(shard: int) -> Iterator[pb.InitMessage | bytes]:
             mine = [(spec, arrays[spec.name]) for pieces in layout.values() for s, spec in pieces if s == shard]
             yield pb.InitMessage(
                 config=pb.JobConfig(
@@ -269,7 +289,7 @@ class ParameterClient:
             )
             for spec, value in mine:
                 rows = value[spec.rows[0] : spec.rows[1]] if spec.shape != spec.whole_shape and spec.rows else value
-                yield from tensor_chunks(spec.name, rows, self.max_chunk_bytes, pb.InitMessage)
+                yield from tensor_chunk_frames(spec.name, rows, self.max_chunk_bytes, field=_INIT_CHUNK_FIELD)
 
         def init_shard(shard: int) -> int:
             call = lambda stub, left: stub.Init(messages(shard), timeout=left, metadata=self._metadata)
@@ -438,10 +458,10 @@ class ParameterClient:
     def _push_shard(
         self, shard: int, pieces: list[tuple[VariableSpec, np.ndarray]], step: int, replica_id: int
     ) -> pb.PushResponse:
-        def messages() -> Iterator[pb.PushMessage]:
+        def messages() -> Iterator[pb.PushMessage | bytes]:
             yield pb.PushMessage(header=pb.PushHeader(replica_id=replica_id, step=step))
             for spec, piece in pieces:
-                yield from tensor_chunks(spec.name, piece, self.max_chunk_bytes, pb.PushMessage)
+                yield from tensor_chunk_frames(spec.name, piece, self.max_chunk_bytes, field=_PUSH_CHUNK_FIELD)
 
         call = lambda stub, left: stub.Push(messages(), timeout=left, metadata=self._metadata)
         # An async push that reached the server before the connection broke may have been applied: retrying

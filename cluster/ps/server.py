@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cellgraph.protos import parameter_service_pb2 as pb
@@ -45,7 +46,7 @@ from cellgraph.protos import tensor_pb2
 from ..errors import ParameterServerError
 from . import checkpoint
 from .auth import ServerTLS, TokenAuthInterceptor
-from .chunks import MAX_CHUNK_BYTES, TensorAssembler, tensor_chunks
+from .chunks import MAX_CHUNK_BYTES, TensorAssembler, serialize, tensor_chunk_frames, tensor_chunks
 from .messages import (
     optimizer_from_proto,
     optimizer_to_proto,
@@ -64,6 +65,24 @@ DEFAULT_MAX_WAIT_S = 300.0
 DEFAULT_MAX_BYTES = 64 * 1024**3
 
 R = TypeVar("R")
+_PULL_CHUNK_FIELD = pb.PullMessage.DESCRIPTOR.fields_by_name["chunk"].number
+
+
+def _method_handlers(servicer: ParameterServicer) -> dict[str, grpc.RpcMethodHandler]:
+    """The handlers the generated ``add_ParameterServiceServicer_to_server`` would register, except that a
+    response may be a frame serialized by hand (``tensor_chunk_frames``)."""
+    kinds = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }
+    handlers = {}
+    for method in pb.DESCRIPTOR.services_by_name["ParameterService"].methods:
+        kind = kinds[method.client_streaming, method.server_streaming]
+        request = getattr(pb, method.input_type.name)
+        handlers[method.name] = kind(getattr(servicer, method.name), request.FromString, serialize)
+    return handlers
 
 
 class _Counters:
@@ -251,14 +270,19 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ Pull
     @_refusing_stream
-    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[pb.PullMessage]:  # noqa: N802
+    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[bytes]:  # noqa: N802
+        # Each response is a PullMessage serialized by hand (tensor_chunk_frames): one copy of the content.
         _, store = self._job_store()
-        yield from self._values(store, request, context, pb.PullMessage)
+        step, values, limit = self._snapshot(store, request, context)
+        for name, (version, value) in values.items():
+            head = pb.PullMessage(global_step=step, version=version).SerializeToString()
+            yield from tensor_chunk_frames(name, value, limit, field=_PULL_CHUNK_FIELD, head=head)
+            self.counters.add(bytes_out=value.nbytes)
 
-    def _values(
-        self, store: ParameterStore, request: pb.PullRequest, context: grpc.ServicerContext, make: Callable[[], Any]
-    ) -> Iterator[pb.PullMessage]:
-        """The chunks of the requested variables, each in a new ``make()`` message, once ``min_step`` is reached."""
+    def _snapshot(
+        self, store: ParameterStore, request: pb.PullRequest, context: grpc.ServicerContext
+    ) -> tuple[int, dict[str, tuple[int, np.ndarray]], int]:
+        """The requested variables once ``min_step`` is reached: (global step, values, chunk size)."""
         names = list(request.names) or None
         if request.HasField("min_step"):
             remaining = context.time_remaining()
@@ -270,11 +294,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         limit = self.max_chunk_bytes
         if request.max_chunk_bytes > 0:
             limit = min(limit, request.max_chunk_bytes)
-        for name, (version, value) in values.items():
-            for message in tensor_chunks(name, value, limit, make):
-                message.global_step, message.version = step, version
-                self.counters.add(bytes_out=len(message.chunk.content))
-                yield message
+        return step, values, limit
 
     # ------------------------------------------------------------------ Push
     @_refusing
@@ -334,11 +354,15 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             raise ParameterServerError("a PushPull request needs a header (replica_id, step)", "INVALID_ARGUMENT")
         response = pb.PushPullResponse()
         response.push.CopyFrom(self._push(store, request.header, request.chunks))
-        values = list(self._values(store, request.pull, context, response.values.add))
+        step, values, limit = self._snapshot(store, request.pull, context)
+        for name, (version, value) in values.items():
+            for message in tensor_chunks(name, value, limit, response.values.add):
+                message.global_step, message.version = step, version
+            self.counters.add(bytes_out=value.nbytes)
         size = response.ByteSize()
         if size > MAX_MESSAGE_BYTES:
             raise ParameterServerError(
-                f"the {len(values)} chunks of the pull after replica {request.header.replica_id}'s push make a "
+                f"the {len(response.values)} chunks of the pull after replica {request.header.replica_id}'s push make a "
                 f"{size:,}-byte answer, over the {MAX_MESSAGE_BYTES:,}-byte message limit; the push was taken: "
                 "pull these variables with Pull",
                 "RESOURCE_EXHAUSTED",
@@ -504,7 +528,9 @@ def create_server(
         interceptors=[auth] if auth is not None else [],
         options=options,
     )
-    pb_grpc.add_ParameterServiceServicer_to_server(servicer, server)
+    handlers = _method_handlers(servicer)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     try:
