@@ -42,6 +42,14 @@ CASES = {
         ["train_step.py", "--model", "cnn"],
         ["cellgraph_sps", "torch_sps", "ratio", "peak_bytes", "live_bytes_lower_bound", "threads"],
     ),
+    "ps_throughput": (
+        ["ps_throughput.py"],
+        ["ps_gbps", "ps_pull_gbps", "ps_push_gbps", "tcp_gbps", "dask_gbps", "ratio_vs_tcp", "ratio_vs_dask"],
+    ),
+    "ps_latency": (
+        ["ps_latency.py"],
+        ["p50_ms", "p99_ms", "two_calls_p50_ms", "grpc_unary_p50_ms", "grpc_unary_p99_ms"],
+    ),
     # cublas_tflops and matmul_ratio are null without CuPy, so only cellgraph's side is checked.
     "gpu_kernels": (
         ["gpu_kernels.py"],

@@ -1,0 +1,405 @@
+"""Parameter-service throughput: pull and push a 25M-parameter float32 model (100 MB) over 2 PS shards.
+
+The model has the size of Inception-v3 and a realistic mix of variables: a
+few 2-4M-element matrices, a few dozen 0.5M-element ones, and a couple of
+hundred small kernels and biases. Two ``cellgraph ps`` servers run as real
+subprocesses on loopback; the benchmark process is the client
+(``ParameterClient``, SGD with learning rate 0, so pushes leave the values
+alone). Beside them, in the same run and in turns, the anchors move the same
+bytes:
+
+- ``tcp``: a plain socket to a subprocess, ``sendall`` of each variable's
+  memoryview one way and ``recv_into`` preallocated buffers the other way;
+- ``dask``: ``Client.scatter`` of the same arrays to a one-worker
+  ``LocalCluster`` (``processes=True``) and ``Client.gather`` back.
+
+    python benchmarks/ps_throughput.py [--quick]
+
+Each side's rate is (model bytes) / (seconds) per direction; ``*_gbps`` is both
+directions together, 2 x model bytes / (pull seconds + push seconds), so the
+slower direction weighs as much as it costs. The last line of stdout is one
+JSON object; targets: ``ratio_vs_tcp`` (ps_gbps / tcp_gbps) >= 0.6 and
+``ratio_vs_dask`` (ps_gbps / dask_gbps) >= 4.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from _common import emit, machine, parser, setup_threads, source, versions
+
+MODEL_PARAMS = 25_000_000
+TARGET_VS_TCP = 0.6
+TARGET_VS_DASK = 4.0
+START_DEADLINE_S = 60.0  # a PS subprocess must print its address within this (imports, Numba cache)
+STOP_DEADLINE_S = 10.0
+CALL_TIMEOUT_S = 120.0  # deadline of every RPC and socket wait
+
+
+# ------------------------------------------------------------------ the model
+def model_shapes() -> list[tuple[str, tuple[int, ...]]]:
+    """Names and shapes of a 25M-parameter model: large matrices, medium ones, many small ones."""
+    shapes: list[tuple[str, tuple[int, ...]]] = [
+        ("fc/w", (2048, 2000)),  # 4.1M
+        ("mixed_7c/w", (1536, 2048)),  # 3.1M
+        ("mixed_7b/w", (1280, 2048)),  # 2.6M
+        ("aux/w", (768, 2816)),  # 2.2M
+    ]
+    shapes += [(f"mixed_6{i}/w", (3, 3, 192, 320)) for i in range(18)]  # 18 x 0.55M
+    shapes += [(f"conv{i}/w", (3, 3, 32, 64)) for i in range(120)]  # 120 x 18k
+    shapes += [(f"conv{i}/b", (64,)) for i in range(120)]
+    shapes += [(f"bn{i}/gamma", (320,)) for i in range(60)]
+    used = sum(_count(s) for _, s in shapes)
+    shapes.append(("logits/w", (MODEL_PARAMS - used,)))  # the rest (0.78M), so the total is exact
+    return shapes
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def make_model(np: Any) -> dict[str, Any]:
+    """The model's float32 values (fixed seed)."""
+    rng = np.random.default_rng(0)
+    return {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in model_shapes()}
+
+
+# ------------------------------------------------------------------ subprocesses
+def _read_line(proc: subprocess.Popen[bytes], deadline: float, what: str) -> str:
+    """The first line ``proc`` writes to stdout, waiting at most until ``deadline``."""
+    assert proc.stdout is not None
+    buf = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{what} printed nothing within {START_DEADLINE_S:g} s")
+            if not sel.select(left):
+                continue
+            data = os.read(proc.stdout.fileno(), 4096)
+            if not data:
+                raise RuntimeError(f"{what} exited (code {proc.wait(STOP_DEADLINE_S)}) before printing its address")
+            buf += data
+    return buf.split(b"\n", 1)[0].decode()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within the deadline."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(STOP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_DEADLINE_S)
+
+
+@contextmanager
+def spawned(argv: Sequence[str], what: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """Run ``argv``, yield it and its first stdout line; stop it on exit, error or not."""
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL)
+        try:
+            try:
+                line = _read_line(proc, time.monotonic() + START_DEADLINE_S, what)
+            except (TimeoutError, RuntimeError) as err:
+                errors.seek(0)
+                tail = errors.read()[-2000:].decode(errors="replace")
+                raise RuntimeError(f"{err}; its stderr ends:\n{tail}") from None
+            yield proc, line
+        finally:
+            _stop(proc)
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+@contextmanager
+def ps_servers(count: int, token_dir: str) -> Iterator[tuple[list[str], str]]:
+    """``count`` ``cellgraph ps`` subprocesses on loopback: yield their addresses and the token."""
+    from cellgraph.cluster.ps import new_token, write_token_file
+
+    token = new_token()
+    token_file = os.path.join(token_dir, "job.token")
+    write_token_file(token_file, token)
+    argv = [
+        sys.executable,
+        "-m",
+        "cellgraph.cli",
+        "ps",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--token-file",
+        token_file,
+    ]
+    with ExitStack() as stack:
+        addresses = []
+        for i in range(count):
+            _, line = stack.enter_context(spawned(argv, f"PS subprocess {i}"))
+            # "cellgraph ps: serving on HOST:PORT (...)"
+            if "serving on " not in line:
+                raise RuntimeError(f"PS subprocess {i} said {line!r}, not 'cellgraph ps: serving on HOST:PORT'")
+            addresses.append(line.split("serving on ", 1)[1].split()[0])
+        yield addresses, token
+
+
+# The raw TCP anchor's server: 'U' + 8-byte length: receive that many bytes into
+# a preallocated buffer, answer one byte; 'D' + length: send that many bytes.
+TCP_SERVER = r"""
+import socket, struct, sys
+size = int(sys.argv[1])
+buf = bytearray(size)
+view = memoryview(buf)
+srv = socket.create_server(("127.0.0.1", 0))
+srv.settimeout(60)
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+conn.settimeout(120)
+def recv_exact(n):
+    got = 0
+    while got < n:
+        k = conn.recv_into(view[got:n])
+        if not k:
+            raise SystemExit(0)
+        got += k
+while True:
+    head = conn.recv(9, socket.MSG_WAITALL)
+    if len(head) < 9:
+        break
+    op, n = head[:1], struct.unpack("<Q", head[1:])[0]
+    if op == b"U":
+        recv_exact(n)
+        conn.sendall(b"k")
+    else:
+        conn.sendall(view[:n])
+"""
+
+
+class TcpAnchor:
+    """A socket to a subprocess that swallows (push) or sends (pull) the model's bytes."""
+
+    def __init__(self, sock: Any, arrays: list[Any], np: Any) -> None:
+        import struct
+
+        self.sock, self.struct = sock, struct
+        self.views = [memoryview(a).cast("B") for a in arrays]
+        self.nbytes = sum(v.nbytes for v in self.views)
+        # Pulled bytes land in one preallocated buffer per variable, like the PS client's arrays.
+        self.out = [memoryview(bytearray(v.nbytes)) for v in self.views]
+
+    def push(self) -> None:
+        self.sock.sendall(b"U" + self.struct.pack("<Q", self.nbytes))
+        for view in self.views:
+            self.sock.sendall(view)
+        if self.sock.recv(1) != b"k":
+            raise RuntimeError("the TCP anchor's server did not acknowledge the push")
+
+    def pull(self) -> None:
+        self.sock.sendall(b"D" + self.struct.pack("<Q", self.nbytes))
+        for out in self.out:
+            got = 0
+            while got < out.nbytes:
+                k = self.sock.recv_into(out[got:])
+                if not k:
+                    raise RuntimeError("the TCP anchor's server closed the connection mid-pull")
+                got += k
+
+
+@contextmanager
+def tcp_anchor(arrays: list[Any], np: Any) -> Iterator[TcpAnchor]:
+    import socket
+
+    nbytes = sum(a.nbytes for a in arrays)
+    with spawned([sys.executable, "-c", TCP_SERVER, str(nbytes)], "TCP anchor subprocess") as (_, line):
+        sock = socket.create_connection(("127.0.0.1", int(line)), timeout=CALL_TIMEOUT_S)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            yield TcpAnchor(sock, arrays, np)
+        finally:
+            sock.close()
+
+
+@contextmanager
+def dask_anchor(arrays: list[Any]) -> Iterator[tuple[Callable[[], None], Callable[[], None]]]:
+    """(push, pull) through Dask: scatter the arrays to one worker process, gather them back."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    # The worker process logs a heartbeat traceback when the scheduler stops first; it is harmless noise.
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None)
+    try:
+        client = Client(cluster, timeout=START_DEADLINE_S)
+        try:
+            held: list[Any] = []
+
+            def push() -> None:
+                # hash=False: no tokenizing of 100 MB (and no reuse of an earlier scatter's keys).
+                held[:] = client.scatter(arrays, direct=True, hash=False, timeout=CALL_TIMEOUT_S)
+
+            def pull() -> None:
+                client.gather(held, direct=True)
+
+            yield push, pull
+            del held[:]
+        finally:
+            client.close(timeout=STOP_DEADLINE_S)
+    finally:
+        cluster.close(timeout=STOP_DEADLINE_S)
+
+
+# ------------------------------------------------------------------ timing
+def time_turns(sides: dict[str, Callable[[], Any]], repeats: int, warmup: int) -> dict[str, list[float]]:
+    """Seconds of single calls, the sides taking turns (A B C, A B C, ...) so a slow spell hits all alike."""
+    for fn in sides.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(repeats):
+        for name, fn in sides.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def summary(times: list[float], nbytes: int) -> dict[str, float]:
+    """GB/s (1e9 bytes) at the median and the best call, and the spread in seconds."""
+    med = statistics.median(times)
+    return {
+        "gbps": nbytes / med / 1e9,
+        "best_gbps": nbytes / min(times) / 1e9,
+        "median_s": med,
+        "min_s": min(times),
+        "max_s": max(times),
+    }
+
+
+def both_ways(pull: list[float], push: list[float], nbytes: int) -> tuple[float, float]:
+    """(median, best) of 2 x bytes / (pull + push seconds), pairing the calls of each turn."""
+    rounds = [p + q for p, q in zip(pull, push)]
+    return 2 * nbytes / statistics.median(rounds) / 1e9, 2 * nbytes / min(rounds) / 1e9
+
+
+def main() -> None:
+    args = parser(__doc__.splitlines()[0]).parse_args()
+    setup_threads(args.threads)
+    started = time.perf_counter()
+
+    import numpy as np
+
+    from cellgraph.cluster.ps import OptimizerConfig, ParameterClient, TrainingConfig
+
+    repeats, warmup = (3, 1) if args.quick else (11, 2)
+    model = make_model(np)
+    arrays = list(model.values())
+    model_bytes = sum(a.nbytes for a in arrays)
+    grads = {name: np.full_like(value, 0.5) for name, value in model.items()}
+    print(f"model: {len(model)} float32 variables, {MODEL_PARAMS:,} parameters, {model_bytes / 1e6:.0f} MB")
+
+    with tempfile.TemporaryDirectory(prefix="cellgraph-ps-bench-") as tmp, ExitStack() as stack:
+        addresses, token = stack.enter_context(ps_servers(2, tmp))
+        client = stack.enter_context(ParameterClient(addresses, token, timeout=CALL_TIMEOUT_S))
+        setup_start = time.perf_counter()
+        client.init("bench", model, OptimizerConfig("sgd", learning_rate=0.0), TrainingConfig("async"))
+        client.register(0)
+        init_s = time.perf_counter() - setup_start
+        shard_bytes = [
+            sum(spec.nbytes for pieces in client.layout.values() for s, spec in pieces if s == i) for i in range(2)
+        ]  # type: ignore[union-attr]
+        print(
+            f"PS shards at {', '.join(addresses)} hold {shard_bytes[0] / 1e6:.1f} + {shard_bytes[1] / 1e6:.1f} MB; init {init_s:.2f} s"
+        )
+
+        pulled = client.pull().values
+        bad = [name for name, value in model.items() if not np.array_equal(pulled[name], value)]
+        if bad:
+            raise SystemExit(f"the PS returned different values for {len(bad)} variable(s), e.g. {bad[0]!r}")
+        tcp = stack.enter_context(tcp_anchor(arrays, np))
+        dask_push, dask_pull = stack.enter_context(dask_anchor(arrays))
+
+        sides = {
+            "ps_pull": lambda: client.pull(),
+            "ps_push": lambda: client.push(grads, step=0, replica_id=0),
+            "tcp_pull": tcp.pull,
+            "tcp_push": tcp.push,
+            "dask_push": dask_push,  # scatter first: gather needs what it placed
+            "dask_pull": dask_pull,
+        }
+        times = time_turns(sides, repeats, warmup)
+        after = client.pull().values
+        if any(not np.array_equal(after[name], value) for name, value in model.items()):
+            raise SystemExit("pushes with learning rate 0 changed the PS's values")
+
+    stats = {name: summary(t, model_bytes) for name, t in times.items()}
+    for name, s in stats.items():
+        print(
+            f"{name:>10}: {s['gbps']:6.3f} GB/s median, {s['best_gbps']:6.3f} best"
+            f"  ({s['median_s'] * 1e3:7.1f} ms; min {s['min_s'] * 1e3:.1f}, max {s['max_s'] * 1e3:.1f}; {repeats} calls)"
+        )
+    gbps = {
+        side: both_ways(times[f"{side}_pull"], times[f"{side}_push"], model_bytes) for side in ("ps", "tcp", "dask")
+    }
+    ratio_tcp, ratio_dask = gbps["ps"][0] / gbps["tcp"][0], gbps["ps"][0] / gbps["dask"][0]
+    for side, (med, best) in gbps.items():
+        print(f"{side:>10}: {med:6.3f} GB/s both ways (2 x bytes / (pull + push s)), best {best:.3f}")
+    print(
+        f"ratio ps / tcp = {ratio_tcp:.3f} (target >= {TARGET_VS_TCP}: {'met' if ratio_tcp >= TARGET_VS_TCP else 'NOT met'});"
+        f" ps / dask = {ratio_dask:.2f} (target >= {TARGET_VS_DASK:g}: {'met' if ratio_dask >= TARGET_VS_DASK else 'NOT met'})"
+    )
+    emit(
+        {
+            "benchmark": "ps_throughput",
+            "ps_gbps": gbps["ps"][0],
+            "ps_best_gbps": gbps["ps"][1],
+            "ps_pull_gbps": stats["ps_pull"]["gbps"],
+            "ps_push_gbps": stats["ps_push"]["gbps"],
+            "tcp_gbps": gbps["tcp"][0],
+            "tcp_best_gbps": gbps["tcp"][1],
+            "tcp_pull_gbps": stats["tcp_pull"]["gbps"],
+            "tcp_push_gbps": stats["tcp_push"]["gbps"],
+            "dask_gbps": gbps["dask"][0],
+            "dask_best_gbps": gbps["dask"][1],
+            "dask_pull_gbps": stats["dask_pull"]["gbps"],
+            "dask_push_gbps": stats["dask_push"]["gbps"],
+            "ratio_vs_tcp": ratio_tcp,
+            "ratio_vs_dask": ratio_dask,
+            "target_vs_tcp": TARGET_VS_TCP,
+            "target_vs_dask": TARGET_VS_DASK,
+            "target_met": ratio_tcp >= TARGET_VS_TCP and ratio_dask >= TARGET_VS_DASK,
+            "seconds": {name: {k: v for k, v in s.items() if k.endswith("_s")} for name, s in stats.items()},
+            "model_bytes": model_bytes,
+            "model_variables": len(model),
+            "shards": 2,
+            "shard_bytes": shard_bytes,
+            "gbps_definition": "GB/s = 1e9 bytes/s; *_gbps both ways = 2 * model_bytes / median(pull_s + push_s)",
+            "init_s": init_s,
+            "quick": args.quick,
+            "repeats": repeats,
+            "warmup": warmup,
+            "total_s": time.perf_counter() - started,
+            "machine": machine(),
+            "versions": versions(),
+            "source": source(),
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()
