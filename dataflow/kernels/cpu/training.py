@@ -52,11 +52,13 @@ def adam_step_size(lr: float, beta1: float, beta2: float, t: float) -> float:
 # both run them: hyperparameters cast to the variable's dtype (a local learning
 # rate is a constant of that dtype), flat views of C-contiguous buffers, Adam's
 # step count incremented before its update (the first step is t = 1).
-def sgd_update(var: np.ndarray, lr: float, grad: np.ndarray) -> None:
+def sgd_update(var: np.ndarray, lr: float | np.ndarray, grad: np.ndarray) -> None:
     sgd(flat(var), var.dtype.type(lr), flat(np.ascontiguousarray(grad)))
 
 
-def momentum_update(var: np.ndarray, accum: np.ndarray, lr: float, grad: np.ndarray, mu: float, nesterov: bool) -> None:
+def momentum_update(
+    var: np.ndarray, accum: np.ndarray, lr: float | np.ndarray, grad: np.ndarray, mu: float, nesterov: bool
+) -> None:
     cast = var.dtype.type
     momentum(flat(var), flat(accum), cast(lr), flat(np.ascontiguousarray(grad)), cast(mu), nesterov)
 
@@ -66,7 +68,7 @@ def adam_update(
     m: np.ndarray,
     v: np.ndarray,
     t: np.ndarray,
-    lr: float,
+    lr: float | np.ndarray,
     grad: np.ndarray,
     beta1: float,
     beta2: float,
