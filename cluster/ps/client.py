@@ -259,7 +259,8 @@ class ParameterClient:
         again for the same job (a restarted client) leaves the values alone.
         """
         optimizer, training = optimizer or OptimizerConfig(), training or TrainingConfig()
-        arrays = {name: np.ascontiguousarray(value) for name, value in variables.items()}
+        # np.ascontiguousarray would make a 0-d array 1-d; asarray(order="C") keeps a scalar a scalar.
+        arrays = {name: np.asarray(value, order="C") for name, value in variables.items()}
         if placement is not None:
             layout = layout_from_placement(placement, arrays)
         else:
@@ -441,7 +442,7 @@ class ParameterClient:
             )
         by_shard: dict[int, list[tuple[VariableSpec, np.ndarray]]] = {}
         for name, grad in grads.items():
-            grad = np.ascontiguousarray(grad)
+            grad = np.asarray(grad, order="C")
             whole_shape = layout[name][0][1].whole_shape
             if grad.shape != whole_shape:
                 raise ParameterServerError(

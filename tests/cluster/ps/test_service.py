@@ -282,3 +282,16 @@ def test_push_pull_is_one_call_for_small_shards_and_two_for_big_ones(ps: Servers
     assert "PushPull" not in calls[where["big"]]
     with pytest.raises(ParameterServerError, match="a push needs at least one gradient"):
         client.push_pull({}, step=1, replica_id=0)
+
+
+def test_a_scalar_variable_stays_a_scalar(ps: Servers) -> None:
+    ps.start(1)
+    client = ps.client()
+    client.init("scalar", {"b": np.array(2.0, np.float32)}, OptimizerConfig("sgd", 1.0))
+    client.register(0)
+    assert client.layout["b"][0][1].shape == ()  # type: ignore[index]
+    with pytest.raises(ParameterServerError, match=r"gradient for 'b' has shape \(1,\), the variable's is \(\)"):
+        client.push({"b": np.ones(1, np.float32)}, step=0, replica_id=0)
+    client.push({"b": np.array(0.5, np.float32)}, step=0, replica_id=0)
+    pulled = client.pull().values["b"]
+    assert pulled.shape == () and pulled == 1.5
