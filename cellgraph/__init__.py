@@ -123,3 +123,12 @@ __version__ = "0.1.0"
 
 # The conveniences over the ops; imported last, they use the names above.
 from cellgraph import init, layers, losses, metrics, optim  # noqa: E402
+
+
+def __getattr__(name: str) -> object:
+    """``cg.Cluster`` and ``cg.ClusterError``: Dask is imported on first use, not by ``import cellgraph``."""
+    if name in ("Cluster", "ClusterError"):
+        from cellgraph.cluster import cluster
+
+        return getattr(cluster, name)
+    raise AttributeError(f"module 'cellgraph' has no attribute {name!r}")

@@ -1,0 +1,526 @@
+"""``Cluster``: a Dask cluster seen as parameter-server and training workers.
+
+Dask is the engine: ``Cluster.local`` starts an embedded
+``distributed.LocalCluster`` bound to 127.0.0.1, ``Cluster.connect`` joins a
+scheduler someone else started (dask-kubernetes, dask-jobqueue, a cloud
+cluster), ``Cluster.from_client`` wraps a ``distributed.Client`` the user
+already has. Roles are Dask worker resources: a worker with resource ``ps``
+is a parameter server, any other worker trains; ``Cluster.assign`` overrides
+that for a cluster whose workers carry no such resources.
+
+Task indices follow the workers' names in natural order (``ps-2`` before
+``ps-10``), then their addresses, so a worker that Dask restarts under the
+same name keeps its index.
+
+Examples
+--------
+>>> from cellgraph.cluster.cluster import Cluster
+>>> with Cluster.local(workers=1, ps=1) as cluster:
+...     print(cluster.devices()[:2])  # then a device per GPU that numba.cuda sees on the worker
+...     addresses = cluster.start_parameter_servers("demo", token="s3cret")
+...     print(len(addresses), addresses[0].startswith("127.0.0.1:"))
+['/job:ps/task:0/device:cpu:0', '/job:worker/task:0/device:cpu:0']
+1 True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from distributed import Client, LocalCluster, Nanny
+from distributed.security import Security
+from distributed.system import MEMORY_LIMIT
+
+from cellgraph.dataflow.errors import CellgraphError
+
+from .ps_plugin import PS_RESOURCE, ParameterServerPlugin, plugin_name, server_address
+
+T = TypeVar("T")
+
+WORKER_RESOURCE = "worker"
+GPU_RESOURCE = "GPU"
+# Deadline of each question the cluster asks its workers or scheduler (client.run, plugin (un)registration).
+CALL_TIMEOUT_S = 30.0
+CHECK_CONNECT = (
+    "check that the scheduler is running, that the address and port are right (e.g. tcp://host:8786), "
+    "that no firewall blocks the port, and that security= matches the scheduler (a tls:// scheduler needs "
+    "a distributed.security.Security with its certificates)"
+)
+
+
+class ClusterError(CellgraphError):
+    """A cluster that could not be started or reached, or a role assignment that does not fit its workers."""
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One Dask worker as cellgraph sees it: its role (``ps``, ``worker``, or ``idle`` when left out by
+    ``assign``), its task index within the role, and what Dask knows about it."""
+
+    address: str
+    role: str
+    task: int | None
+    name: str
+    nthreads: int
+    memory_limit: int
+    gpus: int
+    host: str
+
+
+def _natural_key(name: str) -> tuple[str | int, ...]:
+    """Sort ``worker-2`` before ``worker-10``: digits compare as numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def _visible_gpus() -> int:
+    """How many GPUs numba.cuda sees in this (worker) process; run there by ``client.run``."""
+    from cellgraph.dataflow.kernels import cuda
+
+    if not cuda.available():
+        return 0
+    from numba import cuda as numba_cuda
+
+    return len(numba_cuda.gpus)
+
+
+class Cluster:
+    """A Dask cluster whose workers are parameter servers (``ps``) and training workers (``worker``).
+
+    Build one with ``Cluster.local``, ``Cluster.connect`` or ``Cluster.from_client``;
+    close it with ``close()`` or a ``with`` block. It closes only what it started.
+
+    Examples
+    --------
+    >>> cluster = Cluster.local(workers=2, ps=1)  # doctest: +SKIP
+    >>> cluster  # doctest: +SKIP
+    <Cluster tcp://127.0.0.1:40109 (local): ps/0 tcp://127.0.0.1:37047, worker/0 ..., worker/1 ...>
+    >>> cluster.close()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        local_cluster: LocalCluster | None = None,
+        owns_client: bool = False,
+        kind: str = "external",
+    ) -> None:
+        self.client = client
+        self.kind = kind
+        self.scheduler_address: str = str(client.scheduler.address)
+        """The scheduler's address (``tcp://...`` or ``tls://...``)."""
+        self._local_cluster = local_cluster
+        self._owns_client = owns_client
+        self._assigned: tuple[list[str], list[str] | None] | None = None
+        self._jobs: dict[str, list[str]] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def local(
+        cls,
+        workers: int = 2,
+        ps: int = 1,
+        threads_per_worker: int = 1,
+        gpus: int | None = None,
+        secure: bool = False,
+        timeout: float = 60.0,
+    ) -> Cluster:
+        """Start an embedded ``distributed.LocalCluster``: ``ps`` PS processes and ``workers`` training processes.
+
+        Parameters
+        ----------
+        workers
+            Training worker processes (Dask resource ``worker``).
+        ps
+            Parameter-server worker processes (Dask resource ``ps``).
+        threads_per_worker
+            Threads of each worker process.
+        gpus
+            GPUs each training worker offers (Dask resource ``GPU``); ``None`` for none.
+        secure
+            TLS between every process, with temporary certificates (``Security.temporary()``).
+        timeout
+            Seconds to wait for every worker to join; a ``ClusterError`` after that.
+
+        Examples
+        --------
+        >>> with Cluster.local(workers=2, ps=1) as cluster:  # doctest: +SKIP
+        ...     cluster.ps_workers(), cluster.training_workers()
+        (['tcp://127.0.0.1:40123'], ['tcp://127.0.0.1:35761', 'tcp://127.0.0.1:41889'])
+        """
+        if workers < 1 or ps < 0 or threads_per_worker < 1 or (gpus is not None and gpus < 0):
+            raise ClusterError(
+                f"Cluster.local(workers={workers}, ps={ps}, threads_per_worker={threads_per_worker}, gpus={gpus}): "
+                "needs workers >= 1, ps >= 0, threads_per_worker >= 1 and gpus >= 0 (or None)"
+            )
+        deadline = time.monotonic() + timeout
+        security = Security.temporary() if secure else None
+        processes = workers + ps
+        # No workers yet: they differ in resources, so each gets its own entry in the worker spec below.
+        local = LocalCluster(
+            n_workers=0,
+            threads_per_worker=threads_per_worker,
+            processes=True,
+            host="127.0.0.1",
+            # The scheduler serves HTTP (the dashboard, or without bokeh a page saying to install it) even
+            # with dashboard_address=None, then on port 8787: port 0 never clashes with another cluster.
+            dashboard_address="127.0.0.1:0",
+            security=security,
+            memory_limit=MEMORY_LIMIT // processes,
+        )
+        client: Client | None = None
+        try:
+            template = local.new_spec["options"]
+            training: dict[str, float] = {WORKER_RESOURCE: 1}
+            if gpus:
+                training[GPU_RESOURCE] = gpus
+            for i in range(ps):
+                local.worker_spec[f"ps-{i}"] = {"cls": Nanny, "options": {**template, "resources": {PS_RESOURCE: 1}}}
+            for i in range(workers):
+                local.worker_spec[f"worker-{i}"] = {"cls": Nanny, "options": {**template, "resources": dict(training)}}
+            # SpecCluster.scale(n) with n entries already in worker_spec adds none and starts the missing ones.
+            local.scale(processes)
+            # A Client given the LocalCluster object would wait for its workers with no deadline (it awaits
+            # the cluster); given the scheduler's address it does not, and wait_for_workers has one.
+            client = Client(local.scheduler_address, security=local.security, timeout=timeout, set_as_default=False)
+            client.wait_for_workers(processes, timeout=max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, OSError) as err:
+            arrived = 0
+            with contextlib.suppress(Exception):  # the count only makes the message better
+                arrived = len(client.scheduler_info(n_workers=-1)["workers"]) if client is not None else 0
+            _close_quietly(client, local)
+            raise ClusterError(
+                f"Cluster.local: only {arrived} of {processes} worker processes started within {timeout:g} s "
+                f"({err}); is the machine short of memory or processes? Try a larger timeout= or fewer workers"
+            ) from err
+        except BaseException:
+            _close_quietly(client, local)
+            raise
+        return cls(client, local_cluster=local, owns_client=True, kind="local")
+
+    @classmethod
+    def connect(cls, address: str, security: Security | None = None, timeout: float = 10.0) -> Cluster:
+        """Join the Dask scheduler at ``address`` (``tcp://host:8786``, ``tls://...``); it is not closed by ``close()``.
+
+        Raises ``ClusterError``, within about ``timeout`` seconds, when the scheduler does not answer.
+
+        Examples
+        --------
+        >>> cluster = Cluster.connect("tcp://scheduler.example.org:8786")  # doctest: +SKIP
+        >>> cluster.assign(ps=1)  # doctest: +SKIP
+        """
+        try:
+            client = Client(address, security=security, timeout=timeout, set_as_default=False)
+        except (OSError, TimeoutError) as err:
+            raise ClusterError(
+                f"could not reach the Dask scheduler at {address} within {timeout:g} s ({err}): {CHECK_CONNECT}"
+            ) from err
+        return cls(client, owns_client=True, kind="connected")
+
+    @classmethod
+    def from_client(cls, client: Client) -> Cluster:
+        """Wrap a ``distributed.Client`` the user already has; ``close()`` leaves the client and its cluster open.
+
+        Examples
+        --------
+        >>> from distributed import Client  # doctest: +SKIP
+        >>> cluster = Cluster.from_client(Client("tcp://scheduler:8786"))  # doctest: +SKIP
+        """
+        return cls(client, owns_client=False, kind="client")
+
+    # ------------------------------------------------------------------ workers and roles
+    def _workers_info(self) -> dict[str, dict[str, Any]]:
+        workers: dict[str, dict[str, Any]] = self.client.scheduler_info(n_workers=-1)["workers"]
+        return workers
+
+    @staticmethod
+    def _in_order(workers: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        return sorted(workers, key=lambda a: (_natural_key(str(workers[a].get("name", ""))), a))
+
+    def _roles(self) -> tuple[dict[str, dict[str, Any]], list[str], list[str]]:
+        """(every worker's info, PS addresses, training addresses), both in task order."""
+        info = self._workers_info()
+        if self._assigned is not None:
+            ps, worker = self._assigned
+            ps = [a for a in ps if a in info]
+            if worker is None:
+                worker = [a for a in self._in_order(info) if a not in ps]
+            return info, ps, [a for a in worker if a in info]
+        ordered = self._in_order(info)
+        ps = [a for a in ordered if info[a].get("resources", {}).get(PS_RESOURCE, 0) > 0]
+        return info, ps, [a for a in ordered if a not in ps]
+
+    def ps_workers(self) -> list[str]:
+        """Addresses of the parameter-server workers, in task order."""
+        return self._roles()[1]
+
+    def training_workers(self) -> list[str]:
+        """Addresses of the training workers, in task order."""
+        return self._roles()[2]
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every worker with its role and task index: PS workers, training workers, then idle ones."""
+        info, ps, training = self._roles()
+        rows = []
+        for role, addresses in (("ps", ps), ("worker", training)):
+            rows += [self._worker_info(a, info[a], role, task) for task, a in enumerate(addresses)]
+        rows += [self._worker_info(a, info[a], "idle", None) for a in self._in_order(info) if a not in ps + training]
+        return rows
+
+    @staticmethod
+    def _worker_info(address: str, info: Mapping[str, Any], role: str, task: int | None) -> WorkerInfo:
+        return WorkerInfo(
+            address=address,
+            role=role,
+            task=task,
+            name=str(info.get("name", "")),
+            nthreads=int(info.get("nthreads", 0)),
+            memory_limit=int(info.get("memory_limit", 0)),
+            gpus=int(info.get("resources", {}).get(GPU_RESOURCE, 0)),
+            host=str(info.get("host", "")),
+        )
+
+    def assign(self, ps: Sequence[str] | int, worker: Sequence[str] | None = None) -> None:
+        """Decide the roles by hand, for workers that carry no ``ps``/``worker`` resources.
+
+        Parameters
+        ----------
+        ps
+            Addresses (or names) of the PS workers, in task order; or a count:
+            the first ``ps`` workers in name order.
+        worker
+            Addresses (or names) of the training workers, in task order;
+            ``None``: every worker that is not a PS.
+
+        Examples
+        --------
+        >>> cluster.assign(ps=["tcp://10.0.0.5:40001"])  # doctest: +SKIP
+        >>> cluster.assign(ps=1, worker=["tcp://10.0.0.6:40001", "tcp://10.0.0.7:40001"])  # doctest: +SKIP
+        """
+        info = self._workers_info()
+        ordered = self._in_order(info)
+        if isinstance(ps, int):
+            if not 0 <= ps < len(ordered):
+                raise ClusterError(
+                    f"assign(ps={ps}): the cluster has {len(ordered)} workers, so ps must be in [0, {len(ordered)}) "
+                    f"to leave at least one training worker; known workers: {self._known(info)}"
+                )
+            ps_addresses = ordered[:ps]
+        else:
+            ps_addresses = self._resolve(ps, info, "ps")
+        worker_addresses = self._resolve(worker, info, "worker") if worker is not None else None
+        both = sorted(set(ps_addresses) & set(worker_addresses or ()))
+        if both:
+            raise ClusterError(f"assign: {', '.join(both)} cannot be both a parameter server and a training worker")
+        if len(set(ps_addresses)) != len(ps_addresses) or (
+            worker_addresses is not None and len(set(worker_addresses)) != len(worker_addresses)
+        ):
+            raise ClusterError("assign: a worker is named twice in the same role")
+        rest = [a for a in ordered if a not in ps_addresses] if worker_addresses is None else worker_addresses
+        if not rest:
+            raise ClusterError(f"assign leaves no training worker; known workers: {self._known(info)}")
+        self._assigned = (ps_addresses, worker_addresses)
+
+    def _resolve(self, given: Sequence[str], info: Mapping[str, Mapping[str, Any]], role: str) -> list[str]:
+        if isinstance(given, str):
+            given = [given]
+        by_name = {str(w.get("name")): a for a, w in info.items()}
+        resolved = [g if g in info else by_name.get(str(g), "") for g in given]
+        unknown = [str(g) for g, a in zip(given, resolved) if not a]
+        if unknown:
+            raise ClusterError(
+                f"assign({role}=...): no worker at {', '.join(unknown)}; known workers: {self._known(info)}"
+            )
+        return resolved
+
+    def _known(self, info: Mapping[str, Mapping[str, Any]]) -> str:
+        return ", ".join(f"{a} (name {info[a].get('name')})" for a in self._in_order(info)) or "none"
+
+    # ------------------------------------------------------------------ devices
+    def devices(self) -> list[str]:
+        """Every device of the cluster, PS workers first: a CPU each, and each GPU numba.cuda sees on a training worker.
+
+        The GPUs are counted on the workers themselves (``client.run``), never in this process.
+
+        Examples
+        --------
+        >>> cluster.devices()  # doctest: +SKIP
+        ['/job:ps/task:0/device:cpu:0', '/job:worker/task:0/device:cpu:0', '/job:worker/task:0/device:gpu:0']
+        """
+        _, ps, training = self._roles()
+        gpus = self._run(_visible_gpus, training, "count the GPUs") if training else {}
+        names = [f"/job:ps/task:{i}/device:cpu:0" for i in range(len(ps))]
+        for i, address in enumerate(training):
+            names.append(f"/job:worker/task:{i}/device:cpu:0")
+            names += [f"/job:worker/task:{i}/device:gpu:{k}" for k in range(gpus.get(address, 0))]
+        return names
+
+    def _run(self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any) -> dict[str, T]:
+        """``client.run(function, *args)`` on ``workers``, within ``CALL_TIMEOUT_S``."""
+        return _with_deadline(
+            lambda: self.client.run(function, *args, workers=list(workers)),
+            f"{what} on workers {', '.join(workers)}",
+        )
+
+    # ------------------------------------------------------------------ parameter servers
+    def start_parameter_servers(self, job_id: str, token: str, checkpoint_dir: str | Path | None = None) -> list[str]:
+        """Start job ``job_id``'s parameter server in every PS worker; return their ``host:port``, in PS-task order.
+
+        Parameters
+        ----------
+        job_id
+            The job; one set of servers per job.
+        token
+            The token every call to the servers must carry.
+        checkpoint_dir
+            Where the servers save and restore checkpoints (reachable from every PS worker).
+
+        Examples
+        --------
+        >>> cluster.start_parameter_servers("job-1", token="s3cret")  # doctest: +SKIP
+        ['127.0.0.1:39441']
+        """
+        if not job_id or not token:
+            raise ClusterError(
+                f"start_parameter_servers(job_id={job_id!r}, token=...): both must be non-empty strings "
+                "(cellgraph.cluster.ps.new_token() makes a token)"
+            )
+        if job_id in self._jobs:
+            raise ClusterError(
+                f"parameter servers for job '{job_id}' already run at {', '.join(self._jobs[job_id])}; "
+                f"call stop_parameter_servers('{job_id}') first, or use another job id"
+            )
+        ps = self.ps_workers()
+        if not ps:
+            raise ClusterError(
+                f"job '{job_id}' needs a parameter-server worker and this cluster has none: start it with "
+                "Cluster.local(ps=1), give workers the Dask resource 'ps', or call cluster.assign(ps=...)"
+            )
+        # With roles from resources, the plugin picks its workers by resource itself, so a PS worker that
+        # Dask restarts starts its server again; with roles assigned by hand it is told the addresses.
+        chosen = ps if self._assigned is not None else None
+        plugin = ParameterServerPlugin(token, job_id, checkpoint_dir, workers=chosen)
+        name = plugin_name(job_id)
+        try:
+            _with_deadline(lambda: self.client.register_plugin(plugin, name=name), f"start job '{job_id}''s servers")
+        except Exception as err:
+            self._unregister(name)
+            raise ClusterError(
+                f"could not start the parameter servers of job '{job_id}' on {', '.join(ps)}: {err}"
+            ) from err
+        found = self._run(server_address, ps, f"find job '{job_id}''s servers", job_id)
+        missing = [a for a in ps if not found.get(a)]
+        if missing:
+            self._unregister(name)
+            raise ClusterError(
+                f"no parameter server of job '{job_id}' runs on PS worker(s) {', '.join(missing)}; "
+                "did the worker restart while it started? Try again"
+            )
+        self._jobs[job_id] = [str(found[a]) for a in ps]
+        return list(self._jobs[job_id])
+
+    def stop_parameter_servers(self, job_id: str) -> None:
+        """Stop job ``job_id``'s parameter servers (each lets calls in flight finish, briefly).
+
+        Examples
+        --------
+        >>> cluster.stop_parameter_servers("job-1")  # doctest: +SKIP
+        """
+        if job_id not in self._jobs:
+            running = ", ".join(f"'{j}'" for j in self._jobs) or "none"
+            raise ClusterError(f"no parameter servers of job '{job_id}' were started here; running jobs: {running}")
+        del self._jobs[job_id]
+        _with_deadline(
+            lambda: self.client.unregister_worker_plugin(plugin_name(job_id)), f"stop job '{job_id}''s servers"
+        )
+
+    def _unregister(self, name: str) -> None:
+        """Take a plugin off every worker after a failed start; a failure here would hide the first one."""
+        try:
+            _with_deadline(lambda: self.client.unregister_worker_plugin(name), f"remove plugin {name}")
+        except Exception:  # noqa: S110 - the caller raises the error that matters
+            pass
+
+    # ------------------------------------------------------------------ lifetime
+    @property
+    def dashboard_link(self) -> str:
+        """The Dask dashboard's URL (without bokeh installed, its page says to install it)."""
+        return str(self.client.dashboard_link)
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the parameter servers started here, then the client and the LocalCluster if this object started them.
+
+        Closing twice does nothing more.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for job_id in list(self._jobs):
+                try:
+                    self.stop_parameter_servers(job_id)
+                except Exception:  # noqa: S110 - the cluster may be gone already; its servers went with it
+                    pass
+        finally:
+            _close_quietly(self.client if self._owns_client else None, self._local_cluster, timeout)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        address = self.scheduler_address
+        if self._closed:
+            return f"<Cluster {address} ({self.kind}), closed>"
+        try:
+            rows = self.workers()
+        except Exception as err:  # a repr must not raise: say what went wrong instead
+            return f"<Cluster {address} ({self.kind}): workers unknown ({type(err).__name__})>"
+        roles = ", ".join(f"{w.role}/{w.task} {w.address}" if w.task is not None else f"idle {w.address}" for w in rows)
+        return f"<Cluster {address} ({self.kind}): {roles or 'no workers'}>"
+
+
+def _with_deadline(call: Callable[[], T], what: str, timeout: float = CALL_TIMEOUT_S) -> T:
+    """``call()``, or a ClusterError after ``timeout`` seconds naming ``what`` did not finish.
+
+    The client's blocking calls have no deadline of their own; the call runs on
+    a thread that finishes when the cluster answers or the client closes.
+    """
+    pool = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cellgraph-cluster")
+    try:
+        return pool.submit(call).result(timeout)
+    except futures.TimeoutError as err:
+        raise ClusterError(
+            f"{what}: no answer within {timeout:g} s; is a worker stuck (holding the GIL) or gone?"
+        ) from err
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _close_quietly(client: Client | None, local: LocalCluster | None, timeout: float = 30.0) -> None:
+    """Close ``client`` then ``local`` (each may be None), the second even when the first fails."""
+    deadline = time.monotonic() + timeout
+    try:
+        if client is not None:
+            client.close(timeout=timeout)
+    finally:
+        if local is not None:
+            local.close(timeout=max(1.0, deadline - time.monotonic()))

@@ -1,0 +1,409 @@
+"""One replica of a distributed training job: pull, compute, push, until the global step is reached.
+
+A replica is a long-lived task (a Dask task on a training worker, or a thread
+in a test). It is given plain data only: a ``ReplicaSpec`` (which carries the
+graph as a ``TrainingGraph``, i.e. GraphDef bytes) and its shard of the data
+as NumPy arrays. It rebuilds the executor from the GraphDef, joins the job on
+the parameter servers, and loops:
+
+1. take the next ``batch_size`` rows of its shard (shuffled once per epoch),
+2. run ``[loss, *gradients]`` with the variables' values fed from the last pull,
+3. ``push_pull`` the gradients, tagged with the global step the values came
+   from; a ``sync`` replica asks for the values of the next step
+   (``min_step=step + 1``), so it waits for the other replicas' gradients,
+   an ``async`` one takes whatever the servers have now. A ``stale`` push
+   (dropped by the servers) just continues with the fresh values.
+
+It stops when the global step reaches ``spec.steps`` or when ``stop`` is set
+(after finishing its current step). Every wait is bounded by the client's
+deadline (``spec.timeout_s``); errors name the replica, and the client's the
+server. Metrics go to ``emit`` at most once per ``metrics_interval_s`` and at
+the end; inside a Dask worker they default to the worker's event log, topic
+``metrics_topic(job_id)``, which ``Client.subscribe_topic`` receives.
+
+Examples
+--------
+>>> import numpy as np
+>>> import cellgraph as cg
+>>> from cellgraph.cluster.ps import OptimizerConfig, ParameterClient, TrainingConfig, create_server
+>>> from cellgraph.cluster.replica import ReplicaSpec, run_replica
+>>> from cellgraph.cluster.training_graph import prepare
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((None,), "float32", name="x")
+...     w = cg.variable([0.0], name="w")
+...     loss = cg.reduce_mean((x * w - 3.0 * x) ** 2.0)
+>>> tg = prepare(loss)
+>>> server, port = create_server("127.0.0.1:0", token="t0k3n")
+>>> client = ParameterClient([f"127.0.0.1:{port}"], "t0k3n")
+>>> client.init("fit", tg.initial, OptimizerConfig("sgd", 0.5), TrainingConfig("async"))
+0
+>>> spec = ReplicaSpec("fit", 0, tg, [f"127.0.0.1:{port}"], "t0k3n", mode="async", batch_size=4, steps=50)
+>>> summary = run_replica(spec, [np.linspace(-1, 1, 8, dtype=np.float32)])
+>>> summary["global_step"], summary["steps"]
+(50, 50)
+>>> round(float(client.pull().values["w"][0]), 3)  # the w that fits x * w = 3 * x
+3.0
+>>> client.close(); server.stop(None).wait()
+True
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from cellgraph.dataflow.errors import CellgraphError
+from cellgraph.dataflow.shapes import fmt
+
+from .errors import ParameterServerError
+from .ps.client import ParameterClient, PullResult
+from .ps.config import Mode, VariableSpec
+from .training_graph import LoadedGraph, TrainingError, TrainingGraph, load
+
+# The keys of every metrics message, in the order a table would show them.
+METRIC_KEYS = (
+    "job",  # the job id
+    "replica",  # this replica's id
+    "step",  # the global step after this replica's latest push
+    "loss",  # the loss of the latest batch, computed with the values pulled before it
+    "examples_per_s",  # rows trained on per second since the previous message (pushes and waits included)
+    "step_time_s",  # mean seconds per step since the previous message (compute, push, pull, waits)
+    "staleness",  # the largest staleness of the pushes since the previous message (0 in sync mode)
+    "steps",  # steps this replica has done so far
+    "final",  # True on the last message, sent as the replica returns
+    "time",  # the replica's wall clock (time.time()) when the message was made
+)
+
+
+def metrics_topic(job_id: str) -> str:
+    """The Dask event topic a replica of ``job_id`` logs its metrics under."""
+    return f"cellgraph-{job_id}"
+
+
+class StopSignal(Protocol):
+    """Anything with ``is_set()``: a ``threading.Event``, or a ``distributed.Event`` across processes."""
+
+    def is_set(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """What one replica needs to train, as plain data (it crosses process boundaries by value).
+
+    Parameters
+    ----------
+    job_id
+        The job on the parameter servers (``ParameterClient.init`` made it).
+    replica_id
+        This replica's id; in ``sync`` mode each id pushes at most once per step.
+    graph
+        The loss and its gradients (``training_graph.prepare``).
+    ps_addresses
+        ``host:port`` of each parameter-server shard, in shard order.
+    token
+        The job's token.
+    mode
+        ``"sync"`` or ``"async"``; must be the mode the job was initialised with.
+    batch_size
+        Rows per step, taken from this replica's shard.
+    steps
+        The global step at which the replica stops.
+    seed
+        Seeds the shuffle of the shard, once per epoch.
+    metrics_interval_s
+        The least time between two metrics messages (the last one excepted).
+    timeout_s
+        The deadline of every call to the parameter servers, waits included.
+    """
+
+    job_id: str
+    replica_id: int
+    graph: TrainingGraph = field(repr=False)
+    ps_addresses: Sequence[str]
+    token: str | None
+    mode: Mode = "sync"
+    batch_size: int = 32
+    steps: int = 1000
+    seed: int = 0
+    metrics_interval_s: float = 1.0
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ps_addresses", tuple(self.ps_addresses))
+        problems = []
+        if self.mode not in ("sync", "async"):
+            problems.append(f"mode {self.mode!r} is not 'sync' or 'async'")
+        if not self.ps_addresses:
+            problems.append("ps_addresses is empty: give the address of every parameter-server shard")
+        if self.batch_size < 1:
+            problems.append(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.steps < 0:
+            problems.append(f"steps must be 0 or more, got {self.steps}")
+        if not self.metrics_interval_s >= 0:
+            problems.append(f"metrics_interval_s must be 0 or more, got {self.metrics_interval_s}")
+        if not self.timeout_s > 0:
+            problems.append(f"timeout_s must be positive, got {self.timeout_s}")
+        if problems:
+            raise TrainingError(f"replica {self.replica_id} of job {self.job_id!r}: " + "; ".join(problems))
+
+    @property
+    def name(self) -> str:
+        """``replica 1 of job 'mnist'``: how errors and logs name this replica."""
+        return f"replica {self.replica_id} of job {self.job_id!r}"
+
+
+def run_replica(
+    spec: ReplicaSpec,
+    data: Sequence[np.ndarray],
+    emit: Callable[[dict[str, Any]], None] | None = None,
+    stop: StopSignal | None = None,
+) -> dict[str, Any]:
+    """Train until the global step reaches ``spec.steps`` (or ``stop`` is set); return a summary.
+
+    ``data`` holds one array per placeholder of ``spec.graph`` (same order,
+    same number of rows): this replica's shard. ``emit`` receives metrics
+    messages (keys ``METRIC_KEYS``); by default, inside a Dask worker task, the
+    worker's event log under ``metrics_topic(spec.job_id)``, and nothing
+    elsewhere. Inside a Dask task, the replica first secedes from the worker's
+    thread pool, so that a long training run does not hold one of its slots.
+
+    The summary has ``replica``, ``job``, ``steps`` (done by this replica),
+    ``global_step``, ``loss`` (the last one, or None if no step ran),
+    ``examples``, ``seconds`` (of the loop), ``setup_s`` (loading and compiling
+    the graph, joining the job) and ``stopped`` (whether ``stop`` ended it).
+    """
+    started = time.perf_counter()
+    worker = _dask_worker()
+    if worker is not None:
+        import distributed
+
+        distributed.secede()
+        if emit is None:
+            topic = metrics_topic(spec.job_id)
+            emit = lambda msg: worker.log_event(topic, msg)
+    meter = _Meter(spec, emit)
+    loaded = load(spec.graph)
+    shard = _shard(spec, loaded, data)
+    # One step on the initial values before joining: it compiles the kernels (so the first measured step
+    # is a real one) and shows that the graph runs on this data before any server hears of this replica.
+    try:
+        loaded.compute(spec.graph.initial, [array[: spec.batch_size] for array in shard])
+    except CellgraphError as err:
+        raise TrainingError(f"{spec.name} cannot run its graph on its data: {err}") from err
+    batches = _Batches(shard, spec.batch_size, spec.seed)
+    client = ParameterClient(spec.ps_addresses, spec.token, timeout=spec.timeout_s)
+    try:
+        with _naming(spec, "joining the job"):
+            info = client.register(spec.replica_id)
+            _check_job(spec, {name: pieces[0][1] for name, pieces in info.layout.items()}, info.training.mode)
+            pulled = client.pull(spec.graph.variables, replica_id=spec.replica_id)
+        loop_start = time.perf_counter()
+        stopped = _train(spec, loaded, batches, client, pulled, meter, stop)
+        seconds = time.perf_counter() - loop_start
+    finally:
+        client.close()
+    meter.flush(final=True)
+    return {
+        "replica": spec.replica_id,
+        "job": spec.job_id,
+        "steps": meter.total_steps,
+        "global_step": meter.step,
+        "loss": meter.loss,
+        "examples": meter.total_steps * spec.batch_size,
+        "seconds": seconds,
+        "setup_s": loop_start - started,
+        "stopped": stopped,
+    }
+
+
+def _train(
+    spec: ReplicaSpec,
+    loaded: LoadedGraph,
+    batches: _Batches,
+    client: ParameterClient,
+    pulled: PullResult,
+    meter: _Meter,
+    stop: StopSignal | None,
+) -> bool:
+    """The pull-compute-push loop; True if ``stop`` ended it."""
+    sync = spec.mode == "sync"
+    step, values = pulled.global_step, pulled.values
+    meter.start(step)
+    while step < spec.steps:
+        if stop is not None and stop.is_set():
+            return True
+        began = time.perf_counter()
+        try:
+            loss, grads = loaded.compute(values, batches.next())
+        except CellgraphError as err:
+            raise TrainingError(f"{spec.name} failed computing step {step}: {err}") from err
+        with _naming(spec, f"step {step}"):
+            pushed, pulled = client.push_pull(
+                grads,
+                step=step,
+                replica_id=spec.replica_id,
+                min_step=step + 1 if sync else None,
+                names=spec.graph.variables,
+            )
+        # A "stale" push was dropped; the values pulled with it are fresh all the same.
+        step, values = pulled.global_step, pulled.values
+        meter.record(step, loss, time.perf_counter() - began, pushed.staleness)
+    return False
+
+
+def _dask_worker() -> Any:
+    """The Dask worker running this task, or None outside one."""
+    try:
+        from distributed import get_worker
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return None
+    try:
+        return get_worker()
+    except ValueError:  # "No worker found": not inside a task
+        return None
+
+
+@contextmanager
+def _naming(spec: ReplicaSpec, what: str) -> Iterator[None]:
+    """Put the replica's name in front of a parameter-server error (the client's message names the server)."""
+    try:
+        yield
+    except ParameterServerError as err:
+        raise ParameterServerError(f"{spec.name}, {what}: {err}", err.code) from err
+
+
+def _check_job(spec: ReplicaSpec, held: dict[str, VariableSpec], mode: str) -> None:
+    missing = [name for name in spec.graph.variables if name not in held]
+    if missing:
+        raise TrainingError(
+            f"{spec.name}: the parameter servers hold no variable(s) {', '.join(map(repr, missing))}; "
+            "initialise the job with this graph's TrainingGraph.initial"
+        )
+    for name in spec.graph.variables:
+        mine, theirs = spec.graph.initial[name], held[name]
+        # Sizes, not shapes: the parameter service holds a 0-d variable as shape (1,).
+        if theirs.dtype != mine.dtype or math.prod(theirs.whole_shape) != mine.size:
+            raise TrainingError(
+                f"{spec.name}: the parameter servers hold '{name}' as {fmt(theirs.whole_shape)} {theirs.dtype}, "
+                f"but this graph's is {fmt(mine.shape)} {mine.dtype}; was the job initialised with another graph?"
+            )
+    if mode != spec.mode:
+        raise TrainingError(
+            f"{spec.name} was started in {spec.mode} mode, but the parameter servers run the job in {mode} "
+            "mode; start the replicas with the job's mode"
+        )
+
+
+def _shard(spec: ReplicaSpec, loaded: LoadedGraph, data: Sequence[np.ndarray]) -> list[np.ndarray]:
+    try:
+        arrays = loaded.convert(data)
+    except TrainingError as err:
+        raise TrainingError(f"{spec.name}: {err}") from None
+    rows = len(arrays[0]) if arrays and arrays[0].ndim else 0
+    if arrays and rows < spec.batch_size:
+        raise TrainingError(
+            f"{spec.name}: its shard has {rows} row(s), fewer than batch_size {spec.batch_size}; "
+            "use a smaller batch_size or fewer replicas"
+        )
+    return arrays
+
+
+class _Batches:
+    """Consecutive ``batch_size`` rows of the shard, reshuffled (one gather) at each epoch.
+
+    A batch is a view of that epoch's shuffled copy, so a step copies nothing;
+    the rows left at an epoch's end (fewer than a batch) are skipped, so every
+    batch has the same shape (and the compiled plan never changes).
+    """
+
+    def __init__(self, arrays: list[np.ndarray], batch_size: int, seed: int) -> None:
+        self.arrays = arrays
+        self.batch_size = batch_size
+        self.rows = len(arrays[0]) if arrays else 0
+        self.rng = np.random.default_rng(seed)
+        self.epoch: list[np.ndarray] = []
+        self.position = self.rows  # start with a shuffle
+
+    def next(self) -> list[np.ndarray]:
+        if not self.arrays:
+            return []
+        if self.position + self.batch_size > self.rows:
+            order = self.rng.permutation(self.rows)
+            self.epoch = [array[order] for array in self.arrays]
+            self.position = 0
+        start, self.position = self.position, self.position + self.batch_size
+        return [array[start : self.position] for array in self.epoch]
+
+
+class _Meter:
+    """Counts steps and sends a metrics message at most once per interval (and one at the end)."""
+
+    def __init__(self, spec: ReplicaSpec, emit: Callable[[dict[str, Any]], None] | None) -> None:
+        self.spec = spec
+        self.emit = emit
+        self.total_steps = 0
+        self.step = 0
+        self.loss: float | None = None
+        self.last_emit = -math.inf  # the first step is reported at once
+        self.window_start = time.perf_counter()
+        self.last_message: dict[str, Any] | None = None
+        self._reset_window()
+
+    def start(self, step: int) -> None:
+        """The loop begins at global step ``step``: rates count from now."""
+        self.step = step
+        self.window_start = time.perf_counter()
+
+    def _reset_window(self) -> None:
+        self.window_steps = 0
+        self.window_time = 0.0
+        self.window_staleness = 0
+
+    def record(self, step: int, loss: float, seconds: float, staleness: int) -> None:
+        self.total_steps += 1
+        self.step, self.loss = step, loss
+        self.window_steps += 1
+        self.window_time += seconds
+        self.window_staleness = max(self.window_staleness, staleness)
+        if time.perf_counter() - self.last_emit >= self.spec.metrics_interval_s:
+            self.flush()
+
+    def flush(self, final: bool = False) -> None:
+        if self.emit is None or self.loss is None:
+            return
+        now = time.perf_counter()
+        if self.window_steps:
+            elapsed = now - (self.window_start if self.last_emit == -math.inf else self.last_emit)
+            rates = {
+                "examples_per_s": self.window_steps * self.spec.batch_size / max(elapsed, 1e-9),
+                "step_time_s": self.window_time / self.window_steps,
+                "staleness": self.window_staleness,
+            }
+        elif final and self.last_message is not None:
+            # Nothing new since the last message: the end repeats its rates rather than reporting zeros.
+            rates = {key: self.last_message[key] for key in ("examples_per_s", "step_time_s", "staleness")}
+        else:
+            return
+        message = {
+            "job": self.spec.job_id,
+            "replica": self.spec.replica_id,
+            "step": self.step,
+            "loss": self.loss,
+            **rates,
+            "steps": self.total_steps,
+            "final": final,
+            "time": time.time(),
+        }
+        self.emit(message)
+        self.last_message, self.last_emit = message, now
+        self._reset_window()
+
+
+__all__ = ["METRIC_KEYS", "ReplicaSpec", "StopSignal", "metrics_topic", "run_replica"]

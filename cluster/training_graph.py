@@ -1,0 +1,235 @@
+"""A loss and its gradients as plain data: what a replica rebuilds its executor from.
+
+``prepare`` takes the user's loss, finds every trainable variable it depends
+on, and builds ``cg.gradients`` for them on a copy of the graph (the user's
+graph gets no extra nodes). It keeps only the nodes that the loss and the
+gradients need, and returns a ``TrainingGraph``: that GraphDef as bytes plus the
+names a replica feeds and fetches. Nothing in it is a pickled closure, so it
+can cross a process boundary as-is. ``load`` turns it back into a graph, a
+session and one compiled plan computing ``[loss, *gradients]``, to which the
+variables' values are fed like the data (a replica's values come from the
+parameter servers; the session's own variables are never read).
+
+Examples
+--------
+>>> import numpy as np
+>>> import cellgraph as cg
+>>> from cellgraph.cluster.training_graph import load, prepare
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((None,), "float32", name="x")
+...     w = cg.variable([2.0], name="w")
+...     loss = cg.reduce_mean((x * w - x) ** 2.0, name="loss")
+>>> tg = prepare(loss)
+>>> tg.variables, tg.placeholders, tg.loss
+(['w'], ['x:0'], 'loss:0')
+>>> value, grads = load(tg).compute({"w": np.array([3.0], np.float32)}, [np.array([1.0, 2.0], np.float32)])
+>>> value, grads["w"]
+(10.0, array([10.], dtype=float32))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cellgraph.dataflow.autodiff import gradients
+from cellgraph.dataflow.dtypes import is_float
+from cellgraph.dataflow.errors import CellgraphError
+from cellgraph.dataflow.executor import schedule
+from cellgraph.dataflow.graph import Graph, Node, Tensor
+from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef
+from cellgraph.dataflow.session import Session, convert_feed
+from cellgraph.dataflow.shapes import fmt
+from cellgraph.protos import graph_pb2
+
+
+class TrainingError(CellgraphError):
+    """A loss that cannot be trained as given (or data that does not fit it); the message says what to change."""
+
+
+@dataclass(frozen=True)
+class TrainingGraph:
+    """A loss, its gradients and its variables' initial values, as plain data.
+
+    ``graphdef`` is a serialized ``GraphDef`` holding exactly the nodes that the
+    loss and the gradients need. ``gradients[i]`` is the gradient of ``loss``
+    with respect to variable ``variables[i]``. ``placeholders`` are the tensors
+    a replica feeds with data, in the order its data arrays come in.
+    """
+
+    graphdef: bytes
+    loss: str
+    variables: list[str]
+    gradients: list[str]
+    placeholders: list[str]
+    initial: dict[str, np.ndarray]
+
+    def nbytes(self) -> int:
+        """Bytes of the variables (what one pull or one push moves)."""
+        return sum(int(value.nbytes) for value in self.initial.values())
+
+
+def prepare(loss: Tensor, data_feeds: Sequence[Tensor] | None = None) -> TrainingGraph:
+    """The ``TrainingGraph`` of ``loss``: gradients for every trainable variable it depends on.
+
+    ``data_feeds`` are the tensors the data will be fed to, in the order of the
+    data arrays; by default, every placeholder the loss needs, in the order
+    the graph made them. The user's graph is left as it was.
+
+    Raises ``TrainingError`` for a loss that is not a float scalar, depends on
+    no trainable variable, or through which no gradient reaches one of its
+    variables; for data feeds that leave a placeholder the loss needs unfed;
+    and for a stale node on the way to the loss.
+    """
+    graph = loss.graph
+    if loss not in graph:
+        raise TrainingError(f"the loss {loss.name!r} was removed from its graph (its cell was re-run); use the new one")
+    if loss.shape != () or not is_float(loss.dtype):
+        raise TrainingError(
+            f"the loss {loss.name!r} is {fmt(loss.shape)} {loss.dtype}; a loss must be a float scalar: "
+            "reduce it, e.g. cg.reduce_mean(...)"
+        )
+    feeds = list(data_feeds) if data_feeds is not None else None
+    for t in feeds or []:
+        if t not in graph:
+            raise TrainingError(f"data feed {t.name!r} is not in the loss's graph (another graph, or a re-run cell)")
+
+    # Gradients are built on a copy: nothing the user holds gains nodes, even when this fails halfway.
+    copy = from_graphdef(to_graphdef(graph))
+    loss_c = copy.tensor(loss.name)
+    position = {node.name: i for i, node in enumerate(copy.nodes)}
+    upstream = sorted(schedule([loss_c], [], []), key=lambda n: position[n.name])
+    variables = [n for n in upstream if n.op == "Variable" and n.attrs.get("trainable", True)]
+    if not variables:
+        raise TrainingError(
+            f"the loss {loss.name!r} depends on no trainable variable: there is nothing to train. "
+            "Compute it from cg.variable(...)s (or mark them trainable=True)"
+        )
+    with copy.as_default():
+        grads = gradients(loss_c, [v.output(0) for v in variables])
+    missing = [v.name for v, g in zip(variables, grads) if g is None]
+    if missing:
+        raise TrainingError(
+            f"no gradient flows from the loss {loss.name!r} to variable(s) {', '.join(map(repr, missing))}: "
+            "every path to them goes through an op that is not differentiable (a comparison, argmax, a cast "
+            "to int, ...). Make the path differentiable, or create them with trainable=False"
+        )
+    present = [g for g in grads if g is not None]
+    fetched = [loss_c, *present]
+    feed_tensors = [copy.tensor(t.name) for t in feeds] if feeds is not None else []
+    # In the graph's order (gradient nodes, made last, at the end): placeholders come in the order they were made.
+    needed = sorted(schedule(fetched, [], feed_tensors), key=lambda n: position.get(n.name, len(position)))
+    _check_runnable(needed, loss.name)
+    placeholders = _placeholders(needed, feeds, loss.name)
+    # A fed tensor's own inputs stay too (the GraphDef must be whole), though they never run.
+    kept = {n.name for n in schedule([*fetched, *feed_tensors], [], [])}
+    full = to_graphdef(copy)
+    pruned = graph_pb2.GraphDef(versions=full.versions)
+    pruned.node.extend(node for node in full.node if node.name in kept)
+    return TrainingGraph(
+        graphdef=pruned.SerializeToString(deterministic=True),
+        loss=loss.name,
+        variables=[v.name for v in variables],
+        gradients=[g.name for g in present],
+        placeholders=placeholders,
+        initial={v.name: _initial_value(v) for v in variables},
+    )
+
+
+def _initial_value(node: Node) -> np.ndarray:
+    # The same array a fresh Session would start from (VariableStore.value).
+    return np.array(node.attrs["initial_value"], dtype=node.specs[0].dtype, copy=True)
+
+
+def _check_runnable(needed: list[Node], loss: str) -> None:
+    stale = [n for n in needed if n.stale]
+    if stale:
+        node = stale[0]
+        cell = node.cell_label or node.cell
+        again = f"re-run cell {cell}" if cell is not None else "rebuild it"
+        raise TrainingError(f"the loss {loss!r} needs {node.describe()}, which is stale: {node.stale}; {again}")
+
+
+def _placeholders(needed: list[Node], feeds: list[Tensor] | None, loss: str) -> list[str]:
+    """The data feeds' names, checked to leave no placeholder that the loss needs unfed."""
+    unfed = [n.output(0).name for n in needed if n.op == "Placeholder"]
+    if feeds is None:
+        return unfed
+    if unfed:
+        raise TrainingError(
+            f"the loss {loss!r} needs placeholder(s) {', '.join(map(repr, unfed))} that get no data "
+            f"(the data feeds: {', '.join(repr(t.name) for t in feeds) or 'none'}); give data for them"
+        )
+    return [t.name for t in feeds]
+
+
+@dataclass
+class LoadedGraph:
+    """A ``TrainingGraph`` rebuilt in this process: the graph, a session and its tensors."""
+
+    graph: Graph
+    session: Session
+    loss: Tensor
+    variables: list[Tensor]
+    gradients: list[Tensor]
+    placeholders: list[Tensor]
+
+    def __post_init__(self) -> None:
+        # Variables are fed like data: the values pulled from the PS go straight to
+        # the kernels, with no copy into the session's variables (measured cheaper).
+        self._run = self.session.make_callable([self.loss, *self.gradients], [*self.variables, *self.placeholders])
+        self._names = [t.node.name for t in self.variables]
+        self._shapes = [tuple(d for d in t.shape if d is not None) for t in self.variables]  # always known
+
+    def convert(self, data: Sequence[Any]) -> list[np.ndarray]:
+        """``data`` (one array per placeholder) checked and cast to the placeholders' dtypes."""
+        if len(data) != len(self.placeholders):
+            names = ", ".join(repr(t.name) for t in self.placeholders)
+            raise TrainingError(f"got {len(data)} data array(s) for {len(self.placeholders)} placeholder(s) ({names})")
+        arrays = []
+        for t, value in zip(self.placeholders, data):
+            try:
+                arrays.append(convert_feed(t, value))
+            except CellgraphError as err:
+                raise TrainingError(f"data for placeholder {t.name!r}: {err}") from None
+        rows = {t.name: len(a) if a.ndim else 0 for t, a in zip(self.placeholders, arrays)}
+        if len(set(rows.values())) > 1:
+            raise TrainingError(
+                "data arrays must have the same number of rows, got "
+                + ", ".join(f"{name}: {n}" for name, n in rows.items())
+            )
+        return arrays
+
+    def compute(
+        self, values: Mapping[str, np.ndarray], batch: Sequence[np.ndarray]
+    ) -> tuple[float, dict[str, np.ndarray]]:
+        """The loss and each variable's gradient for variable ``values`` and one ``batch``.
+
+        ``values`` must have the variables' dtypes and shapes (as pulled from
+        a parameter server); ``batch`` those of the placeholders (``convert``).
+        """
+        # The parameter service hands a 0-d variable back with shape (1,) (np.ascontiguousarray in
+        # ParameterClient.init makes it 1-d); reshape is a view, and free when the shape already fits.
+        feeds = [values[name].reshape(shape) for name, shape in zip(self._names, self._shapes)]
+        loss, *grads = self._run(*feeds, *batch)
+        return float(loss), dict(zip(self._names, grads))
+
+
+def load(tg: TrainingGraph) -> LoadedGraph:
+    """Rebuild ``tg``'s graph (every node checked again by its shape rule) and compile its step."""
+    graph = from_graphdef(graph_pb2.GraphDef.FromString(tg.graphdef))
+    return LoadedGraph(
+        graph=graph,
+        session=Session(graph),
+        loss=graph.tensor(tg.loss),
+        variables=[graph.node(name).output(0) for name in tg.variables],
+        gradients=[graph.tensor(name) for name in tg.gradients],
+        placeholders=[graph.tensor(name) for name in tg.placeholders],
+    )
+
+
+__all__ = ["LoadedGraph", "TrainingError", "TrainingGraph", "load", "prepare"]

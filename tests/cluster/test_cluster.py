@@ -1,0 +1,376 @@
+"""``Cluster`` against real LocalClusters: roles, devices, hosted parameter servers, and nothing left running.
+
+One LocalCluster (1 PS, 2 workers) serves most tests; tests that change roles
+work on a second ``Cluster`` over the same client (``from_client``), so the
+shared one keeps its roles. Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.resource_tracker
+import socket
+import time
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import psutil
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from cellgraph.cluster.cluster import Cluster, ClusterError, WorkerInfo, _with_deadline
+from cellgraph.cluster.errors import ParameterServerError
+from cellgraph.cluster.ps import ParameterClient, new_token
+from cellgraph.cluster.ps_plugin import server_address
+from cellgraph.dataflow.errors import CellgraphError
+
+TIMEOUT = 10.0  # seconds: the deadline of every call and wait below
+START_TIMEOUT = 60.0  # seconds for a LocalCluster's workers to join (2 cores, shared)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    cluster = Cluster.local(workers=2, ps=1, timeout=START_TIMEOUT)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def wrapper(cluster: Cluster) -> Iterator[Cluster]:
+    """A second view of the shared cluster, whose roles a test may change; closing it leaves the cluster up."""
+    view = Cluster.from_client(cluster.client)
+    try:
+        yield view
+    finally:
+        view.close()
+
+
+def health(address: str) -> int:
+    """The gRPC health status of the server at ``address`` (raises grpc.RpcError when nothing answers)."""
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return int(stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=TIMEOUT).status)
+
+
+def wait_until_unreachable(address: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            health(address)
+        except grpc.RpcError as err:
+            assert err.code() == grpc.StatusCode.UNAVAILABLE
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the parameter server at {address} still answers {TIMEOUT} s after it was stopped")
+
+
+def children() -> dict[int, str]:
+    """This process's child processes (recursively), pid -> command line."""
+    found = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            found[child.pid] = " ".join(child.cmdline())
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def children_before() -> dict[int, str]:
+    # multiprocessing's resource tracker is started by the first spawned process and lives as long as this
+    # process, by design: start it first, so that it counts before as well as after.
+    multiprocessing.resource_tracker.ensure_running()
+    return children()
+
+
+def assert_no_orphans(before: dict[int, str]) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        left = {pid: cmd for pid, cmd in children().items() if pid not in before}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert left == {}, f"processes outlived close(): {left}"
+    assert len(children()) == len(before)
+
+
+# ---------------------------------------------------------------- roles, resources, devices
+
+
+def test_local_cluster_roles_are_dask_resources(cluster: Cluster) -> None:
+    info = cluster.client.scheduler_info(n_workers=-1)["workers"]
+    by_name = {w["name"]: (address, w) for address, w in info.items()}
+    assert sorted(by_name) == ["ps-0", "worker-0", "worker-1"]
+    assert by_name["ps-0"][1]["resources"] == {"ps": 1}
+    assert by_name["worker-0"][1]["resources"] == {"worker": 1}
+    assert all(w["host"] == "127.0.0.1" and w["nthreads"] == 1 for w in info.values())
+    assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+    assert cluster.ps_workers() == [by_name["ps-0"][0]]
+    assert cluster.training_workers() == [by_name["worker-0"][0], by_name["worker-1"][0]]
+    rows = cluster.workers()
+    assert [(w.role, w.task, w.name) for w in rows] == [
+        ("ps", 0, "ps-0"),
+        ("worker", 0, "worker-0"),
+        ("worker", 1, "worker-1"),
+    ]
+    assert rows[0] == WorkerInfo(
+        address=by_name["ps-0"][0],
+        role="ps",
+        task=0,
+        name="ps-0",
+        nthreads=1,
+        memory_limit=by_name["ps-0"][1]["memory_limit"],
+        gpus=0,
+        host="127.0.0.1",
+    )
+
+
+def gpus_here() -> int:
+    """The GPUs numba.cuda sees on this machine, where the LocalCluster's workers run (with this environment)."""
+    from cellgraph.dataflow.kernels import cuda
+
+    if not cuda.available():
+        return 0
+    from numba import cuda as numba_cuda
+
+    return len(numba_cuda.gpus)
+
+
+def test_devices_and_repr(cluster: Cluster) -> None:
+    gpus = [[f"/job:worker/task:{i}/device:gpu:{k}" for k in range(gpus_here())] for i in range(2)]
+    assert cluster.devices() == [
+        "/job:ps/task:0/device:cpu:0",
+        "/job:worker/task:0/device:cpu:0",
+        *gpus[0],
+        "/job:worker/task:1/device:cpu:0",
+        *gpus[1],
+    ]
+    text = repr(cluster)
+    assert text.startswith(f"<Cluster {cluster.scheduler_address} (local): ps/0 {cluster.ps_workers()[0]}, worker/0 ")
+    assert cluster.dashboard_link.startswith("http://127.0.0.1:")
+
+
+def test_local_refuses_bad_counts() -> None:
+    with pytest.raises(ClusterError) as info:
+        Cluster.local(workers=0, ps=1)
+    assert str(info.value) == (
+        "Cluster.local(workers=0, ps=1, threads_per_worker=1, gpus=None): "
+        "needs workers >= 1, ps >= 0, threads_per_worker >= 1 and gpus >= 0 (or None)"
+    )
+    assert isinstance(info.value, CellgraphError)
+
+
+# ---------------------------------------------------------------- assign
+
+
+def test_assign_overrides_resources(cluster: Cluster, wrapper: Cluster) -> None:
+    ps, (first, second) = cluster.ps_workers(), cluster.training_workers()
+    wrapper.assign(ps=[second], worker=[first])
+    assert wrapper.ps_workers() == [second] and wrapper.training_workers() == [first]
+    assert [(w.address, w.role, w.task) for w in wrapper.workers()] == [
+        (second, "ps", 0),
+        (first, "worker", 0),
+        (ps[0], "idle", None),
+    ]
+    assert wrapper.devices()[:2] == ["/job:ps/task:0/device:cpu:0", "/job:worker/task:0/device:cpu:0"]
+    assert len(wrapper.devices()) == 2 + gpus_here()
+    wrapper.assign(ps=2)  # the first two in name order; the rest train
+    assert wrapper.ps_workers() == [ps[0], first] and wrapper.training_workers() == [second]
+    wrapper.assign(ps=["worker-1"])  # names work as well as addresses
+    assert wrapper.ps_workers() == [second] and wrapper.training_workers() == [ps[0], first]
+    assert cluster.ps_workers() == ps  # the shared view did not change
+
+
+def test_assign_errors_name_the_workers(cluster: Cluster, wrapper: Cluster) -> None:
+    known = ", ".join(f"{w.address} (name {w.name})" for w in sorted(cluster.workers(), key=lambda w: w.name))
+    with pytest.raises(ClusterError) as info:
+        wrapper.assign(ps=["tcp://10.9.9.9:1"])
+    assert str(info.value) == f"assign(ps=...): no worker at tcp://10.9.9.9:1; known workers: {known}"
+    with pytest.raises(ClusterError) as info:
+        wrapper.assign(ps=1, worker=["nobody"])
+    assert str(info.value) == f"assign(worker=...): no worker at nobody; known workers: {known}"
+    with pytest.raises(ClusterError) as info:
+        wrapper.assign(ps=3)
+    assert str(info.value) == (
+        "assign(ps=3): the cluster has 3 workers, so ps must be in [0, 3) "
+        f"to leave at least one training worker; known workers: {known}"
+    )
+    ps = cluster.ps_workers()[0]
+    with pytest.raises(ClusterError) as info:
+        wrapper.assign(ps=[ps], worker=[ps])
+    assert str(info.value) == f"assign: {ps} cannot be both a parameter server and a training worker"
+    with pytest.raises(ClusterError) as info:
+        wrapper.assign(ps=[ps, "ps-0"])
+    assert str(info.value) == "assign: a worker is named twice in the same role"
+    with pytest.raises(ClusterError) as info:
+        wrapper.assign(ps=[ps], worker=[])
+    assert str(info.value) == f"assign leaves no training worker; known workers: {known}"
+    assert wrapper.ps_workers() == [ps]  # roles unchanged by refused assignments
+
+
+# ---------------------------------------------------------------- parameter servers
+
+
+def test_parameter_servers_serve_the_token_and_stop(cluster: Cluster, tmp_path: object) -> None:
+    token = new_token()
+    addresses = cluster.start_parameter_servers("job-a", token, checkpoint_dir=str(tmp_path))
+    try:
+        assert len(addresses) == 1 and addresses[0].startswith("127.0.0.1:")
+        # Found through Dask, on the PS worker and no other.
+        found = cluster.client.run(server_address, "job-a")
+        assert {a: found[a] for a in found if found[a]} == {cluster.ps_workers()[0]: addresses[0]}
+        assert health(addresses[0]) == health_pb2.HealthCheckResponse.SERVING
+        with ParameterClient(addresses, token, timeout=TIMEOUT) as client:
+            assert client.init("job-a", {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}) == 0
+            np.testing.assert_array_equal(client.pull().values["w"], np.arange(6, dtype=np.float32).reshape(2, 3))
+            assert client.save()  # the checkpoint directory reached the server
+        with ParameterClient(addresses, "not-the-token", timeout=TIMEOUT, retries=1) as intruder:
+            with pytest.raises(ParameterServerError) as info:
+                intruder.pull()
+        assert info.value.code == "UNAUTHENTICATED"
+        assert "wrong token for this parameter server" in str(info.value)
+        with pytest.raises(ClusterError) as again:
+            cluster.start_parameter_servers("job-a", token)
+        assert str(again.value) == (
+            f"parameter servers for job 'job-a' already run at {addresses[0]}; "
+            "call stop_parameter_servers('job-a') first, or use another job id"
+        )
+    finally:
+        cluster.stop_parameter_servers("job-a")
+    wait_until_unreachable(addresses[0])
+    assert cluster.client.run(server_address, "job-a") == {
+        a: None for a in cluster.client.scheduler_info(-1)["workers"]
+    }
+    with pytest.raises(ClusterError) as info:
+        cluster.stop_parameter_servers("job-a")
+    assert str(info.value) == "no parameter servers of job 'job-a' were started here; running jobs: none"
+
+
+def test_parameter_servers_on_assigned_workers(cluster: Cluster, wrapper: Cluster) -> None:
+    chosen = cluster.training_workers()[1]
+    wrapper.assign(ps=[chosen])
+    addresses = wrapper.start_parameter_servers("job-b", new_token())
+    try:
+        found = {a: s for a, s in cluster.client.run(server_address, "job-b").items() if s}
+        assert found == {chosen: addresses[0]}
+        assert health(addresses[0]) == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        wrapper.close()  # stops the servers it started; the shared cluster stays up
+    wait_until_unreachable(addresses[0])
+    assert wrapper.closed and cluster.client.status == "running"
+    assert len(cluster.client.scheduler_info(n_workers=-1)["workers"]) == 3
+
+
+def test_start_parameter_servers_refusals(wrapper: Cluster) -> None:
+    with pytest.raises(ClusterError) as info:
+        wrapper.start_parameter_servers("", "token")
+    assert str(info.value) == (
+        "start_parameter_servers(job_id='', token=...): both must be non-empty strings "
+        "(cellgraph.cluster.ps.new_token() makes a token)"
+    )
+    wrapper.assign(ps=0)
+    with pytest.raises(ClusterError) as info:
+        wrapper.start_parameter_servers("job-c", "token")
+    assert str(info.value) == (
+        "job 'job-c' needs a parameter-server worker and this cluster has none: start it with "
+        "Cluster.local(ps=1), give workers the Dask resource 'ps', or call cluster.assign(ps=...)"
+    )
+
+
+# ---------------------------------------------------------------- connect, from_client
+
+
+def test_connect_joins_without_owning(cluster: Cluster) -> None:
+    with Cluster.connect(cluster.scheduler_address, timeout=TIMEOUT) as joined:
+        assert joined.ps_workers() == cluster.ps_workers()
+        assert joined.training_workers() == cluster.training_workers()
+        assert repr(joined).startswith(f"<Cluster {cluster.scheduler_address} (connected): ps/0 ")
+    assert repr(joined) == f"<Cluster {cluster.scheduler_address} (connected), closed>"
+    joined.close()  # a second close is harmless
+    assert cluster.devices()  # the scheduler it joined is still up
+
+
+def test_from_client_leaves_the_client_open(cluster: Cluster) -> None:
+    view = Cluster.from_client(cluster.client)
+    assert view.training_workers() == cluster.training_workers()
+    view.close()
+    assert cluster.client.status == "running"
+
+
+def test_connect_to_a_closed_port_fails_fast() -> None:
+    with socket.socket() as sock:  # a port that was free a moment ago, and that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    started = time.monotonic()
+    with pytest.raises(ClusterError) as info:
+        Cluster.connect(address, timeout=2.0)
+    assert time.monotonic() - started < 8.0
+    message = str(info.value)
+    assert message.startswith(f"could not reach the Dask scheduler at {address} within 2 s (")
+    assert message.endswith(
+        "check that the scheduler is running, that the address and port are right (e.g. tcp://host:8786), "
+        "that no firewall blocks the port, and that security= matches the scheduler (a tls:// scheduler needs "
+        "a distributed.security.Security with its certificates)"
+    )
+
+
+def test_a_call_past_its_deadline_says_so() -> None:
+    with pytest.raises(ClusterError) as info:
+        _with_deadline(lambda: time.sleep(1.0), "count the GPUs on workers tcp://127.0.0.1:1", timeout=0.05)
+    assert str(info.value) == (
+        "count the GPUs on workers tcp://127.0.0.1:1: no answer within 0.05 s; "
+        "is a worker stuck (holding the GIL) or gone?"
+    )
+
+
+# ---------------------------------------------------------------- TLS, GPUs resource, no orphans
+
+
+@pytest.mark.slow
+def test_secure_cluster_with_gpu_resources_leaves_no_process_behind() -> None:
+    before = children_before()
+    cluster = Cluster.local(workers=1, ps=1, gpus=2, secure=True, timeout=START_TIMEOUT)
+    try:
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        info = cluster.client.scheduler_info(n_workers=-1)["workers"]
+        assert all(address.startswith("tls://") for address in info)
+        assert {w["name"]: w["resources"] for w in info.values()} == {
+            "ps-0": {"ps": 1},
+            "worker-0": {"worker": 1, "GPU": 2},
+        }
+        assert [w.gpus for w in cluster.workers()] == [0, 2]
+        assert len(children()) >= len(before) + 2  # a process per worker, at least
+        addresses = cluster.start_parameter_servers("job-tls", new_token())
+        assert health(addresses[0]) == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        cluster.close()
+    cluster.close()  # twice is harmless
+    wait_until_unreachable(addresses[0])  # close() stopped the servers it started
+    assert_no_orphans(before)
+
+
+@pytest.mark.slow
+def test_workers_that_do_not_start_in_time_fail_and_leave_nothing() -> None:
+    before = children_before()
+    with pytest.raises(ClusterError) as info:
+        Cluster.local(workers=1, ps=1, timeout=0.2)
+    message = str(info.value)
+    assert message.startswith("Cluster.local: only ")
+    assert "of 2 worker processes started within 0.2 s (" in message
+    assert message.endswith("is the machine short of memory or processes? Try a larger timeout= or fewer workers")
+    assert_no_orphans(before)
+
+
+def test_cg_cluster_is_the_cluster_and_dask_loads_only_when_asked() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, cellgraph as cg; before = 'distributed' in sys.modules; "
+        "from cellgraph.cluster.cluster import Cluster; "
+        "print(before, cg.Cluster is Cluster, 'distributed' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False", "True", "True"]

@@ -1,0 +1,353 @@
+"""The replica loop against real parameter servers (gRPC on 127.0.0.1, port 0), and ``prepare``'s TrainingGraph."""
+
+from __future__ import annotations
+
+import operator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+from cellgraph.cluster.errors import ParameterServerError
+from cellgraph.cluster.ps import OptimizerConfig, ParameterClient, TrainingConfig, create_server, new_token
+from cellgraph.cluster.replica import METRIC_KEYS, ReplicaSpec, metrics_topic, run_replica
+from cellgraph.cluster.training_graph import TrainingError, TrainingGraph, load, prepare
+from cellgraph.examples import digits, models
+from cellgraph.protos import graph_pb2
+
+TIMEOUT = 30.0  # seconds: the deadline of every call and every wait in these tests
+
+
+@contextmanager
+def ps_job(
+    tg: TrainingGraph,
+    shards: int = 1,
+    optimizer: OptimizerConfig | None = None,
+    training: TrainingConfig | None = None,
+    job_id: str = "job",
+) -> Iterator[tuple[list[str], str, ParameterClient]]:
+    """``shards`` real parameter servers holding ``tg``'s variables: (addresses, token, an observer client)."""
+    token = new_token()
+    servers = []
+    client = None
+    try:
+        for _ in range(shards):
+            servers.append(create_server("127.0.0.1:0", token=token))
+        addresses = [f"127.0.0.1:{port}" for _, port in servers]
+        client = ParameterClient(addresses, token, timeout=TIMEOUT)
+        client.init(job_id, tg.initial, optimizer, training)
+        yield addresses, token, client
+    finally:
+        if client is not None:
+            client.close()
+        for server, _ in servers:
+            server.stop(None).wait(TIMEOUT)
+
+
+def linear_problem(rows: int = 256) -> tuple[cg.Tensor, list[np.ndarray], np.ndarray]:
+    """A least-squares fit of y = X @ [1, -2, 0.5] + 0.3: the loss, the data (X, y) and the solution."""
+    rng = np.random.default_rng(0)
+    x_data = rng.normal(size=(rows, 3)).astype(np.float32)
+    solution = np.array([1.0, -2.0, 0.5], np.float32)
+    y_data = (x_data @ solution + 0.3).astype(np.float32)
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 3), "float32", name="x")
+        y = cg.placeholder((None,), "float32", name="y")
+        w = cg.variable(np.zeros(3, np.float32), name="w")
+        b = cg.variable(0.0, name="b")
+        pred = cg.reduce_sum(x * w, axis=1) + b
+        loss = cg.reduce_mean((pred - y) ** 2.0, name="loss")
+    return loss, [x_data, y_data], solution
+
+
+# ------------------------------------------------------------------ prepare
+def test_prepare_mlp_names_gradients_and_initial_values() -> None:
+    model = models.mlp()
+    nodes_before = len(model.graph)
+    tg = prepare(model.loss)
+    assert len(model.graph) == nodes_before  # the gradients were built on a copy
+    assert tg.loss == model.loss.name
+    assert tg.variables == ["hidden/kernel", "hidden/bias", "logits/kernel", "logits/bias"]
+    assert tg.placeholders == ["x:0", "y:0"]
+    fresh = cg.Session(model.graph).variable_values()
+    assert set(tg.initial) == set(tg.variables)
+    for name in tg.variables:
+        np.testing.assert_array_equal(tg.initial[name], fresh[name])
+        assert tg.initial[name].dtype == fresh[name].dtype
+    # Only what the loss and its gradients need travels: not the model's Adam slots and updates.
+    ops = {node.op for node in graph_pb2.GraphDef.FromString(tg.graphdef).node}
+    assert "ApplyAdam" not in ops and "Placeholder" in ops
+
+    # gradients[i] is d loss / d variables[i]: compare with cg.gradients on another build of the same model.
+    split = digits.load()
+    batch = [split.x_train[:32], split.y_train[:32]]
+    loss, grads = load(tg).compute(tg.initial, batch)
+    other = models.mlp()
+    expected = cg.gradients(other.loss, [other.graph.tensor(f"{name}:0") for name in tg.variables])
+    feeds = {other.x: batch[0], other.y: batch[1]}
+    want_loss, *want = cg.Session(other.graph).run([other.loss, *expected], feeds)
+    assert loss == pytest.approx(float(want_loss), rel=1e-6)
+    for name, value in zip(tg.variables, want):
+        assert grads[name].shape == tg.initial[name].shape
+        np.testing.assert_allclose(grads[name], value, rtol=1e-5, atol=1e-7)
+
+
+def test_prepare_tiny_graph() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 2), "float32", name="x")
+        t = cg.placeholder((None,), "float32", name="t")
+        w = cg.variable([[1.0], [2.0]], name="w")
+        frozen = cg.variable([[0.5]], name="frozen", trainable=False)
+        loss = cg.reduce_mean((cg.reshape(x @ (w * frozen), (-1,)) - t) ** 2.0, name="loss")
+    nodes_before = len(g)
+    tg = prepare(loss, data_feeds=[t, x])  # the data's order, not the graph's
+    assert len(g) == nodes_before
+    assert tg.variables == ["w"] and tg.loss == "loss:0"
+    assert tg.placeholders == ["t:0", "x:0"]
+    assert len(tg.gradients) == 1
+    np.testing.assert_array_equal(tg.initial["w"], [[1.0], [2.0]])
+    x_data, t_data = np.array([[1.0, 1.0], [2.0, 0.0]], np.float32), np.array([0.0, 1.0], np.float32)
+    value, grads = load(tg).compute({"w": np.array([[1.0], [2.0]], np.float32)}, [t_data, x_data])
+    # residuals r = 0.5 * x @ w - t = [1.5, 0]; loss = mean(r^2); d/dw = mean(2 r * 0.5 x)
+    assert value == pytest.approx(1.125)
+    np.testing.assert_allclose(grads["w"], [[0.75], [0.75]])
+
+
+def test_prepare_errors_say_what_to_change() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 2), "float32", name="x")
+        w = cg.variable([1.0, 2.0], name="w")
+        v = cg.variable([3.0, 1.0], name="v")
+        no_variable = cg.reduce_sum(x * 2.0, name="no_variable")
+        vector = cg.reduce_sum(x * w, axis=1, name="vector")
+        picked = cg.cast(cg.argmax(v, axis=0), "float32")
+        not_differentiable = cg.reduce_sum(x * w) + picked
+        fit = cg.reduce_sum(x * w, name="fit")
+    nodes_before = len(g)
+    with pytest.raises(TrainingError, match="'no_variable:0' depends on no trainable variable: there is nothing"):
+        prepare(no_variable)
+    with pytest.raises(TrainingError, match=r"'vector:0' is \(None,\) float32; a loss must be a float scalar"):
+        prepare(vector)
+    with pytest.raises(TrainingError, match=r"no gradient flows .* to variable\(s\) 'v': .*trainable=False"):
+        prepare(not_differentiable)
+    with pytest.raises(
+        TrainingError, match=r"'fit:0' needs placeholder\(s\) 'x:0' that get no data \(the data feeds: none\)"
+    ):
+        prepare(fit, data_feeds=[])
+    assert len(g) == nodes_before  # no failure left nodes behind
+
+
+# ------------------------------------------------------------------ one replica
+def test_one_async_replica_fits_a_linear_regression() -> None:
+    loss, data, solution = linear_problem()
+    tg = prepare(loss)
+    with ps_job(tg, optimizer=OptimizerConfig("sgd", 0.1), training=TrainingConfig("async")) as (addrs, token, ps):
+        first_loss, _ = load(tg).compute(tg.initial, data)
+        messages: list[dict[str, Any]] = []
+        spec = ReplicaSpec("job", 0, tg, addrs, token, mode="async", batch_size=32, steps=300, timeout_s=TIMEOUT)
+        summary = run_replica(spec, data, emit=messages.append)
+        final = ps.pull()
+        assert summary["steps"] == 300 and summary["global_step"] == 300 and summary["examples"] == 300 * 32
+        assert not summary["stopped"]
+        last_loss, _ = load(tg).compute(final.values, data)
+        assert last_loss < first_loss / 1000
+        assert messages[-1]["final"] and messages[-1]["loss"] < messages[0]["loss"]
+        np.testing.assert_allclose(final.values["w"], solution, atol=1e-2)
+        assert final.values["b"].item() == pytest.approx(0.3, abs=1e-2)
+
+
+def test_stop_event_ends_the_replica_after_its_step() -> None:
+    loss, data, _ = linear_problem()
+    tg = prepare(loss)
+    with ps_job(tg, training=TrainingConfig("async")) as (addrs, token, ps):
+        stop = threading.Event()
+        seen: list[int] = []
+
+        def emit(message: dict[str, Any]) -> None:
+            seen.append(message["steps"])
+            if message["steps"] == 3:
+                stop.set()  # while step 3's metrics go out: that step is done, no fourth begins
+
+        spec = ReplicaSpec("job", 0, tg, addrs, token, mode="async", batch_size=16, steps=10_000, metrics_interval_s=0)
+        summary = run_replica(spec, data, emit=emit, stop=stop)
+        assert summary["stopped"] and summary["steps"] == 3 and summary["global_step"] == 3
+        assert ps.pull().global_step == 3
+        assert seen == [1, 2, 3, 3]  # one message per step (interval 0), then the final one
+
+
+def test_metrics_are_rate_limited_and_have_the_documented_keys() -> None:
+    loss, data, _ = linear_problem()
+    tg = prepare(loss)
+    interval, run_for = 0.2, 1.5
+    with ps_job(tg, training=TrainingConfig("async")) as (addrs, token, _):
+        messages: list[dict[str, Any]] = []
+        stop = threading.Event()
+        timer = threading.Timer(run_for, stop.set)
+        spec = ReplicaSpec(
+            "job", 7, tg, addrs, token, mode="async", batch_size=16, steps=10**9, metrics_interval_s=interval
+        )
+        timer.start()
+        try:
+            started = time.perf_counter()
+            summary = run_replica(spec, data, emit=messages.append, stop=stop)
+            elapsed = time.perf_counter() - started
+        finally:
+            timer.cancel()
+    assert summary["stopped"] and summary["steps"] > 20
+    # The first step reports at once, then at most one per interval, and one more at the end.
+    assert 3 <= len(messages) <= elapsed / interval + 2
+    for message in messages:
+        assert tuple(message) == METRIC_KEYS
+        assert message["replica"] == 7 and message["job"] == "job"
+        assert isinstance(message["loss"], float) and message["examples_per_s"] > 0 and message["step_time_s"] > 0
+    times = [m["time"] for m in messages if not m["final"]]
+    assert all(b - a >= interval * 0.99 for a, b in zip(times, times[1:]))
+    assert [m["final"] for m in messages] == [False] * (len(messages) - 1) + [True]
+    assert messages[-1]["steps"] == summary["steps"] and messages[-1]["step"] == summary["global_step"]
+
+
+def test_replica_errors_name_the_replica_and_what_to_change() -> None:
+    loss, data, _ = linear_problem()
+    tg = prepare(loss)
+    with ps_job(tg, training=TrainingConfig("async")) as (addrs, token, _):
+        spec = ReplicaSpec("job", 2, tg, addrs, token, mode="sync", batch_size=16, steps=5, timeout_s=TIMEOUT)
+        with pytest.raises(TrainingError, match="replica 2 of job 'job' was started in sync mode, but .* async"):
+            run_replica(spec, data)
+        big = ReplicaSpec("job", 2, tg, addrs, token, mode="async", batch_size=1000, steps=5)
+        with pytest.raises(TrainingError, match="replica 2 of job 'job': its shard has 256 row.*batch_size 1000"):
+            run_replica(big, data)
+        wrong_token = ReplicaSpec("job", 2, tg, addrs, "not-the-token", mode="async", steps=5, timeout_s=5)
+        with pytest.raises(ParameterServerError, match=r"replica 2 of job 'job', joining the job: parameter server"):
+            run_replica(wrong_token, data)
+        wrong_data = [data[0][:, :2], data[1]]
+        with pytest.raises(TrainingError, match=r"replica 2 of job 'job': data for placeholder 'x:0': .*\(256, 2\)"):
+            run_replica(ReplicaSpec("job", 2, tg, addrs, token, mode="async", steps=5), wrong_data)
+    with pytest.raises(TrainingError, match="batch_size must be at least 1"):
+        ReplicaSpec("job", 2, tg, addrs, token, batch_size=0)
+
+
+def run_in_threads(specs: list[ReplicaSpec], shards: list[list[np.ndarray]]) -> list[dict[str, Any]]:
+    """Run one replica per spec, each in its own thread, and return their summaries (raising their errors)."""
+    results: dict[int, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+
+    def replica(i: int) -> None:
+        try:
+            results[i] = run_replica(specs[i], shards[i])
+        except BaseException as err:  # re-raised below, in the test's thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=replica, args=(i,)) for i in range(len(specs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT * 2)
+    assert not any(thread.is_alive() for thread in threads), "a replica did not finish in time"
+    if errors:
+        raise errors[0]
+    return [results[i] for i in range(len(specs))]
+
+
+def test_sync_with_a_backup_replica_applies_each_step_once() -> None:
+    steps = 60
+    loss, data, solution = linear_problem(rows=240)
+    tg = prepare(loss)
+    training = TrainingConfig("sync", replicas_to_aggregate=2)  # three replicas: one is a backup at every step
+    with ps_job(tg, optimizer=OptimizerConfig("sgd", 0.1), training=training) as (addrs, token, ps):
+        specs = [
+            ReplicaSpec("job", i, tg, addrs, token, mode="sync", batch_size=16, steps=steps, timeout_s=TIMEOUT)
+            for i in range(3)
+        ]
+        summaries = run_in_threads(specs, [[array[i::3] for array in data] for i in range(3)])
+        [stats] = ps.stats()
+        final = ps.pull()
+    assert [s["global_step"] for s in summaries] == [steps] * 3
+    assert stats.updates == steps and stats.pushes_applied == 2 * steps
+    # Every push was applied, or dropped as stale (a backup's), never refused.
+    assert stats.pushes_applied + stats.pushes_stale == sum(s["steps"] for s in summaries)
+    np.testing.assert_allclose(final.values["w"], solution, atol=0.05)
+
+
+# ------------------------------------------------------------------ sync, two replicas, the digits MLP
+def test_two_sync_replicas_train_the_digits_mlp(record_property: Callable[[str, object], None]) -> None:
+    steps, batch = 250, 64
+    model = models.mlp()
+    tg = prepare(model.loss)
+    split = digits.load()
+    half = len(split.x_train) // 2
+    shards = [
+        [split.x_train[:half], split.y_train[:half]],
+        [split.x_train[half:], split.y_train[half:]],
+    ]
+    training = TrainingConfig("sync", replicas_to_aggregate=2)
+    with ps_job(tg, shards=2, optimizer=OptimizerConfig("adam", 1e-2), training=training) as (addrs, token, ps):
+        specs = [
+            ReplicaSpec("job", i, tg, addrs, token, mode="sync", batch_size=batch, steps=steps, seed=i)
+            for i in range(2)
+        ]
+        started = time.perf_counter()
+        results = run_in_threads(specs, shards)
+        seconds = time.perf_counter() - started
+        final = ps.pull()
+        stats = ps.stats()
+
+    assert {r["global_step"] for r in results} == {steps}
+    assert all(shard.updates == steps and shard.pushes_applied == 2 * steps for shard in stats)
+    sess = cg.Session(model.graph)
+    for name, value in final.values.items():
+        sess.variables.load(model.graph.node(name), value)
+    accuracy = float(sess.run(model.accuracy, {model.x: split.x_test, model.y: split.y_test}))
+    record_property("steps_per_s", steps / max(r["seconds"] for r in results))
+    record_property("seconds", seconds)
+    record_property("test_accuracy", accuracy)
+    assert accuracy >= 0.9
+
+
+# ------------------------------------------------------------------ inside Dask
+@pytest.mark.slow
+def test_replica_runs_as_a_dask_task_and_logs_events() -> None:
+    distributed = pytest.importorskip("distributed")
+    loss, data, solution = linear_problem()
+    tg = prepare(loss)
+    job = "dask-job"
+    sgd, training = OptimizerConfig("sgd", 0.05), TrainingConfig("async")
+    with ps_job(tg, optimizer=sgd, training=training, job_id=job) as (addrs, token, ps):
+        # dashboard_address=None turns the dashboard off but still binds its HTTP server to 8787: ":0" never clashes.
+        cluster = distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0"
+        )
+        try:
+            with distributed.Client(cluster, timeout=TIMEOUT) as client:
+                events: list[dict[str, Any]] = []
+                got_first = threading.Event()
+
+                def on_event(event: tuple[float, dict[str, Any]]) -> None:
+                    events.append(event[1])
+                    got_first.set()
+
+                client.subscribe_topic(metrics_topic(job), on_event)
+                spec = ReplicaSpec(
+                    job, 0, tg, addrs, token, mode="async", batch_size=16, steps=1500, metrics_interval_s=0.1
+                )
+                future = client.submit(run_replica, spec, data, pure=False)
+                assert got_first.wait(TIMEOUT), "no metrics event arrived from the replica"
+                # The replica seceded from the worker's only thread: another task still runs beside it.
+                assert client.submit(operator.add, 1, 2, pure=False).result(timeout=TIMEOUT) == 3
+                assert not future.done(), "the replica finished too early to show it seceded; raise its steps"
+                summary = future.result(timeout=TIMEOUT)
+                deadline = time.monotonic() + TIMEOUT
+                while not (events and events[-1]["final"]) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        finally:
+            cluster.close(timeout=TIMEOUT)
+        assert summary["global_step"] == 1500 and summary["steps"] == 1500
+        assert events[-1]["final"] and events[-1]["step"] == 1500 and set(METRIC_KEYS) <= set(events[-1])
+        np.testing.assert_allclose(ps.pull().values["w"], solution, atol=1e-2)
