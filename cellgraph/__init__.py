@@ -126,9 +126,13 @@ from cellgraph import init, layers, losses, metrics, optim  # noqa: E402
 
 
 def __getattr__(name: str) -> object:
-    """``cg.Cluster`` and ``cg.ClusterError``: Dask is imported on first use, not by ``import cellgraph``."""
+    """``cg.Cluster``, ``cg.train`` and ``cg.Job``: Dask is imported on first use, not by ``import cellgraph``."""
     if name in ("Cluster", "ClusterError"):
         from cellgraph.cluster import cluster
 
         return getattr(cluster, name)
+    if name in ("train", "Job"):
+        from cellgraph.cluster import job
+
+        return getattr(job, name)
     raise AttributeError(f"module 'cellgraph' has no attribute {name!r}")

@@ -1,0 +1,96 @@
+"""cg.train on a real LocalCluster: a job trains across processes, reports, stops, and refuses bad arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import cellgraph as cg
+from cellgraph.cluster.cluster import Cluster
+from cellgraph.cluster.training_graph import TrainingError
+from cellgraph.examples import digits, models
+
+TIMEOUT = 120.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster.local(workers=2, ps=1) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def data() -> digits.Split:
+    return digits.load()
+
+
+def accuracy(job: cg.Job, model: models.Model, data: digits.Split) -> float:
+    logits = job.evaluate(model.logits, {model.x: data.x_test})
+    return float((logits.argmax(axis=1) == data.y_test).mean())
+
+
+@pytest.mark.slow
+def test_a_sync_job_trains_the_mlp_across_processes(cluster: Cluster, data: digits.Split) -> None:
+    model = models.mlp()
+    job = cg.train(
+        model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
+        replicas=2, batch_size=64, steps=300, checkpoint_every=100, metrics_interval_s=0.2,
+    )  # fmt: skip
+    try:
+        job.wait(TIMEOUT)
+        assert job.status == "finished"
+        assert job.global_step() == 300
+        assert accuracy(job, model, data) >= 0.95
+        stats = job._ps.stats()  # type: ignore[union-attr]
+        assert all(s.updates == 300 and s.pushes_applied == 600 for s in stats)
+        assert {m["replica"] for m in job.metrics} == {0, 1}
+        assert any(m.get("final") for m in job.metrics)
+        assert job.checkpoints, job.events
+        assert any("finished at global step 300" in e for e in job.events)
+    finally:
+        job.close()
+
+
+@pytest.mark.slow
+def test_stop_ends_the_job_early_with_a_final_checkpoint(cluster: Cluster, data: digits.Split) -> None:
+    model = models.mlp()
+    job = cg.train(
+        model.loss, (data.x_train, data.y_train), cluster=cluster, mode="async",
+        replicas=2, batch_size=32, steps=1_000_000, checkpoint_every=None,
+    )  # fmt: skip
+    try:
+        deadline = TIMEOUT
+        import time
+
+        start = time.monotonic()
+        while job.global_step() < 20 and time.monotonic() - start < deadline:
+            time.sleep(0.1)
+        job.stop(timeout=TIMEOUT)
+        assert job.status == "stopped"
+        assert job.global_step() < 1_000_000
+        assert job.checkpoints and any("final" in e for e in job.events)
+    finally:
+        job.close()
+
+
+def test_bad_arguments_fail_before_anything_starts(cluster: Cluster, data: digits.Split) -> None:
+    model = models.mlp()
+    xy = (data.x_train, data.y_train)
+    cases = [
+        (dict(replicas=3), "3 replicas need 3 training workers and the cluster has 2: pass replicas=2"),
+        (dict(batch_size=10_000), "batch_size 10000 is larger than a replica's shard"),
+        (dict(mode="sync", replicas_to_aggregate=3), "replicas_to_aggregate must be between 1 and replicas (2), got 3"),
+    ]
+    for kwargs, words in cases:
+        with pytest.raises(TrainingError) as err:
+            cg.train(model.loss, xy, cluster=cluster, **kwargs)  # type: ignore[arg-type]
+        assert words in str(err.value)
+    with pytest.raises(TrainingError, match=r"data has 1 array\(s\) but the loss needs 2 placeholder\(s\)"):
+        cg.train(model.loss, (data.x_train,), cluster=cluster)
+    with pytest.raises(TrainingError, match="no data for placeholder"):
+        cg.train(model.loss, {model.x: data.x_train}, cluster=cluster)
+    with pytest.raises(TrainingError, match="cg.train needs an open cluster"):
+        cg.train(model.loss, xy, cluster=None)  # type: ignore[arg-type]
+    # Nothing was started: no parameter servers, no tasks.
+    assert cluster._jobs == {}
