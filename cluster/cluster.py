@@ -49,6 +49,8 @@ WORKER_RESOURCE = "worker"
 GPU_RESOURCE = "GPU"
 # Deadline of each question the cluster asks its workers or scheduler (client.run, plugin (un)registration).
 CALL_TIMEOUT_S = 30.0
+# How often parameter_servers() looks again for servers that a restarted PS worker starts.
+RESTART_POLL_S = 0.25
 CHECK_CONNECT = (
     "check that the scheduler is running, that the address and port are right (e.g. tcp://host:8786), "
     "that no firewall blocks the port, and that security= matches the scheduler (a tls:// scheduler needs "
@@ -427,6 +429,45 @@ class Cluster:
             )
         self._jobs[job_id] = [str(found[a]) for a in ps]
         return list(self._jobs[job_id])
+
+    def parameter_servers(
+        self, job_id: str, timeout: float = CALL_TIMEOUT_S, replacing: Sequence[str] = ()
+    ) -> list[str]:
+        """Job ``job_id``'s servers' ``host:port`` now, in PS-task order.
+
+        With ``replacing`` (servers that stopped answering), wait at most
+        ``timeout`` seconds until every PS worker hosts a server again and none
+        is at a replaced address: Dask's nanny restarts a lost PS worker, and
+        the scheduler sends it the job's plugin, which starts a new, empty server.
+
+        Examples
+        --------
+        >>> cluster.parameter_servers("job-1", timeout=60, replacing=["127.0.0.1:39441"])  # doctest: +SKIP
+        ['127.0.0.1:40517']
+        """
+        if job_id not in self._jobs:
+            running = ", ".join(f"'{j}'" for j in self._jobs) or "none"
+            raise ClusterError(f"no parameter servers of job '{job_id}' were started here; running jobs: {running}")
+        wanted, gone = len(self._jobs[job_id]), set(replacing)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                ps = self.ps_workers()
+                found = self._run(server_address, ps, f"find job '{job_id}''s servers", job_id) if ps else {}
+                addresses = [str(found[a]) for a in ps if found.get(a)]
+                if len(ps) == wanted and len(addresses) == wanted and not gone & set(addresses):
+                    self._jobs[job_id] = addresses
+                    return list(addresses)
+                seen = f"PS workers {', '.join(ps) or 'none'}, servers at {', '.join(addresses) or 'none'}"
+            except Exception as err:  # a worker that died a moment ago, still on the scheduler's list: ask again
+                seen = f"{type(err).__name__}: {err}"
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"job '{job_id}' needs {wanted} parameter server(s) in place of {', '.join(sorted(gone)) or 'none'}"
+                    f", and {timeout:g} s later there are: {seen}. Does the cluster restart lost workers (a nanny), "
+                    "with the 'ps' resource?"
+                )
+            time.sleep(RESTART_POLL_S)
 
     def stop_parameter_servers(self, job_id: str) -> None:
         """Stop job ``job_id``'s parameter servers (each lets calls in flight finish, briefly).

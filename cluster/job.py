@@ -7,6 +7,30 @@ scatters one data shard to each training worker, and submits one long-lived
 replica task per shard. It returns at once: the notebook kernel stays free.
 Metrics come back as Dask events; the ``Job`` collects them.
 
+Lost processes. The job's watcher thread looks at the cluster's workers every
+``WORKERS_POLL_S`` and says in ``job.events`` which worker was lost (address,
+name, role, task index, last seen), what ran there, and what happens next.
+
+- A training worker: its replica task is released by the scheduler (a worker
+  that dies under a task counts against the task's ``allowed-failures``, 3 by
+  default, not its ``retries``). Its data shard was scattered to that worker
+  and has no lineage, so Dask forgets the task (its future is cancelled) rather
+  than run it again; a second copy on another worker would not help, as the
+  scheduler's active memory manager drops extra replicas within seconds. So
+  the job submits the replica again itself, with its shard scattered afresh
+  from this process, on a training worker that runs no replica (the restarted
+  one, once it is back); the replica registers again and goes on from the
+  servers' global step. In sync mode the others go on meanwhile if they are
+  at least ``replicas_to_aggregate``.
+- A parameter server: the watcher's calls to it fail (``UNAVAILABLE``); the
+  nanny restarts the PS worker and the scheduler sends it the job's plugin,
+  which starts a new server; the job gives it the job (``init``), restores the
+  last checkpoint it wrote, and publishes the new addresses in the
+  ``distributed.Variable`` ``ps_variable(job_id)``, where the replicas look
+  when their servers stop answering. The event says how many steps were lost;
+  checkpoints are written early enough (by the measured step rate) that it is
+  at most ``checkpoint_every``.
+
 Examples
 --------
 >>> import cellgraph as cg  # doctest: +SKIP
@@ -33,7 +57,7 @@ from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.optimizers import SGD, Adam, Momentum, Optimizer
 from cellgraph.dataflow.session import Session
 
-from .cluster import Cluster, ClusterError
+from .cluster import Cluster, ClusterError, WorkerInfo
 from .errors import ParameterServerError
 from .ps import OptimizerConfig, ParameterClient, TrainingConfig, new_token
 from .replica import ReplicaSpec, metrics_topic, run_replica
@@ -44,6 +68,27 @@ Status = Literal["running", "finished", "failed", "stopped"]
 STOP_POLL_S = 0.25
 # How often the job looks at the parameter servers' step, to checkpoint and to notice the end.
 WATCH_S = 0.2
+# How often the job looks at the cluster's workers, to say which one was lost or joined.
+# Polling the scheduler (two small calls) rather than a SchedulerPlugin: it needs no code of ours on the
+# scheduler, which a cluster someone else started (Cluster.connect, from_client) may not have, and nothing to
+# remove when the job ends.
+WORKERS_POLL_S = 0.5
+# The deadline of the calls the watcher makes to look at one parameter server, and of a replica's look-up.
+PROBE_TIMEOUT_S = 5.0
+
+
+# How many times the job submits a lost replica again before it gives up on the job.
+MAX_RESUBMITS = 3
+
+
+def replicas_topic(job_id: str) -> str:
+    """The Dask event topic on which each replica task says where it runs, as it starts."""
+    return f"cellgraph-{job_id}-replicas"
+
+
+def ps_variable(job_id: str) -> str:
+    """The ``distributed.Variable`` holding job ``job_id``'s current PS addresses: ``{"generation", "addresses"}``."""
+    return f"cellgraph-ps-{job_id}"
 
 
 def optimizer_config(optimizer: Optimizer | OptimizerConfig | None) -> OptimizerConfig:
@@ -85,9 +130,26 @@ class _ThrottledEvent:
         return self._set
 
 
-def _replica_task(spec: ReplicaSpec, data: Sequence[np.ndarray], stop_event: str) -> dict[str, Any]:
+class _PublishedAddresses:
+    """A replica's ``locate``: the addresses the job published in its ``distributed.Variable``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self) -> tuple[int, list[str]]:
+        import distributed
+
+        value = distributed.Variable(self.name).get(timeout=PROBE_TIMEOUT_S)
+        return int(value["generation"]), [str(a) for a in value["addresses"]]
+
+
+def _replica_task(spec: ReplicaSpec, data: Sequence[np.ndarray], stop_event: str, addresses: str) -> dict[str, Any]:
     """What runs on a training worker: one replica, until the job's last step or its stop flag."""
-    return run_replica(spec, data, stop=_ThrottledEvent(stop_event))
+    from distributed import get_worker
+
+    worker = get_worker()
+    worker.log_event(replicas_topic(spec.job_id), {"replica": spec.replica_id, "worker": worker.address})
+    return run_replica(spec, data, stop=_ThrottledEvent(stop_event), locate=_PublishedAddresses(addresses))
 
 
 def _arrays_for(tg: TrainingGraph, data: Any) -> list[np.ndarray]:
@@ -152,9 +214,13 @@ def train(
         ``"async"``: each gradient is applied on arrival, within
         ``max_staleness`` versions.
     checkpoint_every, checkpoint_dir
-        Save every so many global steps (and at the end) into
+        Save at least every so many global steps (and at the end) into
         ``checkpoint_dir`` (a temporary folder by default), which every PS
-        worker must reach. ``resume_from`` restores a checkpoint first.
+        worker must reach; a lost parameter server costs at most that many
+        steps. ``resume_from`` restores a checkpoint first.
+    timeout_s
+        The deadline of every call to the parameter servers, and of the wait
+        for a lost one to be restarted.
     """
     if not isinstance(cluster, Cluster) or cluster.closed:
         raise TrainingError("cg.train needs an open cluster: cluster=cg.Cluster.local() (or Cluster.connect(address))")
@@ -226,6 +292,27 @@ class Job:
         self._futures: list[Any] = []
         self._watcher: threading.Thread | None = None
         self._ps: ParameterClient | None = None
+        # What restarting a lost parameter server takes: the job as first given, and where it was last saved.
+        self._token = ""
+        self._optimizer = OptimizerConfig()
+        self._training = TrainingConfig()
+        self._timeout_s = 60.0
+        self._addresses: list[str] = []
+        self._generation = 0
+        self._restore_point = ""
+        # What the watcher saw: the workers (as of its last look), when each was last seen, where each replica runs,
+        # and the global step (when, and how fast it moves).
+        self._workers: dict[str, WorkerInfo] = {}
+        self._last_seen: dict[str, float] = {}
+        self._replica_at: dict[int, str] = {}
+        self._placed: dict[int, str] = {}  # _replica_at as of the last look at the workers
+        self._lost: dict[str, WorkerInfo] = {}  # the workers found gone, as they were last seen
+        self._shards: list[list[np.ndarray]] = []
+        self._specs: list[ReplicaSpec] = []
+        self._resubmits: dict[int, int] = {}
+        self._step = 0
+        self._step_time = time.monotonic()
+        self._step_rate = 0.0
 
     # ------------------------------------------------------------------ starting
     @classmethod
@@ -255,50 +342,81 @@ class Job:
         job.checkpoint_every = checkpoint_every
         job.checkpoint_dir = Path(checkpoint_dir or tempfile.mkdtemp(prefix=f"cellgraph-{job.job_id}-"))
         token = new_token()
+        job._token, job._optimizer, job._training, job._timeout_s = token, optimizer, training, timeout_s
         client = cluster.client
         addresses = cluster.start_parameter_servers(job.job_id, token, job.checkpoint_dir)
+        job._addresses = list(addresses)
         try:
             job._ps = ParameterClient(addresses, token, timeout=timeout_s)
             job._ps.init(job.job_id, tg.initial, optimizer, training)
             if resume_from:
-                step = job._ps.restore(resume_from)
+                step = job._step = job._ps.restore(resume_from)
+                job._restore_point = resume_from
                 job._event(f"resumed from checkpoint {resume_from} at global step {step}")
+            job._publish_addresses()
             client.subscribe_topic(metrics_topic(job.job_id), job._on_metrics)
+            client.subscribe_topic(replicas_topic(job.job_id), job._on_replica_start)
             job._stop_name = f"cellgraph-stop-{job.job_id}"
             distributed.Event(job._stop_name, client=client).clear()
             workers = cluster.training_workers()[:replicas]
             per = len(arrays[0]) // replicas
             for i, worker in enumerate(workers):
-                shard = [a[i * per : (i + 1) * per] for a in arrays]
-                held = client.scatter(shard, workers=[worker], hash=False)
-                spec = ReplicaSpec(
-                    job.job_id, i, tg, addresses, token, training.mode, batch_size, steps,
-                    seed + i, metrics_interval_s, timeout_s,
-                )  # fmt: skip
-                job._futures.append(
-                    client.submit(
-                        _replica_task,
-                        spec,
-                        held,
-                        job._stop_name,
-                        key=f"cellgraph-replica-{job.job_id}-{i}",
-                        workers=[worker],
-                        allow_other_workers=True,
-                        pure=False,
-                        retries=3,
+                job._shards.append([a[i * per : (i + 1) * per] for a in arrays])
+                job._specs.append(
+                    ReplicaSpec(
+                        job.job_id,
+                        i,
+                        tg,
+                        addresses,
+                        token,
+                        training.mode,
+                        batch_size,
+                        steps,
+                        seed + i,
+                        metrics_interval_s,
+                        timeout_s,
                     )  # fmt: skip
                 )
+                job._futures.append(job._submit(i, worker))
         except BaseException:
             job.close()
             raise
         job._event(
             f"started {replicas} replica(s) in {training.mode} mode on {', '.join(workers)}; PS at {', '.join(addresses)}"
         )
+        job._look_at_workers()
         job._watcher = threading.Thread(target=job._watch, name=f"cellgraph-{job.job_id}-watch", daemon=True)
         job._watcher.start()
         return job
 
+    def _submit(self, i: int, worker: str) -> Any:
+        """Scatter replica ``i``'s shard to ``worker`` and submit its task there (elsewhere if it is gone)."""
+        client = self.cluster.client
+        held = client.scatter(self._shards[i], workers=[worker], hash=False)
+        attempt = self._resubmits.get(i, 0)
+        return client.submit(
+            _replica_task,
+            self._specs[i],
+            held,
+            self._stop_name,
+            ps_variable(self.job_id),
+            key=f"cellgraph-replica-{self.job_id}-{i}" + (f"-again-{attempt}" if attempt else ""),
+            workers=[worker],
+            allow_other_workers=True,
+            pure=False,
+            retries=3,
+        )
+
     # ------------------------------------------------------------------ what comes back
+    def _on_replica_start(self, event: tuple[float, dict[str, Any]]) -> None:
+        _, message = event
+        i, address = int(message["replica"]), str(message["worker"])
+        before, self._replica_at[i] = self._replica_at.get(i), address
+        if before is not None:
+            there = self._workers.get(address)
+            at = f"{address} (name {there.name}, role {there.role}, task {there.task})" if there else address
+            self._event(f"replica {i} runs again, on {at}: it rejoins the job at the servers' global step")
+
     def _on_metrics(self, event: tuple[float, dict[str, Any]]) -> None:
         _, message = event
         with self._lock:
@@ -308,52 +426,248 @@ class Job:
         with self._lock:
             self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
 
+    def _publish_addresses(self) -> None:
+        """Tell the replicas where the servers are now (they read it when theirs stop answering)."""
+        import distributed
+
+        value = {"generation": self._generation, "addresses": list(self._addresses)}
+        distributed.Variable(ps_variable(self.job_id), client=self.cluster.client).set(value)
+
     def _watch(self) -> None:
-        """Checkpoint every ``checkpoint_every`` steps; notice when the replicas end."""
-        saved_at = 0
+        """Checkpoint in time; say which worker was lost; restart lost parameter servers; notice the end."""
+        saved_step = self._step
+        next_look = time.monotonic() + WORKERS_POLL_S
         while not self._closed:
-            done = all(f.done() for f in self._futures)
+            if time.monotonic() >= next_look:
+                self._look_at_workers()
+                next_look = time.monotonic() + WORKERS_POLL_S
+            if not self._stopping and self._error is None and not self._replace_lost_replicas():
+                return
+            done = self._ended()
             try:
-                step = self.global_step()
+                step = self._read_step()
+            except ParameterServerError as err:
+                if done:
+                    self._finish()
+                    return
+                if err.code != "UNAVAILABLE":
+                    self._event(f"could not read the global step: {err}; the job goes on and asks again")
+                elif not self._restart_parameter_servers(err):
+                    return
+                saved_step = self._step
+                continue
             except CellgraphError as err:
-                if not done:
-                    self._event(f"could not read the global step: {err}")
-                step = saved_at
-            if self.checkpoint_every and step - saved_at >= self.checkpoint_every and not done:
-                saved_at = step - step % self.checkpoint_every
-                self._save(f"every {self.checkpoint_every} steps")
+                self._event(f"could not read the global step: {err}; the job goes on and asks again")
+                step = self._step
+            if not done and self._checkpoint_due(step, saved_step):
+                if self._save(f"every {self.checkpoint_every} steps at most"):
+                    saved_step = step
             if done:
                 self._finish()
                 return
             time.sleep(WATCH_S)
 
+    def _replace_lost_replicas(self) -> bool:
+        """Submit again each replica whose task Dask gave up (it lost its worker); False if the job failed."""
+        for i, future in enumerate(self._futures):
+            if future.status != "cancelled" and not (
+                future.status == "error" and type(future.exception()).__name__ == "KilledWorker"
+            ):
+                continue
+            attempt = self._resubmits[i] = self._resubmits.get(i, 0) + 1
+            if attempt > MAX_RESUBMITS:
+                self._error = TrainingError(
+                    f"replica {i} of job {self.job_id} lost its worker {MAX_RESUBMITS + 1} times; the job has failed: "
+                    f"job.close() ends it, and cg.train(..., resume_from=...) with a checkpoint of job.checkpoints "
+                    "starts again"
+                )
+                self._event(str(self._error))
+                self._signal_stop()
+                return False
+            busy = {a for j, a in self._replica_at.items() if j != i and not self._futures[j].done()}
+            workers = self.cluster.training_workers()
+            free = [w for w in workers if w not in busy]
+            target = (free or workers)[0]
+            try:
+                self._futures[i] = self._submit(i, target)
+            except Exception as err:  # noqa: BLE001 - the scheduler busy: the next look tries again
+                self._resubmits[i] -= 1
+                self._event(f"could not submit replica {i} again ({err}); the job tries again at its next look")
+                continue
+            self._event(
+                f"replica {i}'s task was lost with its worker ({future.status}): submitted again on {target} "
+                f"with its shard (attempt {attempt} of {MAX_RESUBMITS})"
+            )
+        return True
+
+    def _read_step(self) -> int:
+        """The global step, and how fast it moves (steps per second, smoothed)."""
+        step, now = self.global_step(), time.monotonic()
+        if step > self._step and now > self._step_time:
+            rate = (step - self._step) / (now - self._step_time)
+            self._step_rate = rate if self._step_rate == 0 else 0.5 * (self._step_rate + rate)
+        self._step, self._step_time = step, now
+        return step
+
+    def _checkpoint_due(self, step: int, saved_step: int) -> bool:
+        """Whether to save now, so that no more than ``checkpoint_every`` steps pass between two checkpoints.
+
+        The watcher looks every ``WATCH_S``; the steps that may pass before its
+        next look (twice the measured rate, for slack) are counted as done.
+        """
+        if not self.checkpoint_every:
+            return False
+        return step - saved_step + 2 * self._step_rate * WATCH_S >= self.checkpoint_every
+
+    # ------------------------------------------------------------------ lost workers
+    def _look_at_workers(self) -> None:
+        """Compare the cluster's workers and where the replicas run with the last look; say what changed."""
+        try:
+            rows = self.cluster.workers()
+        except Exception:  # noqa: BLE001 - the scheduler busy or the cluster closing: look again next time
+            return
+        now = time.monotonic()
+        current = {w.address: w for w in rows}
+        gone = [a for a in self._workers if a not in current]
+        for address in gone:
+            self._lost[address] = self._workers[address]
+            self._event(self._lost_worker(self._workers[address], now, gone))
+        for address, info in current.items():
+            if self._workers and address not in self._workers:
+                self._event(f"worker {address} joined (name {info.name}, role {info.role}, task {info.task})")
+        self._workers = current
+        self._placed = dict(self._replica_at)
+        self._last_seen.update(dict.fromkeys(current, now))
+
+    def _lost_worker(self, info: WorkerInfo, now: float, gone: Sequence[str]) -> str:
+        """The event for a lost worker: who it was, what ran there, and what happens next."""
+        ago = now - self._last_seen.get(info.address, now)
+        text = (
+            f"lost worker {info.address} (name {info.name}, role {info.role}, task {info.task}; "
+            f"last seen {ago:.1f} s ago)"
+        )
+        if info.role == "ps":
+            return (
+                text + f", which hosted shard {info.task} of the job's parameter servers: Dask restarts the worker, "
+                "and the job restarts the server there and restores the last checkpoint"
+            )
+        # Where the replicas ran at the last look: a lost replica may be running again elsewhere by now.
+        lost = sorted(i for i, a in self._placed.items() if a == info.address and self._futures[i].status != "finished")
+        if not lost:
+            return text + f", which ran no replica of job {self.job_id}: nothing to do"
+        running = [
+            i for i, f in enumerate(self._futures) if i not in lost and not f.done() and self._placed.get(i) not in gone
+        ]
+        text += (
+            f", which ran replica {', '.join(map(str, lost))}: the job runs it again on a live training worker, "
+            f"where it rejoins at the servers' global step; meanwhile {len(running)} replica(s) go on"
+        )
+        k = self._training.replicas_to_aggregate
+        if self._training.mode == "sync":
+            text += f" ({k} gradients make a step" + (", so the job waits for it)" if len(running) < k else ")")
+        return text
+
+    # ------------------------------------------------------------------ lost parameter servers
+    def _restart_parameter_servers(self, err: ParameterServerError) -> bool:
+        """Servers stopped answering: wait for Dask to restart them, restore, publish; False if the job failed."""
+        # The replicas' metrics may have seen a later step than the watcher's last look.
+        with self._lock:
+            reported = max((int(m.get("step", 0)) for m in self.metrics), default=0)
+        seen_at, ago = max(self._step, reported), time.monotonic() - self._step_time
+        dead = [a for a in self._addresses if not self._answers(a)]
+        if not dead:
+            self._event(f"the parameter servers answer again after: {err}")
+            return True
+        who = "; ".join(self._describe_server(a) for a in dead)
+        point = self._restore_point or "nothing (no checkpoint yet: training starts again from step 0)"
+        self._event(
+            f"{who} did not answer (last seen at global step {seen_at}, {ago:.1f} s ago): {err}. "
+            f"The job waits up to {self._timeout_s:g} s for Dask to restart it, then restores {point}; "
+            "the replicas wait for it and rejoin"
+        )
+        try:
+            addresses = self.cluster.parameter_servers(self.job_id, timeout=self._timeout_s, replacing=dead)
+            ps = ParameterClient(addresses, self._token, timeout=self._timeout_s)
+            ps.init(self.job_id, self.graph.initial, self._optimizer, self._training)
+            step = ps.restore(self._restore_point) if self._restore_point else 0
+        except CellgraphError as problem:
+            self._error = TrainingError(
+                f"job {self.job_id}: its parameter server(s) {', '.join(dead)} were lost and could not be restarted: "
+                f"{problem}. The job has failed: job.close() ends it, and "
+                + (
+                    f"cg.train(..., resume_from={self._restore_point!r}) starts again from its last checkpoint"
+                    if self._restore_point
+                    else "cg.train(...) starts it again"
+                )
+            )
+            self._event(str(self._error))
+            self._signal_stop()  # the replicas waiting for new servers end now, not at their deadline
+            return False
+        old, self._ps = self._ps, ps
+        if old is not None:
+            old.close()
+        self._addresses, self._generation = list(addresses), self._generation + 1
+        self._publish_addresses()
+        self._step, self._step_time = step, time.monotonic()
+        lost = max(0, seen_at - step)
+        self._event(
+            f"parameter server(s) of job {self.job_id} restarted at {', '.join(addresses)}; restored "
+            f"{self._restore_point or 'the initial values'} at global step {step}: {lost} step(s) lost "
+            f"(checkpoints at most every {self.checkpoint_every} steps); the replicas rejoin there"
+        )
+        return True
+
+    def _answers(self, address: str) -> bool:
+        """Whether the server at ``address`` answers ``Stats`` (within ``PROBE_TIMEOUT_S``)."""
+        probe = ParameterClient([address], self._token, timeout=PROBE_TIMEOUT_S)
+        try:
+            probe.stats()
+        except ParameterServerError:
+            return False
+        finally:
+            probe.close()
+        return True
+
+    def _describe_server(self, address: str) -> str:
+        shard = self._addresses.index(address)
+        # The lost worker first: the watcher may have seen it go before its server was found silent.
+        ps = [w for w in (*self._lost.values(), *self._workers.values()) if w.role == "ps" and w.task == shard]
+        host = f"; worker {ps[0].address}, name {ps[0].name}, role ps, task {shard}" if ps else ""
+        return f"parameter server {address} (shard {shard}{host})"
+
     def _finish(self) -> None:
-        failed = [f for f in self._futures if f.status == "error"]
+        failed = [f for f in self._futures if f.status in ("error", "cancelled")]
         if failed:
-            self._error = failed[0].exception()
+            self._error = (
+                failed[0].exception() if failed[0].status == "error" else TrainingError("its task was cancelled")
+            )
             self._event(f"replica {self._futures.index(failed[0])} failed: {self._error}")
             return
         self._save("final")
         self._event(f"{'stopped' if self._stopping else 'finished'} at global step {self.global_step()}")
 
-    def _save(self, why: str) -> None:
+    def _save(self, why: str) -> bool:
+        """Checkpoint every shard; whether it worked (a failure is an event, and the next look tries again)."""
         if self._ps is None:
-            return
+            return False
         try:
             name = self._ps.save()
         except CellgraphError as err:
             self._event(f"checkpoint ({why}) failed: {err}")
-            return
+            return False
         with self._lock:
             self.checkpoints.append(name)
+        # Shards at different steps save under different names: restore the latest complete one then.
+        self._restore_point = name if "," not in name else ""
         self._event(f"checkpoint {name} written ({why}) in {self.checkpoint_dir}")
+        return True
 
     # ------------------------------------------------------------------ the public handle
     @property
     def status(self) -> Status:
         if self._error is not None or any(f.status == "error" for f in self._futures):
             return "failed"
-        if not all(f.done() for f in self._futures):
+        if not self._ended():
             return "running"
         return "stopped" if self._stopping else "finished"
 
@@ -366,28 +680,39 @@ class Job:
     def wait(self, timeout: float | None = None) -> Job:
         """Block until every replica has ended (at most ``timeout`` s); raise the first replica's error."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not all(f.done() for f in self._futures):
+        while not self._ended():
             if deadline is not None and time.monotonic() > deadline:
                 raise TrainingError(
-                    f"job {self.job_id} still running after {timeout} s, at global step {self.global_step()} of "
-                    f"{self.steps}; job.stop() ends it"
+                    f"job {self.job_id} still running after {timeout} s, at global step {self._step} of "
+                    f"{self.steps} (as last seen); job.stop() ends it; job.events says what it waits for"
                 )
             time.sleep(0.05)
         if self._watcher is not None:
             self._watcher.join(timeout=30)
+        if self._error is not None:
+            raise TrainingError(str(self._error))
         for i, future in enumerate(self._futures):
-            if future.status == "error":
+            if future.status in ("error", "cancelled"):
                 raise TrainingError(f"replica {i} of job {self.job_id} failed: {future.exception()}")
         return self
 
+    def _ended(self) -> bool:
+        """Whether every replica has ended; one whose task was lost with its worker is submitted again, unless the
+        job is stopping or has failed."""
+        settled = self._stopping or self._error is not None or self._closed
+        return all(f.done() and (settled or f.status != "cancelled") for f in self._futures)
+
     def stop(self, timeout: float = 60.0) -> Job:
         """Let each replica finish its step, then end the job with a final checkpoint."""
-        import distributed
-
         self._stopping = True
-        distributed.Event(self._stop_name, client=self.cluster.client).set()
+        self._signal_stop()
         self._event("stop asked: replicas finish their step")
         return self.wait(timeout)
+
+    def _signal_stop(self) -> None:
+        import distributed
+
+        distributed.Event(self._stop_name, client=self.cluster.client).set()
 
     def variables(self) -> dict[str, np.ndarray]:
         """The trained values of every variable, from the parameter servers."""
@@ -409,12 +734,16 @@ class Job:
             return
         self._closed = True
         try:
+            import distributed
+
             for future in self._futures:
                 future.cancel()
             if self._ps is not None:
                 self._ps.close()
+            if self._addresses:
+                distributed.Variable(ps_variable(self.job_id), client=self.cluster.client).delete()
             self.cluster.stop_parameter_servers(self.job_id)
-        except (ClusterError, ParameterServerError, AttributeError):
+        except (ClusterError, ParameterServerError, AttributeError, OSError, TimeoutError):
             pass  # the cluster may be closing too; nothing of the job is left to stop
         self._ps = None
 

@@ -17,7 +17,18 @@ the parameter servers, and loops:
 It stops when the global step reaches ``spec.steps`` or when ``stop`` is set
 (after finishing its current step). Every wait is bounded by the client's
 deadline (``spec.timeout_s``); errors name the replica, and the client's the
-server. Metrics go to ``emit`` at most once per ``metrics_interval_s`` and at
+server.
+
+Lost processes. A replica that Dask runs again (its worker died) registers
+again (``Register`` is idempotent) and pulls: it goes on from the servers'
+global step. A push the servers already counted (``ALREADY_EXISTS``: a retried
+push, or a rerun replica's second push for a step) is not an error: the
+replica pulls the next step's values instead. When the servers stop answering
+(``UNAVAILABLE`` after the client's own retries) and a ``locate`` callable was
+given, the replica asks it for the servers' current addresses (a job publishes
+them after it restarted a lost parameter server and restored its checkpoint),
+joins there and goes on from the restored global step; it gives up with an
+error naming the servers after ``REJOIN_WAIT_FACTOR * spec.timeout_s``. Metrics go to ``emit`` at most once per ``metrics_interval_s`` and at
 the end; inside a Dask worker they default to the worker's event log, topic
 ``metrics_topic(job_id)``, which ``Client.subscribe_topic`` receives.
 
@@ -82,6 +93,15 @@ METRIC_KEYS = (
 )
 
 
+# A replica whose servers stopped answering waits this many times its timeout for new ones: the job's own wait
+# for a restarted parameter server (its timeout) plus the restore of the checkpoint.
+REJOIN_WAIT_FACTOR = 2.0
+# How often a replica waiting for new servers asks ``locate`` and tries to join, at most.
+REJOIN_POLL_S = 0.2
+# The codes with which servers that are gone, or restarted but not yet given the job, answer.
+_NOT_THERE = ("UNAVAILABLE", "FAILED_PRECONDITION")
+
+
 def metrics_topic(job_id: str) -> str:
     """The Dask event topic a replica of ``job_id`` logs its metrics under."""
     return f"cellgraph-{job_id}"
@@ -91,6 +111,12 @@ class StopSignal(Protocol):
     """Anything with ``is_set()``: a ``threading.Event``, or a ``distributed.Event`` across processes."""
 
     def is_set(self) -> bool: ...
+
+
+class Locator(Protocol):
+    """Where the job's parameter servers are now: ``(generation, addresses)``; the generation grows at each move."""
+
+    def __call__(self) -> tuple[int, Sequence[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -164,6 +190,7 @@ def run_replica(
     data: Sequence[np.ndarray],
     emit: Callable[[dict[str, Any]], None] | None = None,
     stop: StopSignal | None = None,
+    locate: Locator | None = None,
 ) -> dict[str, Any]:
     """Train until the global step reaches ``spec.steps`` (or ``stop`` is set); return a summary.
 
@@ -173,11 +200,15 @@ def run_replica(
     worker's event log under ``metrics_topic(spec.job_id)``, and nothing
     elsewhere. Inside a Dask task, the replica first secedes from the worker's
     thread pool, so that a long training run does not hold one of its slots.
+    ``locate`` tells where the servers are after they stopped answering (see
+    the module's docstring); without it, servers that stop answering end the
+    replica with their ``ParameterServerError``.
 
     The summary has ``replica``, ``job``, ``steps`` (done by this replica),
     ``global_step``, ``loss`` (the last one, or None if no step ran),
     ``examples``, ``seconds`` (of the loop), ``setup_s`` (loading and compiling
-    the graph, joining the job) and ``stopped`` (whether ``stop`` ended it).
+    the graph, joining the job), ``stopped`` (whether ``stop`` ended it) and
+    ``rejoins`` (how many times it joined servers at new addresses).
     """
     started = time.perf_counter()
     worker = _dask_worker()
@@ -198,17 +229,17 @@ def run_replica(
     except CellgraphError as err:
         raise TrainingError(f"{spec.name} cannot run its graph on its data: {err}") from err
     batches = _Batches(shard, spec.batch_size, spec.seed)
-    client = ParameterClient(spec.ps_addresses, spec.token, timeout=spec.timeout_s)
+    link = _Link(spec, locate)
     try:
-        with _naming(spec, "joining the job"):
-            info = client.register(spec.replica_id)
-            _check_job(spec, {name: pieces[0][1] for name, pieces in info.layout.items()}, info.training.mode)
-            pulled = client.pull(spec.graph.variables, replica_id=spec.replica_id)
+        try:
+            pulled: PullResult | None = link.join()
+        except ParameterServerError as err:
+            pulled = link.rejoin(err, 0, stop)  # a rerun replica may start while its servers are being restarted
         loop_start = time.perf_counter()
-        stopped = _train(spec, loaded, batches, client, pulled, meter, stop)
+        stopped = pulled is None or _train(spec, loaded, batches, link, pulled, meter, stop)
         seconds = time.perf_counter() - loop_start
     finally:
-        client.close()
+        link.client.close()
     meter.flush(final=True)
     return {
         "replica": spec.replica_id,
@@ -220,6 +251,7 @@ def run_replica(
         "seconds": seconds,
         "setup_s": loop_start - started,
         "stopped": stopped,
+        "rejoins": link.rejoins,
     }
 
 
@@ -227,7 +259,7 @@ def _train(
     spec: ReplicaSpec,
     loaded: LoadedGraph,
     batches: _Batches,
-    client: ParameterClient,
+    link: _Link,
     pulled: PullResult,
     meter: _Meter,
     stop: StopSignal | None,
@@ -244,18 +276,96 @@ def _train(
             loss, grads = loaded.compute(values, batches.next())
         except CellgraphError as err:
             raise TrainingError(f"{spec.name} failed computing step {step}: {err}") from err
-        with _naming(spec, f"step {step}"):
-            pushed, pulled = client.push_pull(
-                grads,
-                step=step,
-                replica_id=spec.replica_id,
-                min_step=step + 1 if sync else None,
-                names=spec.graph.variables,
-            )
+        staleness = 0
+        try:
+            with _naming(spec, f"step {step}"):
+                pushed, pulled = link.client.push_pull(
+                    grads,
+                    step=step,
+                    replica_id=spec.replica_id,
+                    min_step=step + 1 if sync else None,
+                    names=spec.graph.variables,
+                )
+            staleness = pushed.staleness
+        except ParameterServerError as err:
+            if err.code == "ALREADY_EXISTS":
+                # This replica's gradient for this step was counted already (a push retried after its answer was
+                # lost, or a rerun replica's second push): wait for the step like any other pusher.
+                with _naming(spec, f"step {step}"):
+                    pulled = link.client.pull(spec.graph.variables, min_step=step + 1, replica_id=spec.replica_id)
+            else:
+                rejoined = link.rejoin(err, step, stop)
+                if rejoined is None:
+                    return True
+                step, values = rejoined.global_step, rejoined.values
+                continue  # this step's gradient was computed from values the restored servers no longer hold
         # A "stale" push was dropped; the values pulled with it are fresh all the same.
         step, values = pulled.global_step, pulled.values
-        meter.record(step, loss, time.perf_counter() - began, pushed.staleness)
+        meter.record(step, loss, time.perf_counter() - began, staleness)
     return False
+
+
+class _Link:
+    """The replica's client of the job's parameter servers, re-opened at their new addresses when they move."""
+
+    def __init__(self, spec: ReplicaSpec, locate: Locator | None) -> None:
+        self.spec = spec
+        self.locate = locate
+        self.generation = 0
+        self.addresses: tuple[str, ...] = tuple(spec.ps_addresses)
+        self.client = ParameterClient(self.addresses, spec.token, timeout=spec.timeout_s)
+        self.rejoins = 0
+
+    def join(self) -> PullResult:
+        """Register with the servers, check they hold this graph's job, and pull every variable."""
+        spec = self.spec
+        with _naming(spec, "joining the job"):
+            info = self.client.register(spec.replica_id)
+            _check_job(spec, {name: pieces[0][1] for name, pieces in info.layout.items()}, info.training.mode)
+            return self.client.pull(spec.graph.variables, replica_id=spec.replica_id)
+
+    def rejoin(self, err: ParameterServerError, step: int, stop: StopSignal | None) -> PullResult | None:
+        """After ``err`` from servers that stopped answering: join them, or their successors, once they answer.
+
+        Returns what the join pulled, or None if ``stop`` was set meanwhile;
+        re-raises ``err`` when it is not about servers that are gone, or when
+        there is no ``locate``; raises a ``ParameterServerError`` naming the
+        servers when none answers within ``REJOIN_WAIT_FACTOR * timeout_s``.
+        """
+        if self.locate is None or err.code != "UNAVAILABLE":
+            raise err
+        spec = self.spec
+        wait = REJOIN_WAIT_FACTOR * spec.timeout_s
+        lost, last = time.monotonic(), err
+        while time.monotonic() - lost < wait:
+            if stop is not None and stop.is_set():
+                return None
+            try:
+                generation, addresses = self.locate()
+            except Exception as problem:  # the scheduler busy, or nothing published: ask again
+                last = ParameterServerError(f"{spec.name} could not learn the servers' addresses: {problem}")
+            else:
+                if generation != self.generation:
+                    self.client.close()
+                    self.generation, self.addresses = generation, tuple(addresses)
+                    self.client = ParameterClient(self.addresses, spec.token, timeout=spec.timeout_s)
+            try:
+                pulled = self.join()
+            except ParameterServerError as failed:
+                if failed.code not in _NOT_THERE:
+                    raise
+                last = failed
+            else:
+                self.rejoins += 1
+                return pulled
+            time.sleep(REJOIN_POLL_S)
+        raise ParameterServerError(
+            f"{spec.name}: parameter server(s) {', '.join(self.addresses)} stopped answering at global step {step}, "
+            f"and none answered in the {wait:g} s since (generation {self.generation} of the job's addresses); "
+            f"last error: {last}. The replica gives up: Dask runs it again while it has retries left, "
+            "else the job fails",
+            "UNAVAILABLE",
+        ) from err
 
 
 def _dask_worker() -> Any:
@@ -406,4 +516,4 @@ class _Meter:
         self._reset_window()
 
 
-__all__ = ["METRIC_KEYS", "ReplicaSpec", "StopSignal", "metrics_topic", "run_replica"]
+__all__ = ["METRIC_KEYS", "Locator", "ReplicaSpec", "StopSignal", "metrics_topic", "run_replica"]

@@ -351,3 +351,47 @@ def test_replica_runs_as_a_dask_task_and_logs_events() -> None:
         assert summary["global_step"] == 1500 and summary["steps"] == 1500
         assert events[-1]["final"] and events[-1]["step"] == 1500 and set(METRIC_KEYS) <= set(events[-1])
         np.testing.assert_allclose(ps.pull().values["w"], solution, atol=1e-2)
+
+
+# ------------------------------------------------------------------ servers that move
+def test_a_replica_rejoins_servers_at_new_addresses_and_gives_up_on_none() -> None:
+    loss, data, _ = linear_problem()
+    tg = prepare(loss)
+    token = new_token()
+    training = TrainingConfig("async")
+    old, old_port = create_server("127.0.0.1:0", token=token)
+    new, new_port = create_server("127.0.0.1:0", token=token)
+    published = (0, [f"127.0.0.1:{old_port}"])
+    try:
+        for port in (old_port, new_port):
+            with ParameterClient([f"127.0.0.1:{port}"], token, timeout=TIMEOUT) as client:
+                client.init("job", tg.initial, None, training)
+        stop = threading.Event()
+
+        def emit(message: dict[str, Any]) -> None:
+            nonlocal published
+            if message["steps"] == 5 and published[0] == 0:
+                old.stop(None).wait(TIMEOUT)  # the first server is lost; a new one is published
+                published = (1, [f"127.0.0.1:{new_port}"])
+
+        spec = ReplicaSpec(
+            "job", 0, tg, published[1], token, mode="async", batch_size=16, steps=40, metrics_interval_s=0
+        )
+        summary = run_replica(spec, data, emit=emit, stop=stop, locate=lambda: published)
+        assert summary["rejoins"] == 1 and summary["global_step"] == 40
+        # Servers that stop answering, and nothing published in their place: the replica gives up, naming them.
+        new.stop(None).wait(TIMEOUT)
+        short = ReplicaSpec("job", 0, tg, published[1], token, mode="async", batch_size=16, steps=80, timeout_s=1)
+        with pytest.raises(ParameterServerError) as err:
+            run_replica(short, data, locate=lambda: published)
+        assert err.value.code == "UNAVAILABLE"
+        assert (
+            f"replica 0 of job 'job': parameter server(s) 127.0.0.1:{new_port} stopped answering at global step 0, "
+            "and none answered in the 2 s since (generation 1 of the job's addresses)"
+        ) in str(err.value)
+        assert "The replica gives up: Dask runs it again while it has retries left, else the job fails" in str(
+            err.value
+        )
+    finally:
+        old.stop(None)
+        new.stop(None)

@@ -1,0 +1,150 @@
+"""Jobs that lose processes mid-training: real worker processes are killed with SIGKILL, nothing is mocked."""
+
+from __future__ import annotations
+
+import multiprocessing.resource_tracker
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+
+import psutil
+import pytest
+
+import cellgraph as cg
+from cellgraph.cluster.cluster import Cluster
+from cellgraph.cluster.job import Job
+from cellgraph.examples import digits, models
+
+TIMEOUT = 90.0  # seconds: the deadline of every wait in these tests
+
+
+def children() -> dict[int, str]:
+    """This process's child processes (recursively), pid -> command line."""
+    found = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            found[child.pid] = " ".join(child.cmdline())
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+@pytest.fixture
+def local_cluster() -> Iterator[Callable[..., Cluster]]:
+    """``Cluster.local(...)`` for one test: closed at its end, leaving no process behind (restarted ones included)."""
+    multiprocessing.resource_tracker.ensure_running()  # lives as long as this process: count it before too
+    before = children()
+    started: list[Cluster] = []
+
+    def start(**kwargs: int) -> Cluster:
+        started.append(Cluster.local(**kwargs))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for cluster in started:
+            cluster.close()
+    deadline = time.monotonic() + TIMEOUT
+    while (left := {p: c for p, c in children().items() if p not in before}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == {}, f"processes outlived close(): {left}"
+
+
+@pytest.fixture(scope="module")
+def data() -> digits.Split:
+    return digits.load()
+
+
+def kill_worker(cluster: Cluster, address: str) -> None:
+    """SIGKILL the worker process at ``address`` (its nanny stays, and starts a new one)."""
+    pid = cluster.client.run(os.getpid, workers=[address])[address]
+    os.kill(pid, signal.SIGKILL)
+
+
+def wait_for_step(job: Job, step: int) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while job.global_step() < step:
+        assert time.monotonic() < deadline, f"job stuck below step {step}: {job.events}"
+        assert job.status == "running", job.events
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_lost_training_worker_is_replaced_and_no_gradient_counts_twice(
+    local_cluster: Callable[..., Cluster], data: digits.Split
+) -> None:
+    steps = 600
+    cluster = local_cluster(workers=3, ps=1)
+    victim = cluster.training_workers()[1]  # replica 1 runs there
+    model = models.mlp()
+    job = cg.train(
+        model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
+        replicas=3, replicas_to_aggregate=2, batch_size=32, steps=steps, checkpoint_every=None,
+    )  # fmt: skip
+    try:
+        wait_for_step(job, 40)
+        killed_at = time.time()
+        kill_worker(cluster, victim)
+        job.wait(TIMEOUT)
+        assert job.status == "finished", job.events
+        assert job.global_step() == steps
+        [stats] = job._ps.stats()  # type: ignore[union-attr]
+        assert stats.updates == steps and stats.pushes_applied == 2 * steps  # no gradient applied twice
+        # Replica 1 ran again and registered again (the servers saw it after the kill).
+        again = {r.replica_id: r for r in stats.replicas}[1]
+        assert again.last_seen_unix > killed_at
+        assert job._futures[1].result()["replica"] == 1
+        events = "\n".join(job.events)
+        assert f"lost worker {victim} (name worker-1, role worker, task 1; last seen " in events
+        assert (
+            "which ran replica 1: the job runs it again on a live training worker, where it rejoins at the servers' "
+            "global step; meanwhile 2 replica(s) go on (2 gradients make a step)"
+        ) in events
+        assert "replica 1's task was lost with its worker (cancelled): submitted again on tcp://" in events
+        assert re.search(r"replica 1 runs again, on tcp://\S+ \(name worker-\d, role worker, task \d\)", events)
+        assert re.search(r"worker tcp://\S+ joined \(name worker-1, role worker, task \d\)", events), events
+    finally:
+        job.close()
+
+
+@pytest.mark.slow
+def test_a_lost_parameter_server_is_restarted_from_the_last_checkpoint(
+    local_cluster: Callable[..., Cluster], data: digits.Split
+) -> None:
+    steps, every = 400, 20
+    cluster = local_cluster(workers=2, ps=1)
+    [ps_worker] = cluster.ps_workers()
+    model = models.mlp()
+    job = cg.train(
+        model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
+        replicas=2, batch_size=32, steps=steps, checkpoint_every=every,
+    )  # fmt: skip
+    try:
+        wait_for_step(job, 60)
+        [old_address] = job._addresses
+        kill_worker(cluster, ps_worker)
+        job.wait(TIMEOUT)
+        assert job.status == "finished", job.events
+        assert job.global_step() == steps
+        assert job._addresses != [old_address] and job._generation == 1
+        assert [f.result()["rejoins"] for f in job._futures] == [1, 1]  # each replica found the new server
+        events = "\n".join(job.events)
+        assert (
+            f"parameter server {old_address} (shard 0; worker {ps_worker}, name ps-0, role ps, task 0) "
+            "did not answer (last seen at global step "
+        ) in events, events
+        assert "The job waits up to 60 s for Dask to restart it, then restores ckpt-" in events, events
+        assert f"lost worker {ps_worker} (name ps-0, role ps, task 0; last seen " in events
+        assert "which hosted shard 0 of the job's parameter servers: Dask restarts the worker" in events
+        restarted = re.search(r"restarted at (\S+); restored (\S+) at global step (\d+): (\d+) step\(s\) lost", events)
+        assert restarted, events
+        assert restarted[1] == job._addresses[0] and restarted[2] in job.checkpoints
+        # The watcher checkpoints by polling: on a loaded machine it may look late, so allow it a little slack.
+        assert 0 <= int(restarted[4]) <= 2 * every, events
+        assert f"(checkpoints at most every {every} steps); the replicas rejoin there" in events
+        assert "finished at global step 400" in events
+    finally:
+        job.close()
