@@ -1,37 +1,74 @@
-"""The ``cellgraph`` command line."""
+"""The ``cellgraph`` command line: ``demo``, ``train`` and ``ps``.
+
+Exit status: 0 done; 1 training failed or (with ``--check``) an accuracy
+target was missed; 2 bad arguments, a missing extra or an unreachable
+scheduler; 130 interrupted (Ctrl-C), after shutting the job and cluster down.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from cellgraph import __version__
 
-# Epochs per model that reach the demo's accuracy targets in well under a minute.
-DEMO_EPOCHS = {"mlp": 40, "inception": 30}
+if TYPE_CHECKING:
+    from cellgraph.examples.distributed import Settings
+
+# Epochs per model that reach the single-process demo's accuracy targets in well under a minute.
+LOCAL_EPOCHS = {"mlp": 40, "inception": 30}
 TARGETS = {"mlp": 0.97, "inception": 0.98}
+MODELS = sorted(LOCAL_EPOCHS)
+TRAINING_ROWS = 1437  # the digits split's training images (examples/digits.py), for checking --batch-size early
 
 
-def _demo(args: argparse.Namespace) -> int:
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments give one line (the command, what is wrong, where to look) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _examples_missing(command: str) -> bool:
     try:
         import sklearn  # noqa: F401
         import tqdm  # noqa: F401
     except ImportError as err:
         print(
-            f"cellgraph demo needs the examples extra ({err.name} is missing): pip install 'cellgraph[examples]'",
+            f"{command} needs the examples extra ({err.name} is missing): pip install 'cellgraph[examples]'",
             file=sys.stderr,
         )
+        return True
+    return False
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if _examples_missing("cellgraph demo"):
         return 2
+    if args.local:
+        return _demo_local(args)
+    if args.models is not None or args.epochs is not None:
+        args.parser.error(
+            "--models and --epochs choose the single-process run: add --local "
+            "(the distributed demo trains the mini-Inception; cellgraph train takes options)"
+        )
+    from cellgraph.examples.distributed import Settings
+
+    return _run_distributed("cellgraph demo", Settings(model="inception", progress=not args.no_progress), args.check)
+
+
+def _demo_local(args: argparse.Namespace) -> int:
     from cellgraph.examples import digits, models
     from cellgraph.examples.train import fit
 
     data = digits.load()
     print(f"digits: {len(data.x_train)} training and {len(data.x_test)} test images (8x8), fixed split, seed 0")
     failed = []
-    for name in args.models:
+    for name in args.models or MODELS:
         model = models.MODELS[name]()
-        epochs = args.epochs or DEMO_EPOCHS[name]
+        epochs = args.epochs or LOCAL_EPOCHS[name]
         result = fit(model, data, epochs=epochs, batch_size=args.batch_size, progress=not args.no_progress)
         met = result.test_accuracy >= TARGETS[name]
         if not met:
@@ -44,17 +81,128 @@ def _demo(args: argparse.Namespace) -> int:
     return 1 if failed and args.check else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="cellgraph", description="Distributed machine learning from a notebook.")
-    parser.add_argument("--version", action="version", version=f"cellgraph {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="train the digits MLP and mini-Inception, print test accuracy")
-    demo.add_argument("--models", nargs="+", choices=sorted(DEMO_EPOCHS), default=["mlp", "inception"])
-    demo.add_argument("--epochs", type=int, default=None, help="epochs per model (default: per-model)")
-    demo.add_argument("--batch-size", type=int, default=64)
+def _train(args: argparse.Namespace) -> int:
+    if _examples_missing("cellgraph train"):
+        return 2
+    from cellgraph.examples.distributed import Settings
+
+    problem = _train_problem(args)
+    if problem:
+        args.parser.error(problem)
+    settings = Settings(
+        model=args.model, workers=args.workers or 2, ps=args.ps, mode=args.mode, steps=args.steps,
+        batch_size=args.batch_size, replicas=args.replicas, replicas_to_aggregate=args.replicas_to_aggregate,
+        lr=args.lr, checkpoint_dir=args.checkpoint_dir, scheduler=args.scheduler,
+        progress=not args.no_progress, timeout_s=args.timeout,
+    )  # fmt: skip
+    return _run_distributed("cellgraph train", settings, args.check)
+
+
+def _train_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``cellgraph train``'s arguments taken together, before anything starts."""
+    if args.scheduler is not None and args.workers is not None:
+        return "--workers starts local worker processes; with --scheduler the cluster's own workers train"
+    workers = args.workers or 2
+    replicas = args.replicas or (workers if args.scheduler is None else None)
+    if args.scheduler is None and replicas is not None and replicas > workers:
+        return f"--replicas {replicas} needs {replicas} training workers and --workers is {workers}: raise --workers"
+    k = args.replicas_to_aggregate
+    if k is not None and args.mode != "sync":
+        return "--replicas-to-aggregate is for --mode sync (async mode applies every gradient on arrival)"
+    if k is not None and replicas is not None and k > replicas:
+        return f"--replicas-to-aggregate {k} is more than the {replicas} replicas: at most --replicas"
+    if replicas is not None and args.batch_size > TRAINING_ROWS // replicas:
+        return (
+            f"--batch-size {args.batch_size} is larger than a replica's shard ({TRAINING_ROWS // replicas} rows: "
+            f"{TRAINING_ROWS} training images over {replicas} replicas)"
+        )
+    return None
+
+
+def _run_distributed(command: str, settings: Settings, check: bool) -> int:
+    from cellgraph.dataflow.errors import CellgraphError
+    from cellgraph.examples.distributed import SetupError, run
+
+    try:
+        outcome = run(settings)
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted; the job and the cluster are shut down", file=sys.stderr)
+        return 130
+    except SetupError as err:
+        print(f"{command}: error: {err}", file=sys.stderr)
+        return 2
+    except CellgraphError as err:
+        print(f"{command}: training failed: {err}", file=sys.stderr)
+        return 1
+    return 1 if check and not outcome.met else 0
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def _scheduler_address(text: str) -> str:
+    from distributed.comm import get_address_host_port
+
+    try:
+        get_address_host_port(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a scheduler address ({err}): give tcp://host:8786") from None
+    return text
+
+
+def _add_demo(commands: argparse._SubParsersAction) -> None:
+    demo = commands.add_parser(
+        "demo",
+        help="train the mini-Inception on the digits on a local Dask cluster (1 PS, 2 workers), print test accuracy",
+    )
+    demo.add_argument("--local", action="store_true", help="train in this process instead (MLP and mini-Inception)")
+    demo.add_argument("--models", nargs="+", choices=MODELS, default=None, help="with --local: models to train")
+    demo.add_argument("--epochs", type=int, default=None, help="with --local: epochs per model (default: per model)")
+    demo.add_argument("--batch-size", type=int, default=64, help="with --local: rows per step")
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
     demo.add_argument("--check", action="store_true", help="exit 1 when an accuracy target is missed")
-    demo.set_defaults(run=_demo)
+    demo.set_defaults(run=_demo, parser=demo)
+
+
+def _add_train(commands: argparse._SubParsersAction) -> None:
+    positive_int, positive_float = _positive(int), _positive(float)
+    train = commands.add_parser("train", help="train a digits model on a Dask cluster (local, or --scheduler)")
+    train.add_argument("--model", choices=MODELS, default="inception")
+    train.add_argument("--workers", type=positive_int, default=None, help="local training workers (default 2)")
+    train.add_argument("--ps", type=positive_int, default=1, help="parameter-server workers (default 1)")
+    train.add_argument("--mode", choices=["sync", "async"], default="sync")
+    train.add_argument("--steps", type=positive_int, default=None, help="global steps (default: per model)")
+    train.add_argument("--batch-size", type=positive_int, default=64, help="rows per replica per step")
+    train.add_argument("--replicas", type=positive_int, default=None, help="default: one per training worker")
+    train.add_argument(
+        "--replicas-to-aggregate", type=positive_int, default=None, help="sync: gradients per step (default: all)"
+    )
+    train.add_argument("--lr", type=positive_float, default=None, help="Adam's learning rate (default: per model)")
+    train.add_argument("--checkpoint-dir", default=None, help="default: a new temporary folder")
+    train.add_argument("--scheduler", type=_scheduler_address, default=None, help="tcp://host:port of a Dask scheduler")
+    train.add_argument("--timeout", type=positive_float, default=600.0, help="seconds before the job is stopped")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--check", action="store_true", help="exit 1 when the accuracy target is missed")
+    train.set_defaults(run=_train, parser=train)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _Parser(prog="cellgraph", description="Distributed machine learning from a notebook.")
+    parser.add_argument("--version", action="version", version=f"cellgraph {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_demo(commands)
+    _add_train(commands)
     from cellgraph.cluster.ps import command as ps_command
 
     ps_command.add_parser(commands)

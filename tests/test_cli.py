@@ -1,4 +1,4 @@
-"""The main job: ``cellgraph demo`` trains both digits models to their targets."""
+"""The main job: ``cellgraph demo`` trains the mini-Inception on a local Dask cluster; ``--local`` in one process."""
 
 from __future__ import annotations
 
@@ -8,12 +8,28 @@ import sys
 import pytest
 
 from cellgraph import cli
+from tests.cluster.test_cli_train import run_cli
 
 
 @pytest.mark.slow
-def test_demo_reaches_both_accuracy_targets() -> None:
+def test_demo_trains_the_mini_inception_on_a_local_cluster_to_its_target() -> None:
+    ran = run_cli("demo", "--check")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "cluster: local at tcp://127.0.0.1:" in ran.stdout and "1 PS + 2 training worker(s)" in ran.stdout
+    assert "mini-inception, 400 steps in sync mode, 2 replica(s) of batch 64" in ran.stdout
+    assert "mini-inception: test accuracy" in ran.stdout and "(target 98%, met)" in ran.stdout
+    summary = next(line for line in ran.stdout.splitlines() if line.startswith("Summary: "))
+    for words in ("400 global steps of mini-inception", "examples/s", "received", "MB", "final checkpoint /"):
+        assert words in summary, summary
+    # The progress bar (tqdm writes to stderr) is fed by the job's metrics.
+    assert "training mini-inception" in ran.stderr and "loss=" in ran.stderr and "examples/s=" in ran.stderr
+    assert ran.leftover == []
+
+
+@pytest.mark.slow
+def test_local_demo_reaches_both_accuracy_targets() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "cellgraph", "demo", "--no-progress", "--check"],
+        [sys.executable, "-m", "cellgraph", "demo", "--local", "--no-progress", "--check"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -25,7 +41,7 @@ def test_demo_reaches_both_accuracy_targets() -> None:
 
 
 def test_demo_with_progress_bar_runs_one_epoch(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["demo", "--models", "mlp", "--epochs", "1"]) == 0
+    assert cli.main(["demo", "--local", "--models", "mlp", "--epochs", "1"]) == 0
     captured = capsys.readouterr()
     assert "mlp: test accuracy" in captured.out
     assert "training mlp" in captured.err  # tqdm writes its bar to stderr
@@ -43,5 +59,16 @@ def test_demo_without_the_examples_extra_says_what_to_install() -> None:
 
 def test_unknown_model_is_rejected_with_choices(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        cli.main(["demo", "--models", "resnet"])
+        cli.main(["demo", "--local", "--models", "resnet"])
     assert "invalid choice: 'resnet' (choose from" in capsys.readouterr().err
+
+
+def test_local_only_options_without_local_say_to_add_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["demo", "--epochs", "1"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1
+        and "cellgraph demo: error: --models and --epochs choose the single-process run: add --local" in err
+    )
