@@ -50,6 +50,15 @@ CASES = {
         ["ps_latency.py"],
         ["p50_ms", "p99_ms", "two_calls_p50_ms", "grpc_unary_p50_ms", "grpc_unary_p99_ms"],
     ),
+    # first_metrics_empty_cache_s is null in --quick (every kernel compiling takes about 80 s here).
+    "scaling": (
+        ["scaling.py"],
+        ["sps_1", "sps_2", "efficiency_2", "first_metrics_s", "first_metrics_cold_s", "session_sps", "overhead_1"],
+    ),
+    "scaling_model": (
+        ["scaling_model.py"],
+        ["efficiency_at_100", "best_shards_at_100", "samples_per_s_at_100", "efficiency_at_100_fast_step"],
+    ),
     # cublas_tflops and matmul_ratio are null without CuPy, so only cellgraph's side is checked.
     "gpu_kernels": (
         ["gpu_kernels.py"],
