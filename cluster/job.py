@@ -27,9 +27,10 @@ name, role, task index, last seen), what ran there, and what happens next.
   which starts a new server; the job gives it the job (``init``), restores the
   last checkpoint it wrote, and publishes the new addresses in the
   ``distributed.Variable`` ``ps_variable(job_id)``, where the replicas look
-  when their servers stop answering. The event says how many steps were lost;
-  checkpoints are written early enough (by the measured step rate) that it is
-  at most ``checkpoint_every``.
+  when their servers stop answering. The event says how many steps were lost:
+  at most ``checkpoint_every``, as the servers checkpoint by themselves at
+  every multiple of it (each copies its shard at exactly that step and writes
+  it in the background); the job learns of each checkpoint from ``Stats``.
 
 Examples
 --------
@@ -42,6 +43,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import threading
 import time
@@ -60,6 +62,7 @@ from cellgraph.dataflow.session import Session
 from .cluster import Cluster, ClusterError, WorkerInfo
 from .errors import ParameterServerError
 from .ps import OptimizerConfig, ParameterClient, TrainingConfig, new_token
+from .ps.checkpoint import list_checkpoints
 from .replica import ReplicaSpec, metrics_topic, run_replica
 from .training_graph import TrainingError, TrainingGraph, prepare
 
@@ -113,12 +116,13 @@ def optimizer_config(optimizer: Optimizer | OptimizerConfig | None) -> Optimizer
 
 
 class _ThrottledEvent:
-    """A ``distributed.Event`` read at most every ``STOP_POLL_S``: each read is a call to the scheduler."""
+    """Whether any of some ``distributed.Event``s is set (the job's stop flag, and this replica's own, which
+    ``job.scale`` sets), read at most every ``STOP_POLL_S``: each read is a call to the scheduler."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, *names: str) -> None:
         import distributed
 
-        self._event = distributed.Event(name)
+        self._events = [distributed.Event(name) for name in names]
         self._checked = 0.0
         self._set = False
 
@@ -126,7 +130,7 @@ class _ThrottledEvent:
         now = time.monotonic()
         if not self._set and now - self._checked >= STOP_POLL_S:
             self._checked = now
-            self._set = bool(self._event.is_set())
+            self._set = any(event.is_set() for event in self._events)
         return self._set
 
 
@@ -149,7 +153,13 @@ def _replica_task(spec: ReplicaSpec, data: Sequence[np.ndarray], stop_event: str
 
     worker = get_worker()
     worker.log_event(replicas_topic(spec.job_id), {"replica": spec.replica_id, "worker": worker.address})
-    return run_replica(spec, data, stop=_ThrottledEvent(stop_event), locate=_PublishedAddresses(addresses))
+    stop = _ThrottledEvent(stop_event, replica_stop_name(stop_event, spec.replica_id))
+    return run_replica(spec, data, stop=stop, locate=_PublishedAddresses(addresses))
+
+
+def replica_stop_name(stop_event: str, replica: int) -> str:
+    """The name of the ``distributed.Event`` that tells one replica to leave the job (``job.scale``)."""
+    return f"{stop_event}-replica-{replica}"
 
 
 def _arrays_for(tg: TrainingGraph, data: Any) -> list[np.ndarray]:
@@ -214,10 +224,12 @@ def train(
         ``"async"``: each gradient is applied on arrival, within
         ``max_staleness`` versions.
     checkpoint_every, checkpoint_dir
-        Save at least every so many global steps (and at the end) into
-        ``checkpoint_dir`` (a temporary folder by default), which every PS
-        worker must reach; a lost parameter server costs at most that many
-        steps. ``resume_from`` restores a checkpoint first.
+        The parameter servers checkpoint at every multiple of
+        ``checkpoint_every`` global steps (and the job at the end) into
+        ``checkpoint_dir`` (a temporary folder by default, removed by
+        ``job.close()``), which every PS worker must reach; a lost parameter
+        server costs at most that many steps. ``resume_from`` restores a
+        checkpoint (a name in ``checkpoint_dir``, e.g. ``"ckpt-0000000300"``) first.
     timeout_s
         The deadline of every call to the parameter servers, and of the wait
         for a lost one to be restarted.
@@ -259,7 +271,7 @@ def train(
             f"batch_size {batch_size} is larger than a replica's shard ({shard_rows} rows: {total} over {replicas} "
             f"replicas): pass batch_size<={shard_rows}, or fewer replicas"
         )
-    training = TrainingConfig(mode, k if mode == "sync" else 1, max_staleness)
+    training = TrainingConfig(mode, k if mode == "sync" else 1, max_staleness, checkpoint_every or 0)
     return Job._start(
         cluster, tg, arrays, config, training, replicas, batch_size, steps, checkpoint_every,
         checkpoint_dir, resume_from, seed, metrics_interval_s, timeout_s, loss,
@@ -300,6 +312,8 @@ class Job:
         self._addresses: list[str] = []
         self._generation = 0
         self._restore_point = ""
+        self._restore_step = -1
+        self._checkpoint_errors: set[str] = set()
         # What the watcher saw: the workers (as of its last look), when each was last seen, where each replica runs,
         # and the global step (when, and how fast it moves).
         self._workers: dict[str, WorkerInfo] = {}
@@ -310,6 +324,10 @@ class Job:
         self._shards: list[list[np.ndarray]] = []
         self._specs: list[ReplicaSpec] = []
         self._resubmits: dict[int, int] = {}
+        self._removed: set[int] = set()  # replicas job.scale told to leave
+        self._pending_k: tuple[int, set[int]] | None = None  # see _apply_pending_k
+        self._arrays: list[np.ndarray] = []  # the whole data, for replicas job.scale adds
+        self._batch_size = 0
         self._step = 0
         self._step_time = time.monotonic()
         self._step_rate = 0.0
@@ -351,7 +369,7 @@ class Job:
             job._ps.init(job.job_id, tg.initial, optimizer, training)
             if resume_from:
                 step = job._step = job._ps.restore(resume_from)
-                job._restore_point = resume_from
+                job._restore_point, job._restore_step = resume_from, step
                 job._event(f"resumed from checkpoint {resume_from} at global step {step}")
             job._publish_addresses()
             client.subscribe_topic(metrics_topic(job.job_id), job._on_metrics)
@@ -360,6 +378,7 @@ class Job:
             distributed.Event(job._stop_name, client=client).clear()
             workers = cluster.training_workers()[:replicas]
             per = len(arrays[0]) // replicas
+            job._arrays, job._batch_size = arrays, batch_size
             for i, worker in enumerate(workers):
                 job._shards.append([a[i * per : (i + 1) * per] for a in arrays])
                 job._specs.append(
@@ -434,8 +453,8 @@ class Job:
         distributed.Variable(ps_variable(self.job_id), client=self.cluster.client).set(value)
 
     def _watch(self) -> None:
-        """Checkpoint in time; say which worker was lost; restart lost parameter servers; notice the end."""
-        saved_step = self._step
+        """Follow the step and the checkpoints; say which worker was lost; restart lost parameter servers; notice
+        the end."""
         next_look = time.monotonic() + WORKERS_POLL_S
         while not self._closed:
             if time.monotonic() >= next_look:
@@ -445,7 +464,7 @@ class Job:
                 return
             done = self._ended()
             try:
-                step = self._read_step()
+                self._read_step()
             except ParameterServerError as err:
                 if done:
                     self._finish()
@@ -454,14 +473,9 @@ class Job:
                     self._event(f"could not read the global step: {err}; the job goes on and asks again")
                 elif not self._restart_parameter_servers(err):
                     return
-                saved_step = self._step
                 continue
             except CellgraphError as err:
                 self._event(f"could not read the global step: {err}; the job goes on and asks again")
-                step = self._step
-            if not done and self._checkpoint_due(step, saved_step):
-                if self._save(f"every {self.checkpoint_every} steps at most"):
-                    saved_step = step
             if done:
                 self._finish()
                 return
@@ -470,6 +484,8 @@ class Job:
     def _replace_lost_replicas(self) -> bool:
         """Submit again each replica whose task Dask gave up (it lost its worker); False if the job failed."""
         for i, future in enumerate(self._futures):
+            if i in self._removed:
+                continue  # told to leave by job.scale: not replaced
             if future.status != "cancelled" and not (
                 future.status == "error" and type(future.exception()).__name__ == "KilledWorker"
             ):
@@ -501,23 +517,39 @@ class Job:
         return True
 
     def _read_step(self) -> int:
-        """The global step, and how fast it moves (steps per second, smoothed)."""
-        step, now = self.global_step(), time.monotonic()
+        """The global step, how fast it moves (steps per second, smoothed), and the servers' checkpoints."""
+        if self._ps is None:
+            raise TrainingError(f"job {self.job_id} has no parameter servers")
+        stats = self._ps.stats()
+        step, now = min(s.global_step for s in stats), time.monotonic()
         if step > self._step and now > self._step_time:
             rate = (step - self._step) / (now - self._step_time)
             self._step_rate = rate if self._step_rate == 0 else 0.5 * (self._step_rate + rate)
         self._step, self._step_time = step, now
+        self._note_checkpoints(stats)
+        self._apply_pending_k(stats)
         return step
 
-    def _checkpoint_due(self, step: int, saved_step: int) -> bool:
-        """Whether to save now, so that no more than ``checkpoint_every`` steps pass between two checkpoints.
-
-        The watcher looks every ``WATCH_S``; the steps that may pass before its
-        next look (twice the measured rate, for slack) are counted as done.
-        """
-        if not self.checkpoint_every:
-            return False
-        return step - saved_step + 2 * self._step_rate * WATCH_S >= self.checkpoint_every
+    def _note_checkpoints(self, stats: Sequence[Any]) -> None:
+        """Record the newest checkpoint every shard has written (the restore point), and say why one failed."""
+        written = [(s.latest_checkpoint_step, s.latest_checkpoint) for s in stats]
+        if all(name for _, name in written):
+            step, name = min(written)  # the shards keep their last few: the oldest newest one is on all of them
+            if step > self._restore_step:
+                self._restore_point, self._restore_step = name, step
+                if name not in self.checkpoints:
+                    with self._lock:
+                        self.checkpoints.append(name)
+                    self._event(
+                        f"checkpoint {name} written (every {self.checkpoint_every} steps) in {self.checkpoint_dir}"
+                    )
+        for s in stats:
+            if s.checkpoint_error and s.checkpoint_error not in self._checkpoint_errors:
+                self._checkpoint_errors.add(s.checkpoint_error)
+                self._event(
+                    f"parameter server shard {s.shard}: {s.checkpoint_error}; the job goes on, and a lost server "
+                    f"would restart from {self._restore_point or 'the initial values'}"
+                )
 
     # ------------------------------------------------------------------ lost workers
     def _look_at_workers(self) -> None:
@@ -579,6 +611,7 @@ class Job:
             self._event(f"the parameter servers answer again after: {err}")
             return True
         who = "; ".join(self._describe_server(a) for a in dead)
+        self._find_newer_checkpoint()
         point = self._restore_point or "nothing (no checkpoint yet: training starts again from step 0)"
         self._event(
             f"{who} did not answer (last seen at global step {seen_at}, {ago:.1f} s ago): {err}. "
@@ -616,6 +649,25 @@ class Job:
             f"(checkpoints at most every {self.checkpoint_every} steps); the replicas rejoin there"
         )
         return True
+
+    def _find_newer_checkpoint(self) -> None:
+        """Look in the checkpoint folder, where this process can read it, for a checkpoint newer than ``Stats`` last
+        said (a server may have written one since, just before it was lost), complete on every shard."""
+        shards = len(self._addresses)
+        try:
+            names = [
+                {info.name: info.step for info in list_checkpoints(self.checkpoint_dir, s, shards)}
+                for s in range(shards)
+            ]
+        except (CellgraphError, OSError):
+            return  # the folder is on the PS machines only: Stats's account stands
+        common = set(names[0]).intersection(*names[1:]) if names else set()
+        if common:
+            name = max(common, key=lambda n: names[0][n])
+            if names[0][name] > self._restore_step:
+                self._restore_point, self._restore_step = name, names[0][name]
+                with self._lock:
+                    self.checkpoints.append(name)
 
     def _answers(self, address: str) -> bool:
         """Whether the server at ``address`` answers ``Stats`` (within ``PROBE_TIMEOUT_S``)."""
@@ -657,8 +709,8 @@ class Job:
             return False
         with self._lock:
             self.checkpoints.append(name)
-        # Shards at different steps save under different names: restore the latest complete one then.
-        self._restore_point = name if "," not in name else ""
+        if "," not in name:  # shards at different steps save under different names: no restore point then
+            self._restore_point, self._restore_step = name, max(self._restore_step, self._step)
         self._event(f"checkpoint {name} written ({why}) in {self.checkpoint_dir}")
         return True
 
@@ -676,6 +728,30 @@ class Job:
         if self._ps is None:
             raise TrainingError(f"job {self.job_id} has no parameter servers")
         return min(s.global_step for s in self._ps.stats())
+
+    def ps_stats(self) -> list[dict[str, Any]]:
+        """Each parameter-server shard's counters, in shard order, as plain dicts (for tables and widgets).
+
+        Keys: ``shard``, ``address``, ``global_step``, ``bytes_in``, ``bytes_out``, ``updates``,
+        ``pushes_applied``, ``pushes_stale``, ``pushes_rejected`` and ``calls`` (answered calls by RPC name).
+        """
+        if self._ps is None:
+            raise TrainingError(f"job {self.job_id} is closed: its parameter servers are gone")
+        return [
+            {
+                "shard": s.shard,
+                "address": address,
+                "global_step": s.global_step,
+                "bytes_in": s.bytes_in,
+                "bytes_out": s.bytes_out,
+                "updates": s.updates,
+                "pushes_applied": s.pushes_applied,
+                "pushes_stale": s.pushes_stale,
+                "pushes_rejected": s.pushes_rejected,
+                "calls": dict(s.calls),
+            }
+            for address, s in zip(self._addresses, self._ps.stats(), strict=True)
+        ]
 
     def wait(self, timeout: float | None = None) -> Job:
         """Block until every replica has ended (at most ``timeout`` s); raise the first replica's error."""
@@ -707,7 +783,118 @@ class Job:
         self._stopping = True
         self._signal_stop()
         self._event("stop asked: replicas finish their step")
+        # In sync mode a replica that has pushed waits for the others' gradients, and a replica that saw the flag
+        # sends none: from now on each gradient makes a step of its own, so that none waits for one that will not
+        # come (until its deadline).
+        self._set_replicas_to_aggregate(1, "the job is stopping")
         return self.wait(timeout)
+
+    def scale(self, replicas: int, timeout: float = 60.0) -> Job:
+        """Train with ``replicas`` replicas from now on: start new ones, or let the newest ones leave.
+
+        A new replica gets ``1/replicas`` of the data's rows (the others keep
+        their shards), joins at the servers' global step and trains to the
+        same last step. One told to leave finishes its step first. In sync
+        mode a step takes as many gradients more (or fewer) as replicas were
+        added (or removed), but at least 1: backup replicas stay backups.
+        Checked before anything changes; raises ``TrainingError`` saying what
+        to change.
+        """
+        active = self._active_replicas()
+        workers = self.cluster.training_workers()
+        if self.status != "running" or self._stopping:
+            raise TrainingError(f"job {self.job_id} is {self.status}: only a running job can be scaled")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+            raise TrainingError(f"job.scale needs a number of replicas of at least 1, got {replicas!r}")
+        if replicas > len(workers):
+            raise TrainingError(
+                f"job.scale({replicas}): {replicas} replicas need {replicas} training workers and the cluster has "
+                f"{len(workers)}: scale the cluster first, or ask for at most {len(workers)}"
+            )
+        change = replicas - len(active)
+        if change == 0:
+            return self
+        k = max(1, self._training.replicas_to_aggregate + change)
+        if change < 0:
+            leaving = active[change:]
+            # Fewer gradients make a step first, so that the replicas that stay never wait for a leaving one.
+            self._set_replicas_to_aggregate(k, f"replica(s) {', '.join(map(str, leaving))} leave")
+            import distributed
+
+            for i in leaving:
+                distributed.Event(replica_stop_name(self._stop_name, i), client=self.cluster.client).set()
+                self._removed.add(i)
+            self.replicas = replicas
+            self._event(
+                f"scaled to {replicas} replica(s): replica(s) {', '.join(map(str, leaving))} leave after their step"
+            )
+            return self.wait_for_replicas(timeout)
+        busy = {self._replica_at.get(i) for i in active}
+        free = [w for w in workers if w not in busy]
+        total = len(self._arrays[0])
+        per = total // replicas
+        if per < self._batch_size:
+            raise TrainingError(
+                f"job.scale({replicas}): a new replica's shard would have {per} rows ({total} over {replicas}), "
+                f"fewer than the batch size {self._batch_size}: ask for fewer replicas"
+            )
+        added = []
+        for n, worker in enumerate(free[:change]):
+            i = len(self._futures)
+            part = (len(active) + n) % replicas
+            self._shards.append([a[part * per : (part + 1) * per] for a in self._arrays])
+            self._specs.append(dataclasses.replace(self._specs[0], replica_id=i, seed=self._specs[0].seed + i))
+            self._futures.append(self._submit(i, worker))
+            added.append(i)
+        self.replicas = replicas
+        # More gradients make a step once the new replicas have joined (the watcher sees them register): until
+        # then a step does not wait for replicas that are still loading their graph.
+        self._pending_k = (k, set(added)) if self._training.mode == "sync" else None
+        self._event(
+            f"scaled to {replicas} replica(s): replica(s) {', '.join(map(str, added))} start on "
+            f"{', '.join(free[:change])}"
+            + (f"; {k} gradients make a step once they have joined" if self._pending_k else "")
+        )
+        return self
+
+    def wait_for_replicas(self, timeout: float = 60.0) -> Job:
+        """Block until every replica told to leave has left (at most ``timeout`` s)."""
+        deadline = time.monotonic() + timeout
+        while not all(self._futures[i].done() for i in self._removed):
+            if time.monotonic() > deadline:
+                waiting = [i for i in self._removed if not self._futures[i].done()]
+                raise TrainingError(
+                    f"job {self.job_id}: replica(s) {', '.join(map(str, waiting))} told to leave are still running "
+                    f"after {timeout} s; job.events says what they wait for"
+                )
+            time.sleep(0.05)
+        return self
+
+    def _active_replicas(self) -> list[int]:
+        """The replicas that are part of the job now (not told to leave), in the order they were started."""
+        return [i for i in range(len(self._futures)) if i not in self._removed]
+
+    def _set_replicas_to_aggregate(self, k: int, why: str) -> None:
+        """Sync mode: tell every shard that ``k`` gradients make a step from now on (an event if it fails)."""
+        if self._training.mode != "sync" or self._ps is None or k == self._training.replicas_to_aggregate:
+            return
+        try:
+            self._ps.reconfigure(k)
+        except ParameterServerError as err:
+            self._event(f"could not make steps of {k} gradient(s) ({why}): {err}")
+            return
+        self._training = dataclasses.replace(self._training, replicas_to_aggregate=k)
+        self._event(f"{k} gradient(s) make a step from now on: {why}")
+
+    def _apply_pending_k(self, stats: Sequence[Any]) -> None:
+        """After ``scale`` added replicas: raise the gradients per step once all of them have registered."""
+        if self._pending_k is None or self._stopping:
+            return
+        k, waiting = self._pending_k
+        joined = {r.replica_id for r in stats[0].replicas}
+        if waiting <= joined:
+            self._pending_k = None
+            self._set_replicas_to_aggregate(k, f"replica(s) {', '.join(map(str, sorted(waiting)))} joined")
 
     def _signal_stop(self) -> None:
         import distributed

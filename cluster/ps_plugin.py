@@ -36,6 +36,7 @@ from distributed import WorkerPlugin
 from distributed.comm import get_address_host
 
 from .ps import create_server
+from .ps.server import close_servicer
 
 if TYPE_CHECKING:
     import grpc
@@ -112,6 +113,7 @@ class ParameterServerPlugin(WorkerPlugin):
         stopped = server.stop(STOP_GRACE_S)
         # Wait off the worker's event loop, so that the worker keeps answering the scheduler meanwhile.
         await asyncio.to_thread(stopped.wait, STOP_DEADLINE_S)
+        await asyncio.to_thread(close_servicer, server)
 
 
 def server_address(job_id: str, dask_worker: Worker) -> str | None:

@@ -96,11 +96,17 @@ class TrainingConfigProto(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     REPLICAS_TO_AGGREGATE_FIELD_NUMBER: _builtins.int
     MAX_STALENESS_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_EVERY_FIELD_NUMBER: _builtins.int
     mode: Global___TrainingMode.ValueType
     replicas_to_aggregate: _builtins.int
     max_staleness: _builtins.int
     """Async only: reject a gradient computed from parameters more than this many
     versions old. Unset: no bound.
+    """
+    checkpoint_every: _builtins.int
+    """Every this many global steps, the server copies its shard as it stands at
+    exactly that step and writes it as a checkpoint in the background, so a
+    lost server costs at most this many steps. 0: only when Save is called.
     """
     def __init__(
         self,
@@ -108,10 +114,11 @@ class TrainingConfigProto(_message.Message):
         mode: Global___TrainingMode.ValueType = ...,
         replicas_to_aggregate: _builtins.int = ...,
         max_staleness: _builtins.int | None = ...,
+        checkpoint_every: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_staleness", b"_max_staleness", "max_staleness", b"max_staleness"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_staleness", b"_max_staleness", "max_staleness", b"max_staleness", "mode", b"mode", "replicas_to_aggregate", b"replicas_to_aggregate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_staleness", b"_max_staleness", "checkpoint_every", b"checkpoint_every", "max_staleness", b"max_staleness", "mode", b"mode", "replicas_to_aggregate", b"replicas_to_aggregate"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_staleness: _TypeAlias = _typing.Literal["max_staleness"]  # noqa: Y015
     _WhichOneofArgType__max_staleness: _TypeAlias = _typing.Literal["_max_staleness", b"_max_staleness"]  # noqa: Y015
@@ -766,6 +773,9 @@ class StatsResponse(_message.Message):
     REPLICAS_FIELD_NUMBER: _builtins.int
     TRAINING_FIELD_NUMBER: _builtins.int
     CALLS_FIELD_NUMBER: _builtins.int
+    LATEST_CHECKPOINT_FIELD_NUMBER: _builtins.int
+    LATEST_CHECKPOINT_STEP_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_ERROR_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """empty while the server waits for Init"""
     shard: _builtins.int
@@ -777,6 +787,11 @@ class StatsResponse(_message.Message):
     pushes_rejected: _builtins.int
     """refused at the door: bad requests, wrong tokens"""
     updates: _builtins.int
+    latest_checkpoint: _builtins.str
+    """the newest complete checkpoint this server wrote; empty: none yet"""
+    latest_checkpoint_step: _builtins.int
+    checkpoint_error: _builtins.str
+    """why the last background checkpoint failed; empty when it did not"""
     @_builtins.property
     def variables(self) -> _containers.RepeatedCompositeFieldContainer[Global___VariableStats]: ...
     @_builtins.property
@@ -803,11 +818,59 @@ class StatsResponse(_message.Message):
         replicas: _abc.Iterable[Global___ReplicaStatsProto] | None = ...,
         training: Global___TrainingConfigProto | None = ...,
         calls: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        latest_checkpoint: _builtins.str = ...,
+        latest_checkpoint_step: _builtins.int = ...,
+        checkpoint_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["training", b"training"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in", b"bytes_in", "bytes_out", b"bytes_out", "calls", b"calls", "global_step", b"global_step", "job_id", b"job_id", "pushes_applied", b"pushes_applied", "pushes_rejected", b"pushes_rejected", "pushes_stale", b"pushes_stale", "replicas", b"replicas", "shard", b"shard", "training", b"training", "updates", b"updates", "variables", b"variables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in", b"bytes_in", "bytes_out", b"bytes_out", "calls", b"calls", "checkpoint_error", b"checkpoint_error", "global_step", b"global_step", "job_id", b"job_id", "latest_checkpoint", b"latest_checkpoint", "latest_checkpoint_step", b"latest_checkpoint_step", "pushes_applied", b"pushes_applied", "pushes_rejected", b"pushes_rejected", "pushes_stale", b"pushes_stale", "replicas", b"replicas", "shard", b"shard", "training", b"training", "updates", b"updates", "variables", b"variables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StatsResponse: _TypeAlias = StatsResponse  # noqa: Y015
+
+@_typing.final
+class ReconfigureRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICAS_TO_AGGREGATE_FIELD_NUMBER: _builtins.int
+    replicas_to_aggregate: _builtins.int
+    """Sync mode: the gradients that make a step from now on. When this step's
+    pushes already number at least that many, their mean is applied at once.
+    """
+    def __init__(
+        self,
+        *,
+        replicas_to_aggregate: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["replicas_to_aggregate", b"replicas_to_aggregate"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReconfigureRequest: _TypeAlias = ReconfigureRequest  # noqa: Y015
+
+@_typing.final
+class ReconfigureResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GLOBAL_STEP_FIELD_NUMBER: _builtins.int
+    TRAINING_FIELD_NUMBER: _builtins.int
+    global_step: _builtins.int
+    @_builtins.property
+    def training(self) -> Global___TrainingConfigProto: ...
+    def __init__(
+        self,
+        *,
+        global_step: _builtins.int = ...,
+        training: Global___TrainingConfigProto | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["training", b"training"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["global_step", b"global_step", "training", b"training"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReconfigureResponse: _TypeAlias = ReconfigureResponse  # noqa: Y015

@@ -74,6 +74,11 @@ class ParameterServiceStub:
                 request_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.StatsRequest.SerializeToString,
                 response_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.Reconfigure = channel.unary_unary(
+                '/cellgraph.ParameterService/Reconfigure',
+                request_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.ReconfigureRequest.SerializeToString,
+                response_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.ReconfigureResponse.FromString,
+                _registered_method=True)
 
 
 class ParameterServiceServicer:
@@ -141,6 +146,14 @@ class ParameterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Reconfigure(self, request, context):
+        """Change how many gradients make a sync step while the job runs (replicas
+        added or removed, or a stopping job releasing the replicas that wait).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -183,6 +196,11 @@ def add_ParameterServiceServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.StatsRequest.FromString,
                     response_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.StatsResponse.SerializeToString,
+            ),
+            'Reconfigure': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reconfigure,
+                    request_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.ReconfigureRequest.FromString,
+                    response_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.ReconfigureResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -401,6 +419,33 @@ class ParameterService:
             '/cellgraph.ParameterService/Stats',
             cellgraph_dot_protos_dot_parameter__service__pb2.StatsRequest.SerializeToString,
             cellgraph_dot_protos_dot_parameter__service__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reconfigure(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cellgraph.ParameterService/Reconfigure',
+            cellgraph_dot_protos_dot_parameter__service__pb2.ReconfigureRequest.SerializeToString,
+            cellgraph_dot_protos_dot_parameter__service__pb2.ReconfigureResponse.FromString,
             options,
             channel_credentials,
             insecure,

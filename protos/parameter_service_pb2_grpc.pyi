@@ -67,6 +67,10 @@ class ParameterServiceStub:
     """Replace this shard's state with a checkpoint's, after checking it fits."""
     Stats: _grpc.UnaryUnaryMultiCallable[_parameter_service_pb2.StatsRequest, _parameter_service_pb2.StatsResponse]
     """Counters: versions, bytes, pushes applied and dropped, replicas' progress."""
+    Reconfigure: _grpc.UnaryUnaryMultiCallable[_parameter_service_pb2.ReconfigureRequest, _parameter_service_pb2.ReconfigureResponse]
+    """Change how many gradients make a sync step while the job runs (replicas
+    added or removed, or a stopping job releasing the replicas that wait).
+    """
 
 @_typing.type_check_only
 class ParameterServiceAsyncStub(ParameterServiceStub):
@@ -97,6 +101,10 @@ class ParameterServiceAsyncStub(ParameterServiceStub):
     """Replace this shard's state with a checkpoint's, after checking it fits."""
     Stats: _aio.UnaryUnaryMultiCallable[_parameter_service_pb2.StatsRequest, _parameter_service_pb2.StatsResponse]  # type: ignore[assignment]
     """Counters: versions, bytes, pushes applied and dropped, replicas' progress."""
+    Reconfigure: _aio.UnaryUnaryMultiCallable[_parameter_service_pb2.ReconfigureRequest, _parameter_service_pb2.ReconfigureResponse]  # type: ignore[assignment]
+    """Change how many gradients make a sync step while the job runs (replicas
+    added or removed, or a stopping job releasing the replicas that wait).
+    """
 
 class ParameterServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -172,5 +180,15 @@ class ParameterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_parameter_service_pb2.StatsResponse, _abc.Awaitable[_parameter_service_pb2.StatsResponse]]:
         """Counters: versions, bytes, pushes applied and dropped, replicas' progress."""
+
+    @_abc_1.abstractmethod
+    def Reconfigure(
+        self,
+        request: _parameter_service_pb2.ReconfigureRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_parameter_service_pb2.ReconfigureResponse, _abc.Awaitable[_parameter_service_pb2.ReconfigureResponse]]:
+        """Change how many gradients make a sync step while the job runs (replicas
+        added or removed, or a stopping job releasing the replicas that wait).
+        """
 
 def add_ParameterServiceServicer_to_server(servicer: ParameterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

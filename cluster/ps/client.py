@@ -487,6 +487,16 @@ class ParameterClient:
         )
         return min(a.global_step for a in answers.values())
 
+    def reconfigure(self, replicas_to_aggregate: int) -> int:
+        """Sync mode: make a step of ``replicas_to_aggregate`` gradients on every shard; return the global step."""
+        request = pb.ReconfigureRequest(replicas_to_aggregate=replicas_to_aggregate)
+        call = lambda stub, left: stub.Reconfigure(request, timeout=left, metadata=self._metadata)
+        answers = self._each_shard(
+            range(len(self.addresses)),
+            lambda s: self._call(s, f"Reconfigure to {replicas_to_aggregate} replica(s) per step", call),
+        )
+        return min(a.global_step for a in answers.values())
+
     def stats(self) -> list[pb.StatsResponse]:
         """Every shard's ``Stats``, in shard order."""
         call = lambda stub, left: stub.Stats(pb.StatsRequest(), timeout=left, metadata=self._metadata)

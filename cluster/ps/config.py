@@ -73,12 +73,14 @@ class TrainingConfig:
     global step are averaged and applied once, then the step advances; older
     tags are dropped as stale. ``async``: each gradient is applied on arrival,
     unless it was computed from parameters more than ``max_staleness`` versions
-    old (``None``: no bound).
+    old (``None``: no bound). ``checkpoint_every``: the server checkpoints its
+    shard at every multiple of this global step by itself (0: only on ``Save``).
     """
 
     mode: Mode = "async"
     replicas_to_aggregate: int = 1
     max_staleness: int | None = None
+    checkpoint_every: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in ("sync", "async"):
@@ -90,4 +92,9 @@ class TrainingConfig:
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ParameterServerError(
                 f"max_staleness must be 0 or more (or None), got {self.max_staleness}", "INVALID_ARGUMENT"
+            )
+        if self.checkpoint_every < 0:
+            raise ParameterServerError(
+                f"checkpoint_every must be 0 (no automatic checkpoints) or more, got {self.checkpoint_every}",
+                "INVALID_ARGUMENT",
             )

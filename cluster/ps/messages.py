@@ -80,7 +80,11 @@ def optimizer_from_proto(proto: pb.OptimizerConfigProto) -> OptimizerConfig:
 
 
 def training_to_proto(config: TrainingConfig) -> pb.TrainingConfigProto:
-    proto = pb.TrainingConfigProto(mode=_MODES[config.mode], replicas_to_aggregate=config.replicas_to_aggregate)
+    proto = pb.TrainingConfigProto(
+        mode=_MODES[config.mode],
+        replicas_to_aggregate=config.replicas_to_aggregate,
+        checkpoint_every=config.checkpoint_every,
+    )
     if config.max_staleness is not None:
         proto.max_staleness = config.max_staleness
     return proto
@@ -90,4 +94,5 @@ def training_from_proto(proto: pb.TrainingConfigProto) -> TrainingConfig:
     if proto.mode not in _MODE_NAMES:
         raise _invalid(f"training mode {proto.mode} is not SYNC (1) or ASYNC (2)")
     staleness = proto.max_staleness if proto.HasField("max_staleness") else None
-    return TrainingConfig(_MODE_NAMES[proto.mode], proto.replicas_to_aggregate, staleness)  # type: ignore[arg-type]
+    mode = _MODE_NAMES[proto.mode]
+    return TrainingConfig(mode, proto.replicas_to_aggregate, staleness, proto.checkpoint_every)  # type: ignore[arg-type]

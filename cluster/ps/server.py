@@ -46,6 +46,8 @@ from cellgraph.protos import tensor_pb2
 from ..errors import ParameterServerError
 from . import checkpoint
 from .auth import ServerTLS, TokenAuthInterceptor
+from .autosave import CheckpointWriter
+from .checkpoint import CheckpointInfo
 from .chunks import MAX_CHUNK_BYTES, TensorAssembler, serialize, tensor_chunk_frames, tensor_chunks
 from .messages import (
     optimizer_from_proto,
@@ -171,6 +173,8 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         self.job: pb.JobConfig | None = None
         self._init_lock = threading.Lock()  # one Init at a time
         self._save_lock = threading.Lock()  # one Save or Restore at a time
+        self._writer: CheckpointWriter | None = None  # the job's own checkpoints (checkpoint_every)
+        self._latest: tuple[str, int] = ("", -1)  # the newest checkpoint written: name, global step
 
     # ------------------------------------------------------------------ helpers
     def _job_store(self) -> tuple[pb.JobConfig, ParameterStore]:
@@ -206,7 +210,14 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                         "FAILED_PRECONDITION",
                     )
                 return pb.InitResponse(global_step=self.store.global_step, already_initialized=True)
+            if config.training.checkpoint_every > 0:
+                self._checkpoint_dir()  # a job that checkpoints by itself needs somewhere to write
             store = self._build_store(config, request_iterator)
+            if store.training.checkpoint_every > 0:
+                self._writer = CheckpointWriter(
+                    lambda state: self._write_checkpoint(config, store, state).name,
+                    f"cellgraph-ps-checkpoints-{config.job_id}-{config.shard}",
+                )
             self.store, self.job = store, config
             return pb.InitResponse(global_step=store.global_step)
 
@@ -340,6 +351,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         self.counters.add(bytes_in=received)
         grads = {name: a.finish() for name, a in assemblers.items()}
         outcome = store.push(header.replica_id, header.step, grads)
+        self._checkpoint_if_due(store)
         return pb.PushResponse(
             status=pb.PushResponse.Status.Value(outcome.status.upper()),
             global_step=outcome.global_step,
@@ -373,11 +385,17 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
     @_refusing
     def Save(self, request: pb.SaveRequest, context: grpc.ServicerContext) -> pb.SaveResponse:  # noqa: N802
         job, store = self._job_store()
-        directory = self._checkpoint_dir()
+        self._checkpoint_dir()
+        state = store.state()  # a consistent snapshot; training goes on while it is written
+        info = self._write_checkpoint(job, store, state)
+        nbytes = sum(t.nbytes for t in state.tensors.values())
+        return pb.SaveResponse(checkpoint=info.name, global_step=state.global_step, bytes=nbytes)
+
+    def _write_checkpoint(self, job: pb.JobConfig, store: ParameterStore, state: StoreState) -> CheckpointInfo:
+        """Write ``state`` as this shard's checkpoint (one write at a time) and remember it as the latest."""
         with self._save_lock:
-            state = store.state()  # a consistent snapshot; training goes on while it is written
             info = checkpoint.write_shard_checkpoint(
-                directory,
+                self._checkpoint_dir(),
                 job_id=job.job_id,
                 shard=job.shard,
                 num_shards=job.num_shards,
@@ -389,8 +407,20 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                 training=store.training,
                 keep=self.keep_checkpoints,
             )
-        nbytes = sum(t.nbytes for t in state.tensors.values())
-        return pb.SaveResponse(checkpoint=info.name, global_step=state.global_step, bytes=nbytes)
+            if state.global_step >= self._latest[1]:
+                self._latest = (info.name, state.global_step)
+        return info
+
+    def _checkpoint_if_due(self, store: ParameterStore) -> None:
+        """Hand the state copied at a multiple of ``checkpoint_every`` (if any) to the background writer."""
+        snapshot = store.take_snapshot()
+        if snapshot is not None and self._writer is not None:
+            self._writer.offer(snapshot)
+
+    def close(self) -> None:
+        """Let a background checkpoint in progress finish (the server is stopping)."""
+        if self._writer is not None:
+            self._writer.close()
 
     @_refusing
     def Restore(self, request: pb.RestoreRequest, context: grpc.ServicerContext) -> pb.RestoreResponse:  # noqa: N802
@@ -449,7 +479,21 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             ],
             training=training_to_proto(self.store.training),
             calls=counters.calls_so_far(),
+            latest_checkpoint=self._latest[0],
+            latest_checkpoint_step=max(self._latest[1], 0),
+            checkpoint_error=self._writer.error if self._writer is not None else "",
         )
+
+    # ------------------------------------------------------------------ Reconfigure
+    @_refusing
+    def Reconfigure(self, request: pb.ReconfigureRequest, context: grpc.ServicerContext) -> pb.ReconfigureResponse:  # noqa: N802
+        job, store = self._job_store()
+        step = store.reconfigure(request.replicas_to_aggregate)
+        # A later Init of this job (the job re-initialising after another shard was restarted) sends the
+        # training config as it is now.
+        job.training.replicas_to_aggregate = request.replicas_to_aggregate
+        self._checkpoint_if_due(store)
+        return pb.ReconfigureResponse(global_step=step, training=training_to_proto(store.training))
 
 
 def _check_same_variables(saved: Sequence[Any], held: Sequence[Any], name: str) -> None:
@@ -558,3 +602,11 @@ def serve_forever(server: grpc.Server, stop: threading.Event, grace_s: float = 5
         while not stop.wait(0.5):
             pass
     server.stop(grace_s).wait(grace_s + 1.0)
+    close_servicer(server)
+
+
+def close_servicer(server: grpc.Server) -> None:
+    """After ``server.stop``: let its background checkpoint in progress finish."""
+    servicer = getattr(server, "servicer", None)
+    if isinstance(servicer, ParameterServicer):
+        servicer.close()

@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -245,6 +245,7 @@ class ParameterStore:
         self._sums = {name: np.zeros_like(self._tensors[name]) for name in self.specs} if sync else {}
         self._contributors: list[int] = []
         self._pushes_applied = self._pushes_stale = self._pushes_rejected = self._updates = 0
+        self._snapshot: StoreState | None = None  # see take_snapshot
 
     def _check_initial(self, initial: Mapping[str, np.ndarray]) -> None:
         problem = _key_mismatch("initial values", initial, self.specs)
@@ -367,15 +368,50 @@ class ParameterStore:
         for name, total in self._sums.items():
             np.add(total, grads[name], out=total)
         self._contributors.append(replica_id)
-        k_needed = self.training.replicas_to_aggregate
-        if len(self._contributors) < k_needed:
+        if len(self._contributors) < self.training.replicas_to_aggregate:
             return PushOutcome("aggregated", self._global_step, 0)
-        for total in self._sums.values():
-            np.divide(total, k_needed, out=total)
-        self._apply(self._sums)
-        self._pushes_applied += k_needed
-        self._discard_aggregation()
+        self._apply_mean()
         return PushOutcome("applied", self._global_step, 0)
+
+    def _apply_mean(self) -> None:
+        """Sync mode: apply the mean of this step's gradients and start the next step; called under the lock."""
+        contributed = len(self._contributors)
+        for total in self._sums.values():
+            np.divide(total, contributed, out=total)
+        self._apply(self._sums)
+        self._pushes_applied += contributed
+        self._discard_aggregation()
+
+    def reconfigure(self, replicas_to_aggregate: int) -> int:
+        """Sync mode: make a step of ``replicas_to_aggregate`` gradients from now on; return the global step.
+
+        When this step already has that many, their mean is applied at once:
+        a replica removed from the job, or a stopping one, leaves no other
+        waiting for its gradient.
+
+        Examples
+        --------
+        >>> spec = VariableSpec("w", np.dtype("float64"), ())
+        >>> sync = TrainingConfig("sync", replicas_to_aggregate=2)
+        >>> store = ParameterStore("job", [spec], {"w": np.array(1.0)}, OptimizerConfig("sgd", 0.5), sync)
+        >>> _ = store.register(0)
+        >>> store.push(0, 0, {"w": np.array(2.0)})
+        PushOutcome(status='aggregated', global_step=0, staleness=0)
+        >>> store.reconfigure(1)
+        1
+        >>> store.read()[1]["w"]
+        (1, array(0.))
+        """
+        with self._lock:
+            if self.training.mode != "sync":
+                raise ParameterServerError(
+                    f"job {self.job_id!r} trains in async mode: replicas_to_aggregate applies to sync mode only",
+                    "FAILED_PRECONDITION",
+                )
+            self.training = replace(self.training, replicas_to_aggregate=replicas_to_aggregate)  # checks k >= 1
+            if self._contributors and len(self._contributors) >= replicas_to_aggregate:
+                self._apply_mean()
+            return self._global_step
 
     def _discard_aggregation(self) -> None:
         for total in self._sums.values():
@@ -390,7 +426,18 @@ class ParameterStore:
             self._versions[name] += 1
         self._global_step += 1
         self._updates += 1
+        every = self.training.checkpoint_every
+        if every and self._global_step % every == 0:
+            # Copied now, at exactly this step, so that every shard of a sync job saves the same step; the
+            # server writes it outside the lock (take_snapshot). A newer one replaces one not yet taken.
+            self._snapshot = self._copy_state()
         self._lock.notify_all()
+
+    def take_snapshot(self) -> StoreState | None:
+        """The state copied at the latest multiple of ``checkpoint_every`` not yet taken (then forgotten)."""
+        with self._lock:
+            snapshot, self._snapshot = self._snapshot, None
+            return snapshot
 
     def wait_for_step(self, step: int, timeout: float) -> int:
         """Block until the global step reaches ``step``, at most ``timeout`` seconds; return the global step.
@@ -469,8 +516,11 @@ class ParameterStore:
     def state(self) -> StoreState:
         """Copies of the global step, versions, variables and slots: what a checkpoint saves."""
         with self._lock:
-            tensors = {key: value.copy() for key, value in self._tensors.items()}
-            return StoreState(self._global_step, dict(self._versions), tensors)
+            return self._copy_state()
+
+    def _copy_state(self) -> StoreState:
+        tensors = {key: value.copy() for key, value in self._tensors.items()}
+        return StoreState(self._global_step, dict(self._versions), tensors)
 
     def load_state(self, state: StoreState) -> None:
         """Restore a checkpoint: checked completely first, so a bad one changes nothing.
@@ -493,6 +543,7 @@ class ParameterStore:
             self._versions = {name: int(state.versions[name]) for name in self.specs}
             self._global_step = int(state.global_step)
             self._discard_aggregation()
+            self._snapshot = None  # copied from the state this one replaces
             self._lock.notify_all()
 
     def _check_state(self, state: StoreState) -> None:

@@ -42,8 +42,10 @@ def test_a_sync_job_trains_the_mlp_across_processes(cluster: Cluster, data: digi
         assert job.status == "finished"
         assert job.global_step() == 300
         assert accuracy(job, model, data) >= 0.95
-        stats = job._ps.stats()  # type: ignore[union-attr]
-        assert all(s.updates == 300 and s.pushes_applied == 600 for s in stats)
+        [shard] = job.ps_stats()
+        assert shard["address"] == job._addresses[0] and shard["global_step"] == 300
+        assert shard["updates"] == 300 and shard["pushes_applied"] == 600 and shard["pushes_rejected"] == 0
+        assert shard["bytes_in"] > 0 and shard["bytes_out"] > 0 and shard["calls"]["PushPull"] >= 600
         assert {m["replica"] for m in job.metrics} == {0, 1}
         assert any(m.get("final") for m in job.metrics)
         assert job.checkpoints, job.events

@@ -1,0 +1,133 @@
+"""Controlling a running job on a real LocalCluster: stop in sync mode, scale up and down, resume from a checkpoint."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import cellgraph as cg
+from cellgraph.cluster.cluster import Cluster
+from cellgraph.cluster.job import Job
+from cellgraph.cluster.training_graph import TrainingError
+from cellgraph.examples import digits, models
+
+TIMEOUT = 120.0
+# A stop must not wait for a server-side deadline (60 s by default): well under it.
+STOP_TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster.local(workers=3, ps=1) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def data() -> digits.Split:
+    return digits.load()
+
+
+def wait_until(check: Callable[[], bool], what: str, job: Job) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {TIMEOUT} s for {what}; events:\n" + "\n".join(job.events))
+        time.sleep(0.05)
+
+
+def start(cluster: Cluster, data: digits.Split, **options: object) -> Job:
+    settings: dict[str, object] = dict(
+        optimizer=cg.optim.Adam(1e-2), replicas=2, batch_size=32, steps=1_000_000, checkpoint_every=50
+    )
+    settings.update(options)
+    model = models.mlp()
+    return cg.train(model.loss, (data.x_train, data.y_train), cluster=cluster, **settings)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_stop_in_sync_mode_releases_a_replica_waiting_for_the_others(cluster: Cluster, data: digits.Split) -> None:
+    job = start(cluster, data)
+    try:
+        wait_until(lambda: job.global_step() >= 30, "step 30", job)
+        job.stop(timeout=STOP_TIMEOUT)  # raises if a replica still waits for a gradient that will not come
+        assert job.status == "stopped"
+        assert all(f.result()["stopped"] for f in job._futures)
+        events = "\n".join(job.events)
+        assert "1 gradient(s) make a step from now on: the job is stopping" in events
+        assert "checkpoint ckpt-" in events and "written (final)" in events
+        assert job.global_step() < 1_000_000
+    finally:
+        job.close()
+
+
+@pytest.mark.slow
+def test_scale_adds_a_replica_then_removes_two_while_training(cluster: Cluster, data: digits.Split) -> None:
+    steps = 2000
+    job = start(cluster, data, steps=steps, checkpoint_every=None)
+    try:
+        wait_until(lambda: job.global_step() >= 20, "step 20", job)
+        job.scale(3)
+        assert job.replicas == 3 and len(job._futures) == 3
+        # Three gradients make a step once the new replica has joined; then it trains like the others.
+        wait_until(lambda: any("3 gradient(s) make a step from now on" in e for e in job.events), "k=3", job)
+        wait_until(lambda: any(m["replica"] == 2 and m["steps"] > 0 for m in job.metrics), "replica 2's metrics", job)
+        assert job.ps_stats()[0]["pushes_rejected"] == 0
+
+        job.scale(1)  # replicas 1 and 2 leave after their step; one gradient makes a step
+        assert job.replicas == 1
+        assert all(job._futures[i].done() and job._futures[i].result()["stopped"] for i in (1, 2))
+        events = "\n".join(job.events)
+        assert "1 gradient(s) make a step from now on: replica(s) 1, 2 leave" in events
+        assert "scaled to 1 replica(s): replica(s) 1, 2 leave after their step" in events
+        job.wait(TIMEOUT)
+        assert job.status == "finished" and job.global_step() == steps
+        result = job._futures[0].result()
+        assert not result["stopped"] and result["global_step"] == steps
+        [shard] = job.ps_stats()
+        assert shard["updates"] == steps and shard["pushes_rejected"] == 0
+    finally:
+        job.close()
+
+
+@pytest.mark.slow
+def test_scale_refuses_what_it_cannot_do_and_changes_nothing(cluster: Cluster, data: digits.Split) -> None:
+    job = start(cluster, data)
+    try:
+        wait_until(lambda: job.global_step() >= 5, "step 5", job)
+        before = (job.replicas, len(job._futures), job._training)
+        with pytest.raises(TrainingError, match=r"job.scale\(4\): 4 replicas need 4 training workers and the cluster"):
+            job.scale(4)
+        with pytest.raises(TrainingError, match="job.scale needs a number of replicas of at least 1, got 0"):
+            job.scale(0)
+        assert (job.replicas, len(job._futures), job._training) == before
+        job.stop(timeout=STOP_TIMEOUT)
+        with pytest.raises(TrainingError, match=r"job job-\w+ is stopped: only a running job can be scaled"):
+            job.scale(2)
+    finally:
+        job.close()
+
+
+@pytest.mark.slow
+def test_a_job_resumes_from_another_jobs_checkpoint(cluster: Cluster, data: digits.Split, tmp_path: object) -> None:
+    first = start(cluster, data, steps=120, checkpoint_every=40, checkpoint_dir=tmp_path)
+    try:
+        first.wait(TIMEOUT)
+        assert first.checkpoints[-1] == "ckpt-0000000120"
+        trained = first.variables()
+    finally:
+        first.close()
+    second = start(
+        cluster, data, steps=200, checkpoint_every=40, checkpoint_dir=tmp_path, resume_from="ckpt-0000000120"
+    )
+    try:
+        assert second.global_step() >= 120  # it went on from the checkpoint, not from step 0
+        assert "resumed from checkpoint ckpt-0000000120 at global step 120" in "\n".join(second.events)
+        second.wait(TIMEOUT)
+        assert second.status == "finished" and second.global_step() == 200
+        [shard] = second.ps_stats()
+        assert shard["updates"] == 80  # only the steps after the checkpoint were trained here
+        assert set(second.variables()) == set(trained)
+    finally:
+        second.close()
