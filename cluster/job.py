@@ -44,6 +44,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import math
 import tempfile
 import threading
 import time
@@ -162,8 +163,9 @@ def replica_stop_name(stop_event: str, replica: int) -> str:
     return f"{stop_event}-replica-{replica}"
 
 
-def _arrays_for(tg: TrainingGraph, data: Any) -> list[np.ndarray]:
-    """``data`` as one array per placeholder of ``tg``, in ``tg.placeholders`` order."""
+def _arrays_for(tg: TrainingGraph, data: Any) -> list[Any]:
+    """``data`` as one array per placeholder of ``tg``, in ``tg.placeholders`` order: NumPy arrays, and
+    ``dask.array`` arrays as they are (they are computed on the workers, never in this process)."""
     wanted = tg.placeholders
     if isinstance(data, Mapping):
         by_name = {(k.name if isinstance(k, Tensor) else str(k)): v for k, v in data.items()}
@@ -174,7 +176,7 @@ def _arrays_for(tg: TrainingGraph, data: Any) -> list[np.ndarray]:
                 f"no data for placeholder(s) {', '.join(map(repr, missing))}, which the loss needs; "
                 f"data has {', '.join(map(repr, by_name)) or 'nothing'}"
             )
-        return [np.asarray(by_name[p]) for p in wanted]
+        return [_array(by_name[p], p) for p in wanted]
     if isinstance(data, (tuple, list)):
         if len(data) != len(wanted):
             raise TrainingError(
@@ -182,8 +184,26 @@ def _arrays_for(tg: TrainingGraph, data: Any) -> list[np.ndarray]:
                 f"({', '.join(map(repr, wanted))}): give one array per placeholder, in that order, "
                 "or a dict {placeholder: array}"
             )
-        return [np.asarray(a) for a in data]
+        return [_array(a, p) for a, p in zip(data, wanted, strict=True)]
     raise TrainingError(f"data must be a tuple of arrays or a dict {{placeholder: array}}, got {type(data).__name__}")
+
+
+def _array(value: Any, placeholder: str) -> Any:
+    """A NumPy array, or a ``dask.array`` whose rows are known (a replica's shard is a slice of them)."""
+    import dask.array as da
+
+    if not isinstance(value, da.Array):
+        return np.asarray(value)
+    if value.ndim == 0 or math.isnan(value.shape[0]):
+        raise TrainingError(
+            f"the dask array for placeholder {placeholder!r} has {'no rows' if value.ndim == 0 else 'unknown chunk sizes'}"
+            ": call .compute_chunk_sizes() on it first, so that its rows can be split over the replicas"
+        )
+    return value
+
+
+def _rows(array: Any) -> int:
+    return int(array.shape[0]) if array.ndim else 0
 
 
 def train(
@@ -226,8 +246,8 @@ def train(
     checkpoint_every, checkpoint_dir
         The parameter servers checkpoint at every multiple of
         ``checkpoint_every`` global steps (and the job at the end) into
-        ``checkpoint_dir`` (a temporary folder by default, removed by
-        ``job.close()``), which every PS worker must reach; a lost parameter
+        ``checkpoint_dir`` (by default a new temporary folder, which the job
+        leaves for ``resume_from``), which every PS worker must reach; a lost parameter
         server costs at most that many steps. ``resume_from`` restores a
         checkpoint (a name in ``checkpoint_dir``, e.g. ``"ckpt-0000000300"``) first.
     timeout_s
@@ -259,7 +279,7 @@ def train(
     config = optimizer_config(optimizer)
     tg = prepare(loss)
     arrays = _arrays_for(tg, data)
-    rows = {p: len(a) if a.ndim else 0 for p, a in zip(tg.placeholders, arrays)}
+    rows = {p: _rows(a) for p, a in zip(tg.placeholders, arrays)}
     if len(set(rows.values())) != 1:
         raise TrainingError(
             "data arrays must have the same number of rows, got " + ", ".join(f"{p}: {n}" for p, n in rows.items())
@@ -321,12 +341,12 @@ class Job:
         self._replica_at: dict[int, str] = {}
         self._placed: dict[int, str] = {}  # _replica_at as of the last look at the workers
         self._lost: dict[str, WorkerInfo] = {}  # the workers found gone, as they were last seen
-        self._shards: list[list[np.ndarray]] = []
+        self._shards: list[list[Any]] = []
         self._specs: list[ReplicaSpec] = []
         self._resubmits: dict[int, int] = {}
         self._removed: set[int] = set()  # replicas job.scale told to leave
         self._pending_k: tuple[int, set[int]] | None = None  # see _apply_pending_k
-        self._arrays: list[np.ndarray] = []  # the whole data, for replicas job.scale adds
+        self._arrays: list[Any] = []  # the whole data, for replicas job.scale adds
         self._batch_size = 0
         self._step = 0
         self._step_time = time.monotonic()
@@ -338,7 +358,7 @@ class Job:
         cls,
         cluster: Cluster,
         tg: TrainingGraph,
-        arrays: list[np.ndarray],
+        arrays: list[Any],
         optimizer: OptimizerConfig,
         training: TrainingConfig,
         replicas: int,
@@ -377,7 +397,7 @@ class Job:
             job._stop_name = f"cellgraph-stop-{job.job_id}"
             distributed.Event(job._stop_name, client=client).clear()
             workers = cluster.training_workers()[:replicas]
-            per = len(arrays[0]) // replicas
+            per = _rows(arrays[0]) // replicas
             job._arrays, job._batch_size = arrays, batch_size
             for i, worker in enumerate(workers):
                 job._shards.append([a[i * per : (i + 1) * per] for a in arrays])
@@ -409,9 +429,18 @@ class Job:
         return job
 
     def _submit(self, i: int, worker: str) -> Any:
-        """Scatter replica ``i``'s shard to ``worker`` and submit its task there (elsewhere if it is gone)."""
+        """Send replica ``i``'s shard to ``worker`` and submit its task there (elsewhere if it is gone).
+
+        A NumPy array's rows are scattered from this process; a ``dask.array``'s rows are computed on the
+        workers that hold (or load) its partitions, and go from there to the replica's worker.
+        """
+        import dask.array as da
+
         client = self.cluster.client
-        held = client.scatter(self._shards[i], workers=[worker], hash=False)
+        held = [
+            client.compute(part) if isinstance(part, da.Array) else client.scatter(part, workers=[worker], hash=False)
+            for part in self._shards[i]
+        ]
         attempt = self._resubmits.get(i, 0)
         return client.submit(
             _replica_task,
@@ -831,7 +860,7 @@ class Job:
             return self.wait_for_replicas(timeout)
         busy = {self._replica_at.get(i) for i in active}
         free = [w for w in workers if w not in busy]
-        total = len(self._arrays[0])
+        total = _rows(self._arrays[0])
         per = total // replicas
         if per < self._batch_size:
             raise TrainingError(

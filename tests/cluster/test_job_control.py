@@ -131,3 +131,43 @@ def test_a_job_resumes_from_another_jobs_checkpoint(cluster: Cluster, data: digi
         assert set(second.variables()) == set(trained)
     finally:
         second.close()
+
+
+@pytest.mark.slow
+def test_dask_array_data_is_computed_on_the_workers_and_trains(cluster: Cluster, data: digits.Split) -> None:
+    import operator
+
+    import dask
+    import dask.array as da
+
+    # The data set is loaded by a task on the workers: this process never holds the training rows.
+    loaded = dask.delayed(digits.load, pure=True)()
+    rows, features = data.x_train.shape
+    x = da.from_delayed(dask.delayed(operator.attrgetter("x_train"))(loaded), (rows, features), data.x_train.dtype)
+    y = da.from_delayed(dask.delayed(operator.attrgetter("y_train"))(loaded), (rows,), data.y_train.dtype)
+    x, y = x.rechunk((rows // 4, features)), y.rechunk(rows // 4)
+    model = models.mlp()
+    job = cg.train(
+        model.loss, (x, y), cluster=cluster, optimizer=cg.optim.Adam(1e-2), replicas=2, batch_size=32, steps=300
+    )
+    try:
+        # Each replica's shard is still a slice of the dask arrays: computed by the cluster for that replica's task.
+        assert all(isinstance(part, da.Array) for shard in job._shards for part in shard)
+        job.wait(TIMEOUT)
+        assert job.status == "finished"
+        logits = job.evaluate(model.logits, {model.x: data.x_test})
+        assert float((logits.argmax(axis=1) == data.y_test).mean()) >= 0.9
+    finally:
+        job.close()
+
+
+def test_a_dask_array_with_unknown_rows_is_refused_before_anything_starts(cluster: Cluster, data: digits.Split) -> None:
+    import dask.array as da
+
+    x = da.from_array(data.x_train, chunks=100)
+    x = x[x[:, 0] >= 0]  # a boolean mask: the rows are unknown until computed
+    model = models.mlp()
+    plugins = cluster.client.run(lambda dask_worker: sorted(dask_worker.plugins))
+    with pytest.raises(TrainingError, match="the dask array for placeholder 'x:0' has unknown chunk sizes: call "):
+        cg.train(model.loss, (x, data.y_train), cluster=cluster, replicas=2)
+    assert cluster.client.run(lambda dask_worker: sorted(dask_worker.plugins)) == plugins  # no PS was started
