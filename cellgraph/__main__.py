@@ -4,4 +4,5 @@ import sys
 
 from cellgraph.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing this module (tools, doctests) must not run the CLI
+    sys.exit(main())

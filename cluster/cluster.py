@@ -220,6 +220,16 @@ class Cluster:
         >>> cluster = Cluster.connect("tcp://scheduler.example.org:8786")  # doctest: +SKIP
         >>> cluster.assign(ps=1)  # doctest: +SKIP
         """
+        from distributed.comm import get_address_host_port
+
+        try:
+            # Parsed before any Client exists: a Client that fails to parse its address leaves Dask's shared event
+            # loop in a state that breaks the next Client of this process.
+            get_address_host_port(address)
+        except ValueError as err:  # no port, a port that is not a number, an unknown scheme
+            raise ClusterError(
+                f"{address!r} is not a Dask scheduler address ({err}): give one like tcp://host:8786 or tls://host:8786"
+            ) from err
         try:
             client = Client(address, security=security, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError) as err:

@@ -374,3 +374,20 @@ def test_cg_cluster_is_the_cluster_and_dask_loads_only_when_asked() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False", "True", "True"]
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("nonsense", "missing port number in address 'nonsense'"),
+        ("tcp://host:notaport", "invalid literal for int()"),
+        ("foo://x:1", "unknown address scheme 'foo'"),
+    ],
+)
+def test_connect_to_a_malformed_address_says_what_an_address_looks_like(address: str, why: str) -> None:
+    with pytest.raises(ClusterError) as info:
+        Cluster.connect(address, timeout=2.0)
+    message = str(info.value)
+    assert message.startswith(f"{address!r} is not a Dask scheduler address (")
+    assert why in message
+    assert message.endswith("): give one like tcp://host:8786 or tls://host:8786")
