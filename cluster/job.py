@@ -64,7 +64,7 @@ from .cluster import Cluster, ClusterError, WorkerInfo
 from .errors import ParameterServerError
 from .ps import OptimizerConfig, ParameterClient, TrainingConfig, new_token
 from .ps.checkpoint import list_checkpoints
-from .replica import ReplicaSpec, metrics_topic, run_replica
+from .replica import METRIC_KEYS, ReplicaSpec, metrics_topic, run_replica
 from .training_graph import TrainingError, TrainingGraph, prepare
 
 Status = Literal["running", "finished", "failed", "stopped"]
@@ -935,6 +935,18 @@ class Job:
         if self._ps is None:
             raise TrainingError(f"job {self.job_id} is closed: its parameter servers are gone")
         return self._ps.pull().values
+
+    def metrics_frame(self) -> Any:
+        """``job.metrics`` as a pandas ``DataFrame`` (one row per metrics message, ``METRIC_KEYS`` as columns)."""
+        try:
+            import pandas as pd
+        except ImportError as err:
+            raise TrainingError(
+                "job.metrics_frame() needs pandas (pip install pandas); job.metrics holds the same as a list of dicts"
+            ) from err
+        with self._lock:
+            rows = list(self.metrics)
+        return pd.DataFrame(rows, columns=list(METRIC_KEYS))
 
     def evaluate(self, fetches: Any, data: Mapping[Any, Any]) -> Any:
         """Run ``fetches`` of the loss's graph on ``data`` with the current trained variables, in this process."""

@@ -87,6 +87,7 @@ METRIC_KEYS = (
     "examples_per_s",  # rows trained on per second since the previous message (pushes and waits included)
     "step_time_s",  # mean seconds per step since the previous message (compute, push, pull, waits)
     "staleness",  # the largest staleness of the pushes since the previous message (0 in sync mode)
+    "ps_bytes",  # bytes of gradients pushed and values pulled by this replica so far (tensor payloads)
     "steps",  # steps this replica has done so far
     "final",  # True on the last message, sent as the replica returns
     "time",  # the replica's wall clock (time.time()) when the message was made
@@ -301,7 +302,8 @@ def _train(
                 continue  # this step's gradient was computed from values the restored servers no longer hold
         # A "stale" push was dropped; the values pulled with it are fresh all the same.
         step, values = pulled.global_step, pulled.values
-        meter.record(step, loss, time.perf_counter() - began, staleness)
+        traffic = sum(g.nbytes for g in grads.values()) + sum(v.nbytes for v in pulled.values.values())
+        meter.record(step, loss, time.perf_counter() - began, staleness, traffic)
     return False
 
 
@@ -464,6 +466,7 @@ class _Meter:
         self.last_emit = -math.inf  # the first step is reported at once
         self.window_start = time.perf_counter()
         self.last_message: dict[str, Any] | None = None
+        self.ps_bytes = 0
         self._reset_window()
 
     def start(self, step: int) -> None:
@@ -476,8 +479,9 @@ class _Meter:
         self.window_time = 0.0
         self.window_staleness = 0
 
-    def record(self, step: int, loss: float, seconds: float, staleness: int) -> None:
+    def record(self, step: int, loss: float, seconds: float, staleness: int, ps_bytes: int = 0) -> None:
         self.total_steps += 1
+        self.ps_bytes += ps_bytes
         self.step, self.loss = step, loss
         self.window_steps += 1
         self.window_time += seconds
@@ -507,6 +511,7 @@ class _Meter:
             "step": self.step,
             "loss": self.loss,
             **rates,
+            "ps_bytes": self.ps_bytes,
             "steps": self.total_steps,
             "final": final,
             "time": time.time(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -47,6 +48,9 @@ def test_a_sync_job_trains_the_mlp_across_processes(cluster: Cluster, data: digi
         assert shard["updates"] == 300 and shard["pushes_applied"] == 600 and shard["pushes_rejected"] == 0
         assert shard["bytes_in"] > 0 and shard["bytes_out"] > 0 and shard["calls"]["PushPull"] >= 600
         assert {m["replica"] for m in job.metrics} == {0, 1}
+        frame = job.metrics_frame()
+        assert len(frame) == len(job.metrics) and set(frame["replica"]) == {0, 1}
+        assert frame["ps_bytes"].max() > 0 and frame["step"].max() == 300
         assert any(m.get("final") for m in job.metrics)
         assert job.checkpoints, job.events
         assert any("finished at global step 300" in e for e in job.events)
@@ -96,3 +100,19 @@ def test_bad_arguments_fail_before_anything_starts(cluster: Cluster, data: digit
         cg.train(model.loss, xy, cluster=None)  # type: ignore[arg-type]
     # Nothing was started: no parameter servers, no tasks.
     assert cluster._jobs == {}
+
+
+def test_metrics_frame_without_pandas_says_what_to_install(
+    cluster: Cluster, data: digits.Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = models.mlp()
+    job = cg.train(model.loss, (data.x_train, data.y_train), cluster=cluster, replicas=2, batch_size=32, steps=10)
+    try:
+        job.wait(TIMEOUT)
+        monkeypatch.setitem(sys.modules, "pandas", None)  # what an environment without pandas gives `import pandas`
+        with pytest.raises(
+            TrainingError, match=r"job.metrics_frame\(\) needs pandas \(pip install pandas\); job.metrics"
+        ):
+            job.metrics_frame()
+    finally:
+        job.close()

@@ -212,6 +212,10 @@ def test_metrics_are_rate_limited_and_have_the_documented_keys() -> None:
     assert all(b - a >= interval * 0.99 for a, b in zip(times, times[1:]))
     assert [m["final"] for m in messages] == [False] * (len(messages) - 1) + [True]
     assert messages[-1]["steps"] == summary["steps"] and messages[-1]["step"] == summary["global_step"]
+    # Each step pushes a gradient and pulls a value of every variable.
+    per_step = 2 * sum(np.asarray(v).nbytes for v in tg.initial.values())
+    assert messages[-1]["ps_bytes"] == summary["steps"] * per_step
+    assert all(a["ps_bytes"] <= b["ps_bytes"] for a, b in zip(messages, messages[1:]))
 
 
 def test_replica_errors_name_the_replica_and_what_to_change() -> None:
