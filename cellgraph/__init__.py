@@ -125,6 +125,20 @@ __version__ = "0.1.0"
 from cellgraph import init, layers, losses, metrics, optim  # noqa: E402
 
 
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext cellgraph``: cell tracking and the magics (``cellgraph.kernel_ext``, imported only now)."""
+    from cellgraph.kernel_ext import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: object) -> None:
+    """``%unload_ext cellgraph``: the magics and cell tracking go; graphs, cluster and jobs stay."""
+    from cellgraph.kernel_ext import unload_ipython_extension as unload
+
+    unload(ipython)
+
+
 def __getattr__(name: str) -> object:
     """``cg.Cluster``, ``cg.train`` and ``cg.Job``: Dask is imported on first use, not by ``import cellgraph``."""
     if name in ("Cluster", "ClusterError"):

@@ -1,4 +1,4 @@
-"""The ``cellgraph`` command line: ``demo``, ``train`` and ``ps``.
+"""The ``cellgraph`` command line: ``demo``, ``train``, ``ps`` and ``install-kernel``.
 
 Exit status: 0 done; 1 training failed or (with ``--check``) an accuracy
 target was missed; 2 bad arguments, a missing extra or an unreachable
@@ -197,6 +197,38 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.set_defaults(run=_train, parser=train)
 
 
+def _install_kernel(args: argparse.Namespace) -> int:
+    from cellgraph.kernel_ext.kernelspec import KernelspecError, install
+
+    try:
+        path = install(args.name, args.display_name, user=args.user, prefix=args.prefix)
+    except KernelspecError as err:
+        args.parser.error(str(err))
+    except OSError as err:
+        print(
+            f"cellgraph install-kernel: error: could not write the kernelspec ({err}): "
+            "use --user to install for yourself, or --prefix for another folder",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"installed kernelspec {args.name!r} ({args.display_name}) in {path}: its kernels load cellgraph at start")
+    return 0
+
+
+def _add_install_kernel(commands: argparse._SubParsersAction) -> None:
+    from cellgraph.kernel_ext.kernelspec import DEFAULT_DISPLAY_NAME, DEFAULT_NAME
+
+    install = commands.add_parser(
+        "install-kernel",
+        help=f"install a Jupyter kernel, {DEFAULT_DISPLAY_NAME!r}, that loads the cellgraph extension at start",
+    )
+    install.add_argument("--user", action="store_true", help="install for this user only (~/.local/share/jupyter)")
+    install.add_argument("--name", default=DEFAULT_NAME, help=f"the kernelspec's name (default {DEFAULT_NAME})")
+    install.add_argument("--display-name", default=DEFAULT_DISPLAY_NAME, help="the name the notebook shows")
+    install.add_argument("--prefix", default=None, help="install under PREFIX/share/jupyter/kernels (e.g. a venv)")
+    install.set_defaults(run=_install_kernel, parser=install)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="cellgraph", description="Distributed machine learning from a notebook.")
     parser.add_argument("--version", action="version", version=f"cellgraph {__version__}")
@@ -206,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cellgraph.cluster.ps import command as ps_command
 
     ps_command.add_parser(commands)
+    _add_install_kernel(commands)
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)

@@ -1,0 +1,158 @@
+"""What the magics share: parsing a line, ``--help``, errors that print their usage, and names from the namespace.
+
+A magic given bad arguments raises ``UsageError``: IPython prints its message
+(here: the problem, then the magic's usage) without a traceback, and marks the
+cell as failed so that a notebook run stops there. Every check runs before the
+magic changes anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.utils.process import arg_split
+
+from cellgraph.dataflow.optimizers import SGD, Adam, Momentum, Optimizer
+
+NO_CLUSTER = "no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, or bind a cg.Cluster to `cluster`"
+USAGE_WIDTH = 100  # columns of a usage line in an error message
+# ``--optimizer NAME[:RATE]``: each optimizer, with the learning rate used when no RATE is given.
+OPTIMIZERS: dict[str, tuple[type[Optimizer], float]] = {
+    "adam": (Adam, 1e-3),
+    "momentum": (Momentum, 1e-2),
+    "sgd": (SGD, 1e-2),
+}
+
+
+def _prog(magic: Callable[..., Any], cell: bool) -> str:
+    return ("%%" if cell else "%") + magic.parser.prog  # type: ignore[attr-defined]
+
+
+def usage(magic: Callable[..., Any], cell: bool = False) -> str:
+    """``%train [-h] [--replicas N] ... LOSS``: the parser's usage, without IPython's reST prefix, wrapped anew."""
+    text: str = magic.parser.format_usage()  # type: ignore[attr-defined]
+    # "::", a blank line, then "  %name [options...]" wrapped for that prefix: keep the words only.
+    one_line = " ".join(text.split("%", 1)[1].split()[1:])
+    prog = _prog(magic, cell)
+    lines = [prog]
+    for part in re.findall(r"\[[^\]]*\]|\S+", one_line):  # "[--steps STEPS]" stays on one line
+        if len(lines[-1]) + 1 + len(part) > USAGE_WIDTH:
+            lines.append(" " * len(prog))
+        lines[-1] += " " + part
+    return "\n".join(lines)
+
+
+def help_text(magic: Callable[..., Any], cell: bool = False) -> str:
+    """The whole ``--help`` text, starting with the usage line."""
+    text: str = magic.parser.format_help()  # type: ignore[attr-defined]
+    # IPython's formatter writes "::", a blank line, the usage (maybe wrapped), a blank line, then the rest.
+    body = text.split("\n\n", 2)[2] if text.startswith("::") else text
+    return usage(magic, cell) + "\n\n" + body.strip() + "\n"
+
+
+def usage_error(magic: Callable[..., Any], problem: str, cell: bool = False) -> UsageError:
+    """The error a magic raises for bad arguments: what was wrong, then how to call it."""
+    return UsageError(
+        f"{_prog(magic, cell)}: {problem}\nusage: {usage(magic, cell)}\n(see {_prog(magic, cell)} --help)"
+    )
+
+
+def parse(magic: Callable[..., Any], line: str, cell: bool = False) -> argparse.Namespace | None:
+    """``line`` parsed by ``magic``'s ``magic_arguments`` parser; ``None`` after printing the help for ``-h``/``--help``.
+
+    Raises ``UsageError`` (problem and usage) for arguments the parser refuses.
+    """
+    try:
+        # POSIX rules take the quotes off ("--checkpoint-dir '/tmp/my run'"); IPython's default keeps them.
+        tokens = arg_split(line, posix=os.name == "posix", strict=True)
+    except ValueError as err:  # an unclosed quote
+        raise usage_error(magic, f"cannot split the arguments {line.strip()!r}: {err}", cell) from None
+    if "-h" in tokens or "--help" in tokens:
+        print(help_text(magic, cell))
+        return None
+    try:
+        args: argparse.Namespace = magic.parser.parse_args(tokens)  # type: ignore[attr-defined]
+    except UsageError as err:
+        raise usage_error(magic, str(err), cell) from None
+    return args
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """An argparse type: an integer of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer of 0 or more, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer of 0 or more, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def lookup(namespace: Mapping[str, Any], path: str, what: str) -> Any:
+    """The value of ``path`` (``loss`` or ``model.loss``) in the notebook's namespace; ``LookupError`` says why not.
+
+    Only names and attributes: a magic's arguments are never evaluated as code.
+    """
+    parts = path.split(".")
+    if not all(part.isidentifier() for part in parts):
+        raise LookupError(f"{what} {path!r} is not a name: give a variable of the notebook, or an attribute path "
+                          "such as model.loss")  # fmt: skip
+    if parts[0] not in namespace:
+        raise LookupError(f"{what} {path!r} is not defined in the notebook: run the cell that makes {parts[0]} first")
+    value = namespace[parts[0]]
+    for i, part in enumerate(parts[1:], start=1):
+        if not hasattr(value, part):
+            owner = ".".join(parts[:i])
+            raise LookupError(f"{what} {path!r}: {owner} (a {type(value).__name__}) has no attribute {part!r}")
+        value = getattr(value, part)
+    return value
+
+
+def optimizer(spec: str) -> Optimizer:
+    """``adam:1e-3`` as ``cg.optim.Adam(1e-3)``: ``sgd``, ``momentum`` or ``adam``, and a learning rate (optional).
+
+    Raises ``ValueError`` naming what is wrong with ``spec``.
+    """
+    name, _, rate = spec.partition(":")
+    known = ", ".join(sorted(OPTIMIZERS))
+    entry = OPTIMIZERS.get(name.strip().lower())
+    if entry is None:
+        raise ValueError(f"--optimizer {spec!r}: unknown optimizer {name!r}; known: {known} (e.g. adam:1e-3)")
+    cls, default_rate = entry
+    if not rate:
+        return cls(default_rate)
+    try:
+        learning_rate = float(rate)
+    except ValueError:
+        raise ValueError(f"--optimizer {spec!r}: the learning rate {rate!r} is not a number (e.g. adam:1e-3)") from None
+    try:
+        return cls(learning_rate)
+    except ValueError as err:  # the optimizer's own check: a rate of 0 or less
+        raise ValueError(f"--optimizer {spec!r}: {err}") from None

@@ -1,0 +1,156 @@
+"""Cell tracking: each notebook cell runs inside ``cg.cell_scope``, so re-running it replaces its nodes.
+
+IPython's ``pre_run_cell`` event opens the scope (on the default graph, and on
+every named graph that holds nodes of the same cell) and ``post_run_cell``
+closes it, passing on the cell's error so that a cell that raises leaves every
+graph as it was. JupyterLab, Notebook 7 and VS Code send a cell id with each
+execution; a front end that sends none (the IPython terminal) gets the cell's
+source as its id instead, and is told so once (on stderr).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import sys
+import warnings
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import IPython
+
+from cellgraph.dataflow.cells import CellgraphWarning, CellRun, cell_scope
+from cellgraph.dataflow.graph import Graph, get_default_graph
+
+# What to subtract from shell.execution_count during a cell to get its ``In [n]``: the IPython 9 here counts a
+# cell before it sends pre_run_cell, IPython 8 afterwards. A first guess: post_run_cell checks it on every cell.
+_FIRST_GUESS_OFFSET = 1 if IPython.version_info[0] >= 9 else 0
+
+NO_CELL_IDS = (
+    "cellgraph: this front end sends no cell ids (JupyterLab, Notebook 7 and VS Code do), so a cell is known "
+    "by its source: re-running the same source replaces its nodes, but an edited cell adds new ones next to "
+    "the old. Start a new graph with cg.reset_default_graph(), or use a front end that sends cell ids"
+)
+
+
+@dataclass
+class ActiveCell:
+    """The cell that runs now: its id, its label (``[n]``), and the cell scope open on each graph."""
+
+    info: Any  # IPython's ExecutionInfo: post_run_cell hands the same object back
+    cell_id: str
+    label: str | None
+    scopes: list[tuple[Graph, AbstractContextManager[CellRun]]] = field(default_factory=list)
+    runs: list[CellRun] = field(default_factory=list)
+
+    def join(self, graph: Graph) -> None:
+        """Open this cell's scope on ``graph`` too (no-op if it is open there already)."""
+        if any(g is graph for g, _ in self.scopes):
+            return
+        # As the default too: cell_scope takes ``graph or get_default_graph()``, and an empty graph is falsy.
+        with graph.as_default():
+            scope = cell_scope(self.cell_id, self.label, graph)
+            self.runs.append(scope.__enter__())
+        self.scopes.append((graph, scope))
+
+    def relabel(self, label: str) -> None:
+        """Call the cell ``label`` from now on, in the nodes it made so far too."""
+        self.label = label
+        for run in self.runs:
+            run.label = label
+            for node in run.new:
+                node.cell_label = label
+
+
+class CellTracker:
+    """Opens a cell scope when a cell starts and closes it, committing or rolling back, when it ends."""
+
+    def __init__(self, shell: Any, named_graphs: Callable[[], Iterable[Graph]]) -> None:
+        self.shell = shell
+        self._named_graphs = named_graphs
+        self.active: ActiveCell | None = None
+        self._told_no_cell_ids = False
+        self._count_offset = _FIRST_GUESS_OFFSET
+
+    def cell_number(self) -> int:
+        """The ``n`` of ``In [n]`` for the cell that runs now (while it runs)."""
+        return int(self.shell.execution_count) - self._count_offset
+
+    def register(self) -> None:
+        self.shell.events.register("pre_run_cell", self.pre_run_cell)
+        self.shell.events.register("post_run_cell", self.post_run_cell)
+
+    def unregister(self) -> None:
+        """Stop tracking; a cell running now (``%unload_ext cellgraph`` itself) keeps what it made so far."""
+        for event, callback in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
+            with contextlib.suppress(ValueError):  # not registered: unregistering twice is harmless
+                self.shell.events.unregister(event, callback)
+        if self.active is not None:
+            self._close(None)
+
+    def pre_run_cell(self, info: Any) -> None:
+        if self.active is not None:
+            # A cell run from inside a cell (``%%capture`` does that): its nodes belong to the outer cell.
+            return
+        cell_id = getattr(info, "cell_id", None)
+        if not cell_id:
+            cell_id = "source-" + hashlib.sha1(info.raw_cell.encode(), usedforsecurity=False).hexdigest()[:12]
+            if not self._told_no_cell_ids:
+                self._told_no_cell_ids = True
+                print(NO_CELL_IDS, file=sys.stderr)
+        label = f"[{self.cell_number()}]" if info.store_history else None
+        active = ActiveCell(info, str(cell_id), label)
+        # The default graph, and every named graph this cell built into last time: an edited cell that now
+        # builds elsewhere must take its old nodes away from there too.
+        graphs = [get_default_graph()]
+        graphs += [g for g in self._named_graphs() if active.cell_id in g.cells and g is not graphs[0]]
+        try:
+            for graph in graphs:
+                active.join(graph)
+        except BaseException as err:
+            _close_scopes(active, err)
+            raise
+        self.active = active
+
+    def post_run_cell(self, result: Any) -> None:
+        active = self.active
+        if active is None:
+            return
+        if result is None:  # IPython failed before it had a result: the cell did not finish
+            self._close(RuntimeError("the cell did not finish"))
+            return
+        if result.info is not active.info:
+            return  # a cell run from inside the active one, or an empty cell (no pre_run_cell)
+        number = result.execution_count
+        if active.label is not None and number is not None and active.label != f"[{number}]":
+            # This IPython counts cells at another moment than guessed: learn it, and put this cell's labels right.
+            self._count_offset += int(active.label[1:-1]) - number
+            active.relabel(f"[{number}]")
+        self._close(result.error_before_exec or result.error_in_exec)
+
+    def _close(self, error: BaseException | None) -> None:
+        active, self.active = self.active, None
+        if active is not None:
+            _close_scopes(active, error)
+
+
+def _close_scopes(active: ActiveCell, error: BaseException | None) -> None:
+    """Commit (no error) or roll back every scope of ``active``, last opened first, even if one fails."""
+    exc_info: tuple[type[BaseException] | None, BaseException | None, TracebackType | None] = (None, None, None)
+    if error is not None:
+        exc_info = (type(error), error, error.__traceback__)
+    failures = []
+    # Python's default filter shows a warning once per place and text; a re-run cell must say again
+    # what it made stale.
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", CellgraphWarning)
+        for _, scope in reversed(active.scopes):
+            try:
+                scope.__exit__(*exc_info)
+            except Exception as err:  # every scope must close, whatever the others do
+                failures.append(err)
+    if failures:
+        raise failures[0]

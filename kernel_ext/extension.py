@@ -1,0 +1,136 @@
+"""``%load_ext cellgraph``: what the extension keeps per shell, and loading and unloading it.
+
+Loading registers the magics and the cell tracker's hooks; loading again does
+nothing more. Unloading takes them away but keeps the named graphs, the cluster
+and the jobs (they live on in the notebook's namespace), so that
+``%reload_ext cellgraph`` finds them again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from cellgraph.dataflow.graph import Graph
+
+from .cells import CellTracker
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.core.magic import Magics
+
+    from cellgraph.cluster.cluster import Cluster
+    from cellgraph.cluster.job import Job
+
+_ATTRIBUTE = "_cellgraph_extension"  # where a shell keeps its Extension
+
+
+class Extension:
+    """One shell's cellgraph state: named graphs, the cell tracker, and the cluster and jobs the magics started."""
+
+    def __init__(self, shell: InteractiveShell) -> None:
+        self.shell = shell
+        self.graphs: dict[str, Graph] = {}
+        self.tracker = CellTracker(shell, lambda: list(self.graphs.values()))
+        self.cluster: Cluster | None = None
+        self.jobs: list[Job] = []
+        self.magics: list[Magics] = []
+        self.loaded = False
+        self._atexit = False
+
+    def current_cluster(self) -> Cluster | None:
+        """The open cluster the magics work on: the one ``%cluster`` started, else a ``cg.Cluster`` named ``cluster``."""
+        if self.cluster is not None and not self.cluster.closed:
+            return self.cluster
+        candidate = self.shell.user_ns.get("cluster")
+        if candidate is None:
+            return None
+        from cellgraph.cluster.cluster import Cluster
+
+        return candidate if isinstance(candidate, Cluster) and not candidate.closed else None
+
+    def adopt_cluster(self, cluster: Cluster) -> None:
+        """Keep ``cluster`` as the current one, bound to ``cluster`` in the namespace, and close it at exit."""
+        self.cluster = cluster
+        self.shell.user_ns["cluster"] = cluster
+        if not self._atexit:
+            # A kernel that exits (shutdown, restart) must not leave the LocalCluster's processes behind.
+            atexit.register(self._close_at_exit)
+            self._atexit = True
+
+    def _close_at_exit(self) -> None:
+        # At exit the shell may be half torn down; there is no one left to tell of a failure.
+        with contextlib.suppress(Exception):
+            self.close_cluster()
+
+    def close_cluster(self) -> Cluster | None:
+        """Close the current cluster and the jobs the magics started on it; return it (``None`` if none was open)."""
+        cluster = self.current_cluster()
+        if cluster is None:
+            return None
+        for job in [j for j in self.jobs if j.cluster is cluster]:
+            with contextlib.suppress(Exception):  # the cluster closes anyway; its job's processes go with it
+                job.close()
+            self.jobs.remove(job)
+        cluster.close()
+        if self.shell.user_ns.get("cluster") is cluster:
+            del self.shell.user_ns["cluster"]
+        if self.cluster is cluster:
+            self.cluster = None
+        return cluster
+
+
+def extension_of(shell: InteractiveShell) -> Extension:
+    """The shell's Extension, made on first use."""
+    ext = getattr(shell, _ATTRIBUTE, None)
+    if ext is None:
+        ext = Extension(shell)
+        setattr(shell, _ATTRIBUTE, ext)
+    return ext
+
+
+def named_graphs(shell: InteractiveShell | None = None) -> dict[str, Graph]:
+    """The named graphs of ``shell`` (default: the running one); ``cellgraph.kernel_ext.named_graphs`` calls this."""
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is None:
+            raise RuntimeError("named_graphs() needs a running IPython (a notebook kernel); none is running")
+    return extension_of(shell).graphs
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics and the cell tracker (``%load_ext cellgraph``); loading twice does nothing more."""
+    from .magics_cluster import ClusterMagics
+    from .magics_graph import GraphMagics
+    from .magics_train import TrainMagics
+
+    ext = extension_of(ipython)
+    if ext.loaded:
+        return
+    ext.magics = [GraphMagics(ipython, ext), ClusterMagics(ipython, ext), TrainMagics(ipython, ext)]
+    for magics in ext.magics:
+        ipython.register_magics(magics)
+    ext.tracker.register()
+    ext.loaded = True
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Take the magics and the cell tracker away (``%unload_ext cellgraph``); graphs, cluster and jobs stay."""
+    ext = extension_of(ipython)
+    if not ext.loaded:
+        return
+    ext.tracker.unregister()
+    manager = ipython.magics_manager
+    for magics in ext.magics:
+        for kind, table in magics.magics.items():
+            for name, method in table.items():
+                # Only our own entry: a magic of the same name registered later by someone else stays.
+                if manager.magics[kind].get(name) == method:
+                    del manager.magics[kind][name]
+        if manager.registry.get(type(magics).__name__) is magics:
+            del manager.registry[type(magics).__name__]
+    ext.magics = []
+    ext.loaded = False

@@ -1,0 +1,143 @@
+"""``%cluster up | connect ADDRESS | status | scale N | down``: a ``cg.Cluster`` kept in the namespace as ``cluster``."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from cellgraph.dataflow.errors import CellgraphError
+
+from .arguments import count, parse, positive_float, positive_int, usage_error
+from .display import show_as
+
+if TYPE_CHECKING:
+    import argparse
+
+    from cellgraph.cluster.cluster import Cluster
+
+    from .extension import Extension
+
+ACTIONS = ("up", "connect", "status", "scale", "down")
+UP_OPTIONS = {"workers": "--workers", "ps": "--ps", "gpus": "--gpus", "threads": "--threads"}
+# How often %cluster scale looks at the scheduler's workers while it waits for them to come or go.
+SCALE_POLL_S = 0.2
+
+
+@magics_class
+class ClusterMagics(Magics):
+    """``%cluster``."""
+
+    def __init__(self, shell: Any, ext: Extension) -> None:
+        super().__init__(shell)
+        self.ext = ext
+
+    @magic_arguments()
+    @argument("-h", "--help", action="store_true", help="show this help and do nothing")
+    @argument("--workers", type=positive_int, default=None, help="up: training worker processes (default 2)")
+    @argument("--ps", type=count, default=None, help="up: parameter-server processes (default 1)")
+    @argument("--gpus", type=count, default=None, help="up: GPUs each training worker offers (default none)")
+    @argument("--threads", type=positive_int, default=None, help="up: threads per worker process (default 1)")
+    @argument("--timeout", type=positive_float, default=60.0, help="seconds to wait for the workers (default 60)")
+    @argument("action", choices=ACTIONS, metavar="{up,connect,status,scale,down}", help="what to do")
+    @argument("value", nargs="?", metavar="ADDRESS|N", help="connect: the scheduler's address; scale: training workers")
+    @line_magic
+    def cluster(self, line: str) -> None:
+        """Start, join, show, scale or close the cluster that %train and %placement use.
+
+        up starts a local Dask cluster (processes on this machine); connect joins
+        the scheduler at ADDRESS (tcp://host:8786); status shows the cluster;
+        scale N makes a local cluster's training workers N; down closes the cluster
+        (and the jobs %train started on it). The cluster is bound to `cluster`.
+        """
+        args = parse(self.cluster, line)
+        if args is None:
+            return
+        self._check(args)
+        if args.action == "up":
+            self._up(args)
+        elif args.action == "connect":
+            self._connect(args)
+        elif args.action == "status":
+            self._status()
+        elif args.action == "scale":
+            self._scale(int(args.value), args.timeout)
+        else:
+            self._down()
+
+    def _check(self, args: argparse.Namespace) -> None:
+        """Every problem with the arguments taken together, before anything starts."""
+        given = [flag for key, flag in UP_OPTIONS.items() if getattr(args, key) is not None]
+        if given and args.action != "up":
+            raise usage_error(self.cluster, f"{', '.join(given)} only go with %cluster up, not {args.action}")
+        if args.action == "connect" and args.value is None:
+            raise usage_error(
+                self.cluster, "connect needs the scheduler's ADDRESS, e.g. %cluster connect tcp://host:8786"
+            )
+        if args.action == "scale":
+            if args.value is None or not re.fullmatch(r"[0-9]+", args.value) or int(args.value) < 1:
+                raise usage_error(
+                    self.cluster, f"scale needs N, a number of training workers of 1 or more, got {args.value!r}"
+                )
+        elif args.action != "connect" and args.value is not None:
+            raise usage_error(self.cluster, f"{args.action} takes no {args.value!r}")
+        current = self.ext.current_cluster()
+        if args.action in ("up", "connect") and current is not None:
+            raise usage_error(
+                self.cluster, f"a cluster is up already ({current.scheduler_address}): %cluster down first"
+            )
+        if args.action == "scale" and current is None:
+            raise usage_error(self.cluster, "no cluster is up to scale: %cluster up first")
+
+    def _up(self, args: argparse.Namespace) -> None:
+        from cellgraph.cluster.cluster import Cluster
+
+        options = {"workers": args.workers or 2, "ps": 1 if args.ps is None else args.ps}
+        try:
+            cluster = Cluster.local(
+                **options, threads_per_worker=args.threads or 1, gpus=args.gpus, timeout=args.timeout
+            )
+        except CellgraphError as err:
+            raise UsageError(f"%cluster up: {err}") from None
+        self._adopt(cluster)
+
+    def _connect(self, args: argparse.Namespace) -> None:
+        from cellgraph.cluster.cluster import Cluster
+
+        try:
+            cluster = Cluster.connect(args.value, timeout=args.timeout)
+        except CellgraphError as err:
+            raise UsageError(f"%cluster connect: {err}") from None
+        self._adopt(cluster)
+
+    def _adopt(self, cluster: Cluster) -> None:
+        self.ext.adopt_cluster(cluster)
+        show_as("cluster_view", "ClusterView", cluster)
+
+    def _status(self) -> None:
+        cluster = self.ext.current_cluster()
+        if cluster is None:
+            print("no cluster is up: %cluster up starts one on this machine, %cluster connect ADDRESS joins one")
+            return
+        show_as("cluster_view", "ClusterView", cluster)
+
+    def _down(self) -> None:
+        cluster = self.ext.close_cluster()
+        if cluster is None:
+            print("no cluster is up: nothing to close")
+        else:
+            print(f"closed the cluster at {cluster.scheduler_address}")
+
+    def _scale(self, n: int, timeout: float) -> None:
+        cluster = self.ext.current_cluster()
+        assert cluster is not None  # _check made sure
+        before = len(cluster.training_workers())
+        try:
+            cluster.scale(n, timeout)
+        except CellgraphError as err:
+            raise UsageError(f"%cluster {err}") from None
+        print(f"training workers: {before} -> {n}")
+        show_as("cluster_view", "ClusterView", cluster)

@@ -1,0 +1,110 @@
+"""``%train LOSS [--replicas N --steps S --mode sync|async --optimizer adam:1e-3 --batch-size B --data X,y ...]``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from cellgraph.dataflow.errors import CellgraphError
+from cellgraph.dataflow.graph import Tensor
+from cellgraph.dataflow.optimizers import Optimizer
+
+from .arguments import NO_CLUSTER, OPTIMIZERS, count, lookup, optimizer, parse, positive_int, usage_error
+from .display import show_as
+
+if TYPE_CHECKING:
+    import argparse
+
+    from .extension import Extension
+
+
+@magics_class
+class TrainMagics(Magics):
+    """``%train``."""
+
+    def __init__(self, shell: Any, ext: Extension) -> None:
+        super().__init__(shell)
+        self.ext = ext
+
+    @magic_arguments()
+    @argument("-h", "--help", action="store_true", help="show this help and do nothing")
+    @argument("--data", metavar="X,y", help="the training arrays, one per placeholder the loss needs, by name")
+    @argument("--replicas", type=positive_int, default=None, help="default: one per training worker")
+    @argument("--steps", type=count, default=1000, help="global steps (default 1000)")
+    @argument("--mode", choices=["sync", "async"], default="sync", help="default sync")
+    @argument(
+        "--optimizer",
+        default="adam:1e-3",
+        metavar="NAME:RATE",
+        help=f"{', '.join(sorted(OPTIMIZERS))}; default adam:1e-3",
+    )
+    @argument("--batch-size", type=positive_int, default=64, help="rows per replica per step (default 64)")
+    @argument(
+        "--replicas-to-aggregate", type=positive_int, default=None, help="sync: gradients per step (default: all)"
+    )
+    @argument("--max-staleness", type=count, default=None, help="async: how many versions a gradient may lag")
+    @argument(
+        "--checkpoint-every", type=positive_int, default=100, help="global steps between checkpoints (default 100)"
+    )
+    @argument("--checkpoint-dir", default=None, help="default: a new temporary folder")
+    @argument("--no-show", action="store_true", help="do not display the training monitor")
+    @argument("loss", metavar="LOSS", help="the loss tensor, by name (loss, or model.loss)")
+    @line_magic
+    def train(self, line: str) -> None:
+        """Launch cg.train(LOSS, ...) on the current cluster, bind the job to `job`, show its monitor, and return at once.
+
+        Names (LOSS, and each of --data) are looked up in the notebook; nothing is evaluated.
+        Example: %train model.loss --data x_train,y_train --steps 300 --optimizer adam:1e-2
+        Then: job.wait(), job.stop(), job.variables().
+        """
+        args = parse(self.train, line)
+        if args is None:
+            return
+        loss, data, opt = self._resolve(args)
+        cluster = self.ext.current_cluster()
+        if cluster is None:
+            raise usage_error(self.train, NO_CLUSTER)
+        for running in self.ext.jobs:
+            if running.cluster is cluster and running.status == "running":
+                raise usage_error(
+                    self.train,
+                    f"job {running.job_id} is still running on this cluster: job.stop() (or job.close()) first",
+                )
+        from cellgraph.cluster.job import train
+
+        try:
+            job = train(
+                loss, data, cluster=cluster, optimizer=opt, mode=args.mode, steps=args.steps,
+                replicas=args.replicas or len(cluster.training_workers()), batch_size=args.batch_size,
+                replicas_to_aggregate=args.replicas_to_aggregate, max_staleness=args.max_staleness,
+                checkpoint_every=args.checkpoint_every, checkpoint_dir=args.checkpoint_dir,
+            )  # fmt: skip
+        except CellgraphError as err:  # cg.train checks everything it can before it starts anything
+            raise UsageError(f"%train: {err}") from None
+        self.ext.jobs.append(job)
+        assert self.shell is not None
+        self.shell.user_ns["job"] = job
+        if not args.no_show:
+            show_as("training_monitor", "TrainingMonitor", job)
+
+    def _resolve(self, args: argparse.Namespace) -> tuple[Tensor, Any, Optimizer]:
+        """The loss tensor, the data and the optimizer the arguments name; a ``UsageError`` for the first one wrong."""
+        assert self.shell is not None
+        ns = self.shell.user_ns
+        try:
+            loss = lookup(ns, args.loss, "LOSS")
+            if args.data is None:
+                raise LookupError("--data is missing: name the training arrays, e.g. --data x_train,y_train")
+            names = [name.strip() for name in args.data.split(",")]
+            values = [lookup(ns, name, "--data") for name in names]
+            opt = optimizer(args.optimizer)
+        except (LookupError, ValueError) as err:
+            raise usage_error(self.train, str(err)) from None
+        if not isinstance(loss, Tensor):
+            raise usage_error(self.train, f"LOSS {args.loss!r} is a {type(loss).__name__}, not a cg.Tensor")
+        # One name may hold all the data: a tuple of arrays, or a dict {placeholder: array}.
+        data = values[0] if len(values) == 1 and isinstance(values[0], tuple | dict) else tuple(values)
+        return loss, data, opt

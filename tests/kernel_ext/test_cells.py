@@ -1,0 +1,115 @@
+"""Cells run inside cell scopes: a re-run replaces its nodes, a failing cell changes nothing, no cell id is told once."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+import cellgraph as cg
+from cellgraph.kernel_ext.cells import NO_CELL_IDS
+
+from .shells import names, ok, run
+
+DENSE = "x = cg.placeholder((None, 4), name='x')\nh = cg.layers.dense(x, 3, name='dense')"
+
+
+def test_rerunning_a_cell_replaces_its_nodes(shell: InteractiveShell) -> None:
+    ok(shell, "import cellgraph as cg")
+    ok(shell, DENSE, cell_id="a")
+    first = names(cg.get_default_graph())
+    for _ in range(3):
+        last = ok(shell, DENSE, cell_id="a")
+    graph = cg.get_default_graph()
+    assert names(graph) == first == ["x", "dense/kernel", "dense/matmul", "dense/bias", "dense/bias_add"]
+    assert graph.cells == {"a": first}
+    # The nodes say which run of the cell made them, and on which line, as Jupyter numbers them.
+    node = graph.node("dense/matmul")
+    assert (node.cell, node.cell_label, node.line) == ("a", f"[{last.execution_count}]", 2)
+    assert shell.user_ns["h"].node is graph.node("dense/bias_add")
+
+
+def test_an_edited_cell_replaces_what_it_made_and_other_cells_keep_theirs(shell: InteractiveShell) -> None:
+    ok(shell, "import cellgraph as cg")
+    ok(shell, DENSE, cell_id="a")
+    ok(shell, "y = cg.placeholder((2,), name='y')", cell_id="b")
+    ok(shell, "x = cg.placeholder((None, 4), name='x')", cell_id="a")
+    assert names(cg.get_default_graph()) == ["y", "x"]
+
+
+def test_a_cell_that_raises_leaves_the_graph_as_it_was(shell: InteractiveShell) -> None:
+    ok(shell, "import cellgraph as cg")
+    ok(shell, DENSE, cell_id="a")
+    graph = cg.get_default_graph()
+    before = list(graph.nodes)
+    version = graph.version
+    # A re-run of the same cell that fails half way: its old nodes come back, its new ones go.
+    result = run(shell, "x = cg.placeholder((None, 4), name='x')\nz = cg.placeholder((1,), name='z')\n1 / 0", "a")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    assert graph.nodes == before
+    # A new cell that fails at build time (a shape error), and one that does not even parse.
+    result = run(shell, "w = cg.placeholder((3,), name='w')\ncg.matmul(w, w)", "b")
+    assert isinstance(result.error_in_exec, cg.ShapeError)
+    assert f"MatMul 'matmul' (cell [{result.execution_count}], line 2): expects two matrices" in str(
+        result.error_in_exec
+    )
+    result = run(shell, "w = cg.placeholder((3,), name='w'", "c")
+    assert result.error_before_exec is not None
+    assert graph.nodes == before and "b" not in graph.cells and "c" not in graph.cells
+    assert graph.version >= version
+    # The graph still takes cells afterwards.
+    ok(shell, "w = cg.placeholder((3,), name='w')", "b")
+    assert names(graph)[-1] == "w"
+
+
+def test_rerunning_a_cell_says_again_which_cells_went_stale(shell: InteractiveShell) -> None:
+    ok(shell, "import cellgraph as cg")
+    ok(shell, "h = cg.layers.dense(cg.placeholder((None, 4), name='x'), 8, name='hidden')", "a")
+    b = ok(shell, "out = cg.layers.dense(h, 3, name='out')", "b").execution_count
+    stale = rf"re-running cell \[\d+\] made nodes in cell\(s\) \[{b}\] stale; re-run cell\(s\) \[{b}\]"
+    for run_ in range(2):  # Python shows a warning once per place and text; a notebook must see it each time
+        with warnings.catch_warnings(record=True) as caught:
+            ok(shell, "h = cg.layers.dense(cg.placeholder((None, 4), name='x'), 16, name='hidden')", "a")
+        said = [str(w.message) for w in caught if w.category is cg.CellgraphWarning]
+        assert any(re.fullmatch(stale, text) for text in said), said
+        resized = any("variable 'hidden/kernel'" in text and "it is re-initialised" in text for text in said)
+        assert resized == (run_ == 0), said  # the second run keeps the shape
+
+
+def test_without_cell_ids_the_source_is_the_cell_and_the_user_is_told_once(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok(shell, "import cellgraph as cg", cell_id=None)
+    assert NO_CELL_IDS in capsys.readouterr().err
+    ok(shell, DENSE, cell_id=None)
+    ok(shell, DENSE, cell_id=None)
+    assert names(cg.get_default_graph()) == ["x", "dense/kernel", "dense/matmul", "dense/bias", "dense/bias_add"]
+    ok(shell, "y = cg.placeholder((2,), name='y')", cell_id=None)
+    assert names(cg.get_default_graph())[-1] == "y"
+    assert "cell ids" not in capsys.readouterr().err
+
+
+def test_a_cell_run_from_inside_a_cell_belongs_to_the_outer_one(shell: InteractiveShell) -> None:
+    ok(shell, "import cellgraph as cg")
+    # %%capture runs its body with run_cell: pre_run_cell fires again inside the cell.
+    source = "%%capture\nx = cg.placeholder((2,), name='x')"
+    ok(shell, source, "a")
+    ok(shell, source, "a")
+    assert cg.get_default_graph().cells == {"a": ["x"]}
+    ok(shell, "", "b")  # an empty cell sends post_run_cell without pre_run_cell
+    ok(shell, "y = cg.placeholder((2,), name='y')", "c")
+    assert names(cg.get_default_graph()) == ["x", "y"]
+
+
+def test_cell_labels_follow_in_numbers_whenever_ipython_counts(shell: InteractiveShell) -> None:
+    from cellgraph.kernel_ext.extension import extension_of
+
+    tracker = extension_of(shell).tracker
+    tracker._count_offset += 1  # as if this IPython counted cells at the other moment
+    ok(shell, "import cellgraph as cg")
+    first = ok(shell, "x = cg.placeholder((2,), name='x')", "a")
+    assert cg.get_default_graph().node("x").cell_label == f"[{first.execution_count}]"  # put right afterwards
+    second = ok(shell, "y = cg.placeholder((2,), name='y')", "b")
+    assert cg.get_default_graph().node("y").cell_label == f"[{second.execution_count}]"

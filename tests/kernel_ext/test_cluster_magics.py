@@ -1,0 +1,151 @@
+"""%cluster, %placement and %train on a real LocalCluster, as a notebook uses them: up, place, train, scale, down."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from cellgraph.cluster.cluster import Cluster
+from cellgraph.cluster.job import Job
+from cellgraph.kernel_ext.display import PlacementTable
+from cellgraph.kernel_ext.extension import extension_of
+
+from .shells import new_shell, ok, refused
+
+TIMEOUT = 120.0
+PS, WORKER = "/job:ps/task:0/device:cpu:0", "/job:worker/task:0/device:cpu:0"
+# The digits MLP, built in a cell into the default graph, as a notebook would.
+MODEL = """\
+import cellgraph as cg
+from cellgraph.examples import digits
+data = digits.load()
+x = cg.placeholder((None, 64), "float32", name="x")
+y = cg.placeholder((None,), "int32", name="y")
+logits = cg.layers.dense(cg.layers.dense(x, 32, activation="relu", name="hidden"), 10, name="logits")
+loss = cg.losses.sparse_softmax_cross_entropy(logits, y)
+"""
+DATA = "--data data.x_train,data.y_train"
+
+
+@pytest.fixture(scope="module")
+def notebook() -> Iterator[InteractiveShell]:
+    """A shell with the MLP built and ``%cluster up --workers 2 --ps 1`` run; ``%cluster down`` at the end, whatever happens."""
+    for shell in new_shell():
+        try:
+            ok(shell, MODEL)
+            ok(shell, "%cluster up --workers 2 --ps 1")
+            yield shell
+        finally:
+            ok(shell, "%cluster down")
+            assert extension_of(shell).current_cluster() is None
+
+
+def kind_of(name: str) -> type | None:
+    """The widget class, or None where it cannot be imported (the magics then show the object itself)."""
+    import importlib
+
+    module, cls = (
+        {"ClusterView": "cluster_view", "TrainingMonitor": "training_monitor", "GraphView": "graph_view"}[name],
+        name,
+    )
+    try:
+        return getattr(importlib.import_module(f"cellgraph.widgets.{module}"), cls)  # type: ignore[no-any-return]
+    except ImportError:
+        return None
+
+
+def assert_shown_as(item: Any, widget: str, obj: Any) -> None:
+    cls = kind_of(widget)
+    assert isinstance(item, cls) if cls is not None else item is obj, item
+
+
+@pytest.mark.slow
+def test_cluster_up_binds_a_local_cluster(
+    notebook: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
+) -> None:
+    cluster = notebook.user_ns["cluster"]
+    assert isinstance(cluster, Cluster) and cluster.kind == "local" and not cluster.closed
+    assert len(cluster.ps_workers()) == 1 and len(cluster.training_workers()) == 2
+    ok(notebook, "%cluster status")
+    assert len(shown) == 1
+    assert_shown_as(shown[0], "ClusterView", cluster)
+    err = refused(notebook, capsys, "%cluster up --workers 3")
+    assert f"%cluster: a cluster is up already ({cluster.scheduler_address}): %cluster down first" in err
+    assert notebook.user_ns["cluster"] is cluster and len(cluster.training_workers()) == 2
+
+
+@pytest.mark.slow
+def test_placement_shows_the_graph_by_device_and_a_table(notebook: InteractiveShell, shown: list[Any]) -> None:
+    ok(notebook, "%placement")
+    view, table = shown
+    assert isinstance(table, PlacementTable)
+    placement = table.placement
+    assert view.placement is placement if kind_of("GraphView") else view is notebook.user_ns["cg"].get_default_graph()
+    rows = {node: (op, device, reason) for node, op, device, reason in table.rows()}
+    assert rows["hidden/kernel"][:2] == ("Variable", PS) and "ps" in rows["hidden/kernel"][2]
+    assert rows["hidden/matmul"][:2] == ("MatMul", WORKER)
+    html = table._repr_html_()
+    assert html.startswith("<table>") and "<td style='text-align:left'>hidden/kernel</td>" in html
+    assert f"ps load {PS}:" in html and "hidden/kernel" in repr(table) and "reason" in repr(table)
+
+
+@pytest.mark.slow
+def test_train_launches_a_job_binds_it_and_returns_at_once(
+    notebook: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
+) -> None:
+    start = time.monotonic()
+    ok(notebook, f"%train loss {DATA} --mode async --steps 1000000 --batch-size 32 --checkpoint-every 1000")
+    launched_in = time.monotonic() - start
+    job = notebook.user_ns["job"]
+    try:
+        assert isinstance(job, Job) and job.status == "running" and job.replicas == 2
+        assert launched_in < 60, f"%train took {launched_in:.1f} s to return"
+        assert_shown_as(shown[0], "TrainingMonitor", job)
+        err = refused(notebook, capsys, f"%train loss {DATA}")
+        assert f"%train: job {job.job_id} is still running on this cluster: job.stop() (or job.close()) first" in err
+        assert notebook.user_ns["job"] is job
+        job.stop(timeout=TIMEOUT)
+        assert job.status == "stopped"
+    finally:
+        job.close()
+    ok(notebook, f"%train loss {DATA} --steps 30 --batch-size 32 --optimizer adam:1e-2 --no-show")
+    second = notebook.user_ns["job"]
+    try:
+        assert second is not job and len(shown) == 1  # --no-show
+        second.wait(TIMEOUT)
+        assert second.status == "finished" and second.global_step() == 30
+        assert set(second.variables()) >= {"hidden/kernel", "logits/kernel"}
+    finally:
+        second.close()
+
+
+@pytest.mark.slow
+def test_scale_changes_the_training_workers(
+    notebook: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
+) -> None:
+    cluster = notebook.user_ns["cluster"]
+    capsys.readouterr()
+    ok(notebook, "%cluster scale 3")
+    assert "training workers: 2 -> 3" in capsys.readouterr().out
+    assert len(cluster.training_workers()) == 3 and len(cluster.ps_workers()) == 1
+    assert "/job:worker/task:2/device:cpu:0" in cluster.devices()
+    ok(notebook, "%cluster scale 2")
+    assert "training workers: 3 -> 2" in capsys.readouterr().out
+    assert len(cluster.training_workers()) == 2 and len(cluster.ps_workers()) == 1
+    assert len(shown) == 2
+
+
+@pytest.mark.slow
+def test_down_closes_the_cluster_and_its_jobs(notebook: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = notebook.user_ns["cluster"]
+    ok(notebook, f"%train loss {DATA} --mode async --steps 1000000 --batch-size 32 --no-show")
+    job = notebook.user_ns["job"]
+    capsys.readouterr()
+    ok(notebook, "%cluster down")
+    assert capsys.readouterr().out == f"closed the cluster at {cluster.scheduler_address}\n"
+    assert cluster.closed and "cluster" not in notebook.user_ns and job._closed
+    assert extension_of(notebook).jobs == []

@@ -1,0 +1,72 @@
+"""``%load_ext cellgraph``: what loading registers, that loading twice is harmless, and what unloading leaves."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+import cellgraph as cg
+from cellgraph.kernel_ext import load_ipython_extension, named_graphs, unload_ipython_extension
+
+from .shells import names, ok, run
+
+LINE_MAGICS = {"graph", "cluster", "placement", "train"}
+
+
+def ours(shell: InteractiveShell, event: str) -> int:
+    """How many of the event's callbacks are the extension's."""
+    return sum(getattr(cb, "__module__", "") == "cellgraph.kernel_ext.cells" for cb in shell.events.callbacks[event])
+
+
+def test_loading_registers_the_magics_and_the_hooks_once(shell: InteractiveShell) -> None:
+    magics = shell.magics_manager.magics
+    assert LINE_MAGICS <= set(magics["line"]) and "graph" in magics["cell"]
+    assert ours(shell, "pre_run_cell") == ours(shell, "post_run_cell") == 1
+    load_ipython_extension(shell)  # twice, directly
+    ok(shell, "%load_ext cellgraph")  # and through IPython, which says it is loaded already
+    assert ours(shell, "pre_run_cell") == ours(shell, "post_run_cell") == 1
+    ok(shell, "import cellgraph as cg")
+    for _ in range(2):
+        ok(shell, "x = cg.placeholder((2,), name='x')", "a")
+    assert names(cg.get_default_graph()) == ["x"]
+
+
+def test_the_package_itself_is_the_extension(shell: InteractiveShell) -> None:
+    assert cg.load_ipython_extension is not None and cg.unload_ipython_extension is not None
+    ok(shell, "%unload_ext cellgraph")
+    assert "train" not in shell.magics_manager.magics["line"]
+    cg.load_ipython_extension(shell)
+    assert "train" in shell.magics_manager.magics["line"]
+
+
+def test_unloading_removes_magics_and_hooks_and_keeps_graphs(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok(shell, "import cellgraph as cg")
+    ok(shell, "%%graph enc --no-show\nz = cg.placeholder((2,), name='z')", "a")
+    encoder = named_graphs(shell)["enc"]
+    # Unloading from inside a cell: the cell's scope is closed there and then, not left open.
+    ok(shell, "%unload_ext cellgraph", "b")
+    assert ours(shell, "pre_run_cell") == ours(shell, "post_run_cell") == 0
+    magics = shell.magics_manager.magics
+    assert not LINE_MAGICS & set(magics["line"]) and "graph" not in magics["cell"]
+    assert "GraphMagics" not in shell.magics_manager.registry
+    result = run(shell, "%train loss")
+    assert isinstance(result.error_in_exec, UsageError) and "not found" in str(result.error_in_exec)
+    # Cells are not tracked any more: a hand-made cell scope does not meet one left open.
+    ok(shell, "with cg.cell_scope('mine'):\n    y = cg.placeholder((2,), name='y')", "c")
+    unload_ipython_extension(shell)  # twice: harmless
+    ok(shell, "%load_ext cellgraph")
+    assert named_graphs(shell)["enc"] is encoder and names(encoder) == ["z"]
+    ok(shell, "%%graph enc --no-show\nz = cg.placeholder((3,), name='z')", "a")
+    assert names(encoder) == ["z"] and encoder.node("z").specs[0].shape == (3,)
+
+
+def test_named_graphs_needs_a_running_shell_outside_one() -> None:
+    from IPython.core.interactiveshell import InteractiveShell as Shell
+
+    if Shell.initialized():
+        pytest.skip("an IPython shell is running in this process")
+    with pytest.raises(RuntimeError, match=r"named_graphs\(\) needs a running IPython"):
+        named_graphs()

@@ -1,0 +1,104 @@
+"""``%%graph [NAME]`` builds a cell into a graph and shows it; ``%graph NAME`` shows it again."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+import cellgraph as cg
+from cellgraph.kernel_ext import named_graphs
+
+from .shells import names, ok, refused, run
+
+ENCODER = "%%graph enc\nx = cg.placeholder((None, 4), name='x')\nh = cg.layers.dense(x, 2, name='dense')"
+
+
+def graph_view() -> Any:
+    try:
+        from cellgraph.widgets.graph_view import GraphView
+    except ImportError:
+        return None
+    return GraphView
+
+
+def test_a_named_graph_is_made_built_and_shown(shell: InteractiveShell, shown: list[Any]) -> None:
+    ok(shell, "import cellgraph as cg")
+    ok(shell, ENCODER, "a")
+    encoder = named_graphs(shell)["enc"]
+    assert names(encoder) == ["x", "dense/kernel", "dense/matmul", "dense/bias", "dense/bias_add"]
+    assert len(cg.get_default_graph()) == 0
+    assert shell.user_ns["h"].graph is encoder
+    # Re-running the cell replaces its nodes; the graph is the same object.
+    ok(shell, ENCODER, "a")
+    assert named_graphs(shell)["enc"] is encoder and len(encoder) == 5
+    assert encoder.node("dense/matmul").cell_label == f"[{shell.execution_count - 1}]"
+    assert encoder.node("dense/matmul").line == 3  # the cell's line, "%%graph enc" being line 1
+    widget = graph_view()
+    assert len(shown) == 2
+    for item in shown:
+        assert isinstance(item, widget) and item.graph is encoder if widget else item is encoder
+
+
+def test_without_a_name_the_cell_builds_into_the_default_graph(shell: InteractiveShell, shown: list[Any]) -> None:
+    ok(shell, "import cellgraph as cg")
+    ok(shell, "%%graph --no-show\nx = cg.placeholder((2,), name='x')\nx.shape", "a")
+    assert names(cg.get_default_graph()) == ["x"] and named_graphs(shell) == {}
+    assert shown == [(2,)]  # the last expression's value; --no-show: no graph
+
+
+def test_without_the_graph_widget_the_graph_itself_is_shown(
+    shell: InteractiveShell, shown: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "cellgraph.widgets.graph_view", None)  # as if it were not there
+    ok(shell, "import cellgraph as cg")
+    ok(shell, ENCODER, "a")
+    assert shown == [named_graphs(shell)["enc"]]
+    ok(shell, "%graph enc")
+    assert shown[-1] is named_graphs(shell)["enc"]
+
+
+def test_a_failing_graph_cell_changes_no_graph(shell: InteractiveShell, shown: list[Any]) -> None:
+    ok(shell, "import cellgraph as cg")
+    ok(shell, ENCODER + "\n", "a")
+    encoder = named_graphs(shell)["enc"]
+    before = list(encoder.nodes)
+    result = run(shell, ENCODER + "\nbad = cg.matmul(x, cg.placeholder((3, 2), name='w'))", "a")
+    assert isinstance(result.error_in_exec, cg.ShapeError)
+    assert "MatMul 'matmul' (cell [" in str(result.error_in_exec) and "line 4" in str(result.error_in_exec)
+    assert encoder.nodes == before and "bad" not in shell.user_ns
+    # A new graph whose first cell fails is not kept.
+    result = run(shell, "%%graph dec\ny = cg.placeholder((2,), name='y')\n1 / 0", "b")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    assert set(named_graphs(shell)) == {"enc"}
+    assert len(shown) == 1
+
+
+def test_a_cell_moved_to_another_graph_takes_its_nodes_along(shell: InteractiveShell, shown: list[Any]) -> None:
+    ok(shell, "import cellgraph as cg")
+    ok(shell, ENCODER, "a")
+    ok(shell, ENCODER.replace("%%graph enc", "%%graph other"), "a")
+    assert len(named_graphs(shell)["enc"]) == 0 and len(named_graphs(shell)["other"]) == 5
+    ok(shell, ENCODER.replace("%%graph enc\n", ""), "a")  # now a plain cell: into the default graph
+    assert len(named_graphs(shell)["other"]) == 0 and len(cg.get_default_graph()) == 5
+
+
+def test_help_and_bad_arguments(shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]) -> None:
+    ok(shell, "%%graph --help\nq = 1")
+    out = capsys.readouterr().out
+    assert out.startswith("%%graph [-h] [--no-show] [NAME]\n") and "--no-show" in out and "Re-running a cell" in out
+    assert "q" not in shell.user_ns  # --help does nothing else
+    ok(shell, "%graph -h")
+    assert capsys.readouterr().out.startswith("%graph [-h] [--no-show] [NAME]\n")
+    err = refused(shell, capsys, "%%graph --bogus\nq = 1")
+    assert err == (
+        "UsageError: %%graph: unrecognized arguments: --bogus\n"
+        "usage: %%graph [-h] [--no-show] [NAME]\n(see %%graph --help)\n"
+    )
+    err = refused(shell, capsys, "%%graph a b\nq = 1")
+    assert "%%graph: unrecognized arguments: b" in err
+    err = refused(shell, capsys, "%graph nope")
+    assert "%graph: no graph named 'nope'; named graphs: none yet (a %%graph NAME cell makes one)" in err
+    assert "q" not in shell.user_ns and named_graphs(shell) == {} and shown == []

@@ -1,0 +1,210 @@
+"""Bad arguments to %train, %cluster and %placement: the problem and the usage, no traceback, nothing changed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+import cellgraph as cg
+from cellgraph.cluster.cluster import Cluster
+from cellgraph.kernel_ext.arguments import optimizer
+from cellgraph.kernel_ext.extension import extension_of
+
+from .shells import ok, refused
+
+MODEL = (
+    "import cellgraph as cg\nimport numpy as np\n"
+    "x = cg.placeholder((None, 4), name='x')\ny = cg.placeholder((None,), 'int32', name='y')\n"
+    "loss = cg.losses.sparse_softmax_cross_entropy(cg.layers.dense(x, 3, name='logits'), y)\n"
+    "X = np.zeros((8, 4), np.float32)\nY = np.zeros(8, np.int32)\nn = 3"
+)
+
+
+def user_values(shell: InteractiveShell) -> dict[str, int]:
+    """The notebook's own names (not IPython's history ones, ``_i3``, ``Out``) and the identity of each value."""
+    return {
+        k: id(v) for k, v in shell.user_ns.items() if not k.startswith("_") and k not in ("In", "Out", "exit", "quit")
+    }
+
+
+TRAIN_USAGE = "usage: %train [-h] [--data X,y] [--replicas REPLICAS]"
+
+TRAIN_CASES = [
+    ("%train loss --data X,Y --bogus 1", "%train: unrecognized arguments: --bogus 1"),
+    ("%train", "%train: the following arguments are required: LOSS"),
+    ("%train loss --data X,Y --steps many", "%train: argument --steps: expected an integer of 0 or more, got 'many'"),
+    ("%train loss --data X,Y --replicas 0", "%train: argument --replicas: expected a positive integer, got '0'"),
+    (
+        "%train loss --data X,Y --mode fast",
+        "%train: argument --mode: invalid choice: 'fast' (choose from 'sync', 'async')",
+    ),
+    (
+        "%train losss --data X,Y",
+        "%train: LOSS 'losss' is not defined in the notebook: run the cell that makes losss first",
+    ),
+    ("%train loss.grad --data X,Y", "%train: LOSS 'loss.grad': loss (a Tensor) has no attribute 'grad'"),
+    (
+        "%train 'loss + 1' --data X,Y",
+        "%train: LOSS 'loss + 1' is not a name: give a variable of the notebook, or an attribute path such as model.loss",
+    ),
+    ("%train n --data X,Y", "%train: LOSS 'n' is a int, not a cg.Tensor"),
+    ("%train loss", "%train: --data is missing: name the training arrays, e.g. --data x_train,y_train"),
+    ("%train loss --data X,Z", "%train: --data 'Z' is not defined in the notebook: run the cell that makes Z first"),
+    (
+        "%train loss --data X,Y --optimizer rmsprop:1e-3",
+        "%train: --optimizer 'rmsprop:1e-3': unknown optimizer 'rmsprop'; known: adam, momentum, sgd (e.g. adam:1e-3)",
+    ),
+    (
+        "%train loss --data X,Y --optimizer adam:fast",
+        "%train: --optimizer 'adam:fast': the learning rate 'fast' is not a number (e.g. adam:1e-3)",
+    ),
+    (
+        "%train loss --data X,Y --optimizer sgd:-1",
+        "%train: --optimizer 'sgd:-1': SGD: learning_rate must be positive, got -1.0",
+    ),
+    (
+        "%train loss --data X,Y",
+        "%train: no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, or bind a cg.Cluster to `cluster`",
+    ),
+    ("%train loss --data 'X,Y", '%train: cannot split the arguments "loss --data \'X,Y": No closing quotation'),
+]
+
+
+@pytest.mark.parametrize(("line", "words"), TRAIN_CASES, ids=[case[1][8:50] for case in TRAIN_CASES])
+def test_train_refuses_bad_arguments(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any], line: str, words: str
+) -> None:
+    ok(shell, MODEL)
+    before = user_values(shell)
+    err = refused(shell, capsys, line)
+    assert err.startswith(f"UsageError: {words}\n"), err
+    assert TRAIN_USAGE in err and err.endswith("(see %train --help)\n")
+    assert user_values(shell) == before and "job" not in shell.user_ns
+    assert extension_of(shell).jobs == [] and shown == []
+
+
+CLUSTER_USAGE = "usage: %cluster [-h] [--workers WORKERS] [--ps PS] [--gpus GPUS] [--threads THREADS]"
+CLUSTER_CASES = [
+    ("%cluster", "%cluster: the following arguments are required: {up,connect,status,scale,down}"),
+    ("%cluster start", "%cluster: argument {up,connect,status,scale,down}: invalid choice: 'start'"),
+    ("%cluster up --workers 0", "%cluster: argument --workers: expected a positive integer, got '0'"),
+    ("%cluster up --ps -1", "%cluster: argument --ps: expected an integer of 0 or more, got '-1'"),
+    ("%cluster up --nodes 3", "%cluster: unrecognized arguments: --nodes 3"),
+    ("%cluster up 3", "%cluster: up takes no '3'"),
+    ("%cluster status --workers 2", "%cluster: --workers only go with %cluster up, not status"),
+    ("%cluster down --ps 1 --gpus 1", "%cluster: --ps, --gpus only go with %cluster up, not down"),
+    ("%cluster connect", "%cluster: connect needs the scheduler's ADDRESS, e.g. %cluster connect tcp://host:8786"),
+    ("%cluster scale", "%cluster: scale needs N, a number of training workers of 1 or more, got None"),
+    ("%cluster scale two", "%cluster: scale needs N, a number of training workers of 1 or more, got 'two'"),
+    ("%cluster scale 0", "%cluster: scale needs N, a number of training workers of 1 or more, got '0'"),
+    ("%cluster scale 3", "%cluster: no cluster is up to scale: %cluster up first"),
+]
+
+
+@pytest.mark.parametrize(("line", "words"), CLUSTER_CASES, ids=[case[0] for case in CLUSTER_CASES])
+def test_cluster_refuses_bad_arguments(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any], line: str, words: str
+) -> None:
+    err = refused(shell, capsys, line)
+    assert err.startswith(f"UsageError: {words}"), err
+    assert CLUSTER_USAGE in err and err.endswith("(see %cluster --help)\n")
+    assert "cluster" not in shell.user_ns and extension_of(shell).cluster is None and shown == []
+
+
+def test_cluster_status_and_down_without_a_cluster_say_so(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
+) -> None:
+    capsys.readouterr()
+    ok(shell, "%cluster status")
+    assert capsys.readouterr().out == (
+        "no cluster is up: %cluster up starts one on this machine, %cluster connect ADDRESS joins one\n"
+    )
+    ok(shell, "%cluster down")
+    assert capsys.readouterr().out == "no cluster is up: nothing to close\n"
+    assert shown == []
+
+
+def test_cluster_connect_to_no_scheduler_says_who_did_not_answer(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = refused(shell, capsys, "%cluster connect tcp://127.0.0.1:1 --timeout 1")
+    assert err.startswith(
+        "UsageError: %cluster connect: could not reach the Dask scheduler at tcp://127.0.0.1:1 within 1 s"
+    )
+    assert "cluster" not in shell.user_ns and extension_of(shell).cluster is None
+
+
+@pytest.fixture
+def connected_cluster() -> Iterator[Cluster]:
+    """A real scheduler (in this process, no workers) joined with ``Cluster.connect``, as a remote one would be."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None) as scheduler:
+        cluster = Cluster.connect(scheduler.scheduler_address)
+        try:
+            yield cluster
+        finally:
+            cluster.close()
+
+
+def test_scale_is_refused_for_a_connected_cluster_and_up_while_one_is_up(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any], connected_cluster: Cluster
+) -> None:
+    cluster = connected_cluster
+    address = cluster.scheduler_address
+    shell.user_ns["cluster"] = cluster  # bound by hand: the magics use it too
+    err = refused(shell, capsys, "%cluster scale 4")
+    assert err == (
+        f"UsageError: %cluster scale: not supported for connected clusters (connected, {address}): "
+        "scale it with whatever started it (dask-kubernetes, dask-jobqueue, the cloud console)\n"
+    )
+    err = refused(shell, capsys, "%cluster up")
+    assert err.startswith(f"UsageError: %cluster: a cluster is up already ({address}): %cluster down first")
+    assert shell.user_ns["cluster"] is cluster and extension_of(shell).cluster is None and shown == []
+
+
+def test_placement_refuses_what_it_cannot_place(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
+) -> None:
+    usage = "usage: %placement [-h] [--strategy {greedy,round_robin}] [GRAPH]\n(see %placement --help)\n"
+    err = refused(shell, capsys, "%placement")
+    assert err == f"UsageError: %placement: the default graph has no nodes yet: build it in a cell first\n{usage}"
+    ok(shell, MODEL)
+    err = refused(shell, capsys, "%placement")
+    assert err == (
+        "UsageError: %placement: no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, "
+        f"or bind a cg.Cluster to `cluster`\n{usage}"
+    )
+    err = refused(shell, capsys, "%placement encoder")
+    assert err == (
+        "UsageError: %placement: no graph named 'encoder'; named graphs: none yet (a %%graph NAME cell makes one)\n"
+        + usage
+    )
+    err = refused(shell, capsys, "%placement --strategy random")
+    assert "%placement: argument --strategy: invalid choice: 'random' (choose from 'greedy', 'round_robin')" in err
+    assert shown == []
+
+
+def test_every_magic_has_help(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    for magic, words in [
+        ("%train", "Launch cg.train(LOSS, ...) on the current cluster"),
+        ("%cluster", "Start, join, show, scale or close the cluster"),
+        ("%placement", "Place GRAPH on the current cluster's devices"),
+    ]:
+        capsys.readouterr()
+        ok(shell, f"{magic} --help")
+        out = capsys.readouterr().out
+        assert out.startswith(f"{magic} [-h]") and words in out and "options:" in out, out
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind", "rate"),
+    [("adam:1e-2", cg.optim.Adam, 1e-2), ("Adam", cg.optim.Adam, 1e-3), ("sgd:0.5", cg.optim.SGD, 0.5),
+     ("momentum", cg.optim.Momentum, 1e-2)],
+)  # fmt: skip
+def test_optimizer_specs(spec: str, kind: type, rate: float) -> None:
+    opt = optimizer(spec)
+    assert (type(opt), opt.learning_rate) == (kind, rate)
