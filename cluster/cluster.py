@@ -77,6 +77,10 @@ class WorkerInfo:
     host: str
 
 
+# How often scale() looks at the workers while they start or leave.
+SCALE_POLL_S = 0.1
+
+
 def _natural_key(name: str) -> tuple[str | int, ...]:
     """Sort ``worker-2`` before ``worker-10``: digits compare as numbers."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
@@ -208,6 +212,41 @@ class Cluster:
             _close_quietly(client, local)
             raise
         return cls(client, local_cluster=local, owns_client=True, kind="local")
+
+    def scale(self, workers: int, timeout: float = 60.0) -> None:
+        """Run ``workers`` training workers from now on (a cluster this process started; PS workers stay).
+
+        New workers copy the settings of the existing ones; the newest leave
+        first (a replica running there is submitted again elsewhere by its job).
+        Raises ``ClusterError`` for a connected cluster (scale it with whatever
+        started it), for fewer than one worker, or when the workers do not
+        arrive within ``timeout`` seconds.
+        """
+        local = self._local_cluster
+        if self.kind != "local" or local is None:
+            raise ClusterError(
+                f"scale: not supported for connected clusters ({self.kind}, {self.scheduler_address}): "
+                "scale it with whatever started it (dask-kubernetes, dask-jobqueue, the cloud console)"
+            )
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ClusterError(f"scale: a cluster needs at least 1 training worker, got {workers!r}")
+        spec = local.worker_spec
+        training = sorted((name for name in spec if str(name).startswith("worker-")), key=_natural_key)
+        template = spec[training[-1]]
+        for i in range(len(training), workers):
+            spec[f"worker-{i}"] = {"cls": template["cls"], "options": dict(template["options"])}
+        for name in training[workers:]:
+            del spec[name]
+        # SpecCluster.scale(n) with n entries already in worker_spec starts the missing workers and retires the extra.
+        local.scale(len(spec))
+        deadline = time.monotonic() + timeout
+        while len(self.training_workers()) != workers:
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"scale: asked for {workers} training workers and {timeout:g} s later there are "
+                    f"{len(self.training_workers())}; is the machine short of memory or processes?"
+                )
+            time.sleep(SCALE_POLL_S)
 
     @classmethod
     def connect(cls, address: str, security: Security | None = None, timeout: float = 10.0) -> Cluster:

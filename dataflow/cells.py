@@ -156,7 +156,7 @@ def cell_scope(cell_id: str, label: str | None = None, graph: Graph | None = Non
     >>> [n.name for n in g.nodes]
     ['x']
     """
-    g = graph or get_default_graph()
+    g = graph if graph is not None else get_default_graph()  # an empty Graph is falsy (len 0)
     if g._cell_run is not None:
         raise GraphError(f"cell_scope({cell_id!r}) inside cell_scope({g._cell_run.cell_id!r}): cell scopes do not nest")
     run = CellRun(g, str(cell_id), label)

@@ -391,3 +391,13 @@ def test_connect_to_a_malformed_address_says_what_an_address_looks_like(address:
     assert message.startswith(f"{address!r} is not a Dask scheduler address (")
     assert why in message
     assert message.endswith("): give one like tcp://host:8786 or tls://host:8786")
+
+
+def test_scale_refuses_no_workers_and_clusters_it_did_not_start(cluster: Cluster) -> None:
+    before = cluster.training_workers()
+    with pytest.raises(ClusterError, match="scale: a cluster needs at least 1 training worker, got 0"):
+        cluster.scale(0)
+    view = Cluster.from_client(cluster.client)
+    with pytest.raises(ClusterError, match=r"scale: not supported for connected clusters \(client, tcp://"):
+        view.scale(3)
+    assert cluster.training_workers() == before

@@ -164,3 +164,13 @@ def test_integer_labels_are_strings() -> None:
     with g.as_default(), cg.cell_scope("a", label=7):  # type: ignore[arg-type]
         x = cg.placeholder((2,), name="x")
     assert x.node.cell_label == "7"
+
+
+def test_a_cell_scope_on_a_new_empty_graph_is_on_that_graph_not_the_default() -> None:
+    empty, default = cg.Graph(), cg.Graph()
+    with default.as_default():
+        with cg.cell_scope("cell-a", graph=empty):
+            with empty.as_default():
+                cg.placeholder((None, 2), "float32", name="x")
+        assert [n.name for n in empty.nodes] == ["x"] and list(default.nodes) == []
+        assert empty.node("x").cell == "cell-a"
