@@ -1,0 +1,187 @@
+"""GraphView's ES module in Debian's Chromium, driven by the Python widget's own state.
+
+The page imports graph_view.js and renders it with a model object that has
+anywidget's interface (get, on, off, send). Its state is ``view.get_state()``;
+what the module sends is handed to the widget as a comm message would be, and
+the widget's new state is pushed back into the page. This is the kernel's
+round trip without JupyterLab (the notebook browser test covers that), and with
+a ``send`` that throws it is the static page of an exported notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cellgraph as cg
+from cellgraph.examples.models import mlp
+from cellgraph.widgets import graph_view
+from cellgraph.widgets.graph_style import DEVICE_COLORS
+from cellgraph.widgets.graph_view import GraphView
+
+CHROMIUM = shutil.which("chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+ORIGIN = "http://cellgraph.test"
+PS = "/job:ps/task:0/device:cpu:0"
+WORKER = "/job:worker/task:0/device:cpu:0"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="Debian's chromium is not installed (apt-get install chromium); needed to run the ES module",
+    ),
+]
+
+PAGE = """<!doctype html><html><body><div id="out" style="width: 1100px"></div>
+<script type="module">
+import widget from "/graph_view.js";
+const state = window.cgState;
+const listeners = {};
+window.cgSent = [];
+window.cgModel = {
+  get: (key) => state[key],
+  on: (event, fn) => (listeners[event] ||= []).push(fn),
+  off: (event, fn) => (listeners[event] = (listeners[event] || []).filter((f) => f !== fn)),
+  send: (msg) => {
+    if (window.cgStatic) throw new Error("no kernel");
+    window.cgSent.push(msg);
+  },
+};
+window.cgPush = (patch) => {
+  Object.assign(state, patch);
+  for (const key of Object.keys(patch)) for (const fn of listeners["change:" + key] || []) fn();
+};
+widget.render({ model: window.cgModel, el: document.getElementById("out") });
+window.cgReady = true;
+</script></body></html>"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def open_view(browser: Any, view: GraphView, static: bool = False) -> Any:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    esm = Path(graph_view.__file__).with_name("graph_view.js").read_text()
+    page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=PAGE, content_type="text/html"))
+    page.route(f"{ORIGIN}/graph_view.js", lambda route: route.fulfill(body=esm, content_type="text/javascript"))
+    state = json.dumps({k: v for k, v in view.get_state().items() if not k.startswith("_")})
+    page.add_init_script(f"window.cgState = {state}; window.cgStatic = {json.dumps(static)};")
+    page.goto(f"{ORIGIN}/")
+    page.wait_for_function("window.cgReady === true")
+    return page
+
+
+def round_trip(page: Any, view: GraphView) -> list[dict[str, Any]]:
+    """Hand what the page sent to the widget, as the kernel would, and push its new state back."""
+    sent = page.evaluate("window.cgSent.splice(0)")
+    for msg in sent:
+        view._handle_msg({"content": {"data": {"method": "custom", "content": msg}}, "buffers": []})
+    keys = ("scene", "expanded", "selected", "info", "query", "matches", "error")
+    page.evaluate("(patch) => window.cgPush(patch)", {k: view.get_state()[k] for k in keys})
+    return sent
+
+
+def click(page: Any, item_id: str) -> None:
+    page.locator(f'.cgv-svg [data-id="{item_id}"]').first.click(force=True)
+
+
+def test_draws_the_scene_with_device_colours_and_send_recv(browser: Any) -> None:
+    graph = mlp().graph
+    view = GraphView(graph, placement=cg.placement.place(graph, [PS, WORKER]))
+    view.expand("hidden")
+    page = open_view(browser, view)
+    drawn = page.eval_on_selector_all(".cgv-svg [data-id]", "els => els.map(e => e.dataset.id)")
+    assert sorted(drawn) == sorted(n["id"] for n in view.scene["nodes"])
+    fills = page.eval_on_selector_all(
+        '.cgv-svg [data-kind="node"] > rect:first-child', "els => els.map(e => e.getAttribute('fill'))"
+    )
+    assert {DEVICE_COLORS[0], DEVICE_COLORS[1]} <= set(fills)
+    legend = page.locator(".cgv-legend").inner_text()
+    assert PS in legend and WORKER in legend
+    # hidden/kernel (PS) -> hidden/matmul (worker): dashed, with its Send and its Recv.
+    assert page.locator(".cgv-cross").count() >= 1
+    assert page.locator(".cgv-sr", has_text="Send").count() == page.locator(".cgv-sr", has_text="Recv").count() >= 1
+    # Shapes on edges: the kernel's (64, 128) goes to the matmul, the gradients and Adam.
+    labelled = sum(1 for e in view.scene["edges"] if e.get("label") == "(64, 128)")
+    assert page.locator(".cgv-elabel", has_text="(64, 128)").count() == labelled == 3
+    assert page.evaluate("performance.getEntriesByName('cellgraph-graphview-paint').length") >= 1
+    page.close()
+
+
+def test_click_expands_and_selects_through_the_widget(browser: Any) -> None:
+    graph = mlp().graph
+    view = GraphView(graph, placement=cg.placement.place(graph, [PS, WORKER]))
+    page = open_view(browser, view)
+    assert page.locator('[data-id="s:logits"]').get_attribute("data-open") == "0"
+    click(page, "s:logits")
+    assert round_trip(page, view) == [{"type": "toggle", "id": "s:logits"}]
+    assert view.expanded == ["logits"]
+    page.wait_for_selector('[data-id="s:logits"][data-open="1"]')
+    assert page.locator('[data-id="n:logits/matmul"]').count() == 1
+
+    click(page, "n:logits/matmul")
+    assert round_trip(page, view) == [{"type": "select", "id": "n:logits/matmul"}]
+    assert view.selected == "logits/matmul"
+    panel = page.locator(".cgv-info").inner_text()
+    assert "logits/matmul" in panel and "MatMul" in panel and "(None, 128)" in panel
+    assert WORKER in panel and view.info["reason"] in panel
+    assert page.locator('[data-id="n:logits/matmul"]').get_attribute("class").split() == ["cgv-item", "cgv-sel"]
+    page.close()
+
+
+def test_search_box_and_matches(browser: Any) -> None:
+    view = GraphView(mlp().graph)
+    page = open_view(browser, view)
+    page.fill(".cgv-search", "relu")
+    page.wait_for_function("window.cgSent.length > 0")
+    assert round_trip(page, view)[-1] == {"type": "search", "query": "relu"}
+    assert page.locator(".cgv-matches [data-match]").all_inner_texts() == ["hidden/relu", "gradients/relu_grad"]
+    assert page.locator(".cgv-hit").count() == 2  # the closed scopes holding them: hidden, gradients
+    page.locator('.cgv-matches [data-match="gradients/relu_grad"]').click()
+    assert round_trip(page, view) == [{"type": "reveal", "name": "gradients/relu_grad"}]
+    page.wait_for_selector('[data-id="n:gradients/relu_grad"].cgv-sel')
+    page.close()
+
+
+def test_pan_and_zoom(browser: Any) -> None:
+    page = open_view(browser, GraphView(mlp().graph))
+    vp = page.locator(".cgv-vp")
+    start = vp.get_attribute("transform")
+    box = page.locator(".cgv-svg").bounding_box()
+    page.mouse.move(box["x"] + 20, box["y"] + 20)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 120, box["y"] + 70, steps=5)
+    page.mouse.up()
+    panned = vp.get_attribute("transform")
+    assert panned != start and page.evaluate("window.cgSent.length") == 0  # a drag is not a click
+    page.keyboard.down("Control")
+    page.mouse.wheel(0, -300)
+    page.keyboard.up("Control")
+    page.wait_for_function(f"document.querySelector('.cgv-vp').getAttribute('transform') !== {json.dumps(panned)}")
+    assert "scale(" in vp.get_attribute("transform")
+    page.close()
+
+
+def test_a_static_page_shows_the_last_state_without_a_kernel(browser: Any) -> None:
+    view = GraphView(mlp().graph)
+    view.expand("gradients")
+    view.selected = "gradients/mul"
+    page = open_view(browser, view, static=True)
+    assert page.locator('[data-id="s:gradients"]').get_attribute("data-open") == "1"
+    assert "gradients/mul" in page.locator(".cgv-info").inner_text()
+    click(page, "s:hidden")
+    assert "static (no kernel)" in page.locator(".cgv-error").inner_text()
+    page.close()

@@ -1,0 +1,330 @@
+// GraphView's browser half: draws the scene Python laid out, and sends requests back.
+//
+// Pan: drag, or the wheel; zoom: Ctrl/Cmd + wheel, or pinch; "fit" shows it all.
+//
+// Python owns the graph and the layout; this module only draws `scene` (the
+// visible part) as SVG and asks Python, by custom message, to open or close a
+// scope, select an item, search, or reveal a match. Everything drawn comes from
+// synced traits, so a page exported with widget state renders the last view
+// without a kernel. Each finished drawing leaves a performance mark
+// ("cellgraph-graphview-paint") that the benchmark reads.
+
+const STYLE_ID = "cellgraph-graphview-style";
+const CSS = `
+.cgv { font: 12px/1.3 system-ui, sans-serif; color: #222; border: 1px solid #ddd; border-radius: 4px; }
+.cgv-bar { display: flex; gap: 8px; align-items: center; padding: 4px 6px; border-bottom: 1px solid #eee; flex-wrap: wrap; }
+.cgv-bar input { width: 220px; padding: 2px 6px; }
+.cgv-legend { display: flex; gap: 10px; flex-wrap: wrap; }
+.cgv-legend span { display: inline-flex; align-items: center; gap: 4px; }
+.cgv-legend i { width: 10px; height: 10px; border-radius: 2px; display: inline-block; border: 1px solid #0003; }
+.cgv-main { display: flex; position: relative; }
+.cgv-svg { flex: 1; min-width: 0; background: #fcfcfc; cursor: grab; user-select: none; touch-action: none; }
+.cgv-svg text { font: 12px monospace; pointer-events: none; }
+.cgv-svg .cgv-sub { font-size: 10px; fill: #333; }
+.cgv-svg .cgv-elabel { font-size: 10px; fill: #666; }
+.cgv-svg [data-id] { cursor: pointer; }
+.cgv-svg .cgv-edge { fill: none; stroke: #888; stroke-width: 1.2; }
+.cgv-svg .cgv-ctl { stroke-dasharray: 2 3; stroke: #aaa; }
+.cgv-svg .cgv-cross { stroke: #c0392b; stroke-dasharray: 6 3; stroke-width: 1.6; }
+.cgv-svg .cgv-sr { font-size: 9px; fill: #c0392b; font-weight: bold; }
+.cgv-svg .cgv-hit > .cgv-ol { stroke: #ff00aa; stroke-width: 3; }
+.cgv-svg .cgv-sel > .cgv-ol { stroke: #000; stroke-width: 3; }
+.cgv-panel { width: 280px; max-height: 100%; overflow: auto; border-left: 1px solid #eee; padding: 6px 8px; font-size: 12px; }
+.cgv-panel h4 { margin: 2px 0 6px; font-size: 13px; word-break: break-all; }
+.cgv-panel table { border-collapse: collapse; width: 100%; }
+.cgv-panel td { padding: 1px 4px 1px 0; vertical-align: top; word-break: break-all; }
+.cgv-panel td:first-child { color: #666; white-space: nowrap; }
+.cgv-matches { max-height: 140px; overflow: auto; }
+.cgv-matches div { cursor: pointer; padding: 1px 0; }
+.cgv-matches div:hover { background: #eef; }
+.cgv-error { color: #b00; padding: 2px 6px; }
+.cgv-error:empty { display: none; }
+`;
+
+const esc = (s) =>
+  String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+
+function textColor(hex) {
+  // Dark fills get white text, so every label stays readable.
+  const n = parseInt(hex.slice(1), 16);
+  const lum = 0.299 * (n >> 16) + 0.587 * ((n >> 8) & 255) + 0.114 * (n & 255);
+  return lum < 140 ? "#fff" : "#111";
+}
+
+function box(n, selected) {
+  const cls = ["cgv-item", n.hit ? "cgv-hit" : "", n.name === selected ? "cgv-sel" : ""].join(" ");
+  const head = `<g class="${cls}" data-id="${esc(n.id)}" data-kind="${n.kind}"${n.kind === "node" ? "" : ` data-open="${n.open ? 1 : 0}"`} transform="translate(${n.x},${n.y})">`;
+  const title = `<title>${esc(n.name)}${n.sub ? " · " + esc(n.sub) : ""}</title>`;
+  // Drawn over the box, so the search-hit and selection outlines (CSS) stay visible.
+  const outline = `<rect class="cgv-ol" width="${n.w}" height="${n.h}" rx="${n.kind === "node" ? n.h / 2 : 4}" fill="none" stroke="none"/>`;
+  if (n.open) {
+    // An open container: a tinted frame whose header closes it again.
+    return (
+      `${head}<rect width="${n.w}" height="${n.h}" rx="6" fill="${n.color}22" stroke="${n.color}" stroke-width="1.5"/>` +
+      `<text x="8" y="17">▾ ${esc(n.label)}</text><text class="cgv-sub" x="${n.w - 8}" y="17" text-anchor="end">${esc(n.sub)}</text>${outline}${title}</g>`
+    );
+  }
+  const fg = textColor(n.color);
+  let shape;
+  if (n.kind === "node") {
+    shape =
+      `<rect width="${n.w}" height="${n.h}" rx="${n.h / 2}" fill="${n.color}" stroke="#0005"/>` +
+      `<text x="${n.w / 2}" y="${n.h / 2 + 4}" text-anchor="middle" fill="${fg}">${esc(n.label)}</text>`;
+  } else {
+    const stack = n.kind === "fold" ? `<rect x="4" y="-4" width="${n.w}" height="${n.h}" rx="4" fill="${n.color}" stroke="#0005"/>` : "";
+    let stripes = "";
+    if (n.stripes) {
+      let x = 0;
+      for (const [c, share] of n.stripes) {
+        stripes += `<rect x="${x}" y="${n.h - 5}" width="${share * n.w}" height="5" fill="${c}" stroke="none"/>`;
+        x += share * n.w;
+      }
+    }
+    shape =
+      stack +
+      `<rect width="${n.w}" height="${n.h}" rx="4" fill="${n.color}" stroke="#0007" stroke-width="1.5"/>${stripes}` +
+      `<text x="8" y="16" fill="${fg}">⊕ ${esc(n.label)}</text>` +
+      `<text class="cgv-sub" x="8" y="31" fill="${fg}" style="fill:${fg}">${esc(n.sub)}</text>`;
+  }
+  return head + shape + outline + title + "</g>";
+}
+
+function edge(e, at) {
+  const a = at.get(e.s);
+  const b = at.get(e.t);
+  if (!a || !b) return "";
+  const x1 = a.x + a.w / 2;
+  const y1 = a.y + a.h;
+  const x2 = b.x + b.w / 2;
+  const y2 = b.y;
+  const dy = Math.max(30, Math.abs(y2 - y1) / 2);
+  const d = `M${x1},${y1} C${x1},${y1 + dy} ${x2},${y2 - dy} ${x2},${y2}`;
+  const cls = "cgv-edge" + (e.ctl ? " cgv-ctl" : "") + (e.cross ? " cgv-cross" : "");
+  let out = `<path class="${cls}" d="${d}" marker-end="url(#cgv-arrow)">`;
+  const tip = e.cross ? "Send/Recv: " + e.cross.map(([s, t]) => `${s} → ${t}`).join("; ") : "";
+  out += `<title>${esc((e.label || "control") + (e.n > 1 ? ` (${e.n} edges)` : "") + (tip ? "\n" + tip : ""))}</title></path>`;
+  if (e.label) out += `<text class="cgv-elabel" x="${(x1 + x2) / 2 + 4}" y="${(y1 + y2) / 2}">${esc(e.label)}</text>`;
+  if (e.cross) {
+    // A cross-device edge is a Send on the producer's device and a Recv on the consumer's.
+    out += `<text class="cgv-sr" x="${x1 + 3}" y="${y1 + 11}">Send</text>`;
+    out += `<text class="cgv-sr" x="${x2 + 3}" y="${y2 - 4}">Recv</text>`;
+  }
+  return out;
+}
+
+function infoHtml(info) {
+  if (!info || !info.kind) return `<div style="color:#888">Click a node for its details; click a scope to open it.</div>`;
+  const row = (k, v) => `<tr><td>${esc(k)}</td><td>${v}</td></tr>`;
+  let h = `<h4>${esc(info.name)}</h4><table>`;
+  if (info.kind === "node") {
+    h += row("op", `<b>${esc(info.op)}</b> (${esc(info.family)})`);
+    if (info.device) h += row("device", esc(info.device));
+    if (info.reason) h += row("why", esc(info.reason));
+    if (info.requested_device && !info.device) h += row("asked for", esc(info.requested_device));
+    h += row("made in", esc(info.cell));
+    for (const t of info.inputs) h += row("in", `${esc(t.name)} <b>${esc(t.shape)}</b> ${esc(t.dtype)}`);
+    for (const t of info.outputs) {
+      const to = t.consumers.length ? " → " + t.consumers.map(esc).join(", ") + (t.more ? ` +${t.more}` : "") : "";
+      h += row("out", `${esc(t.name)} <b>${esc(t.shape)}</b> ${esc(t.dtype)}${to}`);
+    }
+    if (info.control_inputs.length) h += row("after", info.control_inputs.map(esc).join(", "));
+    if (info.stale) h += row("stale", esc(info.stale));
+  } else {
+    h += row(info.kind, `${info.nodes.toLocaleString()} nodes${info.open ? " (open)" : ""}`);
+    h += row("ops", info.ops.map(([op, n]) => `${esc(op)} ×${n}`).join(", "));
+    if (info.devices) h += row("devices", info.devices.map(([d, n]) => `${esc(d)} ×${n}`).join("<br>"));
+  }
+  return h + "</table>";
+}
+
+function render({ model, el }) {
+  if (!document.getElementById(STYLE_ID)) {
+    const style = document.createElement("style");
+    style.id = STYLE_ID;
+    style.textContent = CSS;
+    document.head.appendChild(style);
+  }
+  el.classList.add("cgv");
+  el.innerHTML =
+    `<div class="cgv-bar"><input class="cgv-search" type="search" placeholder="search names or op types">` +
+    `<span class="cgv-count"></span><button class="cgv-fit" title="fit the drawing to the view">fit</button>` +
+    `<div class="cgv-legend"></div></div><div class="cgv-error"></div>` +
+    `<div class="cgv-main"><svg class="cgv-svg" xmlns="http://www.w3.org/2000/svg"><defs>` +
+    `<marker id="cgv-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">` +
+    `<path d="M0,0 L10,5 L0,10 z" fill="#888"/></marker></defs><g class="cgv-vp"></g></svg>` +
+    `<div class="cgv-panel"><div class="cgv-matches"></div><div class="cgv-info"></div></div></div>`;
+  const $ = (sel) => el.querySelector(sel);
+  const svg = $(".cgv-svg");
+  const vp = $(".cgv-vp");
+  const view = { x: 10, y: 10, k: 1 };
+  let fitted = false;
+  let anchor = null; // keep the clicked box where it was when the layout changes
+  let at = new Map();
+  let paints = 0;
+
+  const send = (msg) => {
+    try {
+      model.send(msg);
+    } catch (err) {
+      // A static page has no kernel to answer; it shows the last state only.
+      $(".cgv-error").textContent = "This view is static (no kernel): run the notebook to explore it.";
+    }
+  };
+  const apply = () => vp.setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`);
+  const fit = (readable = false) => {
+    const scene = model.get("scene") || {};
+    const w = svg.clientWidth || 800;
+    const h = svg.clientHeight || model.get("height");
+    const k = Math.min(1.5, (w - 20) / Math.max(1, scene.width || 1), (h - 20) / Math.max(1, scene.height || 1));
+    // The first view keeps labels legible (a tall graph starts at its top); the fit button shows it all.
+    view.k = readable ? Math.min(1, Math.max(k, 0.6)) : k;
+    view.x = Math.max(10, (w - (scene.width || 0) * view.k) / 2);
+    view.y = 10;
+    apply();
+  };
+
+  function draw() {
+    const scene = model.get("scene") || {};
+    const nodes = scene.nodes || [];
+    const selected = model.get("selected");
+    at = new Map(nodes.map((n) => [n.id, n]));
+    const open = nodes.filter((n) => n.open).map((n) => box(n, selected));
+    const closed = nodes.filter((n) => !n.open).map((n) => box(n, selected));
+    const edges = (scene.edges || []).map((e) => edge(e, at));
+    vp.innerHTML = open.join("") + edges.join("") + closed.join("");
+    svg.style.height = model.get("height") + "px";
+    const shown = nodes.filter((n) => !n.open).length;
+    $(".cgv-count").textContent = `${shown.toLocaleString()} shown of ${(scene.total || 0).toLocaleString()} nodes`;
+    $(".cgv-legend").innerHTML = (scene.legend || [])
+      .filter((l) => l.count > 0 || scene.mode === "device")
+      .map((l) => `<span title="${l.count} nodes"><i style="background:${l.color}"></i>${esc(l.label)}</span>`)
+      .join("");
+    if (!fitted && svg.clientWidth) {
+      fit(true);
+      fitted = true;
+    } else if (anchor && at.has(anchor.id)) {
+      const n = at.get(anchor.id);
+      view.x = anchor.sx - n.x * view.k;
+      view.y = anchor.sy - n.y * view.k;
+      apply();
+    } else {
+      apply();
+    }
+    anchor = null;
+    paints += 1;
+    const count = paints;
+    // Marked when the frame holding this drawing is about to be painted.
+    requestAnimationFrame(() => performance.mark("cellgraph-graphview-paint", { detail: { paint: count, nodes: nodes.length } }));
+  }
+
+  function panel() {
+    $(".cgv-info").innerHTML = infoHtml(model.get("info"));
+    const matches = model.get("matches") || [];
+    const query = model.get("query");
+    $(".cgv-matches").innerHTML = query
+      ? `<div style="color:#666;cursor:default">${matches.length ? matches.length + (matches.length >= 50 ? "+" : "") : "no"} match${matches.length === 1 ? "" : "es"}</div>` +
+        matches.map((m) => `<div data-match="${esc(m)}">${esc(m)}</div>`).join("")
+      : "";
+    $(".cgv-error").textContent = model.get("error");
+  }
+
+  svg.addEventListener("click", (ev) => {
+    if (moved) return;
+    const g = ev.target.closest("[data-id]");
+    if (!g) return;
+    const n = at.get(g.dataset.id);
+    if (!n) return;
+    anchor = { id: n.id, sx: view.x + n.x * view.k, sy: view.y + n.y * view.k };
+    // An open container toggles only from its header (HEADER = 26 in graph_layout.py), so clicks inside it reach its children.
+    const top = svg.getBoundingClientRect().top;
+    if (n.open && (ev.clientY - top - view.y) / view.k - n.y > 26) return;
+    send({ type: n.kind === "node" ? "select" : "toggle", id: n.id });
+  });
+  $(".cgv-matches").addEventListener("click", (ev) => {
+    const m = ev.target.closest("[data-match]");
+    if (m) send({ type: "reveal", name: m.dataset.match });
+  });
+  let timer = null;
+  $(".cgv-search").addEventListener("input", (ev) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => send({ type: "search", query: ev.target.value }), 150);
+  });
+  $(".cgv-search").value = model.get("query");
+  $(".cgv-fit").addEventListener("click", () => fit());
+
+  // Pan by dragging, zoom with the wheel around the pointer.
+  let drag = null;
+  let moved = false;
+  svg.addEventListener("pointerdown", (ev) => {
+    drag = { x: ev.clientX, y: ev.clientY, vx: view.x, vy: view.y };
+    moved = false;
+  });
+  svg.addEventListener("pointermove", (ev) => {
+    if (!drag) return;
+    const dx = ev.clientX - drag.x;
+    const dy = ev.clientY - drag.y;
+    if (!moved && Math.abs(dx) + Math.abs(dy) < 4) return;
+    if (!moved) svg.setPointerCapture(ev.pointerId);
+    moved = true;
+    view.x = drag.vx + dx;
+    view.y = drag.vy + dy;
+    apply();
+  });
+  const end = () => {
+    drag = null;
+  };
+  svg.addEventListener("pointerup", end);
+  svg.addEventListener("pointercancel", end);
+  svg.addEventListener(
+    "wheel",
+    (ev) => {
+      ev.preventDefault();
+      if (!(ev.ctrlKey || ev.metaKey)) {
+        // A plain wheel (or two-finger swipe) pans; with Ctrl or Cmd (or a pinch) it zooms.
+        view.x -= ev.deltaX;
+        view.y -= ev.deltaY;
+        apply();
+        return;
+      }
+      const r = svg.getBoundingClientRect();
+      const px = ev.clientX - r.left;
+      const py = ev.clientY - r.top;
+      const k = Math.min(4, Math.max(0.02, view.k * Math.exp(-ev.deltaY * 0.01)));
+      view.x = px - ((px - view.x) * k) / view.k;
+      view.y = py - ((py - view.y) * k) / view.k;
+      view.k = k;
+      apply();
+    },
+    { passive: false },
+  );
+
+  // One update from the kernel changes several traits at once: draw once for all of them.
+  let pending = false;
+  const redraw = () => {
+    if (pending) return;
+    pending = true;
+    queueMicrotask(() => {
+      pending = false;
+      draw();
+    });
+  };
+  const handlers = [
+    ["change:scene", redraw],
+    ["change:selected", redraw],
+    ["change:height", redraw],
+    ["change:info", panel],
+    ["change:matches", panel],
+    ["change:query", panel],
+    ["change:error", panel],
+  ];
+  for (const [event, fn] of handlers) model.on(event, fn);
+  draw();
+  panel();
+  // The first drawing may happen before the output area has a width; fit once it has one.
+  if (!fitted) requestAnimationFrame(() => !fitted && svg.clientWidth && (fit(true), (fitted = true)));
+  return () => {
+    for (const [event, fn] of handlers) model.off(event, fn);
+  };
+}
+
+export default { render };
