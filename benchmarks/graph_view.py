@@ -29,33 +29,25 @@ overflows the stack on huge graphs. Without Chromium, the last line says so
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from _common import emit, machine, parser, source
 
+from cellgraph.testing.jupyterlab import (
+    STEP_TIMEOUT_MS,
+    Lab,
+    chromium,
+    chromium_path,
+    jupyter_lab,
+    open_notebook,
+    run_cell,
+)
+
 TARGET_NODES, TARGET_FIRST_PAINT_MS, TARGET_EXPAND_MS = 10_000, 1000.0, 200.0
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-START_TIMEOUT_S = 90
-STEP_TIMEOUT_MS = 60_000
 MARK = "cellgraph-graphview-paint"
 
 BUILD_CELL = """\
@@ -80,90 +72,6 @@ def notebook() -> dict[str, Any]:
         "nbformat": 4,
         "nbformat_minor": 5,
     }
-
-
-@contextmanager
-def jupyter_lab(root: Path) -> Iterator[str]:
-    """A JupyterLab server on 127.0.0.1 (port chosen by the OS); yields its base URL with the token."""
-    token = secrets.token_hex(16)
-    env = dict(os.environ)
-    # Settings, workspaces and runtime files in the temporary root: nothing of the user's is read or written.
-    for var, sub in [
-        ("JUPYTER_RUNTIME_DIR", "runtime"),
-        ("JUPYTERLAB_SETTINGS_DIR", "settings"),
-        ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
-        ("JUPYTER_CONFIG_DIR", "config"),
-    ]:
-        env[var] = str(root / sub)
-    (root / "notebooks").mkdir()
-    log = open(root / "lab.log", "w")  # closed in the finally below, after the server
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--ip=127.0.0.1",
-            "--port=0",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root / 'notebooks'}",
-            "--allow-root",  # CI containers run as root
-            "--ServerApp.terminals_enabled=False",
-            "--LabApp.extension_manager=readonly",  # no PyPI queries from an offline machine
-            "--LabApp.news_url=",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        url = None
-        while url is None:
-            if proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with {proc.returncode}; see {root / 'lab.log'}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"JupyterLab did not start within {START_TIMEOUT_S} s; see {root / 'lab.log'}")
-            for info in (root / "runtime").glob("jpserver-*.json"):
-                port = json.loads(info.read_text()).get("port")
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2):
-                        url = f"http://127.0.0.1:{port}"
-                except OSError:
-                    pass
-            time.sleep(0.2)
-        yield f"{url}|{token}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.close()
-
-
-def wait_kernel(url: str, token: str) -> None:
-    """Until the page's kernel is connected and idle: the notebook's own indicator says 'idle' before that."""
-    deadline = time.monotonic() + STEP_TIMEOUT_MS / 1000
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/api/kernels?token={token}", timeout=5) as reply:
-                kernels = json.loads(reply.read())
-        except OSError:  # the server answers 500 while a kernel is still starting
-            kernels = []
-        if any(k.get("connections", 0) >= 1 and k.get("execution_state") == "idle" for k in kernels):
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"the notebook's kernel was not connected and idle within {STEP_TIMEOUT_MS / 1000:.0f} s")
-
-
-def run_cell(page: Any, index: int) -> None:
-    """Select cell ``index`` and run it with Shift+Enter, as a person would."""
-    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
-    cell.locator(".jp-InputPrompt").click()
-    page.keyboard.press("Shift+Enter")
 
 
 def paint_after(page: Any, count: int) -> float:
@@ -198,17 +106,14 @@ def toggle(page: Any, item_id: str, opening: bool) -> float:
     return paint_after(page, before) - t0
 
 
-def measure(lab: str, rounds: int, screenshots: Path | None) -> dict[str, Any]:
+def measure(lab: Lab, rounds: int, screenshots: Path | None) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
-    url, token = lab.split("|")
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        browser = chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            page.goto(f"{url}/lab/tree/bench.ipynb?token={token}&reset", timeout=STEP_TIMEOUT_MS)
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=STEP_TIMEOUT_MS)
-            wait_kernel(url, token)
+            open_notebook(page, lab, "bench.ipynb")
             run_cell(page, 0)
             page.wait_for_selector("text=nodes: 10001", timeout=STEP_TIMEOUT_MS)
             page.evaluate(
@@ -245,7 +150,7 @@ def main() -> None:
     p.add_argument("--screenshots", type=Path, default=None, help="save screenshots of the widget into this folder")
     args = p.parse_args()
     started = time.perf_counter()
-    if shutil.which("chromium") is None:
+    if chromium_path() is None:
         reason = "Debian's chromium is not installed (apt-get install chromium); the benchmark needs a real browser"
         print(reason)
         emit({"benchmark": "graph_view", "browser_missing": True, "skipped": reason, "quick": args.quick})
@@ -256,7 +161,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cellgraph-graphview-bench-") as tmp:
         root = Path(tmp)
         with jupyter_lab(root) as lab:
-            (root / "notebooks" / "bench.ipynb").write_text(json.dumps(notebook()))
+            (lab.notebooks / "bench.ipynb").write_text(json.dumps(notebook()))
             result = measure(lab, rounds, args.screenshots)
     expand_ms = statistics.median(result["expand"])
     collapse_ms = statistics.median(result["collapse"])

@@ -1,0 +1,1 @@
+"""Support for cellgraph's own tests and benchmarks: real JupyterLab and Chromium, started and stopped by them."""

@@ -1,0 +1,173 @@
+"""A real JupyterLab server and Debian's Chromium, for the browser tests and the GraphView benchmark.
+
+``jupyter_lab(root)`` starts JupyterLab on 127.0.0.1 (a port the OS picks, a
+token, settings and runtime files under ``root``, notebooks in
+``root/notebooks``) and stops it at the end. ``chromium(playwright)`` launches
+the system Chromium (Playwright's own browser download does not work on
+these machines) with the flags that keep it off the network. The page
+helpers run cells as a person does (a click, then Shift+Enter) and wait for
+the kernel with deadlines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+START_TIMEOUT_S = 90.0  # JupyterLab's first start builds its page settings: slow on a loaded machine
+STEP_TIMEOUT_MS = 60_000  # the deadline of each wait on the page
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A running JupyterLab: its base URL, token and notebook folder."""
+
+    url: str
+    token: str
+    notebooks: Path
+
+    def page_url(self, notebook: str) -> str:
+        return f"{self.url}/lab/tree/{notebook}?token={self.token}&reset"
+
+
+def chromium_path() -> str | None:
+    """The system Chromium, or None where it is not installed."""
+    return shutil.which("chromium")
+
+
+def chromium(playwright: Any) -> Any:
+    """Launch the system Chromium through Playwright's ``sync_api`` object."""
+    path = chromium_path()
+    if path is None:
+        raise RuntimeError("Debian's chromium is not installed (apt-get install chromium)")
+    return playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+
+
+@contextmanager
+def jupyter_lab(root: Path) -> Iterator[Lab]:
+    """A JupyterLab server on 127.0.0.1, its files under ``root``; stopped (and killed if need be) at the end."""
+    token = secrets.token_hex(16)
+    env = dict(os.environ)
+    # Settings, workspaces and runtime files in the temporary root: nothing of the user's is read or written.
+    for var, sub in [
+        ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+        ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
+        ("JUPYTER_CONFIG_DIR", "config"),
+    ]:
+        env[var] = str(root / sub)
+    notebooks = root / "notebooks"
+    notebooks.mkdir(exist_ok=True)
+    log = open(root / "lab.log", "w")  # closed in the finally below, after the server
+    proc = subprocess.Popen(  # noqa: S603 - this interpreter running JupyterLab, with our own arguments
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            "--port=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={notebooks}",
+            "--allow-root",  # CI containers run as root
+            "--ServerApp.terminals_enabled=False",
+            "--LabApp.extension_manager=readonly",  # no PyPI queries from an offline machine
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield Lab(_wait_started(proc, root, token), token, notebooks)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+def _wait_started(proc: subprocess.Popen[bytes], root: Path, token: str) -> str:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited with {proc.returncode}; see {root / 'lab.log'}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"JupyterLab did not start within {START_TIMEOUT_S:g} s; see {root / 'lab.log'}")
+        for info in (root / "runtime").glob("jpserver-*.json"):
+            port = json.loads(info.read_text()).get("port")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2):
+                    return f"http://127.0.0.1:{port}"
+            except OSError:
+                pass
+        time.sleep(0.2)
+
+
+def kernels(lab: Lab) -> list[dict[str, Any]]:
+    """The server's kernels (``/api/kernels``); empty while the server answers 500 (a kernel still starting)."""
+    try:
+        # Our own server's http://127.0.0.1 URL.
+        with urllib.request.urlopen(f"{lab.url}/api/kernels?token={lab.token}", timeout=5) as reply:  # noqa: S310
+            return list(json.loads(reply.read()))
+    except OSError:
+        return []
+
+
+def wait_kernel(lab: Lab, timeout_ms: int = STEP_TIMEOUT_MS) -> None:
+    """Until the page's kernel is connected and idle: the notebook's own indicator says 'idle' before that."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while time.monotonic() < deadline:
+        if any(k.get("connections", 0) >= 1 and k.get("execution_state") == "idle" for k in kernels(lab)):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the notebook's kernel was not connected and idle within {timeout_ms / 1000:.0f} s")
+
+
+def wait_idle(lab: Lab, timeout_ms: int = STEP_TIMEOUT_MS) -> None:
+    """Until every kernel of the server is idle (the cells sent to it have run), with a deadline."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    time.sleep(0.5)  # the cell's execute request reaches the kernel first
+    while time.monotonic() < deadline:
+        found = kernels(lab)
+        if found and all(k.get("execution_state") == "idle" for k in found):
+            return
+        time.sleep(0.25)
+    raise TimeoutError(f"the kernel was still busy after {timeout_ms / 1000:.0f} s")
+
+
+def run_cell(page: Any, index: int) -> None:
+    """Select cell ``index`` and run it with Shift+Enter, as a person would."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Shift+Enter")
+
+
+def open_notebook(page: Any, lab: Lab, notebook: str) -> None:
+    """Open ``notebook`` in JupyterLab and wait until its kernel is connected and idle."""
+    page.goto(lab.page_url(notebook), timeout=STEP_TIMEOUT_MS)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=STEP_TIMEOUT_MS)
+    wait_kernel(lab)
