@@ -1,0 +1,164 @@
+"""Rich reprs: a ``Job`` or a ``Cluster`` shows as its widget in a kernel, and as a text summary elsewhere.
+
+``Job._repr_mimebundle_`` and ``Cluster._repr_mimebundle_`` hand over to
+``job_bundle`` and ``cluster_bundle``. The text summaries make no call to the
+parameter servers (a repr must answer at once, even when they are gone);
+the cluster's asks its scheduler for the workers and says so if it cannot.
+
+Examples
+--------
+>>> class Job:  # doctest: +SKIP
+...     def _repr_mimebundle_(self, include=None, exclude=None):
+...         return job_bundle(self, include, exclude)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .kernel_loop import in_kernel
+from .training_monitor_data import MetricSeries, format_bytes, stragglers
+
+if TYPE_CHECKING:
+    from cellgraph.cluster.cluster import Cluster
+
+    from .training_monitor import MonitoredJob
+
+TEXT = "text/plain"
+LATEST_EVENTS = 3
+
+
+def job_text(job: MonitoredJob) -> str:
+    """A few lines on ``job``: status, progress and ETA, last loss and step rate per replica, checkpoints, events.
+
+    Examples
+    --------
+    >>> print(job_text(job))  # doctest: +SKIP
+    Job job-1a2b3c4d: running, 2 replica(s)
+      step 150 of 300 (50%), 24.1 steps/s, ETA 6 s
+      loss: replica 0 0.4312, replica 1 0.441
+      step rate: replica 0 12.1/s, replica 1 12/s
+      checkpoints: 1, latest ckpt-100
+      events: 2, latest:
+        12:00:01 started 2 replica(s) in sync mode on ...
+    """
+    series = MetricSeries()
+    series.extend(list(job.metrics))
+    lines = [
+        f"Job {job.job_id}: {job.status}, {job.replicas} replica(s)",
+        "  " + series.progress(job.steps).describe(running=job.status == "running"),
+    ]
+    if series.replicas:
+        losses = ", ".join(f"replica {r} {_last(series.curve(r, 'loss')[1])}" for r in series.replicas)
+        rates = series.rates()
+        slow = stragglers(rates)
+        lines.append(f"  loss: {losses}")
+        lines.append(
+            "  step rate: "
+            + ", ".join(f"replica {r} {rate:.3g}/s" for r, rate in rates.items())
+            + (f" (straggler: {', '.join(f'replica {r}' for r in slow)})" if slow else "")
+        )
+    else:
+        lines.append("  no metrics yet")
+    if job.checkpoints:
+        lines.append(f"  checkpoints: {len(job.checkpoints)}, latest {job.checkpoints[-1]}")
+    events = list(job.events)
+    if events:
+        lines.append(f"  events: {len(events)}, latest:")
+        lines += [f"    {e}" for e in events[-LATEST_EVENTS:]]
+    return "\n".join(lines)
+
+
+def cluster_text(cluster: Cluster) -> str:
+    """A line for ``cluster`` and one per worker: role and task, address, name, threads, memory, GPUs.
+
+    Examples
+    --------
+    >>> print(cluster_text(cluster))  # doctest: +SKIP
+    Cluster tcp://127.0.0.1:40109 (local), dashboard http://127.0.0.1:8787/status
+      ps/0      tcp://127.0.0.1:37047  ps-0      1 thread(s), 5.2 GiB
+      worker/0  tcp://127.0.0.1:35761  worker-0  1 thread(s), 5.2 GiB
+    """
+    head = f"Cluster {cluster.scheduler_address} ({cluster.kind})"
+    if cluster.closed:
+        return head + ", closed"
+    try:
+        rows = cluster.workers()
+        link = cluster.dashboard_link
+    except Exception as err:  # a repr must not raise: say what could not be read
+        return f"{head}: workers unknown ({type(err).__name__}: {err})"
+    lines = [f"{head}, dashboard {link}" if link else head]
+    if not rows:
+        lines.append("  no workers")
+    width = max((len(_role(w.role, w.task)) for w in rows), default=0)
+    for w in rows:
+        gpus = f", {w.gpus} GPU(s)" if w.gpus else ""
+        memory = format_bytes(w.memory_limit) if w.memory_limit else "no memory limit"
+        lines.append(
+            f"  {_role(w.role, w.task):<{width}}  {w.address}  {w.name}  {w.nthreads} thread(s), {memory}{gpus}"
+        )
+    return "\n".join(lines)
+
+
+def _last(values: list[float]) -> str:
+    return f"{values[-1]:.4g}" if values else "?"
+
+
+def _role(role: str, task: int | None) -> str:
+    return role if task is None else f"{role}/{task}"
+
+
+def _filtered(
+    bundle: Mapping[str, Any], include: Container[str] | None, exclude: Container[str] | None
+) -> dict[str, Any]:
+    """``bundle`` without the types left out by IPython's ``include`` / ``exclude`` (plain text always stays)."""
+    return {
+        kind: data
+        for kind, data in bundle.items()
+        if kind == TEXT or ((include is None or kind in include) and (exclude is None or kind not in exclude))
+    }
+
+
+def _widget_data(widget: Any) -> dict[str, Any]:
+    """A widget's mimebundle data: ipywidgets returns a dict, anywidget a ``(data, metadata)`` pair."""
+    bundle = widget._repr_mimebundle_()
+    return dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+
+
+def job_bundle(
+    job: MonitoredJob,
+    include: Container[str] | None = None,
+    exclude: Container[str] | None = None,
+    *,
+    widget: bool | None = None,
+) -> dict[str, Any]:
+    """``job``'s mimebundle: its ``TrainingMonitor`` and a text summary, or the summary alone outside a kernel.
+
+    ``widget`` forces the choice; by default the widget is made only inside
+    an IPython kernel, where a front end can draw it.
+    """
+    data: dict[str, Any] = {}
+    if in_kernel() if widget is None else widget:
+        from .training_monitor import TrainingMonitor
+
+        data = _widget_data(TrainingMonitor(job))
+    data[TEXT] = job_text(job)
+    return _filtered(data, include, exclude)
+
+
+def cluster_bundle(
+    cluster: Cluster,
+    include: Container[str] | None = None,
+    exclude: Container[str] | None = None,
+    *,
+    widget: bool | None = None,
+) -> dict[str, Any]:
+    """``cluster``'s mimebundle: its ``ClusterView`` and a text summary, or the summary alone outside a kernel."""
+    data: dict[str, Any] = {}
+    if in_kernel() if widget is None else widget:
+        from .cluster_view import ClusterView
+
+        data = _widget_data(ClusterView(cluster))
+    data[TEXT] = cluster_text(cluster)
+    return _filtered(data, include, exclude)

@@ -1,0 +1,191 @@
+"""What the TrainingMonitor shows, computed from a job's plain data: curves, progress, replica rates, stragglers.
+
+No widgets here: every figure is a pure function of the metrics messages a
+job collected (``cellgraph.cluster.replica.METRIC_KEYS``), so it is tested
+without a kernel and shared with the text summary outside Jupyter.
+
+Examples
+--------
+>>> series = MetricSeries()
+>>> series.extend([
+...     {"replica": 0, "step": 10, "steps": 10, "loss": 1.0, "time": 100.0},
+...     {"replica": 0, "step": 30, "steps": 30, "loss": 0.5, "time": 101.0},
+...     {"replica": 1, "step": 30, "steps": 10, "loss": 0.6, "time": 101.0, "step_time_s": 0.1},
+... ])
+>>> series.column(0, "loss")
+[1.0, 0.5]
+>>> series.rates()
+{0: 20.0, 1: 10.0}
+>>> stragglers({0: 20.0, 1: 10.0, 2: 19.0})
+[1]
+>>> p = series.progress(target=100)
+>>> p.step, p.rate, p.eta_s
+(30, 20.0, 3.5)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# The numeric keys of a metrics message that the monitor plots or computes with.
+COLUMNS = ("step", "loss", "examples_per_s", "step_time_s", "staleness", "steps", "time")
+# Rates are slopes over the last few seconds of messages: long enough to smooth a metrics interval's jitter,
+# short enough that a replica slowing down shows within a few refreshes.
+RATE_WINDOW_S = 5.0
+# The most points a curve sends to the browser: every update sends a line whole, and hours of metrics would make
+# each one a large message (the shape of a curve shows at this many points).
+MAX_POINTS = 2000
+# A replica more than this fraction below the median rate is a straggler.
+STRAGGLER_MARGIN = 0.2
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+class MetricSeries:
+    """Metrics messages split by replica into columns, appended as they arrive (the monitor never re-reads old ones)."""
+
+    def __init__(self) -> None:
+        self._columns: dict[int, dict[str, list[float]]] = {}
+        self._final: dict[int, bool] = {}
+        self.count = 0
+
+    def extend(self, messages: Iterable[Mapping[str, Any]]) -> None:
+        """Append ``messages`` (dicts with ``replica`` and some of ``COLUMNS``)."""
+        for message in messages:
+            columns = self._columns.setdefault(int(message["replica"]), {key: [] for key in COLUMNS})
+            for key in COLUMNS:
+                columns[key].append(_number(message.get(key)))
+            # A replica that left (scaled down, or the job ended) sent its last message; one run again sends more.
+            self._final[int(message["replica"])] = bool(message.get("final"))
+            self.count += 1
+
+    @property
+    def replicas(self) -> list[int]:
+        """The replicas that sent a message, in order."""
+        return sorted(self._columns)
+
+    @property
+    def active(self) -> list[int]:
+        """The replicas whose latest message was not their last."""
+        return [r for r in self.replicas if not self._final[r]]
+
+    def column(self, replica: int, key: str) -> list[float]:
+        """``key``'s values of ``replica``'s messages, in arrival order (NaN where a message lacked it)."""
+        if key not in COLUMNS:
+            raise KeyError(f"no metric column {key!r}: the monitor keeps {', '.join(COLUMNS)}")
+        return list(self._columns.get(replica, {}).get(key, []))
+
+    def curve(self, replica: int, key: str) -> tuple[list[float], list[float]]:
+        """``(global steps, values)`` of ``key`` for ``replica``, leaving out messages without a value."""
+        points = [(s, v) for s, v in zip(self.column(replica, "step"), self.column(replica, key)) if not math.isnan(v)]
+        return [s for s, _ in points], [v for _, v in points]
+
+    def _slope(self, replica: int, key: str) -> float:
+        """Growth of ``key`` per second over ``replica``'s last ``RATE_WINDOW_S`` of messages; NaN if unknown."""
+        times, values = self.column(replica, "time"), self.column(replica, key)
+        end = len(times) - 1
+        if end < 1 or math.isnan(times[end]):
+            return math.nan
+        start = end
+        # Back through the window (always to the message before the last), but not past a drop: a replica that
+        # Dask ran again counts its steps from 0.
+        while (
+            start > 0
+            and values[start - 1] <= values[start]
+            and (start == end or times[end] - times[start - 1] <= RATE_WINDOW_S)
+        ):
+            start -= 1
+        elapsed = times[end] - times[start]
+        return (values[end] - values[start]) / elapsed if elapsed > 0 else math.nan
+
+    def rates(self) -> dict[int, float]:
+        """Each replica's own steps per second (from its ``steps`` counter; ``1 / step_time_s`` after one message)."""
+        rates = {}
+        for replica in self.replicas:
+            rate = self._slope(replica, "steps")
+            if math.isnan(rate):
+                step_time = self.column(replica, "step_time_s")[-1]
+                rate = 1.0 / step_time if step_time > 0 else 0.0
+            rates[replica] = rate
+        return rates
+
+    def progress(self, target: int, step: int | None = None) -> Progress:
+        """The job's progress toward ``target`` global steps: ``step`` if known, else the highest step reported."""
+        reported = max((int(s) for r in self.replicas for s in self.column(r, "step") if not math.isnan(s)), default=0)
+        slopes = [s for s in (self._slope(r, "step") for r in self.replicas) if not math.isnan(s)]
+        # Every replica sees the same global step advance: their slopes agree up to jitter, so take the middle one.
+        rate = statistics.median(slopes) if slopes else 0.0
+        return Progress(max(reported, step or 0), target, rate)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a job is: ``step`` of ``target`` global steps, moving at ``rate`` steps per second (0 if unknown)."""
+
+    step: int
+    target: int
+    rate: float
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.step / self.target) if self.target > 0 else 1.0
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at the current rate; None while the rate is unknown."""
+        if self.step >= self.target:
+            return 0.0
+        return (self.target - self.step) / self.rate if self.rate > 0 else None
+
+    def describe(self, running: bool = True) -> str:
+        """``step 150 of 300 (50%), 24.1 steps/s, ETA 6 s``; the step alone once the job is not ``running``."""
+        text = f"step {self.step} of {self.target} ({self.fraction:.0%})"
+        if not running:
+            return text
+        if self.rate > 0:
+            text += f", {self.rate:.3g} steps/s"
+        eta = self.eta_s
+        return text + (f", ETA {format_duration(eta)}" if eta is not None and eta > 0 else "")
+
+
+def thin(xs: Sequence[float], ys: Sequence[float], limit: int = MAX_POINTS) -> tuple[list[float], list[float]]:
+    """At most ``limit`` evenly spaced points of a curve, its first and last always among them."""
+    if len(xs) <= limit:
+        return list(xs), list(ys)
+    last = len(xs) - 1
+    keep = [round(i * last / (limit - 1)) for i in range(limit)]
+    return [xs[i] for i in keep], [ys[i] for i in keep]
+
+
+def stragglers(rates: Mapping[int, float], margin: float = STRAGGLER_MARGIN) -> list[int]:
+    """The replicas more than ``margin`` below the median rate (none with fewer than two replicas)."""
+    if len(rates) < 2:
+        return []
+    median = statistics.median(rates.values())
+    return sorted(r for r, rate in rates.items() if rate < (1.0 - margin) * median)
+
+
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``3 min 5 s``, ``2 h 10 min``."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def format_bytes(count: float) -> str:
+    """``512 B``, ``1.5 KiB``, ``3.2 MiB``, ``1.1 GiB``."""
+    units = ("B", "KiB", "MiB", "GiB")
+    unit = 0
+    while abs(count) >= 1024 and unit < len(units) - 1:
+        count /= 1024
+        unit += 1
+    return f"{count:.0f} B" if unit == 0 else f"{count:.1f} {units[unit]}"
