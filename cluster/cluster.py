@@ -587,6 +587,13 @@ class Cluster:
         roles = ", ".join(f"{w.role}/{w.task} {w.address}" if w.task is not None else f"idle {w.address}" for w in rows)
         return f"<Cluster {address} ({self.kind}): {roles or 'no workers'}>"
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **_: Any) -> dict[str, Any]:
+        """In a Jupyter kernel, this cluster's ClusterView; elsewhere, a line per worker."""
+        # Imported here: `import cellgraph` stays free of the widget stack until something is displayed.
+        from cellgraph.widgets.reprs import cluster_bundle
+
+        return cluster_bundle(self, include, exclude)
+
 
 def _with_deadline(call: Callable[[], T], what: str, timeout: float = CALL_TIMEOUT_S) -> T:
     """``call()``, or a ClusterError after ``timeout`` seconds naming ``what`` did not finish.

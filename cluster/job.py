@@ -808,7 +808,12 @@ class Job:
         return all(f.done() and (settled or f.status != "cancelled") for f in self._futures)
 
     def stop(self, timeout: float = 60.0) -> Job:
-        """Let each replica finish its step, then end the job with a final checkpoint."""
+        """Let each replica finish its step, then end the job with a final checkpoint.
+
+        A job that has already ended is left as it is (a finished job stays ``finished``).
+        """
+        if self.status != "running":
+            return self
         self._stopping = True
         self._signal_stop()
         self._event("stop asked: replicas finish their step")
@@ -977,3 +982,10 @@ class Job:
 
     def __repr__(self) -> str:
         return f"<Job {self.job_id}: {self.status}, {self.replicas} replica(s), {len(self.metrics)} metrics>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **_: Any) -> dict[str, Any]:
+        """In a Jupyter kernel, this job's TrainingMonitor; elsewhere, a text summary of its progress."""
+        # Imported here: `import cellgraph` stays free of the widget stack until something is displayed.
+        from cellgraph.widgets.reprs import job_bundle
+
+        return job_bundle(self, include, exclude)

@@ -58,6 +58,8 @@ def test_stop_in_sync_mode_releases_a_replica_waiting_for_the_others(cluster: Cl
         assert "1 gradient(s) make a step from now on: the job is stopping" in events
         assert "checkpoint ckpt-" in events and "written (final)" in events
         assert job.global_step() < 1_000_000
+        before = list(job.events)
+        assert job.stop() is job and job.status == "stopped" and job.events == before  # again: nothing to do
     finally:
         job.close()
 

@@ -61,6 +61,7 @@ def test_the_text_summary_and_the_bundle(cluster: Cluster) -> None:
         assert "1 thread(s)" in line
     assert len(lines) == 4
     assert cluster_bundle(cluster) == {"text/plain": text}  # outside a kernel: the text alone
+    assert cluster._repr_mimebundle_() == {"text/plain": text}  # what IPython in a terminal shows
     bundle = cluster_bundle(cluster, widget=True)
     assert set(bundle) == {"text/plain", WIDGET_MIME} and bundle["text/plain"] == text
     assert set(cluster_bundle(cluster, include={"text/html"}, widget=True)) == {"text/plain"}

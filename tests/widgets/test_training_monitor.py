@@ -287,6 +287,8 @@ def test_the_monitor_shows_what_the_job_reports(cluster: Cluster, data: digits.S
         assert text.startswith(f"Job {job.job_id}: finished, 2 replica(s)\n  step 300 of 300 (100%)\n")
         assert "loss: replica 0 " in text and "step rate: replica 0 " in text and job.events[-1] in text
         assert job_bundle(job) == {"text/plain": text}  # outside a kernel: the text alone
+        assert job._repr_mimebundle_() == {"text/plain": text}  # what IPython in a terminal shows
+        assert job.stop() is job and job.status == "finished" and job.events[-1] in text  # an ended job stays so
         bundle = job_bundle(job, widget=True)
         assert set(bundle) == {"text/plain", WIDGET_MIME} and bundle[WIDGET_MIME]["model_id"]
         assert set(job_bundle(job, exclude={WIDGET_MIME}, widget=True)) == {"text/plain"}
@@ -371,7 +373,7 @@ data = digits.load()
 job = cg.train(models.mlp().loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
                replicas=2, batch_size=64, steps=400, checkpoint_every=None, metrics_interval_s=0.1)
 monitor = TrainingMonitor(job)
-print(in_kernel(), monitor.live, sorted(job_bundle(job)))
+print(in_kernel(), monitor.live, sorted(job_bundle(job)), sorted(job._repr_mimebundle_()))
 """
 KERNEL_LOOK = "print(monitor.updates, monitor.live, job.status, monitor.series.count == len(job.metrics))"
 
@@ -411,7 +413,8 @@ def test_in_a_kernel_the_monitor_refreshes_itself_on_the_kernel_loop_until_the_j
     manager, client = start_new_kernel(startup_timeout=60)
     try:
         first = execute(client, KERNEL_SETUP.format(address=cluster.scheduler_address))
-        assert first.strip() == f"True True ['{WIDGET_MIME}', 'text/plain']"
+        # In a kernel the job, shown as a cell's last value, is its monitor (with the text summary beside it).
+        assert first.strip() == f"True True ['{WIDGET_MIME}', 'text/plain'] ['{WIDGET_MIME}', 'text/plain']"
         looks: list[tuple[int, bool, str]] = []
         sent: list[dict[str, Any]] = []
         deadline = time.monotonic() + TIMEOUT
