@@ -38,9 +38,9 @@ What is measured:
   replica.
 
 Each job runs a fixed number of global steps, sized from the previous job
-to last about ``--seconds``, and ends on its own: ``job.stop()`` on a sync
-job with 2 replicas waited out the replicas' 60 s PS deadline here (one
-replica stops, the other waits for its gradient), so it is not used.
+to last about ``--seconds``, and ends on its own, so that every job does the
+same work whatever the machine's speed and no stop falls inside a measured
+interval.
 
 The last line of stdout is one JSON object.
 """

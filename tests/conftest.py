@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pytest
 
+from cellgraph.examples import digits
+
 NO_CUDA = (
     "no CUDA GPU visible to numba.cuda and NUMBA_ENABLE_CUDASIM is not 1: "
     "run `NUMBA_ENABLE_CUDASIM=1 pytest -m cuda` to use Numba's CUDA simulator"
@@ -26,3 +28,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
     if not cuda.available():
         pytest.skip(NO_CUDA)
+
+
+@pytest.fixture(scope="session")
+def data() -> digits.Split:
+    """The digits data set, split 80/20 with seed 0 (the training tests' data)."""
+    return digits.load()

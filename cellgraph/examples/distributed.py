@@ -225,7 +225,8 @@ def _postfix(metrics: list[dict[str, Any]]) -> str:
     """The latest loss (mean over replicas) and examples/s (sum over replicas) of the metrics so far."""
     latest = {m["replica"]: m for m in list(metrics)}
     if not latest:
-        return "waiting for the first metrics"
+        # The first run on a machine compiles every kernel in each worker (cached on disk from then on).
+        return "replicas starting (a first run compiles the kernels: about a minute)"
     loss = sum(float(m["loss"]) for m in latest.values()) / len(latest)
     rate = sum(float(m["examples_per_s"]) for m in latest.values())
     return f"loss={loss:.4f}, examples/s={rate:,.0f}"

@@ -53,11 +53,6 @@ def local_cluster() -> Iterator[Callable[..., Cluster]]:
     assert left == {}, f"processes outlived close(): {left}"
 
 
-@pytest.fixture(scope="module")
-def data() -> digits.Split:
-    return digits.load()
-
-
 def kill_worker(cluster: Cluster, address: str) -> None:
     """SIGKILL the worker process at ``address`` (its nanny stays, and starts a new one)."""
     pid = cluster.client.run(os.getpid, workers=[address])[address]

@@ -21,11 +21,6 @@ def cluster() -> Iterator[Cluster]:
         yield local
 
 
-@pytest.fixture(scope="module")
-def data() -> digits.Split:
-    return digits.load()
-
-
 def accuracy(job: cg.Job, model: models.Model, data: digits.Split) -> float:
     logits = job.evaluate(model.logits, {model.x: data.x_test})
     return float((logits.argmax(axis=1) == data.y_test).mean())

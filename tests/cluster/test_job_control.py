@@ -24,11 +24,6 @@ def cluster() -> Iterator[Cluster]:
         yield local
 
 
-@pytest.fixture(scope="module")
-def data() -> digits.Split:
-    return digits.load()
-
-
 def wait_until(check: Callable[[], bool], what: str, job: Job) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not check():

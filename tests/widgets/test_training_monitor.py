@@ -199,11 +199,6 @@ def cluster() -> Iterator[Cluster]:
         yield local
 
 
-@pytest.fixture(scope="module")
-def data() -> digits.Split:
-    return digits.load()
-
-
 def train(cluster: Cluster, data: digits.Split, **kwargs: Any) -> Job:
     options: dict[str, Any] = dict(
         optimizer=cg.optim.Adam(1e-2), replicas=2, batch_size=64, steps=300, checkpoint_every=100,
