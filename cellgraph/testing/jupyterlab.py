@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,11 +63,23 @@ def chromium(playwright: Any) -> Any:
     return playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
 
 
+def write_settings(root: Path, plugin: str, values: dict[str, Any]) -> None:
+    """Set a JupyterLab plugin's user settings (``"@jupyterlab/apputils-extension:notification"``) before
+    ``jupyter_lab(root)`` starts: they go where it points JUPYTERLAB_SETTINGS_DIR."""
+    package, name = plugin.split(":")
+    path = root / "settings" / package / f"{name}.jupyterlab-settings"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(values))
+
+
 @contextmanager
-def jupyter_lab(root: Path) -> Iterator[Lab]:
-    """A JupyterLab server on 127.0.0.1, its files under ``root``; stopped (and killed if need be) at the end."""
+def jupyter_lab(root: Path, env: Mapping[str, str] | None = None) -> Iterator[Lab]:
+    """A JupyterLab server on 127.0.0.1, its files under ``root``; stopped (and killed if need be) at the end.
+
+    ``env`` adds to (or overrides) this process's environment, for the server and the kernels it starts.
+    """
     token = secrets.token_hex(16)
-    env = dict(os.environ)
+    environ = {**os.environ, **(env or {})}
     # Settings, workspaces and runtime files in the temporary root: nothing of the user's is read or written.
     for var, sub in [
         ("JUPYTER_RUNTIME_DIR", "runtime"),
@@ -74,7 +87,7 @@ def jupyter_lab(root: Path) -> Iterator[Lab]:
         ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
         ("JUPYTER_CONFIG_DIR", "config"),
     ]:
-        env[var] = str(root / sub)
+        environ[var] = str(root / sub)
     notebooks = root / "notebooks"
     notebooks.mkdir(exist_ok=True)
     log = open(root / "lab.log", "w")  # closed in the finally below, after the server
@@ -94,7 +107,7 @@ def jupyter_lab(root: Path) -> Iterator[Lab]:
             "--LabApp.news_url=",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ],
-        env=env,
+        env=environ,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -127,6 +140,12 @@ def _wait_started(proc: subprocess.Popen[bytes], root: Path, token: str) -> str:
         time.sleep(0.2)
 
 
+def server_pid(lab: Lab) -> int:
+    """The JupyterLab server's process id, from its runtime file: its children are the kernels it started."""
+    [info] = (lab.notebooks.parent / "runtime").glob("jpserver-*.json")
+    return int(json.loads(info.read_text())["pid"])
+
+
 def kernels(lab: Lab) -> list[dict[str, Any]]:
     """The server's kernels (``/api/kernels``); empty while the server answers 500 (a kernel still starting)."""
     try:
@@ -135,6 +154,15 @@ def kernels(lab: Lab) -> list[dict[str, Any]]:
             return list(json.loads(reply.read()))
     except OSError:
         return []
+
+
+def shutdown_kernels(lab: Lab, timeout_s: float = 60.0) -> None:
+    """Shut every kernel of the server down (``DELETE /api/kernels/<id>``, which answers once it is gone)."""
+    for kernel in kernels(lab):
+        # Our own server's http://127.0.0.1 URL.
+        url = f"{lab.url}/api/kernels/{kernel['id']}?token={lab.token}"
+        with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=timeout_s):  # noqa: S310
+            pass
 
 
 def wait_kernel(lab: Lab, timeout_ms: int = STEP_TIMEOUT_MS) -> None:
@@ -164,6 +192,21 @@ def run_cell(page: Any, index: int) -> None:
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
     cell.locator(".jp-InputPrompt").click()
     page.keyboard.press("Shift+Enter")
+
+
+def wait_ran(page: Any, index: int, timeout_ms: int = STEP_TIMEOUT_MS) -> int:
+    """Until cell ``index``, sent to the kernel for the first time, has run (its prompt goes from ``[ ]:`` through
+    ``[*]:`` to ``[n]:``); return its execution count ``n``."""
+    prompt = page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-InputPrompt")
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        text = prompt.inner_text(timeout=timeout_ms).strip()
+        ran = re.fullmatch(r"\[(\d+)\]:", text)
+        if ran:
+            return int(ran.group(1))
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"cell {index} had not run after {timeout_ms / 1000:.0f} s: its prompt shows {text!r}")
+        time.sleep(0.1)
 
 
 def open_notebook(page: Any, lab: Lab, notebook: str) -> None:
