@@ -63,6 +63,7 @@ TARGET_EFFICIENCY = 0.85
 TARGET_FIRST_METRICS_S = 3.0
 WARMUP_S = 1.0  # training seconds left out of the steady state (first steps, a late compile)
 FIRST_JOB_STEPS = 20  # the first job on a fresh cluster: its first metrics event is what is timed
+LONGER_TRIES = 2  # a job too short to measure runs again with 4x the steps, at most this many times
 JOB_TIMEOUT_S = 180.0  # deadline of every wait on a job (the cold first job compiles every kernel)
 POLL_S = 0.002
 
@@ -139,7 +140,10 @@ def run_job(cg: Any, cluster: Any, model: Any, data: tuple[Any, Any], replicas: 
         job.close()
     t0 = min(m["time"] for m in metrics)
     steady = [m for m in metrics if m["time"] >= t0 + WARMUP_S and not m["final"]]
-    sps, windows = (0.0, []) if len(steady) < 3 else steady_state(metrics, replicas, args.batch, WARMUP_S)
+    try:
+        sps, windows = steady_state(metrics, replicas, args.batch, WARMUP_S)
+    except RuntimeError:  # too short to measure: the caller runs it again, longer
+        sps, windows = 0.0, []
     return JobRun(
         replicas=replicas,
         train_call_s=returned - began,
@@ -245,7 +249,7 @@ def main() -> None:
         print("(first job with empty kernel caches not timed: --quick; --empty-cache adds it, about 80 s here)")
 
     runs: list[JobRun] = []
-    # Global steps per second, first guesses (measured here: ~55 and ~30); each job then corrects them.
+    # Global steps per second, first guesses (measured here: 55-90 and 30-60); each job then corrects them.
     rate = {1: 50.0, 2: 25.0}
     start = time.perf_counter()
     with Cluster.local(workers=2, ps=1) as cluster:
@@ -260,10 +264,15 @@ def main() -> None:
             for replicas in (1, 2) if r % 2 == 0 else (2, 1):
                 steps = max(20, round(rate[replicas] * (WARMUP_S + seconds)))
                 run = run_job(cg, cluster, model, data, replicas, steps, args)
-                if run.sps > 0:
-                    rate[replicas] = run.sps / (replicas * args.batch)
-                else:
+                for _ in range(LONGER_TRIES):  # a first guess far too low ends the job before it can be measured
+                    if run.sps > 0:
+                        break
+                    steps *= 4
+                    print(f"a {replicas}-replica job ended before its steady state: again with {steps} steps")
+                    run = run_job(cg, cluster, model, data, replicas, steps, args)
+                if run.sps <= 0:
                     raise RuntimeError(f"a {replicas}-replica job of {steps} steps left too few metrics events")
+                rate[replicas] = run.sps / (replicas * args.batch)
                 runs.append(run)
                 w = run.window_sps
                 print(
