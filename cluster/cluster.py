@@ -202,7 +202,7 @@ class Cluster:
         except (TimeoutError, OSError) as err:
             arrived = 0
             with contextlib.suppress(Exception):  # the count only makes the message better
-                arrived = len(client.scheduler_info(n_workers=-1)["workers"]) if client is not None else 0
+                arrived = len(_scheduler_workers(client)) if client is not None else 0
             _close_quietly(client, local)
             raise ClusterError(
                 f"Cluster.local: only {arrived} of {processes} worker processes started within {timeout:g} s "
@@ -290,8 +290,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ workers and roles
     def _workers_info(self) -> dict[str, dict[str, Any]]:
-        workers: dict[str, dict[str, Any]] = self.client.scheduler_info(n_workers=-1)["workers"]
-        return workers
+        return _scheduler_workers(self.client)
 
     @staticmethod
     def _in_order(workers: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -610,6 +609,19 @@ def _with_deadline(call: Callable[[], T], what: str, timeout: float = CALL_TIMEO
         ) from err
     finally:
         pool.shutdown(wait=False)
+
+
+def _scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
+    """Every worker the scheduler knows, with its info, asked for now.
+
+    Not ``client.scheduler_info(n_workers=-1)``: it stores the answer on the
+    client and returns the stored value, and the client's periodic refresh
+    (every 2 s, which asks for no workers) can replace it in between, so that
+    a cluster with workers reads as one without.
+    """
+    identity: dict[str, Any] = client.sync(client.scheduler.identity, n_workers=-1)
+    workers: dict[str, dict[str, Any]] = identity["workers"]
+    return workers
 
 
 def _close_quietly(client: Client | None, local: LocalCluster | None, timeout: float = 30.0) -> None:
