@@ -612,14 +612,20 @@ def _with_deadline(call: Callable[[], T], what: str, timeout: float = CALL_TIMEO
 
 
 def _scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
-    """Every worker the scheduler knows, with its info, asked for now.
+    """Every worker the scheduler knows, with its info, asked for now, within ``CALL_TIMEOUT_S``.
 
     Not ``client.scheduler_info(n_workers=-1)``: it stores the answer on the
     client and returns the stored value, and the client's periodic refresh
     (every 2 s, which asks for no workers) can replace it in between, so that
-    a cluster with workers reads as one without.
+    a cluster with workers reads as one without. It also has no deadline.
     """
-    identity: dict[str, Any] = client.sync(client.scheduler.identity, n_workers=-1)
+    try:
+        identity: dict[str, Any] = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=CALL_TIMEOUT_S)
+    except TimeoutError as err:
+        raise ClusterError(
+            f"the Dask scheduler at {client.scheduler.address} did not list its workers within "
+            f"{CALL_TIMEOUT_S:g} s (stopped, overloaded or cut off?): {CHECK_CONNECT}"
+        ) from err
     workers: dict[str, dict[str, Any]] = identity["workers"]
     return workers
 

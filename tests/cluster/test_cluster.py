@@ -7,10 +7,15 @@ shared one keeps its roles. Every wait has a deadline.
 
 from __future__ import annotations
 
+import json
 import multiprocessing.resource_tracker
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -18,7 +23,8 @@ import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cellgraph.cluster.cluster import Cluster, ClusterError, WorkerInfo, _with_deadline
+from cellgraph.cluster import cluster as cluster_module
+from cellgraph.cluster.cluster import CHECK_CONNECT, Cluster, ClusterError, WorkerInfo, _with_deadline
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import ParameterClient, new_token
 from cellgraph.cluster.ps_plugin import server_address
@@ -296,6 +302,39 @@ def test_from_client_leaves_the_client_open(cluster: Cluster) -> None:
     assert view.training_workers() == cluster.training_workers()
     view.close()
     assert cluster.client.status == "running"
+
+
+def test_a_scheduler_that_stops_answering_is_named_within_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler process that is paused (SIGSTOP) fails the workers query within the deadline, not never."""
+    scheduler_file = tmp_path / "scheduler.json"
+    command = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+               "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(scheduler_file)]  # fmt: skip
+    scheduler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(scheduler_file.read_text())["address"]
+        with Cluster.connect(address, timeout=TIMEOUT) as joined:
+            assert joined.workers() == []
+            monkeypatch.setattr(cluster_module, "CALL_TIMEOUT_S", 1.0)
+            scheduler.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(ClusterError) as info:
+                    joined.workers()
+            finally:
+                scheduler.send_signal(signal.SIGCONT)
+            assert str(info.value) == (
+                f"the Dask scheduler at {address} did not list its workers within 1 s "
+                f"(stopped, overloaded or cut off?): {CHECK_CONNECT}"
+            )
+            monkeypatch.setattr(cluster_module, "CALL_TIMEOUT_S", TIMEOUT)
+            assert joined.workers() == []  # answering again, the same cluster works as before
+    finally:
+        scheduler.terminate()
+        scheduler.wait(TIMEOUT)
 
 
 def test_connect_to_a_closed_port_fails_fast() -> None:
