@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
@@ -416,7 +417,7 @@ class Cluster:
 
     def _run(self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any) -> dict[str, T]:
         """``client.run(function, *args)`` on ``workers``, within ``CALL_TIMEOUT_S``."""
-        return _with_deadline(
+        return call_with_deadline(
             lambda: self.client.run(function, *args, workers=list(workers)),
             f"{what} on workers {', '.join(workers)}",
         )
@@ -461,7 +462,9 @@ class Cluster:
         plugin = ParameterServerPlugin(token, job_id, checkpoint_dir, workers=chosen)
         name = plugin_name(job_id)
         try:
-            _with_deadline(lambda: self.client.register_plugin(plugin, name=name), f"start job '{job_id}''s servers")
+            call_with_deadline(
+                lambda: self.client.register_plugin(plugin, name=name), f"start job '{job_id}''s servers"
+            )
         except Exception as err:
             self._unregister(name)
             raise ClusterError(
@@ -528,14 +531,14 @@ class Cluster:
             running = ", ".join(f"'{j}'" for j in self._jobs) or "none"
             raise ClusterError(f"no parameter servers of job '{job_id}' were started here; running jobs: {running}")
         del self._jobs[job_id]
-        _with_deadline(
+        call_with_deadline(
             lambda: self.client.unregister_worker_plugin(plugin_name(job_id)), f"stop job '{job_id}''s servers"
         )
 
     def _unregister(self, name: str) -> None:
         """Take a plugin off every worker after a failed start; a failure here would hide the first one."""
         try:
-            _with_deadline(lambda: self.client.unregister_worker_plugin(name), f"remove plugin {name}")
+            call_with_deadline(lambda: self.client.unregister_worker_plugin(name), f"remove plugin {name}")
         except Exception:  # noqa: S110 - the caller raises the error that matters
             pass
 
@@ -594,21 +597,31 @@ class Cluster:
         return cluster_bundle(self, include, exclude)
 
 
-def _with_deadline(call: Callable[[], T], what: str, timeout: float = CALL_TIMEOUT_S) -> T:
+def call_with_deadline(call: Callable[[], T], what: str, timeout: float = CALL_TIMEOUT_S) -> T:
     """``call()``, or a ClusterError after ``timeout`` seconds naming ``what`` did not finish.
 
     The client's blocking calls have no deadline of their own; the call runs on
-    a thread that finishes when the cluster answers or the client closes.
+    a daemon thread that finishes when the cluster answers or the client closes.
+    Not a ThreadPoolExecutor's thread: Python joins those at exit, so one call
+    that never returns would keep the process (a CLI after Ctrl-C) from ending.
     """
-    pool = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cellgraph-cluster")
+    outcome: futures.Future[T] = futures.Future()
+
+    def run() -> None:
+        if not outcome.set_running_or_notify_cancel():
+            return
+        try:
+            outcome.set_result(call())
+        except BaseException as err:  # noqa: BLE001 - handed to the caller, who raises it
+            outcome.set_exception(err)
+
+    threading.Thread(target=run, name="cellgraph-cluster-call", daemon=True).start()
     try:
-        return pool.submit(call).result(timeout)
+        return outcome.result(timeout)
     except futures.TimeoutError as err:
         raise ClusterError(
             f"{what}: no answer within {timeout:g} s; is a worker stuck (holding the GIL) or gone?"
         ) from err
-    finally:
-        pool.shutdown(wait=False)
 
 
 def _scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:

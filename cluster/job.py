@@ -43,6 +43,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import tempfile
@@ -60,7 +61,7 @@ from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.optimizers import SGD, Adam, Momentum, Optimizer
 from cellgraph.dataflow.session import Session
 
-from .cluster import Cluster, ClusterError, WorkerInfo
+from .cluster import Cluster, ClusterError, WorkerInfo, call_with_deadline
 from .errors import ParameterServerError
 from .ps import OptimizerConfig, ParameterClient, TrainingConfig, new_token
 from .ps.checkpoint import list_checkpoints
@@ -72,6 +73,8 @@ Status = Literal["running", "finished", "failed", "stopped"]
 STOP_POLL_S = 0.25
 # How often the job looks at the parameter servers' step, to checkpoint and to notice the end.
 WATCH_S = 0.2
+# How long close() waits for the watcher to end; it is busy with at most one call, each with its own deadline.
+WATCHER_JOIN_S = 10.0
 # How often the job looks at the cluster's workers, to say which one was lost or joined.
 # Polling the scheduler (two small calls) rather than a SchedulerPlugin: it needs no code of ours on the
 # scheduler, which a cluster someone else started (Cluster.connect, from_client) may not have, and nothing to
@@ -80,6 +83,10 @@ WORKERS_POLL_S = 0.5
 # The deadline of the calls the watcher makes to look at one parameter server, and of a replica's look-up.
 PROBE_TIMEOUT_S = 5.0
 
+
+# What close() lets pass while it ends the job: the cluster may be closed or gone already (a closed Client raises
+# RuntimeError or OSError), and then nothing of the job is left to stop.
+CLOSE_ERRORS = (ClusterError, ParameterServerError, AttributeError, OSError, TimeoutError, RuntimeError)
 
 # How many times the job submits a lost replica again before it gives up on the job.
 MAX_RESUBMITS = 3
@@ -513,6 +520,8 @@ class Job:
     def _replace_lost_replicas(self) -> bool:
         """Submit again each replica whose task Dask gave up (it lost its worker); False if the job failed."""
         for i, future in enumerate(self._futures):
+            if self._closed:
+                return True  # close() cancels every replica's task: those are not lost, and not replaced
             if i in self._removed:
                 continue  # told to leave by job.scale: not replaced
             if future.status != "cancelled" and not (
@@ -966,18 +975,27 @@ class Job:
         if self._closed:
             return
         self._closed = True
-        try:
-            import distributed
+        # The watcher ends at its next look; waited for (not forever) so that it cannot take the cancelled tasks
+        # below for lost ones and submit them again.
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=WATCHER_JOIN_S)
+        import distributed
 
-            for future in self._futures:
-                future.cancel()
+        client, name = self.cluster.client, ps_variable(self.job_id)
+        # Each step on its own, each with a deadline: the cluster may be closing too (a Ctrl-C ends both), and a
+        # step that fails or does not answer must not keep the next from running.
+        with contextlib.suppress(*CLOSE_ERRORS):
+            call_with_deadline(lambda: client.cancel(list(self._futures)), f"cancel job {self.job_id}'s replicas")
+        with contextlib.suppress(*CLOSE_ERRORS):
             if self._ps is not None:
                 self._ps.close()
+        with contextlib.suppress(*CLOSE_ERRORS):
             if self._addresses:
-                distributed.Variable(ps_variable(self.job_id), client=self.cluster.client).delete()
+                call_with_deadline(
+                    lambda: distributed.Variable(name, client=client).delete(), f"delete the Dask variable {name}"
+                )
+        with contextlib.suppress(*CLOSE_ERRORS):
             self.cluster.stop_parameter_servers(self.job_id)
-        except (ClusterError, ParameterServerError, AttributeError, OSError, TimeoutError):
-            pass  # the cluster may be closing too; nothing of the job is left to stop
         self._ps = None
 
     def __repr__(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import psutil
 import pytest
@@ -36,7 +38,8 @@ def run_cli(*args: str, timeout: float = TIMEOUT, interrupt_when: str | None = N
     """
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # faulthandler prints every thread's stack on SIGABRT: what a hung CLI waits for goes into the failure.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     seen: dict[int, psutil.Process] = {}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.monotonic()
@@ -48,7 +51,11 @@ def run_cli(*args: str, timeout: float = TIMEOUT, interrupt_when: str | None = N
         try:
             while proc.poll() is None:
                 if time.monotonic() - start > timeout:
-                    raise AssertionError(f"cellgraph {' '.join(args)} still running after {timeout} s")
+                    raise AssertionError(
+                        f"cellgraph {' '.join(args)} still running after {timeout} s "
+                        f"({'interrupted' if interrupted else 'not interrupted'}); its threads:\n"
+                        f"{_stacks(proc, err)}\nstdout:\n{_read(out)}"
+                    )
                 try:
                     for child in psutil.Process(proc.pid).children(recursive=True):
                         seen.setdefault(child.pid, child)
@@ -77,6 +84,19 @@ def run_cli(*args: str, timeout: float = TIMEOUT, interrupt_when: str | None = N
     if interrupt_when:
         assert interrupted, f"{interrupt_when!r} never appeared on stdout:\n{ran.stdout}\n{ran.stderr}"
     return ran
+
+
+def _read(file: IO[str]) -> str:
+    file.seek(0)
+    return file.read()
+
+
+def _stacks(proc: subprocess.Popen[str], err: IO[str]) -> str:
+    """The CLI's stderr after SIGABRT, which makes faulthandler print every thread's stack, then ends it."""
+    proc.send_signal(signal.SIGABRT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+    return _read(err)[-20_000:]
 
 
 def closed_port() -> int:

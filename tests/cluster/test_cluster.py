@@ -24,7 +24,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cellgraph.cluster import cluster as cluster_module
-from cellgraph.cluster.cluster import CHECK_CONNECT, Cluster, ClusterError, WorkerInfo, _with_deadline
+from cellgraph.cluster.cluster import CHECK_CONNECT, Cluster, ClusterError, WorkerInfo, call_with_deadline
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import ParameterClient, new_token
 from cellgraph.cluster.ps_plugin import server_address
@@ -357,11 +357,26 @@ def test_connect_to_a_closed_port_fails_fast() -> None:
 
 def test_a_call_past_its_deadline_says_so() -> None:
     with pytest.raises(ClusterError) as info:
-        _with_deadline(lambda: time.sleep(1.0), "count the GPUs on workers tcp://127.0.0.1:1", timeout=0.05)
+        call_with_deadline(lambda: time.sleep(1.0), "count the GPUs on workers tcp://127.0.0.1:1", timeout=0.05)
     assert str(info.value) == (
         "count the GPUs on workers tcp://127.0.0.1:1: no answer within 0.05 s; "
         "is a worker stuck (holding the GIL) or gone?"
     )
+
+
+def test_a_call_that_never_returns_does_not_keep_the_process_from_exiting() -> None:
+    """After its deadline the stuck call is abandoned: the process still exits (a CLI after Ctrl-C must)."""
+    script = (
+        "import threading\n"
+        "from cellgraph.cluster.cluster import ClusterError, call_with_deadline\n"
+        "try:\n"
+        "    call_with_deadline(threading.Event().wait, 'wait for nothing', timeout=0.1)\n"
+        "except ClusterError as err:\n"
+        "    print(err)\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=START_TIMEOUT)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "wait for nothing: no answer within 0.1 s; is a worker stuck (holding the GIL) or gone?\n"
 
 
 # ---------------------------------------------------------------- TLS, GPUs resource, no orphans
