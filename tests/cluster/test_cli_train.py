@@ -20,6 +20,13 @@ import pytest
 from cellgraph import cli
 
 TIMEOUT = 300.0
+# `python -m cellgraph` as a terminal's foreground job starts it: with SIGINT raising KeyboardInterrupt. Set here,
+# because a process inherits an ignored SIGINT and Python then leaves it ignored: a test run started in the
+# background of a shell without job control (`nohup ... &`, as some CI runners do) would lose the Ctrl-C.
+FOREGROUND = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('cellgraph', run_name='__main__', alter_sys=True)"
+)
 
 
 @dataclass
@@ -44,7 +51,7 @@ def run_cli(*args: str, timeout: float = TIMEOUT, interrupt_when: str | None = N
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cellgraph", *args], stdout=out, stderr=err, text=True, env=env,
+            [sys.executable, "-c", FOREGROUND, *args], stdout=out, stderr=err, text=True, env=env,
             start_new_session=True,
         )  # fmt: skip
         interrupted = False
