@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -76,6 +76,9 @@ class WorkerInfo:
     memory_limit: int
     gpus: int
     host: str
+    # Bytes the worker process uses, as the scheduler last heard with its heartbeat (-1: not heard yet). A reading,
+    # not an identity: left out of ==.
+    memory: int = field(default=-1, compare=False)
 
 
 # How often scale() looks at the workers while they start or leave.
@@ -338,6 +341,7 @@ class Cluster:
             memory_limit=int(info.get("memory_limit", 0)),
             gpus=int(info.get("resources", {}).get(GPU_RESOURCE, 0)),
             host=str(info.get("host", "")),
+            memory=int(info.get("metrics", {}).get("memory", -1)),
         )
 
     def assign(self, ps: Sequence[str] | int, worker: Sequence[str] | None = None) -> None:

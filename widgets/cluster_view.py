@@ -26,14 +26,8 @@ if TYPE_CHECKING:
     from cellgraph.cluster.cluster import Cluster, WorkerInfo
 
 
-def _memory_in_use(cluster: Cluster) -> dict[str, int]:
-    """Each worker's process memory in bytes, as the scheduler last heard from its heartbeat."""
-    workers = cluster.client.scheduler_info(n_workers=-1)["workers"]
-    return {a: int(w.get("metrics", {}).get("memory", -1)) for a, w in workers.items()}
-
-
-def worker_row(info: WorkerInfo, devices: list[str], memory: int) -> dict[str, Any]:
-    """One worker as the view shows it: what ``cluster.workers()`` says, its devices, its memory in use (-1: unknown)."""
+def worker_row(info: WorkerInfo, devices: list[str]) -> dict[str, Any]:
+    """One worker as the view shows it: what ``cluster.workers()`` says (memory in use -1: unknown), its devices."""
     return {
         "address": info.address,
         "name": info.name,
@@ -41,7 +35,7 @@ def worker_row(info: WorkerInfo, devices: list[str], memory: int) -> dict[str, A
         "task": info.task,
         "host": info.host,
         "nthreads": info.nthreads,
-        "memory": memory,
+        "memory": info.memory,
         "memory_limit": info.memory_limit,
         "gpus": info.gpus,
         "devices": devices,
@@ -96,12 +90,11 @@ class ClusterView(anywidget.AnyWidget):
             try:
                 infos = cluster.workers()
                 devices = cluster.devices()
-                memory = _memory_in_use(cluster)
                 self.dashboard_link = cluster.dashboard_link
             except Exception as err:  # a view must still show: say what could not be read, keep what was
                 self.error = f"could not read the cluster at {cluster.scheduler_address}: {type(err).__name__}: {err}"
                 return
-            self.workers = [worker_row(w, devices_of(w, devices), memory.get(w.address, -1)) for w in infos]
+            self.workers = [worker_row(w, devices_of(w, devices)) for w in infos]
             self.devices, self.error = devices, ""
 
     def _on_message(self, _: Any, content: Any, buffers: Any) -> None:
