@@ -273,24 +273,10 @@ class Graph:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **_: Any) -> dict[str, Any]:
         """In a Jupyter kernel, a GraphView of this graph; elsewhere (a terminal), a text summary."""
-        ops = Counter(n.op for n in self._nodes.values())
-        scopes = list(dict.fromkeys(name.split("/", 1)[0] for name in self._nodes if "/" in name))
-        text = f"Graph: {len(self)} node{'' if len(self) == 1 else 's'}"
-        if scopes:
-            text += f", {len(scopes)} top-level scope(s): " + ", ".join(scopes[:8]) + (" …" if len(scopes) > 8 else "")
-        if ops:
-            text += "\nops: " + ", ".join(f"{op} ×{n}" for op, n in ops.most_common(10))
-        shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
-        if getattr(shell, "kernel", None) is None:
-            return {"text/plain": text}
-        # Imported here: `import cellgraph` stays free of the widget stack outside a kernel.
-        from cellgraph.widgets.graph_view import GraphView
+        # Imported here: `import cellgraph` stays free of the widget stack until something is displayed.
+        from cellgraph.widgets.reprs import graph_bundle
 
-        shown = GraphView(self)._repr_mimebundle_()
-        # anywidget answers (data, metadata); ipywidgets answers data alone.
-        data = dict(shown[0] if isinstance(shown, tuple) else shown or {})
-        data["text/plain"] = text
-        return data
+        return graph_bundle(self, include, exclude)
 
     def _add(self, node: Node) -> None:
         self._nodes[node.name] = node

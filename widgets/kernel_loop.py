@@ -28,6 +28,7 @@ True
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -41,12 +42,13 @@ CallLater = Callable[[float, Callable[[], None]], _Handle]
 
 
 def in_kernel() -> bool:
-    """Whether this process is an IPython kernel (so widgets have a front end to talk to)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    return getattr(get_ipython(), "kernel", None) is not None
+    """Whether this process is an IPython kernel (so widgets have a front end to talk to).
+
+    Asked of IPython only when something imported it already: a kernel always
+    has, and a plain process's repr need not pay for the import.
+    """
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and getattr(ipython.get_ipython(), "kernel", None) is not None
 
 
 def kernel_loop() -> asyncio.AbstractEventLoop | None:

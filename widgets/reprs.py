@@ -1,9 +1,9 @@
-"""Rich reprs: a ``Job`` or a ``Cluster`` shows as its widget in a kernel, and as a text summary elsewhere.
+"""Rich reprs: a ``Graph``, ``Job`` or ``Cluster`` shows as its widget in a kernel, and as a text summary elsewhere.
 
-``Job._repr_mimebundle_`` and ``Cluster._repr_mimebundle_`` hand over to
-``job_bundle`` and ``cluster_bundle``. The text summaries make no call to the
-parameter servers (a repr must answer at once, even when they are gone);
-the cluster's asks its scheduler for the workers and says so if it cannot.
+Their ``_repr_mimebundle_`` hand over to ``graph_bundle``, ``job_bundle`` and
+``cluster_bundle``. The text summaries make no call to the parameter servers
+(a repr must answer at once, even when they are gone); the cluster's asks its
+scheduler for the workers and says so if it cannot.
 
 Examples
 --------
@@ -14,7 +14,8 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections import Counter
+from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .kernel_loop import in_kernel
@@ -22,11 +23,34 @@ from .training_monitor_data import MetricSeries, format_bytes, stragglers
 
 if TYPE_CHECKING:
     from cellgraph.cluster.cluster import Cluster
+    from cellgraph.dataflow.graph import Graph
 
     from .training_monitor import MonitoredJob
 
 TEXT = "text/plain"
 LATEST_EVENTS = 3
+SCOPES_NAMED, OPS_NAMED = 8, 10  # a graph's summary names this many top-level scopes and op types
+
+
+def graph_text(graph: Graph) -> str:
+    """A line on ``graph``'s size and top-level scopes, and one on its most common ops.
+
+    Examples
+    --------
+    >>> print(graph_text(mlp().graph))  # doctest: +SKIP
+    Graph: 47 nodes, 4 top-level scope(s): hidden, logits, gradients, Adam
+    ops: MatMul ×6, ...
+    """
+    nodes = graph.nodes
+    ops = Counter(n.op for n in nodes)
+    scopes = list(dict.fromkeys(n.name.split("/", 1)[0] for n in nodes if "/" in n.name))
+    text = f"Graph: {len(nodes)} node{'' if len(nodes) == 1 else 's'}"
+    if scopes:
+        more = " …" if len(scopes) > SCOPES_NAMED else ""
+        text += f", {len(scopes)} top-level scope(s): " + ", ".join(scopes[:SCOPES_NAMED]) + more
+    if ops:
+        text += "\nops: " + ", ".join(f"{op} ×{n}" for op, n in ops.most_common(OPS_NAMED))
+    return text
 
 
 def job_text(job: MonitoredJob) -> str:
@@ -123,7 +147,24 @@ def _filtered(
 def _widget_data(widget: Any) -> dict[str, Any]:
     """A widget's mimebundle data: ipywidgets returns a dict, anywidget a ``(data, metadata)`` pair."""
     bundle = widget._repr_mimebundle_()
-    return dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+    return dict(bundle[0] if isinstance(bundle, tuple) else bundle or {})
+
+
+def graph_bundle(
+    graph: Graph,
+    include: Container[str] | None = None,
+    exclude: Container[str] | None = None,
+    *,
+    widget: bool | None = None,
+) -> dict[str, Any]:
+    """``graph``'s mimebundle: its ``GraphView`` and a text summary, or the summary alone outside a kernel."""
+
+    def view() -> Any:
+        from .graph_view import GraphView
+
+        return GraphView(graph)
+
+    return _bundle(view, graph_text(graph), include, exclude, widget)
 
 
 def job_bundle(
@@ -133,18 +174,14 @@ def job_bundle(
     *,
     widget: bool | None = None,
 ) -> dict[str, Any]:
-    """``job``'s mimebundle: its ``TrainingMonitor`` and a text summary, or the summary alone outside a kernel.
+    """``job``'s mimebundle: its ``TrainingMonitor`` and a text summary, or the summary alone outside a kernel."""
 
-    ``widget`` forces the choice; by default the widget is made only inside
-    an IPython kernel, where a front end can draw it.
-    """
-    data: dict[str, Any] = {}
-    if in_kernel() if widget is None else widget:
+    def monitor() -> Any:
         from .training_monitor import TrainingMonitor
 
-        data = _widget_data(TrainingMonitor(job))
-    data[TEXT] = job_text(job)
-    return _filtered(data, include, exclude)
+        return TrainingMonitor(job)
+
+    return _bundle(monitor, job_text(job), include, exclude, widget)
 
 
 def cluster_bundle(
@@ -155,10 +192,29 @@ def cluster_bundle(
     widget: bool | None = None,
 ) -> dict[str, Any]:
     """``cluster``'s mimebundle: its ``ClusterView`` and a text summary, or the summary alone outside a kernel."""
-    data: dict[str, Any] = {}
-    if in_kernel() if widget is None else widget:
+
+    def view() -> Any:
         from .cluster_view import ClusterView
 
-        data = _widget_data(ClusterView(cluster))
-    data[TEXT] = cluster_text(cluster)
+        return ClusterView(cluster)
+
+    return _bundle(view, cluster_text(cluster), include, exclude, widget)
+
+
+def _bundle(
+    make_widget: Callable[[], Any],
+    text: str,
+    include: Container[str] | None,
+    exclude: Container[str] | None,
+    widget: bool | None,
+) -> dict[str, Any]:
+    """The widget's data (made only when shown) with ``text`` as its plain text, filtered by IPython's choice.
+
+    ``widget`` forces the choice; by default the widget is made only inside
+    an IPython kernel, where a front end can draw it. Each widget module is
+    imported by ``make_widget``: a plain process never loads the widget stack.
+    """
+    shown = in_kernel() if widget is None else widget
+    data = _widget_data(make_widget()) if shown else {}
+    data[TEXT] = text
     return _filtered(data, include, exclude)
