@@ -128,6 +128,10 @@ class Tensor:
         dims = ", ".join("?" if d is None else str(d) for d in self.shape)
         return f"<Tensor {self.name!r} shape=({dims}) dtype={self.dtype}>"
 
+    # NumPy defers to the reflected operators below: without this, ``array - tensor``
+    # would become an object array of one-element graph ops instead of one op.
+    __array_ufunc__ = None
+
     # Python operators build graph ops; the functions live in the op families.
     def __add__(self, other: Any) -> Tensor:
         from .ops import math

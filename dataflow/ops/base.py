@@ -25,22 +25,71 @@ def graph_of(values: Sequence[Any]) -> Graph:
     return get_default_graph()
 
 
-def as_tensor(value: TensorLike, dtype: str | None = None, graph: Graph | None = None) -> Tensor:
-    """``value`` itself if it is a Tensor, else a new Const node holding it."""
+def as_tensor(value: TensorLike, dtype: str | None = None, graph: Graph | None = None, op: str | None = None) -> Tensor:
+    """``value`` itself if it is a Tensor, else a new Const node holding it.
+
+    With ``dtype``, a Python value is converted by :func:`operand_array`'s rule;
+    ``op`` names the op it is an operand of, for the error message.
+    """
     if isinstance(value, Tensor):
         if dtype is not None and value.dtype != dtype:
             raise DTypeError(f"tensor {value.name!r} has dtype {value.dtype}, expected {dtype}")
         return value
-    array = np.asarray(value)
     if dtype is None:
+        array = np.asarray(value)
         # Python floats become float32 (the working precision), not float64.
         dtype = "float32" if array.dtype.kind == "f" else as_dtype(array.dtype.name.replace("int64", "int32"))
-    elif array.dtype.kind == "f" and np.dtype(dtype).kind in "iub" and not np.array_equal(array, np.round(array)):
-        # x + 1.5 with an int32 x must not quietly become x + 1.
-        raise DTypeError(f"cannot use {value!r} as a {dtype} value: it is not a whole number")
+    else:
+        array = operand_array(value, dtype, op)
     from .state import constant
 
     return constant(array, dtype=dtype, graph=graph)
+
+
+def operand_array(value: Any, dtype: str, op: str | None = None) -> np.ndarray:
+    """``value`` (a Python scalar, list or NumPy array) as an array of ``dtype``.
+
+    The value takes the tensor's dtype when that keeps its kind, as NumPy's
+    ``same_kind`` casting does (float to float, int to int or float, bool to
+    anything); an integer must also fit. A float scalar may go into an int
+    tensor only when it is a whole number (``i + 2.0``); a float array or list
+    into an int tensor, or anything but bool into a bool tensor, is refused:
+    that would change what the numbers are without a word.
+    """
+    array = np.asarray(value)
+    target = np.dtype(as_dtype(dtype))
+    where = f"{op}: " if op else ""
+    what = _short(value) if array.ndim == 0 else f"{_a(array.dtype.name)} array"
+    if array.dtype.kind not in "biuf":
+        raise DTypeError(f"{where}cannot use {what} ({array.dtype}) as {_a(dtype)} value")
+    if array.ndim == 0 and array.dtype.kind == "f" and target.kind in "iub":
+        if not np.array_equal(array, np.round(array)):
+            # x + 1.5 with an int32 x must not quietly become x + 1.
+            raise DTypeError(f"{where}cannot use {value!r} as {_a(dtype)} value: it is not a whole number")
+    elif not np.can_cast(array.dtype, target, "same_kind"):
+        raise DTypeError(
+            f"{where}cannot use {_a(array.dtype.name)} {'value' if array.ndim == 0 else 'array'} as {_a(dtype)} "
+            f"operand: that changes its kind; convert it first (e.g. np.asarray(value, {dtype!r}))"
+        )
+    if target.kind in "iu" and array.size and array.dtype.kind in "iuf":
+        info = np.iinfo(target)
+        low, high = array.min(), array.max()
+        if low < info.min or high > info.max:
+            raise DTypeError(
+                f"{where}cannot use {what} as {_a(dtype)} value: it holds {low if low < info.min else high}, "
+                f"outside {dtype}'s range [{info.min}, {info.max}]"
+            )
+    return array.astype(target, copy=False)
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an int32", "a float32"."""
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def apply(
@@ -65,13 +114,14 @@ def apply_node(
         return g.create_node(op, tensors, attrs, name)
 
 
-def binary_inputs(a: TensorLike, b: TensorLike) -> tuple[Tensor, Tensor]:
-    """Two operands of one dtype: a Python scalar takes the other side's dtype."""
+def binary_inputs(a: TensorLike, b: TensorLike, op: str | None = None) -> tuple[Tensor, Tensor]:
+    """Two operands of one dtype: a Python value (scalar, list or NumPy array)
+    takes the other side's dtype by :func:`operand_array`'s rule."""
     g = graph_of([a, b])
     if isinstance(a, Tensor) and not isinstance(b, Tensor):
-        return a, as_tensor(b, a.dtype if np.ndim(b) == 0 else None, g)
+        return a, as_tensor(b, a.dtype, g, op)
     if isinstance(b, Tensor) and not isinstance(a, Tensor):
-        return as_tensor(a, b.dtype if np.ndim(a) == 0 else None, g), b
+        return as_tensor(a, b.dtype, g, op), b
     return as_tensor(a, graph=g), as_tensor(b, graph=g)
 
 

@@ -98,31 +98,31 @@ for _name, _kernel, _ref in _COMPARE:
 
 def add(a: TensorLike, b: TensorLike, name: str = "add") -> Tensor:
     """``a + b`` with NumPy broadcasting."""
-    return apply("Add", binary_inputs(a, b), name=name)
+    return apply("Add", binary_inputs(a, b, "Add"), name=name)
 
 
 def sub(a: TensorLike, b: TensorLike, name: str = "sub") -> Tensor:
-    return apply("Sub", binary_inputs(a, b), name=name)
+    return apply("Sub", binary_inputs(a, b, "Sub"), name=name)
 
 
 def mul(a: TensorLike, b: TensorLike, name: str = "mul") -> Tensor:
-    return apply("Mul", binary_inputs(a, b), name=name)
+    return apply("Mul", binary_inputs(a, b, "Mul"), name=name)
 
 
 def div(a: TensorLike, b: TensorLike, name: str = "div") -> Tensor:
-    return apply("Div", binary_inputs(a, b), name=name)
+    return apply("Div", binary_inputs(a, b, "Div"), name=name)
 
 
 def pow(a: TensorLike, b: TensorLike, name: str = "pow") -> Tensor:  # noqa: A001 - TF's name
-    return apply("Pow", binary_inputs(a, b), name=name)
+    return apply("Pow", binary_inputs(a, b, "Pow"), name=name)
 
 
 def maximum(a: TensorLike, b: TensorLike, name: str = "maximum") -> Tensor:
-    return apply("Maximum", binary_inputs(a, b), name=name)
+    return apply("Maximum", binary_inputs(a, b, "Maximum"), name=name)
 
 
 def minimum(a: TensorLike, b: TensorLike, name: str = "minimum") -> Tensor:
-    return apply("Minimum", binary_inputs(a, b), name=name)
+    return apply("Minimum", binary_inputs(a, b, "Minimum"), name=name)
 
 
 def neg(x: TensorLike, name: str = "neg") -> Tensor:
@@ -147,19 +147,19 @@ def log(x: TensorLike, name: str = "log") -> Tensor:
 
 def equal(a: TensorLike, b: TensorLike, name: str = "equal") -> Tensor:
     """Elementwise ``a == b`` as a bool tensor (not differentiable)."""
-    return apply("Equal", binary_inputs(a, b), name=name)
+    return apply("Equal", binary_inputs(a, b, "Equal"), name=name)
 
 
 def less(a: TensorLike, b: TensorLike, name: str = "less") -> Tensor:
-    return apply("Less", binary_inputs(a, b), name=name)
+    return apply("Less", binary_inputs(a, b, "Less"), name=name)
 
 
 def greater_equal(a: TensorLike, b: TensorLike, name: str = "greater_equal") -> Tensor:
-    return apply("GreaterEqual", binary_inputs(a, b), name=name)
+    return apply("GreaterEqual", binary_inputs(a, b, "GreaterEqual"), name=name)
 
 
 def less_equal(a: TensorLike, b: TensorLike, name: str = "less_equal") -> Tensor:
-    a, b = binary_inputs(a, b)
+    a, b = binary_inputs(a, b, "GreaterEqual")
     return apply("GreaterEqual", [b, a], name=name)
 
 
@@ -231,7 +231,7 @@ def matmul(
     a: TensorLike, b: TensorLike, transpose_a: bool = False, transpose_b: bool = False, name: str = "matmul"
 ) -> Tensor:
     """Matrix product of two rank-2 tensors, optionally transposing either."""
-    return apply("MatMul", binary_inputs(a, b), {"transpose_a": transpose_a, "transpose_b": transpose_b}, name=name)
+    return apply("MatMul", binary_inputs(a, b, "MatMul"), {"transpose_a": transpose_a, "transpose_b": transpose_b}, name=name)
 
 
 # ------------------------------------------------------------- reductions

@@ -61,10 +61,54 @@ def test_a_tensor_of_the_wrong_dtype_is_not_converted(fresh_graph: cg.Graph) -> 
 def test_a_fractional_scalar_is_not_truncated_for_an_int_tensor(fresh_graph: cg.Graph) -> None:
     i = ph(3, dtype="int32", name="i")
     before = fresh_graph.nodes
-    with raises(cg.DTypeError, "cannot use 1.5 as a int32 value: it is not a whole number"):
+    with raises(cg.DTypeError, "cannot use 1.5 as an int32 value: it is not a whole number"):
         i + 1.5
     assert fresh_graph.nodes == before  # the rejected constant is gone too
     assert (i + 2.0).dtype == "int32"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op", [lambda x, a: x * a, lambda x, a: x + a, lambda x, a: a - x, lambda x, a: a / x])
+def test_a_numpy_array_operand_takes_the_tensors_float_dtype(fresh_graph: cg.Graph, dtype: str, op: Any) -> None:
+    x = ph(3, dtype=dtype, name="x")
+    values = np.array([1.0, 2.0, 4.0], dtype)
+    for array in (
+        np.array([0.5, 0.25, 3.0]),
+        np.array([0.5, 0.25, 3.0], np.float32),
+        np.array([1, 2, 3]),
+        [1.5, 2.0, 3.0],
+    ):
+        y = op(x, array)
+        assert y.dtype == dtype
+        want = op(values, np.asarray(array, dtype))
+        np.testing.assert_array_equal(cg.Session(fresh_graph).run(y, {x: values}), want)
+
+
+def test_an_int_array_operand_takes_the_tensors_int_dtype_when_it_fits(fresh_graph: cg.Graph) -> None:
+    i = ph(3, dtype="int32", name="i")
+    y = i + np.array([1, 2, 3], np.int64)
+    assert y.dtype == "int32"
+    np.testing.assert_array_equal(cg.Session(fresh_graph).run(y, {i: np.array([10, 20, 30], np.int32)}), [11, 22, 33])
+
+
+def test_an_array_operand_that_would_change_kind_or_overflow_is_refused(fresh_graph: cg.Graph) -> None:
+    i = ph(3, dtype="int32", name="i")
+    b = ph(3, dtype="bool", name="b")
+    before = fresh_graph.nodes
+    with raises(cg.DTypeError, "Mul: cannot use a float64 array as an int32 operand: that changes its kind"):
+        i * np.ones(3)
+    with raises(cg.DTypeError, "Add: cannot use a float64 array as an int32 operand: that changes its kind"):
+        i + [1.0, 2.0, 3.0]
+    with raises(cg.DTypeError, "Equal: cannot use an int64 array as a bool operand: that changes its kind"):
+        cg.equal(b, np.array([1, 0, 1]))
+    with raises(
+        cg.DTypeError,
+        "Sub: cannot use an int64 array as an int32 value: it holds 2147483648, outside int32's range [-2147483648, 2147483647]",
+    ):
+        i - np.array([2**31, 0, 0])
+    with raises(cg.DTypeError, "Add: cannot use 1.5 as an int32 value: it is not a whole number"):
+        1.5 + i
+    assert fresh_graph.nodes == before  # no constant left behind by a refused operand
 
 
 # ---------------------------------------------------------------- autodiff
