@@ -72,11 +72,34 @@ def gradients(
                 for i, (x, gx) in enumerate(zip(node.inputs, grads)):
                     if gx is None:
                         continue
-                    if opdef.broadcasts and gx.shape != x.shape:
+                    if opdef.broadcasts and (gx.shape != x.shape or may_broadcast(x, node.inputs)):
                         gx = sum_to_shape_of(gx, x)
                     _check(node, i, x, gx)
                     pending.setdefault(_key(x), []).append(gx)
     return [_total(pending.get(_key(x), [])) for x in xs]
+
+
+def may_broadcast(x: Tensor, operands: Sequence[Tensor]) -> bool:
+    """Whether ``x`` may be broadcast at run time against the other ``operands``.
+
+    Equal static shapes prove nothing when a dimension is unknown: (None, 4)
+    fed (1, 4) against (None, 4) fed (5, 4) is stretched five times, and its
+    gradient must be summed back. Only an axis where ``x`` has a known size
+    other than 1, or where every other operand has a known 1 (or no such axis),
+    is sure to keep its size; elsewhere the sum-back is decided at run time.
+    """
+    rank = len(x.shape)
+    for t in operands:
+        if len(t.shape) > rank:
+            return True
+    for i, d in enumerate(x.shape):
+        if d is not None and d != 1:
+            continue
+        for t in operands:
+            j = i - (rank - len(t.shape))
+            if t is not x and j >= 0 and t.shape[j] != 1:
+                return True
+    return False
 
 
 def _key(t: Tensor) -> tuple[int, int]:

@@ -31,6 +31,77 @@ def test_broadcast_gradients_are_summed_to_input_shape() -> None:
     np.testing.assert_allclose(out[1], 12.0)
 
 
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "pow": np.power, "maximum": np.maximum, "minimum": np.minimum,
+}  # fmt: skip
+
+
+def _numeric_grads(f: object, a: np.ndarray, b: np.ndarray, eps: float = 1e-6) -> list[np.ndarray]:
+    """Central finite differences of sum(f(a, b)) in float64: an independent expected value."""
+    grads = []
+    for which in (0, 1):
+        args = [a.astype(np.float64), b.astype(np.float64)]
+        grad = np.zeros_like(args[which])
+        for i in np.ndindex(grad.shape):
+            hi, lo = [x.copy() for x in args], [x.copy() for x in args]
+            hi[which][i] += eps
+            lo[which][i] -= eps
+            grad[i] = (np.sum(f(*hi)) - np.sum(f(*lo))) / (2 * eps)  # type: ignore[operator]
+        grads.append(grad)
+    return grads
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op", sorted(BINARY))
+@pytest.mark.parametrize(
+    ("static", "fed_a", "fed_b"),
+    [((None, 4), (1, 4), (5, 4)), ((None, 4), (5, 4), (1, 4)), ((None, None), (5, 1), (1, 3))],
+    ids=["a-stretched", "b-stretched", "both-stretched"],
+)
+@pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
+def test_broadcast_along_unknown_dims_is_summed_back_at_run_time(
+    op: str, dtype: str, static: tuple[None | int, ...], fed_a: tuple[int, ...], fed_b: tuple[int, ...], fuse: bool
+) -> None:
+    # Equal static shapes, (None, 4) and (None, 4), say nothing about the fed
+    # ones: the gradient of the stretched side must come back at its fed shape.
+    rng = np.random.default_rng(0)
+    av = rng.uniform(0.5, 2.0, fed_a).astype(dtype)
+    bv = rng.uniform(0.5, 2.0, fed_b).astype(dtype) + 3.0  # apart from a: max/min have no ties
+    g = cg.Graph()
+    with g.as_default():
+        a = cg.placeholder(static, dtype, name="a")
+        b = cg.placeholder(static, dtype, name="b")
+        da, db = cg.gradients(cg.reduce_sum(getattr(cg, op)(a, b)), [a, b])
+    got = cg.Session(g, fuse=fuse).run([da, db], {a: av, b: bv})
+    want = _numeric_grads(BINARY[op], av, bv)
+    for value, expected, fed in zip(got, want, (fed_a, fed_b)):
+        assert value.shape == fed and value.dtype == dtype
+        np.testing.assert_allclose(value, expected, rtol=1e-3 if dtype == "float32" else 1e-6, atol=1e-6)
+
+
+def test_the_issue_reproduction_gives_shape_1_4_and_tens() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        a = cg.placeholder((None, 4), name="a")
+        b = cg.placeholder((None, 4), name="b")
+        (da,) = cg.gradients(cg.reduce_sum(a * b), [a])
+    out = cg.Session(g).run(da, {a: np.ones((1, 4), np.float32), b: np.full((5, 4), 2, np.float32)})
+    np.testing.assert_array_equal(out, np.full((1, 4), 10, np.float32))
+
+
+def test_a_sum_back_is_left_out_where_shapes_provably_match() -> None:
+    # The static fast path: (None, 3) + (3,) keeps x's batch dim, so x's
+    # gradient needs no SumToShapeOf; b's does.
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 3), name="x")
+        b = cg.placeholder((3,), name="b")
+        cg.gradients(cg.reduce_sum(x + b), [x, b])
+    sums = [n for n in g.nodes if n.op == "SumToShapeOf"]
+    assert [n.inputs[1].name for n in sums] == ["b:0"]
+
+
 def test_no_path_gives_none_and_integer_ys_are_rejected() -> None:
     g = cg.Graph()
     with g.as_default():
