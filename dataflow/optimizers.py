@@ -62,10 +62,19 @@ class Optimizer:
         updates: list[Tensor | Node] = []
         with graph.atomic(), graph.name_scope(name or self.name):
             lrs: dict[str, Tensor] = {}
-            for grad, var in pairs:
+            slots_of: list[dict[str, Tensor]] = []
+            for _, var in pairs:
                 if var.dtype not in lrs:
                     lrs[var.dtype] = constant(self.learning_rate, dtype=var.dtype, name="learning_rate")
-                updates.append(self._apply(graph, var, grad, lrs[var.dtype]))
+                slots_of.append({slot: self._slot(graph, var, slot, scalar) for slot, scalar in self.slots})
+            # Every gradient of a step reads the values from before the step:
+            # no update may run until all of them exist (b's gradient in
+            # a * b reads a, so a's update must wait for it), as in PyTorch,
+            # where optimizer.step() follows the whole backward pass.
+            ready = group(*(grad for grad, _ in pairs), name="gradients_ready")
+            with graph.control_dependencies([ready]):
+                for (grad, var), var_slots in zip(pairs, slots_of):
+                    updates.append(self._update(var, grad, lrs[var.dtype], var_slots))
             if global_step is not None:
                 with graph.control_dependencies(updates):
                     return group(assign_add(global_step, 1), name="update")
@@ -91,13 +100,16 @@ class Optimizer:
         with loss.graph.atomic():  # a rejected minimize leaves no gradient nodes behind
             return self.apply_gradients(self.compute_gradients(loss, var_list), global_step)
 
-    def _slot(self, graph: Graph, var: Tensor, slot: str, shape: tuple[int, ...] | None = None) -> Tensor:
+    def _slot(self, graph: Graph, var: Tensor, slot: str, scalar: bool = False) -> Tensor:
         if var.node.op != "Variable":
             raise GraphError(f"{self.name}: can only update variables, not {var.node.describe()}")
-        shape = tuple(d for d in var.shape if d is not None) if shape is None else shape
+        shape = () if scalar else tuple(d for d in var.shape if d is not None)
         return variable(np.zeros(shape, var.dtype), dtype=var.dtype, name=f"{var.node.name}/{slot}", trainable=False)
 
-    def _apply(self, graph: Graph, var: Tensor, grad: Tensor, lr: Tensor) -> Tensor:
+    # The optimizer's slots: (name, whether the slot is a scalar), made for each variable.
+    slots: tuple[tuple[str, bool], ...] = ()
+
+    def _update(self, var: Tensor, grad: Tensor, lr: Tensor, slots: dict[str, Tensor]) -> Tensor:
         raise NotImplementedError
 
 
@@ -106,7 +118,7 @@ class SGD(Optimizer):
 
     name = "SGD"
 
-    def _apply(self, graph: Graph, var: Tensor, grad: Tensor, lr: Tensor) -> Tensor:
+    def _update(self, var: Tensor, grad: Tensor, lr: Tensor, slots: dict[str, Tensor]) -> Tensor:
         return training.apply_gradient_descent(var, lr, grad)
 
 
@@ -114,6 +126,7 @@ class Momentum(Optimizer):
     """SGD with momentum, optionally Nesterov's."""
 
     name = "Momentum"
+    slots = (("momentum", False),)
 
     def __init__(self, learning_rate: float, momentum: float = 0.9, nesterov: bool = False) -> None:
         super().__init__(learning_rate)
@@ -121,15 +134,15 @@ class Momentum(Optimizer):
             raise ValueError(f"Momentum: momentum must be in [0, 1), got {momentum}")
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
 
-    def _apply(self, graph: Graph, var: Tensor, grad: Tensor, lr: Tensor) -> Tensor:
-        accum = self._slot(graph, var, "momentum")
-        return training.apply_momentum(var, accum, lr, grad, self.momentum, self.nesterov)
+    def _update(self, var: Tensor, grad: Tensor, lr: Tensor, slots: dict[str, Tensor]) -> Tensor:
+        return training.apply_momentum(var, slots["momentum"], lr, grad, self.momentum, self.nesterov)
 
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba, 2015) with bias correction."""
 
     name = "Adam"
+    slots = (("m", False), ("v", False), ("t", True))
 
     def __init__(
         self, learning_rate: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8
@@ -140,7 +153,6 @@ class Adam(Optimizer):
                 raise ValueError(f"Adam: {label} must be in [0, 1), got {beta}")
         self.beta1, self.beta2, self.epsilon = float(beta1), float(beta2), float(epsilon)
 
-    def _apply(self, graph: Graph, var: Tensor, grad: Tensor, lr: Tensor) -> Tensor:
-        m, v = self._slot(graph, var, "m"), self._slot(graph, var, "v")
-        t = self._slot(graph, var, "t", shape=())
+    def _update(self, var: Tensor, grad: Tensor, lr: Tensor, slots: dict[str, Tensor]) -> Tensor:
+        m, v, t = slots["m"], slots["v"], slots["t"]
         return training.apply_adam(var, m, v, t, lr, grad, self.beta1, self.beta2, self.epsilon)
