@@ -147,14 +147,16 @@ def loop_source(
     branch per element.
     """
     dtype = segment.output.dtype
-    # tanh_ is the vectorisable approximation for float32, libm's tanh for float64.
-    tanh = (
-        "from cellgraph.dataflow.kernels.cpu.scalar import tanh_f32 as tanh_"
+    # tanh_ is the vectorisable approximation for float32, libm's tanh for float64;
+    # sigmoid_ is the tail-exact logistic function of the segment's precision.
+    scalar = "from cellgraph.dataflow.kernels.cpu.scalar import"
+    functions = (
+        [f"{scalar} sigmoid_f32 as sigmoid_", f"{scalar} tanh_f32 as tanh_"]
         if dtype == "float32"
-        else "from math import tanh as tanh_"
+        else ["from math import tanh as tanh_", "", f"{scalar} sigmoid_f64 as sigmoid_"]
     )
     parts = loop_body(segment, constants, scalars)
-    header = ["import math", "", "import numpy as np", "from numba import njit", "", tanh, "", f"DT = np.{dtype}"]
+    header = ["import math", "", "import numpy as np", "from numba import njit", "", *functions, "", f"DT = np.{dtype}"]
     lines = [*header, *parts.constants, "", "", '@njit(nogil=True, cache=True, error_model="numpy")']
     lines += [f"def fused(n, out{parts.params}):", *parts.prologue, "    for i in range(n):", *parts.body]
     return "\n".join(lines) + "\n"

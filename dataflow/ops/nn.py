@@ -54,10 +54,16 @@ def _infer_activation_grad(ctx: InferContext) -> TensorSpec:
     return TensorSpec(merge_shapes(dy.shape, y.shape), dtype)
 
 
+def _ref_sigmoid(x: np.ndarray) -> np.ndarray:
+    """The logistic function without cancellation in either tail: exp(-|x|) never overflows."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
 # name, kernel, reference, gradient (g: upstream gradient), fusion expression
 _ACTIVATIONS: list[tuple[str, Any, Any, Any, str]] = [
     ("Relu",    nnk.relu,    lambda x: np.maximum(x, 0),            lambda n, g: [relu_grad(g, _y(n))],    "max({0}, 0.0)"),
-    ("Sigmoid", nnk.sigmoid, lambda x: 0.5 * (1 + np.tanh(0.5 * x)), lambda n, g: [sigmoid_grad(g, _y(n))], "(0.5 + 0.5 * tanh_(0.5 * {0}))"),
+    ("Sigmoid", nnk.sigmoid, _ref_sigmoid,                           lambda n, g: [sigmoid_grad(g, _y(n))], "sigmoid_({0})"),
     ("Tanh",    nnk.tanh,    np.tanh,                                lambda n, g: [tanh_grad(g, _y(n))],    "tanh_({0})"),
 ]  # fmt: skip
 

@@ -20,7 +20,7 @@ def relu(x):  # type: ignore[no-untyped-def]
     src = x.ravel()
     out = np.empty_like(src)
     for i in range(src.size):
-        out[i] = src[i] if src[i] > 0 else 0
+        out[i] = 0 if src[i] <= 0 else src[i]  # NaN <= 0 is false: NaN stays NaN, as in NumPy and PyTorch
     return out.reshape(x.shape)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import types
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,31 @@ WARP = 32
 def simulator() -> bool:
     """True when this process runs CUDA kernels on Numba's simulator."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+def device_math() -> Any:
+    """``math`` as device code should see it.
+
+    On a GPU, the ``math`` module itself (Numba compiles its functions). On
+    the simulator, kernels run as Python, where ``math.exp(1e4)`` raises
+    OverflowError and ``math.log(-1.0)`` ValueError; a GPU answers inf and
+    NaN. There, the functions that raise are replaced by NumPy's, which follow
+    IEEE 754 as the device does, so the simulator column checks the same
+    numbers a GPU gives, special values included.
+    """
+    if not simulator():
+        return math
+    import numpy as np
+
+    def ieee(fn: Any) -> Any:
+        def call(x: Any) -> Any:
+            with np.errstate(all="ignore"):
+                return fn(x)
+
+        return call
+
+    overrides = {name: ieee(getattr(np, name)) for name in ("exp", "expm1", "log", "log1p", "log10", "log2", "sqrt")}
+    return types.SimpleNamespace(**{**vars(math), **overrides})
 
 
 def available() -> bool:
@@ -86,8 +112,8 @@ def device_value(store: Any, node: Node) -> Any:
 
 
 def flat(x: Any) -> Any:
-    """A 1-D view of a C-contiguous device array (a 0-d one becomes length 1)."""
-    return x.reshape(max(x.size, 1))
+    """A 1-D view of a C-contiguous device array (a 0-d one becomes length 1, an empty one length 0)."""
+    return x.reshape(x.size if x.shape else 1)
 
 
 def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -8,7 +8,6 @@ materialised at the output's shape. One kernel is compiled per scalar function
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -16,7 +15,9 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from . import broadcast_strides, flat, launch
+from . import broadcast_strides, device_math, flat, launch
+
+math = device_math()  # IEEE results (inf, NaN) on the simulator too
 
 
 @cuda.jit(device=True)

@@ -37,20 +37,30 @@ def kernel_source(
 
     ``constants`` (host arrays) and ``scalars`` mean what they mean for the CPU
     loop (``fusion.loop_source``). ``tanh_`` is ``math.tanh``: the GPU has a
-    fast one, so the CPU loop's vectorisable approximation is not needed.
+    fast one, so the CPU loop's vectorisable approximation is not needed;
+    ``sigmoid_`` is the same tail-exact formula as the CPU loop's.
     Division by zero gives inf: outside debug mode, Numba compiles CUDA kernels
     with NumPy's error model.
     """
     dtype = segment.output.dtype
     parts = loop_body(segment, constants, scalars)
     header = [
-        "import math",
-        "",
         "import numpy as np",
         "from numba import cuda",
         "",
+        "from cellgraph.dataflow.kernels.cuda import device_math",
+        "",
+        "math = device_math()",
         "tanh_ = math.tanh",
         f"DT = np.{dtype}",
+        "",
+        "",
+        # The logistic function with neither tail cancelled (see kernels/cpu/scalar.py).
+        "@cuda.jit(device=True, inline=True)",
+        "def sigmoid_(x):",
+        "    e = math.exp(-abs(x))",
+        "    r = DT(1.0) / (DT(1.0) + e)",
+        "    return r if x >= DT(0.0) else e * r",
     ]
     # Module-level arrays are constants of the kernel (Numba puts them in constant memory).
     lines = [*header, *parts.constants, "", "", "@cuda.jit(cache=True)", f"def fused(n, out{parts.params}):"]

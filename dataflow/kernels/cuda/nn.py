@@ -11,7 +11,6 @@ transpose. BiasAddGrad is the tree reduction of ``reduce.py`` over all rows.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -19,8 +18,10 @@ from typing import Any
 import numpy as np
 from numba import cuda, from_dtype, uint64
 
-from . import MAX_THREADS, flat, launch
+from . import MAX_THREADS, device_math, flat, launch
 from .reduce import MAX_BLOCKS, reduce
+
+math = device_math()  # IEEE results (inf, NaN) on the simulator too
 
 
 def _device(fn: Callable[..., Any]) -> Any:
@@ -37,7 +38,7 @@ def _sigmoid(v):  # type: ignore[no-untyped-def]
 
 # Scalar functions, by op name: x -> y, and (dy, y) -> dx.
 ACTIVATIONS = {
-    "Relu":    _device(lambda v: v if v > 0 else 0),
+    "Relu":    _device(lambda v: 0 if v <= 0 else v),  # NaN stays NaN
     "Sigmoid": _sigmoid,
     "Tanh":    _device(lambda v: math.tanh(v)),
 }  # fmt: skip
