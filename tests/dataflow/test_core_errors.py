@@ -108,6 +108,10 @@ def test_an_array_operand_that_would_change_kind_or_overflow_is_refused(fresh_gr
         i - np.array([2**31, 0, 0])
     with raises(cg.DTypeError, "Add: cannot use 1.5 as an int32 value: it is not a whole number"):
         1.5 + i
+    with raises(cg.DTypeError, "Mul: cannot use 'abc' (<U3) as an int32 value"):
+        i * "abc"
+    with raises(cg.DTypeError, "Maximum: cannot use an object array (object) as an int32 value"):
+        cg.maximum(i, np.array([None, 1, 2]))
     assert fresh_graph.nodes == before  # no constant left behind by a refused operand
 
 
