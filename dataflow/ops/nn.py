@@ -144,6 +144,8 @@ def _infer_softmax(ctx: InferContext) -> TensorSpec:
 
 
 def _ref_softmax(attrs: dict[str, Any], x: np.ndarray, log: bool = False) -> np.ndarray:
+    if x.shape[attrs["axis"]] == 0:
+        return x.copy()  # nothing to normalise along an empty axis (and np.max would raise)
     shifted = x - np.max(x, axis=attrs["axis"], keepdims=True)
     total = np.sum(np.exp(shifted), axis=attrs["axis"], keepdims=True)
     return (shifted - np.log(total) if log else np.exp(shifted) / total).astype(x.dtype)
@@ -152,15 +154,7 @@ def _ref_softmax(attrs: dict[str, Any], x: np.ndarray, log: bool = False) -> np.
 def _softmax_kernel(log: bool) -> Any:
     def factory(node: Node, ctx: KernelContext) -> Any:
         axis = node.attrs["axis"]
-
-        def run(x: np.ndarray) -> np.ndarray:
-            if axis == x.ndim - 1:
-                return nnk.softmax_rows(np.ascontiguousarray(x).reshape(-1, x.shape[-1]), log).reshape(x.shape)
-            last = np.ascontiguousarray(np.moveaxis(x, axis, -1))
-            out = nnk.softmax_rows(last.reshape(-1, last.shape[-1]), log)
-            return np.ascontiguousarray(np.moveaxis(out.reshape(last.shape), -1, axis))
-
-        return run
+        return lambda x: nnk.softmax(x, axis, log)
 
     return factory
 
@@ -345,7 +339,7 @@ register_op(OpDef(
 ))  # fmt: skip
 register_op(OpDef(
     name="BiasAddGrad", family=FAMILY, infer=_infer_bias_add_grad,
-    reference=lambda attrs, dy: dy.reshape(-1, dy.shape[-1]).sum(axis=0).astype(dy.dtype),
+    reference=lambda attrs, dy: dy.sum(axis=tuple(range(dy.ndim - 1))).astype(dy.dtype),
     grad=_grad_bias_add_grad,
     kernels={"cpu": _bias_add_grad_kernel, "cuda": cuda_kernel("nn", "bias_add_grad_op")},
 ))  # fmt: skip

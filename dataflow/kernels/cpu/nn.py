@@ -80,6 +80,8 @@ def softmax_rows(x, log):  # type: ignore[no-untyped-def]
     """Softmax (or log-softmax) of each row of a 2-D array, shifted by the row max."""
     rows, cols = x.shape
     out = np.empty_like(x)
+    if cols == 0:  # nothing to normalise (and no first element to start the max from)
+        return out
     for r in range(rows):
         top = x[r, 0]
         for j in range(1, cols):
@@ -98,6 +100,14 @@ def softmax_rows(x, log):  # type: ignore[no-untyped-def]
             for j in range(cols):
                 out[r, j] *= inv
     return out
+
+
+def softmax(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    """Softmax (or log-softmax) of ``x`` along ``axis``, as rows of that axis moved last
+    (no copy when it is last already; any dim may be 0)."""
+    last = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    out = softmax_rows(last.reshape(math.prod(last.shape[:-1]), last.shape[-1]), log)
+    return np.ascontiguousarray(np.moveaxis(out.reshape(last.shape), -1, axis))
 
 
 @kernel

@@ -2,12 +2,21 @@
 
 The reduced axes are made one contiguous block (transposing only when they
 are not already), so a kernel only ever reduces the middle axis of a 3-D view.
+
+Over an empty set (a reduced axis of size 0), sum and max give their identity,
+as TensorFlow and ONNX define them: sum 0, max the dtype's lowest value (-inf,
+the int's min, False) where NumPy raises. mean is 0 / 0 = NaN, NumPy's answer.
+argmax has no index to give and raises. The kernels never see an empty reduced
+axis (max and argmax start from its first element): ``reducer`` answers for
+them, and the CUDA kernels and the ops' NumPy references use the same
+definitions, from the functions here.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +34,8 @@ def _sum_mid(x):  # type: ignore[no-untyped-def]
     return out
 
 
+# _max_mid and _argmax_mid start from element 0 of the middle axis: they are
+# never called on an empty one (``reducer`` answers for those itself).
 @kernel
 def _max_mid(x):  # type: ignore[no-untyped-def]
     outer, mid, inner = x.shape
@@ -75,15 +86,43 @@ def _out_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) ->
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
+def lowest(dtype: Any) -> Any:
+    """The max of an empty set of ``dtype``: the identity of max (-inf, the int's min, False)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype.type(-np.inf)
+    if dtype.kind == "b":
+        return np.False_
+    return dtype.type(np.iinfo(dtype).min)
+
+
+def empty_value(kind: str, dtype: Any) -> Any:
+    """What reduction ``kind`` (sum, mean or max) gives over an empty set of ``dtype``."""
+    if kind == "max":
+        return lowest(dtype)
+    return np.dtype(dtype).type(np.nan if kind == "mean" else 0)
+
+
+def empty_argmax(shape: tuple[int, ...], axes: tuple[int, ...]) -> ValueError:
+    """The error of an argmax over an empty axis: there is no index to give."""
+    axis = next(a for a in axes if shape[a] == 0)
+    return ValueError(f"argmax over an empty axis: axis {axis} of {tuple(shape)} has no elements to pick from")
+
+
 def reducer(kind: str, axes: tuple[int, ...], keepdims: bool) -> Callable[[np.ndarray], np.ndarray]:
     """A kernel reducing ``axes`` with ``kind`` in {sum, mean, max, argmax}."""
     mid_kernel = {"sum": _sum_mid, "mean": _sum_mid, "max": _max_mid, "argmax": _argmax_mid}[kind]
 
     def run(x: np.ndarray) -> np.ndarray:
+        out_shape = _out_shape(x.shape, axes, keepdims)
+        if any(x.shape[a] == 0 for a in axes):
+            if kind == "argmax":
+                raise empty_argmax(x.shape, axes)
+            return np.full(out_shape, empty_value(kind, x.dtype), x.dtype)
         x3 = _as_3d(x, axes)
         out = mid_kernel(x3)
         if kind == "mean":
-            out /= max(x3.shape[1], 1)
-        return out.reshape(_out_shape(x.shape, axes, keepdims))
+            out /= x3.shape[1]
+        return out.reshape(out_shape)
 
     return run

@@ -19,6 +19,7 @@ import numpy as np
 from numba import cuda, from_dtype, uint64
 
 from . import MAX_THREADS, device_math, flat, launch
+from .elementwise import fill
 from .reduce import MAX_BLOCKS, reduce
 
 math = device_math()  # IEEE results (inf, NaN) on the simulator too
@@ -185,6 +186,8 @@ def sparse_softmax_xent(logits: Any, labels: Any) -> tuple[Any, Any]:
     """(loss per row, softmax - onehot). A label outside ``[0, classes)`` gives NaN
     in its row, as TensorFlow's GPU kernel does: raising would need the labels on the host."""
     rows, classes = logits.shape
+    if classes == 0:  # every label is out of range: every row is NaN
+        return fill((rows,), logits.dtype, np.nan), cuda.device_array((rows, 0), logits.dtype)
     loss = cuda.device_array((rows,), logits.dtype)
     backprop = cuda.device_array((rows, classes), logits.dtype)
     if backprop.size:

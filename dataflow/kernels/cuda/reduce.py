@@ -4,7 +4,8 @@ The threads of a block each fold a strided share of the reduced elements,
 then halve the partial results in shared memory (``log2(threads)`` steps).
 Any set of axes is reduced in place through strides, without a transpose:
 a flat output index gives the base offset over the kept dims, a flat
-reduced index the offset over the reduced dims.
+reduced index the offset over the reduced dims. An empty set gives what the
+CPU kernels give (``kernels/cpu/reduce.py`` defines it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, from_dtype, int32
 
+from ..cpu.reduce import empty_argmax, empty_value
 from . import MAX_THREADS, flat, launch
 from .elementwise import fill, offset
 
@@ -97,8 +99,10 @@ def reduce(kind: str, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
         out_shape = tuple(shape[i] for i in kept)
     dtype = np.dtype(np.int32) if kind == "argmax" else x.dtype
     count = math.prod(shape[i] for i in axes)
-    if count == 0:
-        return fill(out_shape, dtype, 0)  # sums of nothing; NumPy raises for max of nothing
+    if count == 0:  # the tree kernel starts from the first element: answer for an empty set here
+        if kind == "argmax":
+            raise empty_argmax(shape, axes)
+        return fill(out_shape, dtype, empty_value(kind, dtype))
     out = cuda.device_array(out_shape, dtype)
     if out.size:
         _, threads = launch(count)

@@ -55,6 +55,7 @@ CASES = [
     OpCase("Slice", lambda x: cg.slice(x, (0, 1, 1), (2, 2, 3)), [x234]),
     OpCase("Slice", lambda x: cg.slice(x, (1, 0, 2), (-1, 3, -1)), [x234], id="size-minus-one"),
     OpCase("Slice", lambda x: cg.slice(x, (1, 1, 0), (-1, 2, 2)), [x234], static_shapes=[(None, 3, None)], id="unknown-dims"),
+    OpCase("Slice", lambda x: cg.slice(x, (0, 1, 0), (-1, 2, -1)), [x234], id="from-start-to-end"),
     OpCase("Pad", lambda x: cg.pad(x, ((1, 0), (0, 2))), [rand(2, 3)]),
     OpCase("Pad", lambda x: cg.pad(x, ((0, 0), (1, 1), (2, 0)), constant_values=-1.5), [x234],
            static_shapes=[(None, 3, 4)], id="constant-unknown-batch"),

@@ -11,6 +11,7 @@ from . import OpCase, positive, rand
 a, b = rand(3, 4, seed=1), rand(3, 4, seed=2)
 row, col = rand(4, seed=3), rand(3, 1, seed=4)
 far_a, far_b = rand(3, 4, seed=5), rand(3, 4, seed=6) + 3.0  # no ties for max/min
+ints = (rand(2, 3, 4, seed=9) * 1000).astype(np.int32)
 
 CASES = [
     OpCase("Add", lambda x, y: x + y, [a, b]),
@@ -56,6 +57,9 @@ CASES = [
         id="unknown-batch",
     ),
     OpCase("ReduceMax", lambda x: cg.reduce_max(x, axis=1), [rand(4, 6)]),
+    OpCase("ReduceMax", lambda x: cg.reduce_max(x, axis=1, keepdims=True), [rand(2, 3, 4)], id="axis1-keep"),
+    OpCase("ReduceMax", lambda x: cg.reduce_max(x, axis=(0, 2)), [ints], grad=False, id="int32"),
+    OpCase("ReduceMax", lambda x: cg.reduce_max(x), [rand(3, 4) > 0], grad=False, id="bool-all"),
     OpCase("ArgMax", lambda x: cg.argmax(x, axis=1), [rand(4, 6)], grad=False),
     OpCase("OnesLike", lambda x: cg.ones_like(x), [a], grad=False),
     OpCase("ZerosLike", lambda x: cg.zeros_like(x), [a], grad=False),
