@@ -231,7 +231,9 @@ def matmul(
     a: TensorLike, b: TensorLike, transpose_a: bool = False, transpose_b: bool = False, name: str = "matmul"
 ) -> Tensor:
     """Matrix product of two rank-2 tensors, optionally transposing either."""
-    return apply("MatMul", binary_inputs(a, b, "MatMul"), {"transpose_a": transpose_a, "transpose_b": transpose_b}, name=name)
+    return apply(
+        "MatMul", binary_inputs(a, b, "MatMul"), {"transpose_a": transpose_a, "transpose_b": transpose_b}, name=name
+    )
 
 
 # ------------------------------------------------------------- reductions
