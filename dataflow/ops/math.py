@@ -370,12 +370,14 @@ def _ref_broadcast_like(attrs: dict[str, Any], g: np.ndarray, like: np.ndarray) 
 
 
 def _grad_broadcast_like(node: Node, dys: Dys) -> list[Tensor | None]:
-    g, (x, _) = dys[0], node.inputs
+    g, (x, like) = dys[0], node.inputs
     assert g is not None
-    summed = reduce_sum(g, node.attrs["axes"], keepdims=node.attrs["keepdims"])
+    axes, keepdims = node.attrs["axes"], node.attrs["keepdims"]
     if node.attrs["mean"]:
-        summed = summed * reduce_sum(ones_like(x)) / reduce_sum(ones_like(node.inputs[1]))
-    return [sum_to_shape_of(summed, x), None]
+        # Scale each element as the forward pass did, by 1 / max(count, 1):
+        # a count taken as size(like) / size(x) is 0 / 0 for an empty batch.
+        g = g * broadcast_like(ones_like(x), like, axes, keepdims, mean=True)
+    return [sum_to_shape_of(reduce_sum(g, axes, keepdims=keepdims), x), None]
 
 
 register_op(OpDef(
@@ -400,7 +402,8 @@ def _sum_to_shape(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         return g
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(shape) if d == 1 and g.shape[i + lead] != 1)
-    return np.sum(g, axis=axes).reshape(shape) if axes else g.reshape(shape)
+    # np.sum down to rank 0 gives a NumPy scalar: kernels downstream need an array.
+    return np.asarray(np.sum(g, axis=axes)).reshape(shape) if axes else g.reshape(shape)
 
 
 def _sum_to_shape_kernel(node: Any, ctx: Any) -> Any:

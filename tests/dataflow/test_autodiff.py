@@ -145,3 +145,29 @@ def test_gradient_ops_are_colocated_with_their_forward_ops() -> None:
         y = x @ w
         [dw] = cg.gradients(cg.reduce_sum(y), [w])
     assert dw.node.attrs["_colocate"] == "matmul"
+
+
+@pytest.mark.parametrize("activation", ["tanh", "sigmoid", "relu"])
+def test_a_rank_0_gradient_summed_back_stays_an_array(activation: str) -> None:
+    # The sum-back of a broadcast scalar feeds a Numba gradient kernel, which needs an array.
+    g = cg.Graph()
+    with g.as_default():
+        s = cg.placeholder((), "float64", name="s")
+        v = cg.placeholder((3,), "float64", name="v")
+        [ds] = cg.gradients(cg.reduce_sum(getattr(cg, activation)(s) * v), [s])
+    got = cg.Session(g).run(ds, {s: 0.5, v: np.ones(3)})
+    y = {"tanh": np.tanh(0.5), "sigmoid": 1 / (1 + np.exp(-0.5)), "relu": 0.5}[activation]
+    slope = {"tanh": 1 - y * y, "sigmoid": y * (1 - y), "relu": 1.0}[activation]
+    np.testing.assert_allclose(got, 3 * slope, rtol=1e-12)
+
+
+def test_the_second_derivative_of_a_mean_over_an_empty_batch_is_zero() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 4), "float64", name="x")
+        u = cg.placeholder((4,), "float64", name="u")
+        [dx] = cg.gradients(cg.reduce_mean(x, 0), [x], grad_ys=u)
+        [du] = cg.gradients(cg.reduce_sum(dx), [u])
+    sess = cg.Session(g)
+    np.testing.assert_array_equal(sess.run(du, {x: np.zeros((0, 4)), u: np.ones(4)}), np.zeros(4))
+    np.testing.assert_allclose(sess.run(du, {x: np.zeros((5, 4)), u: np.ones(4)}), np.ones(4))
