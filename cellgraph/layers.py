@@ -93,12 +93,29 @@ def conv2d(
 def max_pool2d(
     x: Tensor, pool_size: int = 2, strides: int | None = None, padding: str = "VALID", name: str = "max_pool"
 ) -> Tensor:
+    """The largest value of each ``pool_size`` window of NHWC ``x``; ``strides`` defaults to ``pool_size``."""
     return conv.max_pool(x, pool_size, strides or pool_size, padding, name=name)
 
 
 def avg_pool2d(
     x: Tensor, pool_size: int = 2, strides: int | None = None, padding: str = "VALID", name: str = "avg_pool"
 ) -> Tensor:
+    """The mean of each ``pool_size`` window of NHWC ``x``; ``strides`` defaults to ``pool_size``.
+
+    With ``padding="SAME"`` a window at the edge averages only the pixels it covers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     x = cg.constant(np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1))
+    ...     y = cg.layers.avg_pool2d(x)
+    >>> cg.Session(g).run(y)[0, :, :, 0]
+    array([[ 2.5,  4.5],
+           [10.5, 12.5]], dtype=float32)
+    """
     return conv.avg_pool(x, pool_size, strides or pool_size, padding, name=name)
 
 
@@ -112,5 +129,24 @@ def flatten(x: Tensor, name: str = "flatten") -> Tensor:
     return array.reshape(x, (-1, features), name=name)
 
 
-def dropout(x: Tensor, rate: float, seed: int = 0, name: str = "dropout") -> Tensor:
+def dropout(x: Tensor, rate: float, seed: int | None = None, name: str = "dropout") -> Tensor:
+    """Zero each element of ``x`` with probability ``rate``; scale the rest by ``1 / (1 - rate)``.
+
+    The same op as ``cg.dropout``, seeded the same way: each run draws a new
+    mask from a generator seeded by ``seed``, by default derived from the
+    node's full name (as a variable's initial value is). So two dropout layers
+    drop different elements, and the same model draws the same masks in every
+    session and after its cell is re-run. Give ``seed`` to choose the masks.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     y = cg.layers.dropout(cg.constant(np.ones(8, np.float32)), rate=0.5, name="drop")
+    >>> mask = cg.Session(g).run(y)
+    >>> sorted(set(mask.tolist())) == [0.0, 2.0] and np.array_equal(mask, cg.Session(g).run(y))
+    True
+    """
     return nn.dropout(x, rate, seed=seed, name=name)

@@ -12,5 +12,15 @@ def sparse_softmax_cross_entropy(logits: Tensor, labels: Tensor, name: str = "lo
 
 
 def mean_squared_error(predictions: Tensor, targets: Tensor, name: str = "loss") -> Tensor:
-    """Mean of the squared differences."""
+    """Mean of the squared differences ``(predictions - targets) ** 2`` over every element.
+
+    Examples
+    --------
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     loss = cg.losses.mean_squared_error(cg.constant([1.0, 2.0, 4.0]), cg.constant([1.0, 0.0, 1.0]))
+    >>> float(cg.Session(g).run(loss))  # (0 + 4 + 9) / 3
+    4.333333492279053
+    """
     return math.reduce_mean(math.square(predictions - targets), name=name)

@@ -7,6 +7,17 @@ from cellgraph.dataflow.ops import math
 
 
 def accuracy(logits: Tensor, labels: Tensor, name: str = "accuracy") -> Tensor:
-    """Fraction of rows whose largest logit is at the label."""
+    """Fraction of rows whose largest logit is at the label (a tie counts for its first class), as float32.
+
+    Examples
+    --------
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     logits = cg.constant([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])
+    ...     acc = cg.metrics.accuracy(logits, cg.constant([1, 0, 0, 1], dtype="int32"))
+    >>> float(cg.Session(g).run(acc))
+    0.5
+    """
     hits = math.equal(math.argmax(logits, axis=-1), math.cast(labels, "int32"))
     return math.reduce_mean(math.cast(hits, "float32"), name=name)

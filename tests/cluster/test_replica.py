@@ -9,10 +9,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import distributed
 import numpy as np
 import pytest
 
 import cellgraph as cg
+from cellgraph.cluster import replica as replica_module
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import OptimizerConfig, ParameterClient, TrainingConfig, create_server, new_token
 from cellgraph.cluster.replica import METRIC_KEYS, ReplicaSpec, metrics_topic, run_replica
@@ -84,18 +86,45 @@ def test_prepare_mlp_names_gradients_and_initial_values() -> None:
     ops = {node.op for node in graph_pb2.GraphDef.FromString(tg.graphdef).node}
     assert "ApplyAdam" not in ops and "Placeholder" in ops
 
-    # gradients[i] is d loss / d variables[i]: compare with cg.gradients on another build of the same model.
+    # gradients[i] is d loss / d variables[i]: compare with the MLP's gradients derived by hand, in float64 NumPy.
     split = digits.load()
     batch = [split.x_train[:32], split.y_train[:32]]
     loss, grads = load(tg).compute(tg.initial, batch)
-    other = models.mlp()
-    expected = cg.gradients(other.loss, [other.graph.tensor(f"{name}:0") for name in tg.variables])
-    feeds = {other.x: batch[0], other.y: batch[1]}
-    want_loss, *want = cg.Session(other.graph).run([other.loss, *expected], feeds)
-    assert loss == pytest.approx(float(want_loss), rel=1e-6)
-    for name, value in zip(tg.variables, want):
-        assert grads[name].shape == tg.initial[name].shape
-        np.testing.assert_allclose(grads[name], value, rtol=1e-5, atol=1e-7)
+    want_loss, want = mlp_loss_and_gradients(tg.initial, *batch)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    for name in tg.variables:
+        assert grads[name].shape == tg.initial[name].shape and grads[name].dtype == tg.initial[name].dtype
+        np.testing.assert_allclose(grads[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def mlp_loss_and_gradients(
+    params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
+) -> tuple[float, dict[str, np.ndarray]]:
+    """The loss of ``models.mlp`` (x -> relu dense -> dense -> mean softmax cross-entropy) and its gradients.
+
+    Backpropagation written out: with p = softmax(logits), d loss / d logits = (p - onehot(y)) / N.
+    """
+    w1, b1 = (params[f"hidden/{v}"].astype(np.float64) for v in ("kernel", "bias"))
+    w2, b2 = (params[f"logits/{v}"].astype(np.float64) for v in ("kernel", "bias"))
+    x = x.astype(np.float64)
+    pre = x @ w1 + b1
+    h = np.maximum(pre, 0.0)
+    logits = h @ w2 + b2
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    rows = np.arange(len(y))
+    loss = float(-log_p[rows, y].mean())
+    d_logits = np.exp(log_p)
+    d_logits[rows, y] -= 1.0
+    d_logits /= len(y)
+    d_pre = (d_logits @ w2.T) * (pre > 0)
+    grads = {
+        "hidden/kernel": x.T @ d_pre,
+        "hidden/bias": d_pre.sum(axis=0),
+        "logits/kernel": h.T @ d_logits,
+        "logits/bias": d_logits.sum(axis=0),
+    }
+    return loss, grads
 
 
 def test_prepare_tiny_graph() -> None:
@@ -183,39 +212,64 @@ def test_stop_event_ends_the_replica_after_its_step() -> None:
         assert seen == [1, 2, 3, 3]  # one message per step (interval 0), then the final one
 
 
-def test_metrics_are_rate_limited_and_have_the_documented_keys() -> None:
+class FakeClock:
+    """The replica's ``time`` module, with a ``perf_counter`` that moves only when told (and by 2**-20 s a reading,
+    so that every interval it measures is positive); wall-clock ``time()`` and the waits stay real."""
+
+    READING = 2.0**-20
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.time, self.monotonic, self.sleep = time.time, time.monotonic, time.sleep
+
+    def perf_counter(self) -> float:
+        self.now += self.READING
+        return self.now
+
+
+class StopAfter:
+    """A stop signal that lets ``steps`` steps run, moving ``clock`` on by ``tick`` seconds before each."""
+
+    def __init__(self, steps: int, clock: FakeClock, tick: float) -> None:
+        self.steps, self.clock, self.tick, self.asked = steps, clock, tick, 0
+
+    def is_set(self) -> bool:  # the replica asks once, at the start of each step
+        self.asked += 1
+        self.clock.now += self.tick
+        return self.asked > self.steps
+
+
+def test_metrics_are_rate_limited_and_have_the_documented_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Steps 0.25 s apart on the replica's clock, one message per 1 s at most: the first step reports at once,
+    # then every fourth step, and the stop sends a final one. Binary fractions: the clock's sums are exact.
     loss, data, _ = linear_problem()
     tg = prepare(loss)
-    interval, run_for = 0.2, 1.5
+    interval, tick, batch = 1.0, 0.25, 16
+    clock = FakeClock()
+    monkeypatch.setattr(replica_module, "time", clock)
     with ps_job(tg, training=TrainingConfig("async")) as (addrs, token, _):
         messages: list[dict[str, Any]] = []
-        stop = threading.Event()
-        timer = threading.Timer(run_for, stop.set)
         spec = ReplicaSpec(
-            "job", 7, tg, addrs, token, mode="async", batch_size=16, steps=10**9, metrics_interval_s=interval
+            "job", 7, tg, addrs, token, mode="async", batch_size=batch, steps=10**9, metrics_interval_s=interval
         )
-        timer.start()
-        try:
-            started = time.perf_counter()
-            summary = run_replica(spec, data, emit=messages.append, stop=stop)
-            elapsed = time.perf_counter() - started
-        finally:
-            timer.cancel()
-    assert summary["stopped"] and summary["steps"] > 20
-    # The first step reports at once, then at most one per interval, and one more at the end.
-    assert 3 <= len(messages) <= elapsed / interval + 2
+        summary = run_replica(spec, data, emit=messages.append, stop=StopAfter(30, clock, tick))
+    assert summary["stopped"] and summary["steps"] == 30 and summary["global_step"] == 30
+    assert [m["steps"] for m in messages] == [1, 5, 9, 13, 17, 21, 25, 29, 30]
+    assert [m["final"] for m in messages] == [False] * 8 + [True]
+    # Examples over the window's time: 16 in 0.25 s at the first step, 4 x 16 in 1 s after; the final window
+    # (step 30) lasts until the stop, a tick after that step began: 16 in 0.5 s.
+    rates = [batch / tick] * 8 + [batch / (2 * tick)]
+    assert [m["examples_per_s"] for m in messages] == pytest.approx(rates, rel=1e-3)
     for message in messages:
         assert tuple(message) == METRIC_KEYS
-        assert message["replica"] == 7 and message["job"] == "job"
-        assert isinstance(message["loss"], float) and message["examples_per_s"] > 0 and message["step_time_s"] > 0
-    times = [m["time"] for m in messages if not m["final"]]
-    assert all(b - a >= interval * 0.99 for a, b in zip(times, times[1:]))
-    assert [m["final"] for m in messages] == [False] * (len(messages) - 1) + [True]
+        assert message["replica"] == 7 and message["job"] == "job" and message["step"] == message["steps"]
+        assert isinstance(message["loss"], float) and message["staleness"] == 0
+        assert 0 < message["step_time_s"] < tick  # a step's own time, not the gaps between steps
+    assert all(a["time"] <= b["time"] for a, b in zip(messages, messages[1:]))
     assert messages[-1]["steps"] == summary["steps"] and messages[-1]["step"] == summary["global_step"]
     # Each step pushes a gradient and pulls a value of every variable.
     per_step = 2 * sum(np.asarray(v).nbytes for v in tg.initial.values())
-    assert messages[-1]["ps_bytes"] == summary["steps"] * per_step
-    assert all(a["ps_bytes"] <= b["ps_bytes"] for a, b in zip(messages, messages[1:]))
+    assert [m["ps_bytes"] for m in messages] == [m["steps"] * per_step for m in messages]
 
 
 def test_replica_errors_name_the_replica_and_what_to_change() -> None:
@@ -318,10 +372,9 @@ def test_two_sync_replicas_train_the_digits_mlp(record_property: Callable[[str, 
 # ------------------------------------------------------------------ inside Dask
 @pytest.mark.slow
 def test_replica_runs_as_a_dask_task_and_logs_events() -> None:
-    distributed = pytest.importorskip("distributed")
     loss, data, solution = linear_problem()
     tg = prepare(loss)
-    job = "dask-job"
+    job, steps = "dask-job", 1500  # enough to fit the solution to 1e-2
     sgd, training = OptimizerConfig("sgd", 0.05), TrainingConfig("async")
     with ps_job(tg, optimizer=sgd, training=training, job_id=job) as (addrs, token, ps):
         # dashboard_address=None turns the dashboard off but still binds its HTTP server to 8787: ":0" never clashes.
@@ -331,29 +384,38 @@ def test_replica_runs_as_a_dask_task_and_logs_events() -> None:
         try:
             with distributed.Client(cluster, timeout=TIMEOUT) as client:
                 events: list[dict[str, Any]] = []
-                got_first = threading.Event()
+                got_first, got_enough, got_final = threading.Event(), threading.Event(), threading.Event()
 
                 def on_event(event: tuple[float, dict[str, Any]]) -> None:
                     events.append(event[1])
                     got_first.set()
+                    if event[1]["step"] >= steps:
+                        got_enough.set()
+                    if event[1]["final"]:
+                        got_final.set()
 
                 client.subscribe_topic(metrics_topic(job), on_event)
+                # The replica runs until told to stop: nothing it does can end it before this test has looked.
+                stop = distributed.Event(f"{job}-stop", client=client)
                 spec = ReplicaSpec(
-                    job, 0, tg, addrs, token, mode="async", batch_size=16, steps=1500, metrics_interval_s=0.1
+                    job, 0, tg, addrs, token, mode="async", batch_size=16, steps=10**9, metrics_interval_s=0.1
                 )
-                future = client.submit(run_replica, spec, data, pure=False)
+                future = client.submit(run_replica, spec, data, stop=stop, pure=False)
                 assert got_first.wait(TIMEOUT), "no metrics event arrived from the replica"
-                # The replica seceded from the worker's only thread: another task still runs beside it.
+                # The replica seceded from the worker's only thread: another task runs beside it (else this one
+                # would wait for the replica, which waits for the stop below).
                 assert client.submit(operator.add, 1, 2, pure=False).result(timeout=TIMEOUT) == 3
-                assert not future.done(), "the replica finished too early to show it seceded; raise its steps"
+                assert future.status == "pending", future.result(timeout=TIMEOUT)  # raises the replica's error
+                assert got_enough.wait(TIMEOUT), f"the replica did not reach step {steps}: {events[-1:]}"
+                stop.set()
                 summary = future.result(timeout=TIMEOUT)
-                deadline = time.monotonic() + TIMEOUT
-                while not (events and events[-1]["final"]) and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                # The final message is a Dask event too: it may arrive after the task's result.
+                assert got_final.wait(TIMEOUT), "the replica's final metrics event did not arrive"
         finally:
             cluster.close(timeout=TIMEOUT)
-        assert summary["global_step"] == 1500 and summary["steps"] == 1500
-        assert events[-1]["final"] and events[-1]["step"] == 1500 and set(METRIC_KEYS) <= set(events[-1])
+        assert summary["stopped"] and summary["global_step"] >= steps and summary["steps"] == summary["global_step"]
+        assert events[-1]["final"] and events[-1]["step"] == summary["global_step"]
+        assert set(METRIC_KEYS) <= set(events[-1])
         np.testing.assert_allclose(ps.pull().values["w"], solution, atol=1e-2)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import stat
-import time
 from pathlib import Path
 
 import grpc
@@ -17,7 +16,7 @@ from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import ClientTLS, OptimizerConfig, ParameterClient, new_token, write_token_file
 
 from .conftest import TIMEOUT
-from .processes import STOP_S, cellgraph_ps, run_ps
+from .processes import cellgraph_ps, run_ps
 
 
 @pytest.fixture
@@ -57,9 +56,7 @@ def test_serves_with_a_token_file_and_stops_on_a_signal(token_file: tuple[Path, 
         with ParameterClient([ps.address], new_token(), timeout=TIMEOUT) as stranger:
             with pytest.raises(ParameterServerError, match="refused Stats: wrong token for this parameter server"):
                 stranger.stats()
-        started = time.monotonic()
-        assert ps.stop(signum) == (0, "cellgraph ps: stopped")
-        assert time.monotonic() - started < STOP_S
+        assert ps.stop(signum) == (0, "cellgraph ps: stopped")  # its waits have deadlines: a hang fails it
         assert ps.python_stderr() == ""
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -16,12 +15,14 @@ from hypothesis import strategies as st
 
 import cellgraph as cg
 from cellgraph.cluster.errors import ParameterServerError
+from cellgraph.cluster.ps import store as store_module
 from cellgraph.cluster.ps.config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec
 from cellgraph.cluster.ps.store import ParameterStore, StoreState, StoreStats
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 SPECS = [VariableSpec("w", F32, (2, 3)), VariableSpec("b", F32, (3,))]
 INITIAL = {"w": np.arange(6, dtype=F32).reshape(2, 3), "b": np.zeros(3, F32)}
+WAIT_S = 30.0  # bounds a hang of the waits below; no test waits that long when the store works
 
 
 def make_store(
@@ -118,15 +119,45 @@ def test_sync_duplicate_push_is_refused_and_not_counted_twice() -> None:
     np.testing.assert_array_equal(store.read(["b"])[1]["b"][1], INITIAL["b"] - 1.0)
 
 
+class WatchedCondition(threading.Condition):
+    """The store's condition, telling the test how many threads wait on it: the test acts once they all do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = 0
+        self._watch = threading.Condition()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._watch:
+            self.waiting += 1
+            self._watch.notify_all()
+        try:
+            return super().wait(timeout)
+        finally:
+            with self._watch:
+                self.waiting -= 1
+
+    def until_waiting(self, count: int) -> None:
+        with self._watch:
+            assert self._watch.wait_for(lambda: self.waiting >= count, WAIT_S), f"{self.waiting} of {count} waiting"
+
+
+def watched(store: ParameterStore) -> WatchedCondition:
+    """Swap in a WatchedCondition (while no other thread uses the store) and return it."""
+    store._lock = condition = WatchedCondition()
+    return condition
+
+
 def test_sync_waiters_are_woken_by_the_update() -> None:
     store = make_store("sync", k=2, replicas=2)
+    condition = watched(store)
     with ThreadPoolExecutor(3) as pool:
-        waiters = [pool.submit(store.wait_for_step, 1, 10.0) for _ in range(3)]
-        time.sleep(0.05)
-        assert not any(w.done() for w in waiters)
+        waiters = [pool.submit(store.wait_for_step, 1, WAIT_S) for _ in range(3)]
+        condition.until_waiting(3)  # all three are blocked in the wait: the update must wake them
         store.push(0, 0, grads())
+        assert not any(w.done() for w in waiters)  # an aggregated gradient is no update
         store.push(1, 0, grads())
-        assert [w.result(timeout=10) for w in waiters] == [1, 1, 1]
+        assert [w.result(timeout=WAIT_S) for w in waiters] == [1, 1, 1]
 
 
 def test_wait_for_a_step_already_reached_returns_at_once() -> None:
@@ -281,20 +312,45 @@ def test_read_refuses_unknown_names_and_returns_copies() -> None:
     np.testing.assert_array_equal(store.read(["w"])[1]["w"][1], INITIAL["w"])
 
 
-def test_replica_stats() -> None:
+class Clock:
+    """The store's ``time`` module, with a wall clock and a performance counter that move only when told."""
+
+    def __init__(self) -> None:
+        self.wall, self.counter = 1_700_000_000.0, 50.0
+
+    def time(self) -> float:
+        return self.wall
+
+    def perf_counter(self) -> float:
+        return self.counter
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.counter += seconds
+
+
+def test_replica_stats(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(store_module, "time", clock)
     store = make_store(replicas=0)
-    before = time.time()
     store.register(4)
     fresh = store.stats().replicas[4]
     assert (fresh.replica_id, fresh.last_step, fresh.pushes, fresh.steps_per_second) == (4, -1, 0, 0.0)
-    assert before <= fresh.last_seen <= time.time()
+    assert fresh.last_seen == clock.wall
+    clock.advance(3.0)
     store.push(4, 0, grads())
-    assert store.stats().replicas[4].steps_per_second == 0.0  # one push is not a rate
-    time.sleep(0.01)
+    first = store.stats().replicas[4]
+    assert (first.steps_per_second, first.last_seen) == (0.0, clock.wall)  # one push is not a rate
+    clock.advance(0.25)
     store.push(4, 1, grads())
     seen = store.stats().replicas[4]
-    assert (seen.last_step, seen.pushes) == (1, 2)
-    assert 0 < seen.steps_per_second < 100  # about one push per 10 ms
+    assert (seen.last_step, seen.pushes, seen.last_seen) == (1, 2, clock.wall)
+    assert seen.steps_per_second == 4.0  # one push per 0.25 s
+    clock.advance(0.5)
+    store.push(4, 2, grads())
+    # Smoothed: the interval moves RATE_SMOOTHING of the way from 0.25 s to the new 0.5 s.
+    interval = 0.25 + store_module.RATE_SMOOTHING * (0.5 - 0.25)
+    assert store.stats().replicas[4].steps_per_second == pytest.approx(1.0 / interval)
 
 
 # ------------------------------------------------------------------ construction
@@ -418,11 +474,12 @@ def test_load_state_discards_the_pending_aggregation_and_wakes_waiters() -> None
     store = make_store("sync", k=2, replicas=2, lr=1.0)
     checkpoint = store.state()
     store.push(0, 0, grads(100.0))
+    condition = watched(store)
     with ThreadPoolExecutor(1) as pool:
-        waiter = pool.submit(store.wait_for_step, 5, 10.0)
-        time.sleep(0.02)
+        waiter = pool.submit(store.wait_for_step, 5, WAIT_S)
+        condition.until_waiting(1)
         store.load_state(replace(checkpoint, global_step=5, versions={"w": 5, "b": 5}))
-        assert waiter.result(timeout=10) == 5
+        assert waiter.result(timeout=WAIT_S) == 5
     assert store.push(0, 5, grads(1.0)).status == "aggregated"  # not a duplicate: the old sum is gone
     assert store.push(1, 5, grads(3.0)).status == "applied"
     np.testing.assert_array_equal(store.read(["b"])[1]["b"][1], INITIAL["b"] - 2.0)
