@@ -330,6 +330,22 @@ class Cluster:
         rows += [self._worker_info(a, info[a], "idle", None) for a in self._in_order(info) if a not in ps + training]
         return rows
 
+    def processing(self) -> dict[str, list[str]]:
+        """The keys of the tasks each worker runs or is about to run, as the scheduler sees them now.
+
+        Raises ``ClusterError`` when the scheduler does not answer within ``CALL_TIMEOUT_S``.
+        """
+        try:
+            found: dict[str, list[Any]] = self.client.sync(
+                self.client.scheduler.processing, callback_timeout=CALL_TIMEOUT_S
+            )
+        except TimeoutError as err:
+            raise ClusterError(
+                f"the Dask scheduler at {self.scheduler_address} did not say what its workers run within "
+                f"{CALL_TIMEOUT_S:g} s (stopped, overloaded or cut off?): {CHECK_CONNECT}"
+            ) from err
+        return {address: [str(key) for key in keys] for address, keys in found.items()}
+
     @staticmethod
     def _worker_info(address: str, info: Mapping[str, Any], role: str, task: int | None) -> WorkerInfo:
         return WorkerInfo(

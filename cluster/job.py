@@ -18,9 +18,11 @@ name, role, task index, last seen), what ran there, and what happens next.
   than run it again; a second copy on another worker would not help, as the
   scheduler's active memory manager drops extra replicas within seconds. So
   the job submits the replica again itself, with its shard scattered afresh
-  from this process, on a training worker that runs no replica (the restarted
-  one, once it is back); the replica registers again and goes on from the
-  servers' global step. In sync mode the others go on meanwhile if they are
+  from this process, on a training worker that runs no task, as the scheduler
+  sees it (the restarted one, once it is back: the job waits up to
+  ``IDLE_WORKER_WAIT_S`` for one), else on the least loaded; the event says
+  which and why. The replica registers again and goes on from the servers'
+  global step. In sync mode the others go on meanwhile if they are
   at least ``replicas_to_aggregate``.
 - A parameter server: the watcher's calls to it fail (``UNAVAILABLE``); the
   nanny restarts the PS worker and the scheduler sends it the job's plugin,
@@ -65,6 +67,7 @@ from .cluster import Cluster, ClusterError, WorkerInfo, call_with_deadline
 from .errors import ParameterServerError
 from .ps import OptimizerConfig, ParameterClient, TrainingConfig, new_token
 from .ps.checkpoint import list_checkpoints
+from .ps.config import NONFINITE, NonFinite
 from .replica import METRIC_KEYS, ReplicaSpec, metrics_topic, run_replica
 from .training_graph import TrainingError, TrainingGraph, prepare
 
@@ -90,6 +93,9 @@ CLOSE_ERRORS = (ClusterError, ParameterServerError, AttributeError, OSError, Tim
 
 # How many times the job submits a lost replica again before it gives up on the job.
 MAX_RESUBMITS = 3
+# How long a lost replica waits for an idle training worker (the lost worker's replacement, which its nanny
+# starts) before it goes to the least loaded one, where it shares the threads of a running replica.
+IDLE_WORKER_WAIT_S = 60.0
 
 
 def replicas_topic(job_id: str) -> str:
@@ -228,6 +234,7 @@ def train(
     checkpoint_every: int | None = 100,
     checkpoint_dir: str | Path | None = None,
     resume_from: str | None = None,
+    nonfinite: NonFinite = "reject",
     seed: int = 0,
     metrics_interval_s: float = 0.5,
     timeout_s: float = 60.0,
@@ -257,6 +264,12 @@ def train(
         leaves for ``resume_from``), which every PS worker must reach; a lost parameter
         server costs at most that many steps. ``resume_from`` restores a
         checkpoint (a name in ``checkpoint_dir``, e.g. ``"ckpt-0000000300"``) first.
+    nonfinite
+        What a gradient holding NaN or Inf does at the parameter servers:
+        ``"reject"`` (the push fails with an error naming the variable),
+        ``"skip_step"`` (that step's update is dropped, the step still
+        advances, and the servers count it in ``Stats.steps_skipped``) or
+        ``"apply"``.
     timeout_s
         The deadline of every call to the parameter servers, and of the wait
         for a lost one to be restarted.
@@ -281,6 +294,8 @@ def train(
         problems.append(f"batch_size must be at least 1 and steps 0 or more, got {batch_size} and {steps}")
     if checkpoint_every is not None and checkpoint_every < 1:
         problems.append(f"checkpoint_every must be at least 1 (or None), got {checkpoint_every}")
+    if nonfinite not in NONFINITE:
+        problems.append(f"nonfinite must be one of {', '.join(map(repr, NONFINITE))}, got {nonfinite!r}")
     if problems:
         raise TrainingError("cg.train: " + "; ".join(problems))
     config = optimizer_config(optimizer)
@@ -298,7 +313,7 @@ def train(
             f"batch_size {batch_size} is larger than a replica's shard ({shard_rows} rows: {total} over {replicas} "
             f"replicas): pass batch_size<={shard_rows}, or fewer replicas"
         )
-    training = TrainingConfig(mode, k if mode == "sync" else 1, max_staleness, checkpoint_every or 0)
+    training = TrainingConfig(mode, k if mode == "sync" else 1, max_staleness, checkpoint_every or 0, nonfinite)
     return Job._start(
         cluster, tg, arrays, config, training, replicas, batch_size, steps, checkpoint_every,
         checkpoint_dir, resume_from, seed, metrics_interval_s, timeout_s, loss,
@@ -351,6 +366,8 @@ class Job:
         self._shards: list[list[Any]] = []
         self._specs: list[ReplicaSpec] = []
         self._resubmits: dict[int, int] = {}
+        self._submitted_to: dict[int, str] = {}  # the worker each replica's task was last submitted to
+        self._idle_deadline: dict[int, float] = {}  # lost replicas waiting for an idle training worker: until when
         self._removed: set[int] = set()  # replicas job.scale told to leave
         self._pending_k: tuple[int, set[int]] | None = None  # see _apply_pending_k
         self._arrays: list[Any] = []  # the whole data, for replicas job.scale adds
@@ -449,6 +466,7 @@ class Job:
             for part in self._shards[i]
         ]
         attempt = self._resubmits.get(i, 0)
+        self._submitted_to[i] = worker
         return client.submit(
             _replica_task,
             self._specs[i],
@@ -528,7 +546,7 @@ class Job:
                 future.status == "error" and type(future.exception()).__name__ == "KilledWorker"
             ):
                 continue
-            attempt = self._resubmits[i] = self._resubmits.get(i, 0) + 1
+            attempt = self._resubmits.get(i, 0) + 1
             if attempt > MAX_RESUBMITS:
                 self._error = TrainingError(
                     f"replica {i} of job {self.job_id} lost its worker {MAX_RESUBMITS + 1} times; the job has failed: "
@@ -538,21 +556,67 @@ class Job:
                 self._event(str(self._error))
                 self._signal_stop()
                 return False
-            busy = {a for j, a in self._replica_at.items() if j != i and not self._futures[j].done()}
-            workers = self.cluster.training_workers()
-            free = [w for w in workers if w not in busy]
-            target = (free or workers)[0]
+            first_look = i not in self._idle_deadline
+            if first_look:
+                self._idle_deadline[i] = time.monotonic() + IDLE_WORKER_WAIT_S
+            placement = self._placement(i)
+            if placement is None:
+                if first_look:
+                    self._event(
+                        f"replica {i} waits for an idle training worker: every training worker runs a replica; "
+                        f"the job waits up to {IDLE_WORKER_WAIT_S:g} s for the lost worker's replacement to join, "
+                        "then submits it again on the least loaded one"
+                    )
+                continue
+            target, why = placement
+            self._resubmits[i] = attempt
             try:
                 self._futures[i] = self._submit(i, target)
             except Exception as err:  # noqa: BLE001 - the scheduler busy: the next look tries again
                 self._resubmits[i] -= 1
                 self._event(f"could not submit replica {i} again ({err}); the job tries again at its next look")
                 continue
+            del self._idle_deadline[i]
             self._event(
-                f"replica {i}'s task was lost with its worker ({future.status}): submitted again on {target} "
+                f"replica {i}'s task was lost with its worker ({future.status}): submitted again {why}, "
                 f"with its shard (attempt {attempt} of {MAX_RESUBMITS})"
             )
         return True
+
+    def _placement(self, i: int) -> tuple[str, str] | None:
+        """Where lost replica ``i`` goes, and why: an idle training worker, else (once its wait for one is over)
+        the least loaded; None to look again later (no idle one yet, or the scheduler did not answer)."""
+        load = self._training_load(i)
+        idle = [a for a, tasks in load.items() if tasks == 0]
+        if idle:
+            return idle[0], f"on idle worker {idle[0]}: no replica runs there"
+        if not load or time.monotonic() < self._idle_deadline[i]:
+            return None
+        least = min(load, key=load.__getitem__)  # the first in task order among equals
+        return least, (
+            f"on {least}, the least loaded: every training worker runs a replica "
+            f"(tasks per worker: {', '.join(f'{a} {n}' for a, n in load.items())})"
+        )
+
+    def _training_load(self, i: int) -> dict[str, int]:
+        """Tasks per training worker, in task order, as the scheduler sees them now, plus the replicas other than
+        ``i`` submitted to a worker that the scheduler has not placed yet; empty when it did not answer."""
+        # A look at the workers first: the task was lost because the scheduler removed its worker, and a worker
+        # that joined is known by name, so the events say that one left and this one joined before a replica
+        # goes there.
+        self._look_at_workers()
+        try:
+            processing = self.cluster.processing()
+        except Exception:  # noqa: BLE001 - the scheduler busy or the cluster closing: look again next time
+            return {}
+        # Workers in both views: the look keeps its last view when the scheduler does not answer.
+        load = {a: len(processing[a]) for a, w in self._workers.items() if w.role == "worker" and a in processing}
+        placed = {key for keys in processing.values() for key in keys}
+        for j, future in enumerate(self._futures):
+            to = self._submitted_to.get(j)
+            if j != i and to in load and not future.done() and future.key not in placed:
+                load[to] += 1
+        return load
 
     def _read_step(self) -> int:
         """The global step, how fast it moves (steps per second, smoothed), and the servers' checkpoints."""
@@ -629,8 +693,9 @@ class Job:
             i for i, f in enumerate(self._futures) if i not in lost and not f.done() and self._placed.get(i) not in gone
         ]
         text += (
-            f", which ran replica {', '.join(map(str, lost))}: the job runs it again on a live training worker, "
-            f"where it rejoins at the servers' global step; meanwhile {len(running)} replica(s) go on"
+            f", which ran replica {', '.join(map(str, lost))}: the job runs it again on an idle training worker "
+            "(the restarted one once it is back) or else the least loaded, where it rejoins at the servers' "
+            f"global step; meanwhile {len(running)} replica(s) go on"
         )
         k = self._training.replicas_to_aggregate
         if self._training.mode == "sync":

@@ -71,34 +71,36 @@ def wait_for_step(job: Job, step: int) -> None:
 def test_a_lost_training_worker_is_replaced_and_no_gradient_counts_twice(
     local_cluster: Callable[..., Cluster], data: digits.Split
 ) -> None:
-    steps = 600
     cluster = local_cluster(workers=3, ps=1)
     victim = cluster.training_workers()[1]  # replica 1 runs there
     model = models.mlp()
+    # More steps than the test waits for: the job runs until replica 1 is back and has trained with the others.
     job = cg.train(
         model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
-        replicas=3, replicas_to_aggregate=2, batch_size=32, steps=steps, checkpoint_every=None,
+        replicas=3, replicas_to_aggregate=2, batch_size=32, steps=100_000, checkpoint_every=None,
     )  # fmt: skip
     try:
         wait_for_step(job, 40)
         killed_at = time.time()
         kill_worker(cluster, victim)
-        job.wait(TIMEOUT)
-        assert job.status == "finished", job.events
-        assert job.global_step() == steps
+        wait_for_event(job, "replica 1 runs again")
+        wait_for_step(job, job.global_step() + 20)
         [stats] = job._ps.stats()  # type: ignore[union-attr]
-        assert stats.updates == steps and stats.pushes_applied == 2 * steps  # no gradient applied twice
+        assert stats.pushes_applied == 2 * stats.updates  # no gradient applied twice
         # Replica 1 ran again and registered again (the servers saw it after the kill).
         again = {r.replica_id: r for r in stats.replicas}[1]
         assert again.last_seen_unix > killed_at
+        job.stop(TIMEOUT)
+        assert job.status == "stopped", job.events
         assert job._futures[1].result()["replica"] == 1
         events = "\n".join(job.events)
         assert f"lost worker {victim} (name worker-1, role worker, task 1; last seen " in events
         assert (
-            "which ran replica 1: the job runs it again on a live training worker, where it rejoins at the servers' "
-            "global step; meanwhile 2 replica(s) go on (2 gradients make a step)"
+            "which ran replica 1: the job runs it again on an idle training worker (the restarted one once it is "
+            "back) or else the least loaded, where it rejoins at the servers' global step; meanwhile 2 replica(s) "
+            "go on (2 gradients make a step)"
         ) in events
-        assert "replica 1's task was lost with its worker (cancelled): submitted again on tcp://" in events
+        assert "replica 1's task was lost with its worker (cancelled): submitted again on idle worker tcp://" in events
         assert re.search(r"replica 1 runs again, on tcp://\S+ \(name worker-\d, role worker, task \d\)", events)
         assert re.search(r"worker tcp://\S+ joined \(name worker-1, role worker, task \d\)", events), events
     finally:
@@ -142,5 +144,58 @@ def test_a_lost_parameter_server_is_restarted_from_the_last_checkpoint(
         assert int(restarted[3]) % every == 0
         assert f"(checkpoints at most every {every} steps); the replicas rejoin there" in events
         assert "finished at global step 400" in events
+    finally:
+        job.close()
+
+
+def wait_for_event(job: Job, words: str) -> str:
+    """The first of ``job.events`` that contains ``words``, once there is one (within ``TIMEOUT``)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not (found := [e for e in job.events if words in e]):
+        assert time.monotonic() < deadline, f"no event with {words!r}: {job.events}"
+        assert job.status == "running", job.events
+        time.sleep(0.05)
+    return found[0]
+
+
+def running_at(cluster: Cluster, key: str) -> str:
+    """The worker the scheduler runs the task ``key`` on, once it has placed it (within ``TIMEOUT``)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not (where := [a for a, keys in cluster.client.processing().items() if key in keys]):
+        assert time.monotonic() < deadline, f"the scheduler placed no task {key}"
+        time.sleep(0.05)
+    return where[0]
+
+
+def event_index(job: Job, words: str) -> int:
+    return next(n for n, e in enumerate(job.events) if words in e)
+
+
+@pytest.mark.slow
+def test_a_lost_replica_runs_again_on_the_idle_restarted_worker(
+    local_cluster: Callable[..., Cluster], data: digits.Split
+) -> None:
+    cluster = local_cluster(workers=3, ps=1)
+    victim = cluster.training_workers()[1]  # replica 1 runs there
+    model = models.mlp()
+    # Every replica's gradient makes a step: the job cannot end before replica 1 runs again.
+    job = cg.train(
+        model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
+        replicas=3, replicas_to_aggregate=3, batch_size=32, steps=100_000, checkpoint_every=None,
+    )  # fmt: skip
+    try:
+        wait_for_step(job, 10)
+        others = {running_at(cluster, job._futures[j].key) for j in (0, 2)}
+        kill_worker(cluster, victim)
+        wait_for_event(job, "replica 1's task was lost with its worker")
+        at = running_at(cluster, job._futures[1].key)
+        names = {w.address: w.name for w in cluster.workers()}
+        assert names.get(at) == "worker-1" and at != victim and at not in others, (at, names, others, job.events)
+        again = wait_for_event(job, "replica 1 runs again")
+        assert f"replica 1 runs again, on {at} (name worker-1, role worker, task 1)" in again
+        lost = event_index(job, f"lost worker {victim}")
+        submitted = event_index(job, f"submitted again on idle worker {at}: no replica runs there")
+        assert lost < submitted < event_index(job, "replica 1 runs again"), job.events
+        wait_for_step(job, job.global_step() + 5)  # all three make steps again
     finally:
         job.close()
