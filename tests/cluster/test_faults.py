@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 import cellgraph as cg
+from cellgraph.cluster import job as job_module
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.job import Job
 from cellgraph.examples import digits, models
@@ -197,5 +198,32 @@ def test_a_lost_replica_runs_again_on_the_idle_restarted_worker(
         submitted = event_index(job, f"submitted again on idle worker {at}: no replica runs there")
         assert lost < submitted < event_index(job, "replica 1 runs again"), job.events
         wait_for_step(job, job.global_step() + 5)  # all three make steps again
+    finally:
+        job.close()
+
+
+@pytest.mark.slow
+def test_a_lost_replica_goes_to_the_least_loaded_worker_when_none_is_idle(
+    local_cluster: Callable[..., Cluster], data: digits.Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(job_module, "IDLE_WORKER_WAIT_S", 0.0)  # no wait for the restarted worker
+    cluster = local_cluster(workers=2, ps=1, threads_per_worker=2)  # two replicas fit on one worker
+    survivor, victim = cluster.training_workers()
+    model = models.mlp()
+    job = cg.train(
+        model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
+        replicas=2, replicas_to_aggregate=2, batch_size=32, steps=100_000, checkpoint_every=None,
+    )  # fmt: skip
+    try:
+        wait_for_step(job, 10)
+        kill_worker(cluster, victim)
+        submitted = wait_for_event(job, "replica 1's task was lost with its worker")
+        assert running_at(cluster, job._futures[1].key) == survivor == running_at(cluster, job._futures[0].key)
+        assert (
+            f"submitted again on {survivor}, the least loaded: every training worker runs a replica "
+            f"(tasks per worker: {survivor} 1)"
+        ) in submitted
+        wait_for_event(job, f"replica 1 runs again, on {survivor}")
+        assert event_index(job, f"lost worker {victim}") < event_index(job, "replica 1's task was lost"), job.events
     finally:
         job.close()
