@@ -67,6 +67,7 @@ from .cluster import Cluster, ClusterError, WorkerInfo, call_with_deadline
 from .errors import ParameterServerError
 from .ps import OptimizerConfig, ParameterClient, TrainingConfig, new_token
 from .ps.checkpoint import list_checkpoints
+from .ps.config import NONFINITE, NonFinite
 from .replica import METRIC_KEYS, ReplicaSpec, metrics_topic, run_replica
 from .training_graph import TrainingError, TrainingGraph, prepare
 
@@ -233,6 +234,7 @@ def train(
     checkpoint_every: int | None = 100,
     checkpoint_dir: str | Path | None = None,
     resume_from: str | None = None,
+    nonfinite: NonFinite = "reject",
     seed: int = 0,
     metrics_interval_s: float = 0.5,
     timeout_s: float = 60.0,
@@ -262,6 +264,12 @@ def train(
         leaves for ``resume_from``), which every PS worker must reach; a lost parameter
         server costs at most that many steps. ``resume_from`` restores a
         checkpoint (a name in ``checkpoint_dir``, e.g. ``"ckpt-0000000300"``) first.
+    nonfinite
+        What a gradient holding NaN or Inf does at the parameter servers:
+        ``"reject"`` (the push fails with an error naming the variable),
+        ``"skip_step"`` (that step's update is dropped, the step still
+        advances, and the servers count it in ``Stats.steps_skipped``) or
+        ``"apply"``.
     timeout_s
         The deadline of every call to the parameter servers, and of the wait
         for a lost one to be restarted.
@@ -286,6 +294,8 @@ def train(
         problems.append(f"batch_size must be at least 1 and steps 0 or more, got {batch_size} and {steps}")
     if checkpoint_every is not None and checkpoint_every < 1:
         problems.append(f"checkpoint_every must be at least 1 (or None), got {checkpoint_every}")
+    if nonfinite not in NONFINITE:
+        problems.append(f"nonfinite must be one of {', '.join(map(repr, NONFINITE))}, got {nonfinite!r}")
     if problems:
         raise TrainingError("cg.train: " + "; ".join(problems))
     config = optimizer_config(optimizer)
@@ -303,7 +313,7 @@ def train(
             f"batch_size {batch_size} is larger than a replica's shard ({shard_rows} rows: {total} over {replicas} "
             f"replicas): pass batch_size<={shard_rows}, or fewer replicas"
         )
-    training = TrainingConfig(mode, k if mode == "sync" else 1, max_staleness, checkpoint_every or 0)
+    training = TrainingConfig(mode, k if mode == "sync" else 1, max_staleness, checkpoint_every or 0, nonfinite)
     return Job._start(
         cluster, tg, arrays, config, training, replicas, batch_size, steps, checkpoint_every,
         checkpoint_dir, resume_from, seed, metrics_interval_s, timeout_s, loss,

@@ -51,6 +51,29 @@ ASYNC: TrainingMode.ValueType  # 2
 """apply each gradient on arrival, within a staleness bound"""
 Global___TrainingMode: _TypeAlias = TrainingMode  # noqa: Y015
 
+class _NonFinite:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _NonFiniteEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NonFinite.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    NONFINITE_REJECT: _NonFinite.ValueType  # 0
+    """refuse the push with INVALID_ARGUMENT naming the variable"""
+    NONFINITE_SKIP_STEP: _NonFinite.ValueType  # 1
+    """take the push, drop its step's update, count it in Stats.steps_skipped"""
+    NONFINITE_APPLY: _NonFinite.ValueType  # 2
+    """apply it like any other gradient"""
+
+class NonFinite(_NonFinite, metaclass=_NonFiniteEnumTypeWrapper): ...
+
+NONFINITE_REJECT: NonFinite.ValueType  # 0
+"""refuse the push with INVALID_ARGUMENT naming the variable"""
+NONFINITE_SKIP_STEP: NonFinite.ValueType  # 1
+"""take the push, drop its step's update, count it in Stats.steps_skipped"""
+NONFINITE_APPLY: NonFinite.ValueType  # 2
+"""apply it like any other gradient"""
+Global___NonFinite: _TypeAlias = NonFinite  # noqa: Y015
+
 @_typing.final
 class OptimizerConfigProto(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -97,6 +120,7 @@ class TrainingConfigProto(_message.Message):
     REPLICAS_TO_AGGREGATE_FIELD_NUMBER: _builtins.int
     MAX_STALENESS_FIELD_NUMBER: _builtins.int
     CHECKPOINT_EVERY_FIELD_NUMBER: _builtins.int
+    NONFINITE_FIELD_NUMBER: _builtins.int
     mode: Global___TrainingMode.ValueType
     replicas_to_aggregate: _builtins.int
     max_staleness: _builtins.int
@@ -108,6 +132,8 @@ class TrainingConfigProto(_message.Message):
     exactly that step and writes it as a checkpoint in the background, so a
     lost server costs at most this many steps. 0: only when Save is called.
     """
+    nonfinite: Global___NonFinite.ValueType
+    """What a gradient holding NaN or Inf does (unset: REJECT)."""
     def __init__(
         self,
         *,
@@ -115,10 +141,11 @@ class TrainingConfigProto(_message.Message):
         replicas_to_aggregate: _builtins.int = ...,
         max_staleness: _builtins.int | None = ...,
         checkpoint_every: _builtins.int = ...,
+        nonfinite: Global___NonFinite.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_staleness", b"_max_staleness", "max_staleness", b"max_staleness"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_staleness", b"_max_staleness", "checkpoint_every", b"checkpoint_every", "max_staleness", b"max_staleness", "mode", b"mode", "replicas_to_aggregate", b"replicas_to_aggregate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_staleness", b"_max_staleness", "checkpoint_every", b"checkpoint_every", "max_staleness", b"max_staleness", "mode", b"mode", "nonfinite", b"nonfinite", "replicas_to_aggregate", b"replicas_to_aggregate"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_staleness: _TypeAlias = _typing.Literal["max_staleness"]  # noqa: Y015
     _WhichOneofArgType__max_staleness: _TypeAlias = _typing.Literal["_max_staleness", b"_max_staleness"]  # noqa: Y015
@@ -496,6 +523,8 @@ class PushResponse(_message.Message):
         """sync: counted, the update waits for more replicas"""
         STALE: PushResponse._Status.ValueType  # 3
         """dropped: too old; pull again before the next push"""
+        SKIPPED: PushResponse._Status.ValueType  # 4
+        """nonfinite = SKIP_STEP: the step's update was dropped (a NaN or Inf gradient)"""
 
     class Status(_Status, metaclass=_StatusEnumTypeWrapper): ...
     STATUS_UNSET: PushResponse.Status.ValueType  # 0
@@ -505,6 +534,8 @@ class PushResponse(_message.Message):
     """sync: counted, the update waits for more replicas"""
     STALE: PushResponse.Status.ValueType  # 3
     """dropped: too old; pull again before the next push"""
+    SKIPPED: PushResponse.Status.ValueType  # 4
+    """nonfinite = SKIP_STEP: the step's update was dropped (a NaN or Inf gradient)"""
 
     STATUS_FIELD_NUMBER: _builtins.int
     GLOBAL_STEP_FIELD_NUMBER: _builtins.int
@@ -776,6 +807,8 @@ class StatsResponse(_message.Message):
     LATEST_CHECKPOINT_FIELD_NUMBER: _builtins.int
     LATEST_CHECKPOINT_STEP_FIELD_NUMBER: _builtins.int
     CHECKPOINT_ERROR_FIELD_NUMBER: _builtins.int
+    STEPS_SKIPPED_FIELD_NUMBER: _builtins.int
+    LAST_SKIPPED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """empty while the server waits for Init"""
     shard: _builtins.int
@@ -792,6 +825,10 @@ class StatsResponse(_message.Message):
     latest_checkpoint_step: _builtins.int
     checkpoint_error: _builtins.str
     """why the last background checkpoint failed; empty when it did not"""
+    steps_skipped: _builtins.int
+    """nonfinite = SKIP_STEP: updates dropped for a NaN or Inf gradient"""
+    last_skipped: _builtins.str
+    """which step, replica and variable the last one was; empty: none"""
     @_builtins.property
     def variables(self) -> _containers.RepeatedCompositeFieldContainer[Global___VariableStats]: ...
     @_builtins.property
@@ -821,10 +858,12 @@ class StatsResponse(_message.Message):
         latest_checkpoint: _builtins.str = ...,
         latest_checkpoint_step: _builtins.int = ...,
         checkpoint_error: _builtins.str = ...,
+        steps_skipped: _builtins.int = ...,
+        last_skipped: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["training", b"training"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in", b"bytes_in", "bytes_out", b"bytes_out", "calls", b"calls", "checkpoint_error", b"checkpoint_error", "global_step", b"global_step", "job_id", b"job_id", "latest_checkpoint", b"latest_checkpoint", "latest_checkpoint_step", b"latest_checkpoint_step", "pushes_applied", b"pushes_applied", "pushes_rejected", b"pushes_rejected", "pushes_stale", b"pushes_stale", "replicas", b"replicas", "shard", b"shard", "training", b"training", "updates", b"updates", "variables", b"variables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in", b"bytes_in", "bytes_out", b"bytes_out", "calls", b"calls", "checkpoint_error", b"checkpoint_error", "global_step", b"global_step", "job_id", b"job_id", "last_skipped", b"last_skipped", "latest_checkpoint", b"latest_checkpoint", "latest_checkpoint_step", b"latest_checkpoint_step", "pushes_applied", b"pushes_applied", "pushes_rejected", b"pushes_rejected", "pushes_stale", b"pushes_stale", "replicas", b"replicas", "shard", b"shard", "steps_skipped", b"steps_skipped", "training", b"training", "updates", b"updates", "variables", b"variables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -81,6 +81,7 @@ _STATUS_NAMES = {
     pb.PushResponse.APPLIED: "applied",
     pb.PushResponse.AGGREGATED: "aggregated",
     pb.PushResponse.STALE: "stale",
+    pb.PushResponse.SKIPPED: "skipped",
 }
 
 
@@ -107,7 +108,8 @@ class PullResult:
 @dataclass(frozen=True)
 class PushResult:
     """What the shards did with a push: ``stale`` if any shard dropped it, else ``applied`` if all
-    applied it, else ``aggregated``; ``global_step`` is the lowest over the shards."""
+    applied it, else ``skipped`` if any dropped its step for a non-finite gradient (``nonfinite="skip_step"``),
+    else ``aggregated``; ``global_step`` is the lowest over the shards."""
 
     status: str
     global_step: int
@@ -588,6 +590,8 @@ def _push_result(answers: Mapping[int, pb.PushResponse]) -> PushResult:
         status = "stale"
     elif all(s == "applied" for s in statuses):
         status = "applied"
+    elif "skipped" in statuses:
+        status = "skipped"
     else:
         status = "aggregated"
     return PushResult(

@@ -7,6 +7,8 @@ protobuf messages (``protos/parameter_service.proto``).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,10 +18,40 @@ from ..errors import ParameterServerError
 
 Mode = Literal["sync", "async"]
 OptimizerKind = Literal["sgd", "momentum", "adam"]
+NonFinite = Literal["reject", "skip_step", "apply"]
+NONFINITE: tuple[NonFinite, ...] = ("reject", "skip_step", "apply")
+
+# Names off the wire are untrusted: a message shows at most this many characters of one
+# and this many names of a list, so that an error stays far below gRPC's metadata limit.
+NAME_CHARS_SHOWN = 64
+NAMES_SHOWN = 8
 
 # The slots each optimizer keeps beside a variable, in the order its kernel takes them.
 # Adam's "t" (its step count, for bias correction) is a scalar float64 per variable.
 SLOTS: dict[str, tuple[str, ...]] = {"sgd": (), "momentum": ("momentum",), "adam": ("m", "v", "t")}
+
+
+def quoted(name: str) -> str:
+    """``'name'``, cut to ``NAME_CHARS_SHOWN`` characters: ``'aaaa'... (100,000 characters)``."""
+    if len(name) <= NAME_CHARS_SHOWN:
+        return repr(name)
+    return f"{name[:NAME_CHARS_SHOWN]!r}... ({len(name):,} characters)"
+
+
+def listed(names: Iterable[str], quote: bool = True) -> str:
+    """``'a', 'b' and 9,998 more``: at most ``NAMES_SHOWN`` names, each cut as ``quoted`` cuts it.
+
+    Examples
+    --------
+    >>> listed(["w", "b"])
+    "'w', 'b'"
+    >>> listed([f"v{i}" for i in range(10)], quote=False)
+    'v0, v1, v2, v3, v4, v5, v6, v7 and 2 more'
+    """
+    names = list(names)
+    shown = [quoted(n) if quote or len(n) > NAME_CHARS_SHOWN else n for n in names[:NAMES_SHOWN]]
+    text = ", ".join(shown)
+    return text + (f" and {len(names) - NAMES_SHOWN:,} more" if len(names) > NAMES_SHOWN else "")
 
 
 @dataclass(frozen=True)
@@ -39,7 +71,8 @@ class VariableSpec:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        # Python ints: a declared shape off the wire may overflow int64 (np.prod would wrap to 0).
+        return math.prod(self.shape) * self.dtype.itemsize
 
     @property
     def whole_shape(self) -> tuple[int, ...]:
@@ -61,8 +94,21 @@ class OptimizerConfig:
     def __post_init__(self) -> None:
         if self.kind not in SLOTS:
             raise ParameterServerError(
-                f"optimizer kind {self.kind!r} is not one of {', '.join(SLOTS)}", "INVALID_ARGUMENT"
+                f"optimizer kind {quoted(str(self.kind))} is not one of {', '.join(SLOTS)}", "INVALID_ARGUMENT"
             )
+        # A NaN learning rate is accepted by every kernel and turns the model into NaN at the first step.
+        for name in ("learning_rate", "momentum", "epsilon"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ParameterServerError(
+                    f"{self.kind} optimizer: {name} must be a finite number, 0 or more, got {value}", "INVALID_ARGUMENT"
+                )
+        for name in ("beta1", "beta2"):
+            value = getattr(self, name)
+            if not 0 <= value < 1:  # False for NaN; beta = 1 divides by 0 in Adam's bias correction
+                raise ParameterServerError(
+                    f"{self.kind} optimizer: {name} must be in [0, 1), got {value}", "INVALID_ARGUMENT"
+                )
 
 
 @dataclass(frozen=True)
@@ -75,12 +121,16 @@ class TrainingConfig:
     unless it was computed from parameters more than ``max_staleness`` versions
     old (``None``: no bound). ``checkpoint_every``: the server checkpoints its
     shard at every multiple of this global step by itself (0: only on ``Save``).
+    ``nonfinite``: what a gradient holding NaN or Inf does: ``"reject"`` (the
+    push is refused with INVALID_ARGUMENT naming the variable), ``"skip_step"``
+    (its step's update is dropped and counted) or ``"apply"``.
     """
 
     mode: Mode = "async"
     replicas_to_aggregate: int = 1
     max_staleness: int | None = None
     checkpoint_every: int = 0
+    nonfinite: NonFinite = "reject"
 
     def __post_init__(self) -> None:
         if self.mode not in ("sync", "async"):
@@ -96,5 +146,10 @@ class TrainingConfig:
         if self.checkpoint_every < 0:
             raise ParameterServerError(
                 f"checkpoint_every must be 0 (no automatic checkpoints) or more, got {self.checkpoint_every}",
+                "INVALID_ARGUMENT",
+            )
+        if self.nonfinite not in NONFINITE:
+            raise ParameterServerError(
+                f"nonfinite must be one of {', '.join(map(repr, NONFINITE))}, got {self.nonfinite!r}",
                 "INVALID_ARGUMENT",
             )

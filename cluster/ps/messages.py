@@ -7,16 +7,22 @@ unknown optimizer) is refused with a status code and a message that names it.
 
 from __future__ import annotations
 
+import math
+
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import tensor_pb2
 
 from ..errors import ParameterServerError
 from .chunks import dtype_enum, dtype_of
-from .config import OptimizerConfig, TrainingConfig, VariableSpec
+from .config import OptimizerConfig, TrainingConfig, VariableSpec, quoted
 
 _MODES = {"sync": pb.SYNC, "async": pb.ASYNC}
 _MODE_NAMES = {v: k for k, v in _MODES.items()}
+_NONFINITE = {"reject": pb.NONFINITE_REJECT, "skip_step": pb.NONFINITE_SKIP_STEP, "apply": pb.NONFINITE_APPLY}
+_NONFINITE_NAMES = {v: k for k, v in _NONFINITE.items()}
+# The most bytes a NumPy array can have: more is a declaration no machine can hold, not a request to try.
+MAX_ARRAY_BYTES = 2**63 - 1
 
 
 def _invalid(message: str) -> ParameterServerError:
@@ -39,7 +45,7 @@ def spec_to_proto(spec: VariableSpec) -> pb.VariableSpecProto:
 def spec_from_proto(proto: pb.VariableSpecProto) -> VariableSpec:
     if not proto.name:
         raise _invalid("a variable spec has no name")
-    where = f"variable '{proto.name}'"
+    where = f"variable {quoted(proto.name)}"
     shape, full = tuple(proto.shape.dim), tuple(proto.full_shape.dim) or tuple(proto.shape.dim)
     for label, dims in (("shape", shape), ("full shape", full)):
         if any(d < 0 for d in dims):
@@ -51,7 +57,15 @@ def spec_from_proto(proto: pb.VariableSpecProto) -> VariableSpec:
             raise _invalid(f"{where}: a piece of shape {fmt(shape)} rows {rows[0]}:{rows[1]} does not fit {fmt(full)}")
         if rows[1] - rows[0] != shape[0]:
             raise _invalid(f"{where}: rows {rows[0]}:{rows[1]} are {rows[1] - rows[0]} rows, the piece has {shape[0]}")
-    return VariableSpec(proto.name, dtype_of(proto.dtype, where), shape, full, rows)
+    dtype = dtype_of(proto.dtype, where)
+    for label, dims in (("shape", shape), ("full shape", full)):
+        nbytes = math.prod(dims) * dtype.itemsize  # Python ints: no overflow
+        if nbytes > MAX_ARRAY_BYTES:
+            raise _invalid(
+                f"{where}: {label} {fmt(dims)} of {dtype.name} is {nbytes:,} bytes, "
+                f"more than any array can hold ({MAX_ARRAY_BYTES:,})"
+            )
+    return VariableSpec(proto.name, dtype, shape, full, rows)
 
 
 # ------------------------------------------------------------------ optimizer and training
@@ -84,6 +98,7 @@ def training_to_proto(config: TrainingConfig) -> pb.TrainingConfigProto:
         mode=_MODES[config.mode],
         replicas_to_aggregate=config.replicas_to_aggregate,
         checkpoint_every=config.checkpoint_every,
+        nonfinite=_NONFINITE[config.nonfinite],
     )
     if config.max_staleness is not None:
         proto.max_staleness = config.max_staleness
@@ -93,6 +108,9 @@ def training_to_proto(config: TrainingConfig) -> pb.TrainingConfigProto:
 def training_from_proto(proto: pb.TrainingConfigProto) -> TrainingConfig:
     if proto.mode not in _MODE_NAMES:
         raise _invalid(f"training mode {proto.mode} is not SYNC (1) or ASYNC (2)")
+    if proto.nonfinite not in _NONFINITE_NAMES:
+        raise _invalid(f"nonfinite {proto.nonfinite} is not REJECT (0), SKIP_STEP (1) or APPLY (2)")
     staleness = proto.max_staleness if proto.HasField("max_staleness") else None
     mode = _MODE_NAMES[proto.mode]
-    return TrainingConfig(mode, proto.replicas_to_aggregate, staleness, proto.checkpoint_every)  # type: ignore[arg-type]
+    nonfinite = _NONFINITE_NAMES[proto.nonfinite]
+    return TrainingConfig(mode, proto.replicas_to_aggregate, staleness, proto.checkpoint_every, nonfinite)  # type: ignore[arg-type]

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
@@ -37,6 +39,7 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cellgraph.protos import parameter_service_pb2 as pb
@@ -49,6 +52,7 @@ from .auth import ServerTLS, TokenAuthInterceptor
 from .autosave import CheckpointWriter
 from .checkpoint import CheckpointInfo
 from .chunks import MAX_CHUNK_BYTES, TensorAssembler, serialize, tensor_chunk_frames, tensor_chunks
+from .config import SLOTS, listed, quoted
 from .messages import (
     optimizer_from_proto,
     optimizer_to_proto,
@@ -65,6 +69,10 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_WAIT_S = 300.0
 # How many bytes of variables one server agrees to hold; more is RESOURCE_EXHAUSTED.
 DEFAULT_MAX_BYTES = 64 * 1024**3
+# How long an Init waits for another one in progress (one stalled client must not block the next forever).
+DEFAULT_INIT_WAIT_S = 60.0
+# The longest job id and checkpoint name taken: both are repeated in messages.
+MAX_ID_CHARS = 200
 
 R = TypeVar("R")
 _PULL_CHUNK_FIELD = pb.PullMessage.DESCRIPTOR.fields_by_name["chunk"].number
@@ -83,8 +91,63 @@ def _method_handlers(servicer: ParameterServicer) -> dict[str, grpc.RpcMethodHan
     for method in pb.DESCRIPTOR.services_by_name["ParameterService"].methods:
         kind = kinds[method.client_streaming, method.server_streaming]
         request = getattr(pb, method.input_type.name)
-        handlers[method.name] = kind(getattr(servicer, method.name), request.FromString, serialize)
+        handlers[method.name] = kind(getattr(servicer, method.name), _lenient(request), serialize)
     return handlers
+
+
+class _Undecodable:
+    """A request whose bytes are no message of its type: the handler refuses it with INVALID_ARGUMENT.
+
+    gRPC answers a deserializer's exception with INTERNAL ("Exception deserializing
+    request!"), which says the server is at fault; here the request is.
+    """
+
+    def __init__(self, message: type[Message], data: bytes, error: DecodeError) -> None:
+        self.problem = (
+            f"a request of {len(data):,} bytes is not a valid {message.DESCRIPTOR.full_name} message: {error}"
+        )
+
+
+def _lenient(message: type[Message]) -> Callable[[bytes], Message | _Undecodable]:
+    def parse(data: bytes) -> Message | _Undecodable:
+        try:
+            return message.FromString(data)
+        except DecodeError as err:
+            return _Undecodable(message, data, err)
+
+    return parse
+
+
+def _decoded(request: Any) -> Any:
+    """``request`` checked for ``_Undecodable``: at once for one message, as it is read for a stream."""
+    if isinstance(request, _Undecodable):
+        raise ParameterServerError(request.problem, "INVALID_ARGUMENT")
+    if isinstance(request, Message):
+        return request
+
+    def checked() -> Iterator[Any]:
+        for message in request:
+            yield _decoded(message)
+
+    return checked()
+
+
+def available_memory() -> int | None:
+    """Bytes this process could still allocate: MemAvailable, less where a cgroup limit is tighter; None if unknown."""
+    found = []
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    with contextlib.suppress(OSError, ValueError):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    if not found and hasattr(os, "sysconf"):
+        with contextlib.suppress(OSError, ValueError):
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    return max(0, min(found)) if found else None
 
 
 class _Counters:
@@ -115,7 +178,7 @@ def _refusing(method: Callable[..., R]) -> Callable[..., R]:
     def handler(self: ParameterServicer, request: Any, context: grpc.ServicerContext) -> R:
         self.counters.add(call=method.__name__)
         try:
-            return method(self, request, context)
+            return method(self, _decoded(request), context)
         except ParameterServerError as err:
             if err.code != "DEADLINE_EXCEEDED":
                 self.counters.add(rejected=1)
@@ -132,7 +195,7 @@ def _refusing_stream(method: Callable[..., Iterator[R]]) -> Callable[..., Iterat
     def handler(self: ParameterServicer, request: Any, context: grpc.ServicerContext) -> Iterator[R]:
         self.counters.add(call=method.__name__)
         try:
-            yield from method(self, request, context)
+            yield from method(self, _decoded(request), context)
         except ParameterServerError as err:
             if err.code != "DEADLINE_EXCEEDED":
                 self.counters.add(rejected=1)
@@ -160,6 +223,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         max_chunk_bytes: int = MAX_CHUNK_BYTES,
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        init_wait_s: float = DEFAULT_INIT_WAIT_S,
         auth: TokenAuthInterceptor | None = None,
     ) -> None:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
@@ -167,11 +231,13 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         self.max_chunk_bytes = max_chunk_bytes
         self.max_bytes = max_bytes
         self.max_wait_s = max_wait_s
+        self.init_wait_s = init_wait_s
         self.auth = auth
         self.counters = _Counters()
         self.store: ParameterStore | None = None
         self.job: pb.JobConfig | None = None
-        self._init_lock = threading.Lock()  # one Init at a time
+        self._init_lock = threading.Lock()  # one Init at a time, waited for at most init_wait_s
+        self._init_holder: tuple[str, float] = ("", 0.0)  # the Init holding the lock: job id, monotonic start
         self._save_lock = threading.Lock()  # one Save or Restore at a time
         self._writer: CheckpointWriter | None = None  # the job's own checkpoints (checkpoint_every)
         self._latest: tuple[str, int] = ("", -1)  # the newest checkpoint written: name, global step
@@ -200,19 +266,26 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         if first is None or first.WhichOneof("kind") != "config":
             raise ParameterServerError("an Init stream must start with the job's config", "INVALID_ARGUMENT")
         config = first.config
-        with self._init_lock:
+        with self._init_turn(config.job_id, context):
             if self.job is not None and self.store is not None:
                 if self.job.SerializeToString(deterministic=True) != config.SerializeToString(deterministic=True):
                     other = "the same job id with a different config" if self.job.job_id == config.job_id else None
                     raise ParameterServerError(
-                        f"this parameter server already holds job '{self.job.job_id}'"
-                        + (f" ({other})" if other else f"; job '{config.job_id}' needs a server of its own"),
+                        f"this parameter server already holds job {quoted(self.job.job_id)}"
+                        + (f" ({other})" if other else f"; job {quoted(config.job_id)} needs a server of its own"),
                         "FAILED_PRECONDITION",
                     )
                 return pb.InitResponse(global_step=self.store.global_step, already_initialized=True)
             if config.training.checkpoint_every > 0:
                 self._checkpoint_dir()  # a job that checkpoints by itself needs somewhere to write
-            store = self._build_store(config, request_iterator)
+            try:
+                store = self._build_store(config, request_iterator)
+            except MemoryError as err:  # the estimate of _check_memory was not enough: still the client's problem
+                raise ParameterServerError(
+                    f"job {quoted(config.job_id)} does not fit in this parameter server's memory ({err}); "
+                    f"{available_memory() or 0:,} bytes are available now",
+                    "RESOURCE_EXHAUSTED",
+                ) from None
             if store.training.checkpoint_every > 0:
                 self._writer = CheckpointWriter(
                     lambda state: self._write_checkpoint(config, store, state).name,
@@ -221,22 +294,44 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             self.store, self.job = store, config
             return pb.InitResponse(global_step=store.global_step)
 
+    @contextlib.contextmanager
+    def _init_turn(self, job_id: str, context: grpc.ServicerContext) -> Iterator[None]:
+        """Hold the Init lock, waiting for another Init at most ``init_wait_s`` (and within the caller's deadline)."""
+        remaining = context.time_remaining()
+        wait = self.init_wait_s if remaining is None else max(0.0, min(0.9 * remaining, self.init_wait_s))
+        if not self._init_lock.acquire(timeout=wait):
+            holder, since = self._init_holder
+            raise ParameterServerError(
+                f"waited {wait:g} s for another Init (of job {quoted(holder)}, in progress for "
+                f"{time.monotonic() - since:.1f} s) to finish; Init of job {quoted(job_id)} not started: "
+                "retry once that one has finished or failed",
+                "DEADLINE_EXCEEDED",
+            )
+        try:
+            self._init_holder = (job_id, time.monotonic())
+            yield
+        finally:
+            self._init_lock.release()
+
     def _build_store(self, config: pb.JobConfig, messages: Iterator[pb.InitMessage]) -> ParameterStore:
         if not config.job_id:
             raise ParameterServerError("the job config has no job_id", "INVALID_ARGUMENT")
+        if len(config.job_id) > MAX_ID_CHARS:
+            raise ParameterServerError(
+                f"job id {quoted(config.job_id)} is longer than {MAX_ID_CHARS} characters", "INVALID_ARGUMENT"
+            )
         if not 0 <= config.shard < config.num_shards:
             raise ParameterServerError(
                 f"shard {config.shard} is not in [0, {config.num_shards}) (num_shards)", "INVALID_ARGUMENT"
             )
+        job = quoted(config.job_id)
         specs = [spec_from_proto(v) for v in config.variables]
         if not specs:
-            raise ParameterServerError(
-                f"job '{config.job_id}' gives shard {config.shard} no variables", "INVALID_ARGUMENT"
-            )
+            raise ParameterServerError(f"job {job} gives shard {config.shard} no variables", "INVALID_ARGUMENT")
         total = sum(s.nbytes for s in specs)
         if total > self.max_bytes:
             raise ParameterServerError(
-                f"job '{config.job_id}' declares {total:,} bytes of variables for shard {config.shard}, "
+                f"job {job} declares {total:,} bytes of variables for shard {config.shard}, "
                 f"over this server's limit of {self.max_bytes:,}",
                 "RESOURCE_EXHAUSTED",
             )
@@ -246,22 +341,51 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         by_name = {s.name: s for s in specs}
         if len(by_name) != len(specs):
             raise ParameterServerError("the job config names a variable twice", "INVALID_ARGUMENT")
-        assemblers = {s.name: TensorAssembler(s, f"initial value of '{s.name}'") for s in specs}
+        self._check_memory(job, config.shard, total, optimizer.kind, training.mode)
+        # An assembler (and its array) is made when its variable's first chunk arrives, not on the declaration.
+        assemblers: dict[str, TensorAssembler] = {}
         for message in messages:
             if message.WhichOneof("kind") != "chunk":
                 raise ParameterServerError("an Init stream carries one config, then only chunks", "INVALID_ARGUMENT")
             chunk = message.chunk
-            if chunk.name not in assemblers:
+            spec = by_name.get(chunk.name)
+            if spec is None:
                 raise ParameterServerError(
-                    f"initial value for '{chunk.name}', which is not a variable of this shard; "
-                    f"it holds: {', '.join(by_name)}",
+                    f"initial value for {quoted(chunk.name)}, which is not a variable of this shard; "
+                    f"it holds: {listed(by_name, quote=False)}",
                     "NOT_FOUND",
                 )
-            _check_chunk_size(len(chunk.content), self.max_chunk_bytes, f"initial value of '{chunk.name}'")
-            assemblers[chunk.name].add(chunk)
+            what = f"initial value of {quoted(chunk.name)}"
+            _check_chunk_size(len(chunk.content), self.max_chunk_bytes, what)
+            assembler = assemblers.get(spec.name)
+            if assembler is None:
+                assembler = assemblers[spec.name] = TensorAssembler(spec, what)
+            assembler.add(chunk)
             self.counters.add(bytes_in=len(chunk.content))
-        initial = {name: a.finish() for name, a in assemblers.items()}
+        for spec in specs:  # a variable no chunk arrived for: finish() names its missing bytes
+            assemblers.setdefault(spec.name, TensorAssembler(spec, f"initial value of {quoted(spec.name)}"))
+        initial = {s.name: assemblers[s.name].finish() for s in specs}
         return ParameterStore(config.job_id, specs, initial, optimizer, training)
+
+    def _check_memory(self, job: str, shard: int, variables: int, optimizer: str, mode: str) -> None:
+        """Refuse a job whose shard would not fit in this machine's free memory, before allocating any of it."""
+        available = available_memory()
+        if available is None:
+            return
+        slots = [slot for slot in SLOTS[optimizer] if slot != "t"]  # "t" is a scalar
+        held = ["as received", "in the store"]
+        held += [f"{optimizer} slot{'s' if len(slots) > 1 else ''} {' and '.join(slots)}"] if slots else []
+        held += ["the sync step's sum"] if mode == "sync" else []
+        copies = len(held) + len(slots) - bool(slots)
+        needed = copies * variables
+        if needed > available:
+            listing = " and ".join(held) if len(held) == 2 else ", ".join(held[:-1]) + ", and " + held[-1]
+            raise ParameterServerError(
+                f"job {job} needs about {needed:,} bytes for shard {shard} ({variables:,} bytes of variables, "
+                f"held {copies} times: {listing}), more than the {available:,} bytes of memory available on this "
+                "machine: use more parameter servers, or a machine with more memory",
+                "RESOURCE_EXHAUSTED",
+            )
 
     # ------------------------------------------------------------------ Register
     @_refusing
@@ -340,12 +464,12 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                 spec = store.specs.get(chunk.name)
                 if spec is None:
                     raise ParameterServerError(
-                        f"gradient for unknown variable '{chunk.name}' in replica {header.replica_id}'s push for "
-                        f"step {header.step}; this shard holds: {', '.join(store.specs)}",
+                        f"gradient for unknown variable {quoted(chunk.name)} in replica {header.replica_id}'s push "
+                        f"for step {header.step}; this shard holds: {listed(store.specs, quote=False)}",
                         "NOT_FOUND",
                     )
-                assembler = assemblers[chunk.name] = TensorAssembler(spec, f"gradient for '{chunk.name}'")
-            _check_chunk_size(len(chunk.content), self.max_chunk_bytes, f"gradient for '{chunk.name}'")
+                assembler = assemblers[chunk.name] = TensorAssembler(spec, f"gradient for {quoted(chunk.name)}")
+            _check_chunk_size(len(chunk.content), self.max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
             assembler.add(chunk)
             received += len(chunk.content)
         self.counters.add(bytes_in=received)
@@ -426,6 +550,11 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
     def Restore(self, request: pb.RestoreRequest, context: grpc.ServicerContext) -> pb.RestoreResponse:  # noqa: N802
         job, store = self._job_store()
         directory = self._checkpoint_dir()
+        if len(request.checkpoint) > MAX_ID_CHARS:
+            raise ParameterServerError(
+                f"checkpoint name {quoted(request.checkpoint)} is longer than {MAX_ID_CHARS} characters",
+                "INVALID_ARGUMENT",
+            )
         with self._save_lock:
             name = request.checkpoint
             if not name:
@@ -482,6 +611,8 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             latest_checkpoint=self._latest[0],
             latest_checkpoint_step=max(self._latest[1], 0),
             checkpoint_error=self._writer.error if self._writer is not None else "",
+            steps_skipped=stats.steps_skipped,
+            last_skipped=stats.last_skipped,
         )
 
     # ------------------------------------------------------------------ Reconfigure
@@ -527,6 +658,7 @@ def create_server(
     max_chunk_bytes: int = MAX_CHUNK_BYTES,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_wait_s: float = DEFAULT_MAX_WAIT_S,
+    init_wait_s: float = DEFAULT_INIT_WAIT_S,
 ) -> tuple[grpc.Server, int]:
     """Start a parameter server on ``address``; return the running server and its port.
 
@@ -543,6 +675,10 @@ def create_server(
         certificates). Plain TCP when ``None``.
     checkpoint_dir
         Where ``Save`` writes and ``Restore`` reads; ``keep_checkpoints`` are kept.
+    max_bytes, init_wait_s
+        The most bytes of variables one Init may declare (and never more than
+        this machine's available memory); how long an Init waits for another
+        one in progress before DEADLINE_EXCEEDED.
 
     Examples
     --------
@@ -559,6 +695,7 @@ def create_server(
         max_chunk_bytes=max_chunk_bytes,
         max_bytes=max_bytes,
         max_wait_s=max_wait_s,
+        init_wait_s=init_wait_s,
         auth=auth,
     )
     options = [

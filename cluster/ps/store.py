@@ -26,7 +26,7 @@ import numpy as np
 from ...dataflow.kernels.cpu import training as k
 from ...dataflow.shapes import fmt
 from ..errors import ParameterServerError
-from .config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec
+from .config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec, listed, quoted
 
 TRAINABLE = ("float32", "float64")
 # Adam's step count is a float64 scalar per variable, whatever the variable's dtype.
@@ -43,12 +43,13 @@ class PushOutcome:
 
     ``status`` is ``"applied"`` when this push caused an update,
     ``"aggregated"`` when (sync) it was counted and the update waits for other
-    replicas, and ``"stale"`` when it was dropped. ``global_step`` is the
+    replicas, ``"stale"`` when it was dropped, and ``"skipped"`` (``nonfinite="skip_step"``)
+    when its step's update was dropped for a NaN or Inf gradient. ``global_step`` is the
     shard's step after the push; ``staleness`` is how many steps behind the
     push's step was (0 when fresh).
     """
 
-    status: Literal["applied", "aggregated", "stale"]
+    status: Literal["applied", "aggregated", "stale", "skipped"]
     global_step: int
     staleness: int
 
@@ -75,6 +76,8 @@ class StoreStats:
     pushes_rejected: int
     updates: int
     replicas: dict[int, ReplicaStats]
+    steps_skipped: int = 0  # nonfinite="skip_step": updates dropped for a NaN or Inf gradient
+    last_skipped: str = ""  # which step, replica and variable the last one was
 
 
 @dataclass(frozen=True)
@@ -134,18 +137,14 @@ Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray, OptimizerCo
 UPDATES: dict[str, Update] = {"sgd": _sgd, "momentum": _momentum, "adam": _adam}
 
 
-def _quoted(names: Iterable[str]) -> str:
-    return ", ".join(map(repr, names))
-
-
 def _key_mismatch(what: str, found: Iterable[str], expected: Iterable[str]) -> str | None:
     """``"{what}: missing 'a'; unexpected 'b' (...)"`` when two sets of names differ, else None."""
     found, expected = list(found), list(expected)
     missing = [key for key in expected if key not in found]
     extra = [key for key in found if key not in expected]
-    problems = [f"missing {_quoted(missing)}"] if missing else []
+    problems = [f"missing {listed(missing)}"] if missing else []
     if extra:
-        problems.append(f"unexpected {_quoted(extra)} (the shard holds {_quoted(expected) or 'nothing'})")
+        problems.append(f"unexpected {listed(extra)} (the shard holds {listed(expected) or 'nothing'})")
     return f"{what}: {'; '.join(problems)}" if problems else None
 
 
@@ -245,6 +244,8 @@ class ParameterStore:
         self._sums = {name: np.zeros_like(self._tensors[name]) for name in self.specs} if sync else {}
         self._contributors: list[int] = []
         self._pushes_applied = self._pushes_stale = self._pushes_rejected = self._updates = 0
+        self._skip_reason: str | None = None  # sync, skip_step: why this step's update will be dropped
+        self._steps_skipped, self._last_skipped = 0, ""
         self._snapshot: StoreState | None = None  # see take_snapshot
 
     def _check_initial(self, initial: Mapping[str, np.ndarray]) -> None:
@@ -314,13 +315,25 @@ class ParameterStore:
             except ParameterServerError:
                 self._pushes_rejected += 1
                 raise
+            nonfinite = self._nonfinite(replica_id, step, grads) if self.training.nonfinite != "apply" else None
+            if nonfinite is not None and self.training.nonfinite == "reject":
+                self._pushes_rejected += 1
+                raise ParameterServerError(
+                    f"{nonfinite}; job {self.job_id!r} refuses non-finite gradients (nonfinite='reject'; "
+                    "cg.train(..., nonfinite='skip_step') drops such a step instead)",
+                    "INVALID_ARGUMENT",
+                )
             self._replicas[replica_id].saw_push(step)
             staleness = self._global_step - step
             if self.training.mode == "sync":
-                return self._aggregate(replica_id, staleness, grads)
+                return self._aggregate(replica_id, staleness, grads, nonfinite)
             if self.training.max_staleness is not None and staleness > self.training.max_staleness:
                 self._pushes_stale += 1
                 return PushOutcome("stale", self._global_step, staleness)
+            if nonfinite is not None:
+                # Async skip_step: a push is its own step; dropping it leaves the step where it is.
+                self._record_skip(nonfinite)
+                return PushOutcome("skipped", self._global_step, staleness)
             self._apply({name: np.ascontiguousarray(grads[name]) for name in self.specs})
             self._pushes_applied += 1
             return PushOutcome("applied", self._global_step, staleness)
@@ -335,14 +348,14 @@ class ParameterStore:
         unknown = [name for name in grads if name not in self.specs]
         if unknown:
             raise ParameterServerError(
-                f"replica {replica_id} pushed a gradient for {_quoted(unknown)}, which this shard "
-                f"does not hold; it holds {_quoted(self.specs) or 'no variables'}",
+                f"replica {replica_id} pushed a gradient for {listed(unknown)}, which this shard "
+                f"does not hold; it holds {listed(self.specs) or 'no variables'}",
                 "NOT_FOUND",
             )
         missing = [name for name in self.specs if name not in grads]
         if missing:
             raise ParameterServerError(
-                f"replica {replica_id}'s push for step {step} lacks a gradient for {_quoted(missing)}; "
+                f"replica {replica_id}'s push for step {step} lacks a gradient for {listed(missing)}; "
                 "a push must carry one for every variable of the shard",
                 "INVALID_ARGUMENT",
             )
@@ -360,21 +373,56 @@ class ParameterStore:
                 f"replica {replica_id} already pushed a gradient for step {step}", "ALREADY_EXISTS"
             )
 
-    def _aggregate(self, replica_id: int, staleness: int, grads: Mapping[str, np.ndarray]) -> PushOutcome:
+    def _nonfinite(self, replica_id: int, step: int, grads: Mapping[str, np.ndarray]) -> str | None:
+        """What is wrong with the first gradient holding NaN or Inf, or None; called under the lock."""
+        for name in self.specs:
+            finite = np.isfinite(grads[name])
+            if not finite.all():
+                nans = int(np.count_nonzero(np.isnan(grads[name])))
+                infs = finite.size - int(np.count_nonzero(finite)) - nans
+                return (
+                    f"replica {replica_id}'s gradient for {quoted(name)} at step {step} holds {nans:,} NaN "
+                    f"and {infs:,} Inf of {finite.size:,} values"
+                )
+        return None
+
+    def _record_skip(self, reason: str) -> None:
+        self._steps_skipped += 1
+        self._last_skipped = reason
+
+    def _aggregate(
+        self, replica_id: int, staleness: int, grads: Mapping[str, np.ndarray], nonfinite: str | None
+    ) -> PushOutcome:
         """Sync mode: add a checked push to this step's sum, and apply the mean when it is complete."""
         if staleness > 0:
             self._pushes_stale += 1
             return PushOutcome("stale", self._global_step, staleness)
-        for name, total in self._sums.items():
-            np.add(total, grads[name], out=total)
+        if nonfinite is not None:
+            self._skip_reason = self._skip_reason or nonfinite  # the sum is dropped whole: no need to add it
+        elif self._skip_reason is None:
+            for name, total in self._sums.items():
+                np.add(total, grads[name], out=total)
         self._contributors.append(replica_id)
         if len(self._contributors) < self.training.replicas_to_aggregate:
             return PushOutcome("aggregated", self._global_step, 0)
+        skipped = self._skip_reason is not None
         self._apply_mean()
-        return PushOutcome("applied", self._global_step, 0)
+        return PushOutcome("skipped" if skipped else "applied", self._global_step, 0)
 
     def _apply_mean(self) -> None:
-        """Sync mode: apply the mean of this step's gradients and start the next step; called under the lock."""
+        """Sync mode: apply the mean of this step's gradients and start the next step; called under the lock.
+
+        With ``nonfinite="skip_step"`` and a NaN or Inf among them, the step's
+        update is dropped whole, but the global step still advances: every
+        replica waiting for it goes on from the same values (rather than
+        staying stuck, or being sent back to recompute a step whose pushes
+        were all counted), and the skip is counted for the job to report.
+        """
+        if self._skip_reason is not None:
+            self._record_skip(self._skip_reason)
+            self._discard_aggregation()
+            self._advance()
+            return
         contributed = len(self._contributors)
         for total in self._sums.values():
             np.divide(total, contributed, out=total)
@@ -417,6 +465,7 @@ class ParameterStore:
         for total in self._sums.values():
             total.fill(0)
         self._contributors.clear()
+        self._skip_reason = None
 
     def _apply(self, grads: Mapping[str, np.ndarray]) -> None:
         """One optimizer update of every variable, then the next step; called under the lock."""
@@ -424,8 +473,12 @@ class ParameterStore:
             slots = {slot: self._tensors[f"{name}/{slot}"] for slot in self._slot_names}
             self._update(self._tensors[name], slots, grads[name], self.optimizer)
             self._versions[name] += 1
-        self._global_step += 1
         self._updates += 1
+        self._advance()
+
+    def _advance(self) -> None:
+        """The next global step (a checkpoint's copy when due), and wake the waiters; called under the lock."""
+        self._global_step += 1
         every = self.training.checkpoint_every
         if every and self._global_step % every == 0:
             # Copied now, at exactly this step, so that every shard of a sync job saves the same step; the
@@ -488,8 +541,8 @@ class ParameterStore:
         unknown = [name for name in wanted if name not in self.specs]
         if unknown:
             raise ParameterServerError(
-                f"job {self.job_id!r}: no variable {_quoted(unknown)} on this shard; "
-                f"it holds {_quoted(self.specs) or 'no variables'}",
+                f"job {self.job_id!r}: no variable {listed(unknown)} on this shard; "
+                f"it holds {listed(self.specs) or 'no variables'}",
                 "NOT_FOUND",
             )
         with self._lock:
@@ -511,6 +564,8 @@ class ParameterStore:
                 pushes_rejected=self._pushes_rejected,
                 updates=self._updates,
                 replicas={rid: replica.stats(rid) for rid, replica in sorted(self._replicas.items())},
+                steps_skipped=self._steps_skipped,
+                last_skipped=self._last_skipped,
             )
 
     def state(self) -> StoreState:

@@ -97,6 +97,7 @@ def whole(name: str, value: np.ndarray) -> list[pb.PushMessage]:
 
 
 GOOD_B = whole("b", B)
+W_NAN = np.where(W == 3, np.nan, W).astype(np.float32)
 
 PUSHES = [
     # (what, messages, status, words)
@@ -115,6 +116,8 @@ PUSHES = [
     ("a step from the future", [header(step=5), *whole("w", W), *GOOD_B], "INVALID_ARGUMENT", "step 5 is from the future: the global step is 0"),
     ("an unregistered replica", [header(replica=7), *whole("w", W), *GOOD_B], "FAILED_PRECONDITION", "replica 7 is not registered with job 'j'; call Register first"),
     ("a second push for the step", [header(replica=1), *whole("w", W), *GOOD_B], "ALREADY_EXISTS", "replica 1 already pushed a gradient for step 0"),
+    ("a NaN gradient", [header(), *whole("w", W_NAN), *GOOD_B], "INVALID_ARGUMENT", "replica 0's gradient for 'w' at step 0 holds 1 NaN and 0 Inf of 8 values; job 'j' refuses non-finite gradients"),
+    ("an Inf gradient", [header(), *whole("w", W), *whole("b", np.full(3, -np.inf))], "INVALID_ARGUMENT", "replica 0's gradient for 'b' at step 0 holds 0 NaN and 3 Inf of 3 values"),
 ]  # fmt: skip
 
 
@@ -223,6 +226,8 @@ INITS = [
     ("a negative dim", [pb.InitMessage(config=negative_dims())], "INVALID_ARGUMENT", "variable 'w': shape (-2, 4) has a negative dim"),
     ("an unknown optimizer", [pb.InitMessage(config=config(optimizer=pb.OptimizerConfigProto(kind="rmsprop")))], "INVALID_ARGUMENT", "optimizer kind 'rmsprop' is not one of sgd, momentum, adam"),
     ("no training mode", [pb.InitMessage(config=config(training=pb.TrainingConfigProto()))], "INVALID_ARGUMENT", "training mode 0 is not SYNC (1) or ASYNC (2)"),
+    ("a NaN learning rate", [pb.InitMessage(config=config(optimizer=pb.OptimizerConfigProto(kind="sgd", learning_rate=float("nan"))))], "INVALID_ARGUMENT", "sgd optimizer: learning_rate must be a finite number, 0 or more, got nan"),
+    ("a negative learning rate", [pb.InitMessage(config=config(optimizer=pb.OptimizerConfigProto(kind="sgd", learning_rate=-1.0)))], "INVALID_ARGUMENT", "sgd optimizer: learning_rate must be a finite number, 0 or more, got -1.0"),
     ("k of 0", [pb.InitMessage(config=config(training=pb.TrainingConfigProto(mode=pb.SYNC)))], "INVALID_ARGUMENT", "replicas_to_aggregate must be at least 1, got 0"),
     ("a second config", [pb.InitMessage(config=config()), pb.InitMessage(config=config())], "INVALID_ARGUMENT", "an Init stream carries one config, then only chunks"),
     ("a value for another variable", [pb.InitMessage(config=config()), init_chunk("x")], "NOT_FOUND", "initial value for 'x', which is not a variable of this shard; it holds: w"),

@@ -103,7 +103,7 @@ def test_sync_with_a_backup_replica_applies_each_step_once(ps: Servers) -> None:
 def test_async_replicas_each_apply_on_arrival(ps: Servers) -> None:
     ps.start(2)
     values = {"w": np.zeros((64, 4), np.float64), "b": np.zeros(4, np.float64)}
-    ps.client().init("async", values, OptimizerConfig("sgd", learning_rate=-1.0), TrainingConfig("async"))
+    ps.client().init("async", values, OptimizerConfig("sgd", learning_rate=1.0), TrainingConfig("async"))
     pushes, replicas = 25, 4
 
     def replica(rid: int) -> None:
@@ -111,7 +111,9 @@ def test_async_replicas_each_apply_on_arrival(ps: Servers) -> None:
         client.register(rid)
         for _ in range(pushes):
             pulled = client.pull()
-            client.push({n: np.ones_like(v) for n, v in pulled.values.items()}, step=pulled.global_step, replica_id=rid)
+            client.push(
+                {n: -np.ones_like(v) for n, v in pulled.values.items()}, step=pulled.global_step, replica_id=rid
+            )
 
     threads = [threading.Thread(target=replica, args=(r,)) for r in range(replicas)]
     for t in threads:
@@ -266,11 +268,11 @@ def test_push_pull_is_one_call_for_small_shards_and_two_for_big_ones(ps: Servers
     client = ps.client()
     big = np.zeros(FUSED_BYTES // 4 + 1, np.float32)  # over the fused limit: Push and Pull streams
     values = {"big": big, "small": np.zeros(4, np.float32)}
-    client.init("fused", values, OptimizerConfig("sgd", -1.0), split_threshold=1 << 40)
+    client.init("fused", values, OptimizerConfig("sgd", 1.0), split_threshold=1 << 40)
     client.register(0)
     where = {name: pieces[0][0] for name, pieces in client.layout.items()}  # type: ignore[union-attr]
     assert where["big"] != where["small"]
-    grads = {name: np.ones_like(v) for name, v in values.items()}
+    grads = {name: -np.ones_like(v) for name, v in values.items()}  # lr 1: each value becomes 1
     pushed, pulled = client.push_pull(grads, step=0, replica_id=0)
     assert pushed.status == "applied" and pushed.by_shard == ("applied", "applied")
     assert pulled.global_step == 1

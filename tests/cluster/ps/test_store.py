@@ -625,10 +625,10 @@ def test_async_matches_the_reference_model(registered: int, max_staleness: int |
 def test_concurrent_async_pushes_are_never_lost() -> None:
     threads, pushes = 16, 200
     store = make_store(
-        specs=[VariableSpec("w", F32, (64,))], initial={"w": np.zeros(64, F32)}, lr=-1.0, replicas=threads
+        specs=[VariableSpec("w", F32, (64,))], initial={"w": np.zeros(64, F32)}, lr=1.0, replicas=threads
     )
     start = threading.Barrier(threads)
-    ones = {"w": np.ones(64, F32)}
+    ones = {"w": -np.ones(64, F32)}  # lr 1 and a gradient of -1: each update adds 1
 
     def replica(rid: int) -> None:
         start.wait(timeout=10)
@@ -646,12 +646,12 @@ def test_concurrent_async_pushes_are_never_lost() -> None:
 
 def test_concurrent_sync_replicas_step_together() -> None:
     replicas, steps = 4, 50
-    store = make_store("sync", k=replicas, replicas=replicas, lr=-1.0)
+    store = make_store("sync", k=replicas, replicas=replicas, lr=1.0)
 
     def replica(rid: int) -> list[str]:
         statuses = []
         for step in range(steps):
-            statuses.append(store.push(rid, step, grads(float(rid))).status)
+            statuses.append(store.push(rid, step, grads(-float(rid))).status)
             store.wait_for_step(step + 1, timeout=10)
         return statuses
 
