@@ -368,6 +368,7 @@ class Job:
         self._resubmits: dict[int, int] = {}
         self._submitted_to: dict[int, str] = {}  # the worker each replica's task was last submitted to
         self._idle_deadline: dict[int, float] = {}  # lost replicas waiting for an idle training worker: until when
+        self._skipped_seen: dict[int, int] = {}  # per shard: the steps_skipped already reported as an event
         self._removed: set[int] = set()  # replicas job.scale told to leave
         self._pending_k: tuple[int, set[int]] | None = None  # see _apply_pending_k
         self._arrays: list[Any] = []  # the whole data, for replicas job.scale adds
@@ -629,8 +630,20 @@ class Job:
             self._step_rate = rate if self._step_rate == 0 else 0.5 * (self._step_rate + rate)
         self._step, self._step_time = step, now
         self._note_checkpoints(stats)
+        self._note_skipped_steps(stats)
         self._apply_pending_k(stats)
         return step
+
+    def _note_skipped_steps(self, stats: Sequence[Any]) -> None:
+        """Say when a shard dropped an update for a NaN or Inf gradient (``nonfinite="skip_step"``)."""
+        for shard, s in enumerate(stats):
+            seen = self._skipped_seen.get(shard, 0)
+            if s.steps_skipped > seen:
+                self._skipped_seen[shard] = s.steps_skipped
+                self._event(
+                    f"parameter server {shard} skipped {s.steps_skipped - seen} update(s) for a non-finite gradient "
+                    f"({s.steps_skipped} in all; last: {s.last_skipped}); nonfinite='skip_step' keeps training"
+                )
 
     def _note_checkpoints(self, stats: Sequence[Any]) -> None:
         """Record the newest checkpoint every shard has written (the restore point), and say why one failed."""

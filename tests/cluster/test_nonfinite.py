@@ -1,0 +1,48 @@
+"""A NaN gradient on a real cluster: skipped and reported with nonfinite="skip_step", never applied."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+from cellgraph.cluster.cluster import Cluster
+
+TIMEOUT = 120.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster.local(workers=1, ps=1) as local:
+        yield local
+
+
+def _loss() -> tuple[cg.Tensor, cg.Tensor]:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 2), "float64", name="x")
+        w = cg.variable(np.array([1.0, 2.0]), dtype="float64", name="w")
+        return cg.reduce_sum(x * w, name="loss"), w
+
+
+@pytest.mark.slow
+def test_skip_step_drops_every_step_with_a_nan_gradient_and_says_so(cluster: Cluster) -> None:
+    loss, _ = _loss()
+    data = np.array([[1.0, 1.0], [np.nan, 1.0]])  # every batch of two holds the NaN: every step is skipped
+    job = cg.train(
+        loss, (data,), cluster=cluster, optimizer=cg.optim.SGD(0.1), replicas=1, batch_size=2, steps=5,
+        checkpoint_every=None, nonfinite="skip_step",
+    )  # fmt: skip
+    try:
+        job.wait(TIMEOUT)
+        assert job.status == "finished", job.events
+        np.testing.assert_array_equal(job.variables()["w"], [1.0, 2.0])  # nothing applied
+        [shard] = job.ps_stats()
+        assert shard["global_step"] == 5
+        skipped = [e for e in job.events if "skipped" in e and "non-finite gradient" in e]
+        assert skipped, job.events
+        assert "nonfinite='skip_step' keeps training" in skipped[-1] and "w" in skipped[-1]
+    finally:
+        job.close()
