@@ -23,12 +23,22 @@ Lost processes. A replica that Dask runs again (its worker died) registers
 again (``Register`` is idempotent) and pulls: it goes on from the servers'
 global step. A push the servers already counted (``ALREADY_EXISTS``: a retried
 push, or a rerun replica's second push for a step) is not an error: the
-replica pulls the next step's values instead. When the servers stop answering
-(``UNAVAILABLE`` after the client's own retries) and a ``locate`` callable was
-given, the replica asks it for the servers' current addresses (a job publishes
-them after it restarted a lost parameter server and restored its checkpoint),
-joins there and goes on from the restored global step; it gives up with an
-error naming the servers after ``REJOIN_WAIT_FACTOR * spec.timeout_s``. Metrics go to ``emit`` at most once per ``metrics_interval_s`` and at
+replica pulls the next step's values instead.
+
+Rejoining. A call that ends with a status a restore, a restart or a stop of
+the servers can cause (``REJOIN_CODES``: ``ABORTED`` from a restore that woke
+a waiting call, ``DEADLINE_EXCEEDED`` from a wait for a step the restored
+servers will not reach in time, ``UNAVAILABLE`` from a dead shard, reported
+as soon as that shard fails) makes the replica rejoin at the servers'
+current global step: it asks ``locate`` (when given) for their current
+addresses (a job publishes them after it restarted a lost parameter server
+and restored its checkpoint; a new generation means new servers), registers
+and pulls, and goes on from there. Without ``locate`` it rejoins at the same
+addresses, except after ``UNAVAILABLE`` (nobody can say where the servers
+went), which ends the replica. It gives up with an error naming the shard
+that failed when no server answers within ``REJOIN_WAIT_FACTOR *
+spec.timeout_s``, or after ``REJOIN_ATTEMPTS`` rejoins in a row with no step
+between them. Metrics go to ``emit`` at most once per ``metrics_interval_s`` and at
 the end; inside a Dask worker they default to the worker's event log, topic
 ``metrics_topic(job_id)``, which ``Client.subscribe_topic`` receives.
 
@@ -99,8 +109,13 @@ METRIC_KEYS = (
 REJOIN_WAIT_FACTOR = 2.0
 # How often a replica waiting for new servers asks ``locate`` and tries to join, at most.
 REJOIN_POLL_S = 0.2
-# The codes with which servers that are gone, or restarted but not yet given the job, answer.
-_NOT_THERE = ("UNAVAILABLE", "FAILED_PRECONDITION")
+# Rejoins in a row, with no step trained between them, after which a replica gives up.
+REJOIN_ATTEMPTS = 5
+# The codes a restore (ABORTED, DEADLINE_EXCEEDED), a lost server (UNAVAILABLE, or CANCELLED as it goes) or a
+# restarted one not yet given the job (FAILED_PRECONDITION) end a call with: the replica rejoins after them.
+REJOIN_CODES = ("ABORTED", "DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED", "FAILED_PRECONDITION")
+# Of those, the codes that need ``locate``: servers gone from their address (without it, the replica gives up).
+_GONE = ("UNAVAILABLE", "CANCELLED")
 
 
 def metrics_topic(job_id: str) -> str:
@@ -292,8 +307,15 @@ def _train(
             if err.code == "ALREADY_EXISTS":
                 # This replica's gradient for this step was counted already (a push retried after its answer was
                 # lost, or a rerun replica's second push): wait for the step like any other pusher.
-                with _naming(spec, f"step {step}"):
-                    pulled = link.client.pull(spec.graph.variables, min_step=step + 1, replica_id=spec.replica_id)
+                try:
+                    with _naming(spec, f"step {step}"):
+                        pulled = link.client.pull(spec.graph.variables, min_step=step + 1, replica_id=spec.replica_id)
+                except ParameterServerError as waited:
+                    rejoined = link.rejoin(waited, step, stop)
+                    if rejoined is None:
+                        return True
+                    step, values = rejoined.global_step, rejoined.values
+                    continue
             else:
                 rejoined = link.rejoin(err, step, stop)
                 if rejoined is None:
@@ -301,6 +323,7 @@ def _train(
                 step, values = rejoined.global_step, rejoined.values
                 continue  # this step's gradient was computed from values the restored servers no longer hold
         # A "stale" push was dropped; the values pulled with it are fresh all the same.
+        link.rejoins_in_row = 0
         step, values = pulled.global_step, pulled.values
         traffic = sum(g.nbytes for g in grads.values()) + sum(v.nbytes for v in pulled.values.values())
         meter.record(step, loss, time.perf_counter() - began, staleness, traffic)
@@ -317,6 +340,7 @@ class _Link:
         self.addresses: tuple[str, ...] = tuple(spec.ps_addresses)
         self.client = ParameterClient(self.addresses, spec.token, timeout=spec.timeout_s)
         self.rejoins = 0
+        self.rejoins_in_row = 0  # since the last step trained: bounded by REJOIN_ATTEMPTS
 
     def join(self) -> PullResult:
         """Register with the servers, check they hold this graph's job, and pull every variable."""
@@ -327,34 +351,45 @@ class _Link:
             return self.client.pull(spec.graph.variables, replica_id=spec.replica_id)
 
     def rejoin(self, err: ParameterServerError, step: int, stop: StopSignal | None) -> PullResult | None:
-        """After ``err`` from servers that stopped answering: join them, or their successors, once they answer.
+        """After ``err`` from servers that were restored, restarted or lost: join them, or their successors.
 
-        Returns what the join pulled, or None if ``stop`` was set meanwhile;
-        re-raises ``err`` when it is not about servers that are gone, or when
-        there is no ``locate``; raises a ``ParameterServerError`` naming the
-        servers when none answers within ``REJOIN_WAIT_FACTOR * timeout_s``.
+        Returns what the join pulled (the servers' current global step and
+        values), or None if ``stop`` was set meanwhile; re-raises ``err`` when
+        its code is not one of ``REJOIN_CODES``, or is UNAVAILABLE with no
+        ``locate``; raises a ``ParameterServerError`` naming the shard that
+        failed when none answers within ``REJOIN_WAIT_FACTOR * timeout_s``,
+        or after ``REJOIN_ATTEMPTS`` rejoins with no step between them.
         """
-        if self.locate is None or err.code != "UNAVAILABLE":
+        if err.code not in REJOIN_CODES or (self.locate is None and err.code in _GONE):
             raise err
         spec = self.spec
+        self.rejoins_in_row += 1
+        if self.rejoins_in_row > REJOIN_ATTEMPTS:
+            raise ParameterServerError(
+                f"{spec.name}: rejoined the parameter server(s) {', '.join(self.addresses)} {REJOIN_ATTEMPTS} times "
+                f"in a row without training a step (global step {step}); last error: {err}. The replica gives up: "
+                "Dask runs it again while it has retries left, else the job fails",
+                err.code,
+            ) from err
         wait = REJOIN_WAIT_FACTOR * spec.timeout_s
         lost, last = time.monotonic(), err
         while time.monotonic() - lost < wait:
             if stop is not None and stop.is_set():
                 return None
-            try:
-                generation, addresses = self.locate()
-            except Exception as problem:  # the scheduler busy, or nothing published: ask again
-                last = ParameterServerError(f"{spec.name} could not learn the servers' addresses: {problem}")
-            else:
-                if generation != self.generation:
-                    self.client.close()
-                    self.generation, self.addresses = generation, tuple(addresses)
-                    self.client = ParameterClient(self.addresses, spec.token, timeout=spec.timeout_s)
+            if self.locate is not None:
+                try:
+                    generation, addresses = self.locate()
+                except Exception as problem:  # the scheduler busy, or nothing published: ask again
+                    last = ParameterServerError(f"{spec.name} could not learn the servers' addresses: {problem}")
+                else:
+                    if generation != self.generation:
+                        self.client.close()
+                        self.generation, self.addresses = generation, tuple(addresses)
+                        self.client = ParameterClient(self.addresses, spec.token, timeout=spec.timeout_s)
             try:
                 pulled = self.join()
             except ParameterServerError as failed:
-                if failed.code not in _NOT_THERE:
+                if failed.code not in REJOIN_CODES:
                     raise
                 last = failed
             else:

@@ -3,7 +3,10 @@
 A client talks to every shard in parallel (one thread per shard), puts the
 pieces of a split variable back together (it pulls and pushes it as one
 tensor), retries a call that found a server UNAVAILABLE with exponential
-backoff, and gives every call a deadline. Channels open lazily and belong to
+backoff, and gives every call a deadline. The first shard that fails ends
+the whole call with its error at once: the other shards' calls are cancelled
+rather than waited for (a live shard may wait for a step the dead one never
+sends). Channels open lazily and belong to
 one process: after a fork (``!ls`` in a notebook forks the kernel) the child
 opens its own.
 
@@ -33,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import grpc.experimental
@@ -75,6 +78,93 @@ class _Stub(pb_grpc.ParameterServiceStub):
         self.Push = channel.stream_unary(  # type: ignore[misc]
             f"/{SERVICE_NAME}/Push", request_serializer=serialize, response_deserializer=pb.PushResponse.FromString
         )
+        # Every call of a fan-out over shards goes through _Cancellable, so a failed shard can cancel the others'.
+        for name in ("Init", "Push", "Register", "PushPull", "Save", "Restore", "Reconfigure", "Stats"):
+            setattr(self, name, _Cancellable(getattr(self, name)))
+        self.Pull = _CancellableStream(self.Pull)  # type: ignore[misc,has-type]
+
+
+class _FanOut:
+    """The calls of one fan-out over shards: the first failure is kept, and the other calls are cancelled."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.failed = threading.Event()
+        self.error: BaseException | None = None
+        self.calls: set[grpc.Call] = set()
+
+    def track(self, call: grpc.Call) -> None:
+        with self.lock:
+            self.calls.add(call)
+        if self.failed.is_set():
+            call.cancel()
+
+    def untrack(self, call: grpc.Call) -> None:
+        with self.lock:
+            self.calls.discard(call)
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            if self.error is not None:
+                return  # a later failure, or a cancelled call's: the first one is the news
+            self.error, calls = error, list(self.calls)
+            self.failed.set()
+        for call in calls:
+            call.cancel()
+
+
+# The fan-out the current thread is working for (None outside one: a single-shard call runs on the caller's thread).
+_fan_out = threading.local()
+
+
+def _current_fan_out() -> _FanOut | None:
+    return getattr(_fan_out, "scope", None)
+
+
+class _Cancellable:
+    """A unary-response multi-callable that a fan-out can cancel: inside one, the call runs as a future."""
+
+    def __init__(self, method: grpc.UnaryUnaryMultiCallable | grpc.StreamUnaryMultiCallable) -> None:
+        self.method = method
+
+    def __call__(self, request: object, *, timeout: float, metadata: object) -> object:
+        scope = _current_fan_out()
+        if scope is None:
+            return self.method(request, timeout=timeout, metadata=metadata)
+        future = self.method.future(request, timeout=timeout, metadata=metadata)
+        scope.track(future)
+        try:
+            return future.result()
+        except grpc.FutureCancelledError:
+            raise _Cancelled() from None
+        finally:
+            scope.untrack(future)
+
+
+class _CancellableStream:
+    """A unary-stream multi-callable whose calls a fan-out can cancel."""
+
+    def __init__(self, method: grpc.UnaryStreamMultiCallable) -> None:
+        self.method = method
+
+    def __call__(self, request: object, *, timeout: float, metadata: object) -> Iterator[object]:
+        scope = _current_fan_out()
+        call = self.method(request, timeout=timeout, metadata=metadata)
+        if scope is None:
+            return call  # type: ignore[no-any-return]
+        return self._tracked(scope, call)
+
+    @staticmethod
+    def _tracked(scope: _FanOut, call: Any) -> Iterator[object]:
+        scope.track(call)
+        try:
+            yield from call
+        finally:
+            scope.untrack(call)
+
+
+class _Cancelled(Exception):
+    """A shard's call cancelled because another shard of the same fan-out failed (its error is the one raised)."""
 
 
 _STATUS_NAMES = {
@@ -205,7 +295,11 @@ class ParameterClient:
                 code = err.code()  # type: ignore[attr-defined]
                 retry_now = retry and code == grpc.StatusCode.UNAVAILABLE and attempt < self.retries
                 if retry_now and time.monotonic() + delay < deadline:
-                    time.sleep(delay)
+                    scope = _current_fan_out()
+                    if scope is not None and scope.failed.wait(delay):
+                        raise _Cancelled() from None  # another shard failed meanwhile: its error is the news
+                    if scope is None:
+                        time.sleep(delay)
                     delay = min(2 * delay, 2.0)
                     continue
                 raise self._error(shard, what, err, attempt, timeout) from None
@@ -225,7 +319,13 @@ class ParameterClient:
         return ParameterServerError(f"{where} refused {what}: {details}", code if code in STATUS_CODES else "UNKNOWN")
 
     def _each_shard(self, shards: Sequence[int], work: Callable[[int], T]) -> dict[int, T]:
-        """``work(shard)`` for every shard, in parallel; the first error is raised after all finish."""
+        """``work(shard)`` for every shard, in parallel; the first shard to fail ends it with its error at once.
+
+        The other shards' calls are cancelled then: a live shard may be waiting
+        for a step that the failed one will never let happen, and the caller
+        (a replica that rejoins the job) needs the failure now, not at the
+        live shard's deadline.
+        """
         if len(shards) == 1:
             return {shards[0]: work(shards[0])}
         self._stub(0)  # (re)open channels and forget a parent's pool before fanning out
@@ -233,8 +333,24 @@ class ParameterClient:
             if self._pool is None:
                 self._pool = futures.ThreadPoolExecutor(len(self.addresses), thread_name_prefix="cellgraph-psclient")
             pool = self._pool
-        running = {shard: pool.submit(work, shard) for shard in shards}
-        futures.wait(running.values())
+        scope = _FanOut()
+
+        def run(shard: int) -> T:
+            _fan_out.scope = scope
+            try:
+                return work(shard)
+            except BaseException as err:
+                scope.fail(err)
+                raise
+            finally:
+                _fan_out.scope = None
+
+        running = {shard: pool.submit(run, shard) for shard in shards}
+        futures.wait(running.values(), return_when=futures.FIRST_EXCEPTION)
+        if scope.error is not None:
+            # Let the cancelled calls unwind (it takes milliseconds) so that the pool is free for the next call.
+            futures.wait(running.values(), timeout=CANCEL_WAIT_S)
+            raise scope.error
         return {shard: f.result() for shard, f in running.items()}
 
     def _need_layout(self) -> Layout:
@@ -528,6 +644,9 @@ def _rows(whole: np.ndarray, spec: VariableSpec) -> np.ndarray:
         return whole
     return whole[spec.rows[0] : spec.rows[1]]
 
+
+# How long a failed fan-out waits for the other shards' cancelled calls to end before it raises, at most.
+CANCEL_WAIT_S = 1.0
 
 # A shard's push and pull go in one PushPull call when each way carries at most this many bytes.
 FUSED_BYTES = 1024 * 1024

@@ -1,0 +1,111 @@
+"""A replica rejoins at the servers' current step after the statuses a restore, restart or stop can cause."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from cellgraph.cluster import replica as replica_module
+from cellgraph.cluster.errors import STATUS_CODES, ParameterServerError
+from cellgraph.cluster.ps import ParameterClient, TrainingConfig
+from cellgraph.cluster.replica import ReplicaSpec, run_replica
+from cellgraph.cluster.training_graph import prepare
+
+from .test_replica import TIMEOUT, linear_problem, ps_job
+
+
+def test_a_sync_replica_that_waited_past_its_deadline_rejoins(monkeypatch: pytest.MonkeyPatch) -> None:
+    loss, data, _ = linear_problem()
+    tg = prepare(loss)
+    codes: list[str] = []
+    waited = threading.Event()
+    rejoin = replica_module._Link.rejoin
+
+    def recording(self: Any, err: ParameterServerError, step: int, stop: Any) -> Any:
+        codes.append(err.code)
+        waited.set()
+        return rejoin(self, err, step, stop)
+
+    monkeypatch.setattr(replica_module._Link, "rejoin", recording)
+    with ps_job(tg, training=TrainingConfig("sync", replicas_to_aggregate=2)) as (addrs, token, _):
+        specs = [
+            ReplicaSpec(
+                "job", i, tg, addrs, token, mode="sync", batch_size=16, steps=20, timeout_s=0.5 if i == 0 else TIMEOUT
+            )
+            for i in range(2)
+        ]
+        summaries: dict[int, Any] = {}
+        errors: list[BaseException] = []
+
+        def replica(i: int) -> None:
+            try:
+                summaries[i] = run_replica(specs[i], [d[i::2] for d in data])
+            except BaseException as err:  # re-raised below
+                errors.append(err)
+
+        first = threading.Thread(target=replica, args=(0,))
+        first.start()
+        # Replica 0 waits alone for a step that needs two gradients, past its deadline; then replica 1 comes.
+        assert waited.wait(TIMEOUT)
+        second = threading.Thread(target=replica, args=(1,))
+        second.start()
+        for thread in (first, second):
+            thread.join(TIMEOUT * 2)
+        assert not errors, errors[0]
+        assert codes[0] == "DEADLINE_EXCEEDED"
+        assert summaries[0]["rejoins"] >= 1
+        assert summaries[0]["global_step"] == summaries[1]["global_step"] == 20
+
+
+# ABORTED is what a restore wakes waiting calls with (the asyncio server); the client can only report it once
+# cluster/errors.py knows the code.
+NEEDS_ABORTED = pytest.mark.skipif("ABORTED" not in STATUS_CODES, reason="cluster/errors.py has no ABORTED yet")
+
+
+@pytest.mark.parametrize(
+    "code", [pytest.param("ABORTED", marks=NEEDS_ABORTED), "DEADLINE_EXCEEDED", "UNAVAILABLE", "FAILED_PRECONDITION"]
+)
+def test_a_restore_status_makes_the_replica_rejoin_at_the_servers_step(
+    monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    loss, data, _ = linear_problem()
+    tg = prepare(loss)
+    push_pull = ParameterClient.push_pull
+    failed: list[int] = []
+
+    def restored_once(self: ParameterClient, grads: Any, **kwargs: Any) -> Any:
+        if kwargs["step"] == 5 and not failed:
+            failed.append(kwargs["step"])
+            raise ParameterServerError(f"parameter server {self.addresses[0]} (shard 0): restored to step 0", code)
+        return push_pull(self, grads, **kwargs)
+
+    monkeypatch.setattr(ParameterClient, "push_pull", restored_once)
+    with ps_job(tg, training=TrainingConfig("async")) as (addrs, token, _):
+        spec = ReplicaSpec("job", 0, tg, addrs, token, mode="async", batch_size=16, steps=20, timeout_s=TIMEOUT)
+        summary = run_replica(spec, data, locate=lambda: (0, addrs))
+    assert failed == [5]
+    assert summary["rejoins"] == 1 and summary["global_step"] == 20
+
+
+def test_a_replica_gives_up_after_rejoining_again_and_again_naming_the_shard(monkeypatch: pytest.MonkeyPatch) -> None:
+    code = "ABORTED" if "ABORTED" in STATUS_CODES else "DEADLINE_EXCEEDED"
+    loss, data, _ = linear_problem()
+    tg = prepare(loss)
+
+    def always_aborted(self: ParameterClient, grads: Any, **kwargs: Any) -> Any:
+        raise ParameterServerError(f"parameter server {self.addresses[0]} (shard 0) refused PushPull: restored", code)
+
+    monkeypatch.setattr(ParameterClient, "push_pull", always_aborted)
+    with ps_job(tg, training=TrainingConfig("async")) as (addrs, token, _):
+        spec = ReplicaSpec("job", 0, tg, addrs, token, mode="async", batch_size=16, steps=20, timeout_s=TIMEOUT)
+        with pytest.raises(ParameterServerError) as err:
+            run_replica(spec, data)
+    assert err.value.code == code
+    message = str(err.value)
+    assert (
+        f"replica 0 of job 'job': rejoined the parameter server(s) {addrs[0]} {replica_module.REJOIN_ATTEMPTS} times "
+        "in a row without training a step (global step 0)"
+    ) in message
+    assert f"parameter server {addrs[0]} (shard 0) refused PushPull: restored" in message
