@@ -55,6 +55,8 @@ CASES = {
         ["scaling.py"],
         ["sps_1", "sps_2", "efficiency_2", "first_metrics_s", "first_metrics_cold_s", "session_sps", "overhead_1"],
     ),
+    # max_steps_lost may be 0 (a kill just after a checkpoint), so it is not in the positive keys.
+    "recovery": (["recovery.py"], ["max_recovery_s", "checkpoint_every", "steps"]),
     "scaling_model": (
         ["scaling_model.py"],
         ["efficiency_at_100", "best_shards_at_100", "samples_per_s_at_100", "efficiency_at_100_fast_step"],
