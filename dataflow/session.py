@@ -82,7 +82,20 @@ class Session:
 def resolve_fetch(graph: Graph, fetch: Fetch) -> Tensor | Node:
     """The tensor or node of ``graph`` that ``fetch`` (a handle or a name) means."""
     if isinstance(fetch, str):
-        return graph.tensor(fetch) if ":" in fetch else graph.node(fetch)
+        if ":" in fetch:
+            return graph.tensor(fetch)
+        node = graph.node(fetch)
+        # A node's name means its value where it has one (as graph.tensor reads it),
+        # the node itself (run, fetched as None) where it has none, and is ambiguous
+        # where it has several.
+        if len(node.specs) == 1:
+            return node.output(0)
+        if len(node.specs) > 1:
+            names = ", ".join(repr(f"{fetch}:{i}") for i in range(len(node.specs)))
+            raise GraphError(
+                f"fetch {fetch!r} is ambiguous: {node.describe()} has {len(node.specs)} outputs; fetch one of {names}"
+            )
+        return node
     if isinstance(fetch, (Tensor, Node)):
         if fetch not in graph:
             raise GraphError(

@@ -74,7 +74,6 @@ NO_EXAMPLES = {
     "cellgraph.cluster.ps",
     "cellgraph.cluster.ps.autosave",
     "cellgraph.cluster.ps.command",
-    "cellgraph.cluster.ps.config",
     "cellgraph.cluster.ps.messages",
     "cellgraph.widgets.cluster_view",
     "cellgraph.widgets.graph_info",

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -130,3 +132,34 @@ def test_trace_reports_live_bytes_of_intermediates(model) -> None:  # noqa: ANN0
     np.testing.assert_allclose(value, sess.run(loss, {x: xv}))
     # y and its square are (64, 2) float32 each and live together at the square.
     assert peak == 2 * 64 * 2 * 4
+
+
+def test_a_node_name_fetches_its_value_when_it_has_one() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2,), name="x")
+        with g.name_scope("hidden"):
+            k = cg.variable(np.array([1.0, 2.0], np.float32), name="kernel")
+        y = cg.reduce_sum(x * k, name="y")
+        train = cg.optim.SGD(0.5).minimize(y)
+    sess = cg.Session(g)
+    # The same string graph.tensor resolves: a value, never a silent None.
+    np.testing.assert_array_equal(sess.run("hidden/kernel"), sess.run(g.tensor("hidden/kernel")))
+    assert sess.run(["y", "hidden/kernel:0"], {"x": [1.0, 1.0]})[0] == 3.0
+    # A node with no output (the training op) runs and fetches as None.
+    assert sess.run(train.name, {x: [1.0, 1.0]}) is None
+    np.testing.assert_array_equal(sess.run("hidden/kernel"), [0.5, 1.5])
+
+
+def test_a_node_name_with_several_outputs_is_ambiguous() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        logits = cg.placeholder((None, 3), name="logits")
+        labels = cg.placeholder((None,), "int32", name="labels")
+        cg.losses.sparse_softmax_cross_entropy(logits, labels)
+    feeds = {"logits": np.zeros((2, 3), np.float32), "labels": np.array([0, 1], np.int32)}
+    message = "fetch 'xent' is ambiguous: SparseSoftmaxCrossEntropyWithLogits 'xent' ("
+    with pytest.raises(cg.GraphError, match=re.escape(message)) as info:
+        cg.Session(g).run("xent", feeds)
+    assert str(info.value).endswith("has 2 outputs; fetch one of 'xent:0', 'xent:1'")
+    assert cg.Session(g).run("xent:0", feeds).shape == (2,)
