@@ -36,10 +36,9 @@ from distributed import WorkerPlugin
 from distributed.comm import get_address_host
 
 from .ps import create_server
-from .ps.server import close_servicer
+from .ps.server import ParameterServer, close_servicer
 
 if TYPE_CHECKING:
-    import grpc
     from distributed import Worker
 
 # A stopping server lets calls in flight finish for this long, then cancels them.
@@ -90,7 +89,7 @@ class ParameterServerPlugin(WorkerPlugin):
         self.workers = frozenset(workers) if workers is not None else None
         # Set by setup() on a PS worker; never pickled back (setup runs after the plugin was sent).
         self.address: str | None = None
-        self._server: grpc.Server | None = None
+        self._server: ParameterServer | None = None
 
     def hosts_server(self, worker: Worker) -> bool:
         """Whether ``worker`` is one of this job's parameter servers."""

@@ -230,3 +230,7 @@ class TensorAssembler:
                 f"{self.what} is incomplete: bytes {shown} of {self._bytes.size} never arrived", "INVALID_ARGUMENT"
             )
         return self.array
+
+    def release(self) -> None:
+        """Drop the buffer now (a cancelled or refused stream): nothing must wait for the cycle collector."""
+        self.array = self._bytes = np.empty(0, np.uint8)

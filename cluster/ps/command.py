@@ -35,7 +35,6 @@ def add_parser(commands: Any) -> None:
     ps.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve TLS")
     ps.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     ps.add_argument("--tls-client-ca", type=Path, help="PEM CA: require client certificates it signed")
-    ps.add_argument("--max-workers", type=int, default=32, help="handler threads (default 32)")
     ps.set_defaults(run=run)
 
 
@@ -50,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
             tls=tls,
             checkpoint_dir=args.checkpoint_dir,
             keep_checkpoints=args.keep,
-            max_workers=args.max_workers,
         )
     except (ParameterServerError, ValueError) as err:
         print(f"cellgraph ps: {err}", file=sys.stderr)

@@ -27,20 +27,21 @@ True
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent import futures
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 import numpy as np
 from google.protobuf.message import DecodeError, Message
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
 
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
@@ -48,7 +49,7 @@ from cellgraph.protos import tensor_pb2
 
 from ..errors import ParameterServerError
 from . import checkpoint
-from .auth import ServerTLS, TokenAuthInterceptor
+from .auth import AsyncTokenAuthInterceptor, ServerTLS
 from .autosave import CheckpointWriter
 from .checkpoint import CheckpointInfo
 from .chunks import MAX_CHUNK_BYTES, TensorAssembler, serialize, tensor_chunk_frames, tensor_chunks
@@ -71,6 +72,12 @@ DEFAULT_MAX_WAIT_S = 300.0
 DEFAULT_MAX_BYTES = 64 * 1024**3
 # How long an Init waits for another one in progress (one stalled client must not block the next forever).
 DEFAULT_INIT_WAIT_S = 60.0
+# A client stream (Init, Push) that sends nothing for this long is ended: a stalled client holds no buffer forever.
+DEFAULT_STREAM_IDLE_S = 60.0
+# How long stop() lets the calls in flight finish when asked for no grace, and how long it waits for the loop.
+STOP_WAIT_S = 30.0
+# How often an Init waiting for another one looks again whether it has finished.
+INIT_POLL_S = 0.01
 # The longest job id and checkpoint name taken: both are repeated in messages.
 MAX_ID_CHARS = 200
 
@@ -119,17 +126,28 @@ def _lenient(message: type[Message]) -> Callable[[bytes], Message | _Undecodable
 
 
 def _decoded(request: Any) -> Any:
-    """``request`` checked for ``_Undecodable``: at once for one message, as it is read for a stream."""
+    """``request`` checked for ``_Undecodable``; a stream's messages are checked as they are read (``_messages``)."""
     if isinstance(request, _Undecodable):
         raise ParameterServerError(request.problem, "INVALID_ARGUMENT")
-    if isinstance(request, Message):
-        return request
+    return request
 
-    def checked() -> Iterator[Any]:
-        for message in request:
-            yield _decoded(message)
 
-    return checked()
+async def _messages(requests: AsyncIterator[Any], what: str, idle_s: float) -> AsyncIterator[Any]:
+    """The decoded messages of a client stream; one that sends nothing for ``idle_s`` seconds is ended."""
+    iterator = aiter(requests)
+    while True:
+        try:
+            async with asyncio.timeout(idle_s):
+                message = await anext(iterator)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise ParameterServerError(
+                f"the {what} stream sent nothing for {idle_s:g} s (this server's idle limit per stream); "
+                "it was ended and what it had sent was dropped",
+                "DEADLINE_EXCEEDED",
+            ) from None
+        yield _decoded(message)
 
 
 def available_memory() -> int | None:
@@ -171,35 +189,41 @@ class _Counters:
             return dict(self.calls)
 
 
-def _refusing(method: Callable[..., R]) -> Callable[..., R]:
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+
+
+async def _abort(self: ParameterServicer, err: ParameterServerError, context: Context) -> None:
+    if err.code != "DEADLINE_EXCEEDED":
+        self.counters.add(rejected=1)
+    await context.abort(grpc.StatusCode[err.code], str(err))
+
+
+def _refusing(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     """Turn a ParameterServerError raised by a handler into the RPC's status, and count it."""
 
     @functools.wraps(method)
-    def handler(self: ParameterServicer, request: Any, context: grpc.ServicerContext) -> R:
+    async def handler(self: ParameterServicer, request: Any, context: Context) -> R:
         self.counters.add(call=method.__name__)
         try:
-            return method(self, _decoded(request), context)
+            return await method(self, _decoded(request), context)
         except ParameterServerError as err:
-            if err.code != "DEADLINE_EXCEEDED":
-                self.counters.add(rejected=1)
-            context.abort(grpc.StatusCode[err.code], str(err))
+            await _abort(self, err, context)
             raise AssertionError("context.abort returns only by raising") from err
 
     return handler
 
 
-def _refusing_stream(method: Callable[..., Iterator[R]]) -> Callable[..., Iterator[R]]:
+def _refusing_stream(method: Callable[..., AsyncIterator[R]]) -> Callable[..., AsyncIterator[R]]:
     """``_refusing`` for a handler that streams its response."""
 
     @functools.wraps(method)
-    def handler(self: ParameterServicer, request: Any, context: grpc.ServicerContext) -> Iterator[R]:
+    async def handler(self: ParameterServicer, request: Any, context: Context) -> AsyncIterator[R]:
         self.counters.add(call=method.__name__)
         try:
-            yield from method(self, _decoded(request), context)
+            async for response in method(self, _decoded(request), context):
+                yield response
         except ParameterServerError as err:
-            if err.code != "DEADLINE_EXCEEDED":
-                self.counters.add(rejected=1)
-            context.abort(grpc.StatusCode[err.code], str(err))
+            await _abort(self, err, context)
 
     return handler
 
@@ -224,7 +248,8 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
         init_wait_s: float = DEFAULT_INIT_WAIT_S,
-        auth: TokenAuthInterceptor | None = None,
+        stream_idle_s: float = DEFAULT_STREAM_IDLE_S,
+        auth: AsyncTokenAuthInterceptor | None = None,
     ) -> None:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.keep_checkpoints = keep_checkpoints
@@ -232,11 +257,14 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         self.max_bytes = max_bytes
         self.max_wait_s = max_wait_s
         self.init_wait_s = init_wait_s
+        self.stream_idle_s = stream_idle_s
         self.auth = auth
         self.counters = _Counters()
         self.store: ParameterStore | None = None
         self.job: pb.JobConfig | None = None
-        self._init_lock = threading.Lock()  # one Init at a time, waited for at most init_wait_s
+        # One Init at a time, waited for at most init_wait_s. A thread lock taken without blocking (_init_turn
+        # polls it), so that waiting for it holds no thread and a cancelled wait can never leave it taken.
+        self._init_lock = threading.Lock()
         self._init_holder: tuple[str, float] = ("", 0.0)  # the Init holding the lock: job id, monotonic start
         self._save_lock = threading.Lock()  # one Save or Restore at a time
         self._writer: CheckpointWriter | None = None  # the job's own checkpoints (checkpoint_every)
@@ -261,12 +289,13 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ Init
     @_refusing
-    def Init(self, request_iterator: Iterator[pb.InitMessage], context: grpc.ServicerContext) -> pb.InitResponse:  # noqa: N802
-        first = next(request_iterator, None)
+    async def Init(self, request_iterator: AsyncIterator[pb.InitMessage], context: Context) -> pb.InitResponse:  # noqa: N802
+        messages = _messages(request_iterator, "Init", self.stream_idle_s)
+        first = await anext(messages, None)
         if first is None or first.WhichOneof("kind") != "config":
             raise ParameterServerError("an Init stream must start with the job's config", "INVALID_ARGUMENT")
         config = first.config
-        with self._init_turn(config.job_id, context):
+        async with self._init_turn(config.job_id, context):
             if self.job is not None and self.store is not None:
                 if self.job.SerializeToString(deterministic=True) != config.SerializeToString(deterministic=True):
                     other = "the same job id with a different config" if self.job.job_id == config.job_id else None
@@ -279,7 +308,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             if config.training.checkpoint_every > 0:
                 self._checkpoint_dir()  # a job that checkpoints by itself needs somewhere to write
             try:
-                store = self._build_store(config, request_iterator)
+                store = await self._build_store(config, messages)
             except MemoryError as err:  # the estimate of _check_memory was not enough: still the client's problem
                 raise ParameterServerError(
                     f"job {quoted(config.job_id)} does not fit in this parameter server's memory ({err}); "
@@ -294,26 +323,29 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             self.store, self.job = store, config
             return pb.InitResponse(global_step=store.global_step)
 
-    @contextlib.contextmanager
-    def _init_turn(self, job_id: str, context: grpc.ServicerContext) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def _init_turn(self, job_id: str, context: Context) -> AsyncIterator[None]:
         """Hold the Init lock, waiting for another Init at most ``init_wait_s`` (and within the caller's deadline)."""
         remaining = context.time_remaining()
         wait = self.init_wait_s if remaining is None else max(0.0, min(0.9 * remaining, self.init_wait_s))
-        if not self._init_lock.acquire(timeout=wait):
-            holder, since = self._init_holder
-            raise ParameterServerError(
-                f"waited {wait:g} s for another Init (of job {quoted(holder)}, in progress for "
-                f"{time.monotonic() - since:.1f} s) to finish; Init of job {quoted(job_id)} not started: "
-                "retry once that one has finished or failed",
-                "DEADLINE_EXCEEDED",
-            )
+        deadline = time.monotonic() + wait
+        while not self._init_lock.acquire(blocking=False):
+            if time.monotonic() >= deadline:
+                holder, since = self._init_holder
+                raise ParameterServerError(
+                    f"waited {wait:g} s for another Init (of job {quoted(holder)}, in progress for "
+                    f"{time.monotonic() - since:.1f} s) to finish; Init of job {quoted(job_id)} not started: "
+                    "retry once that one has finished or failed",
+                    "DEADLINE_EXCEEDED",
+                )
+            await asyncio.sleep(INIT_POLL_S)
         try:
             self._init_holder = (job_id, time.monotonic())
             yield
         finally:
             self._init_lock.release()
 
-    def _build_store(self, config: pb.JobConfig, messages: Iterator[pb.InitMessage]) -> ParameterStore:
+    async def _build_store(self, config: pb.JobConfig, messages: AsyncIterator[pb.InitMessage]) -> ParameterStore:
         if not config.job_id:
             raise ParameterServerError("the job config has no job_id", "INVALID_ARGUMENT")
         if len(config.job_id) > MAX_ID_CHARS:
@@ -344,28 +376,39 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         self._check_memory(job, config.shard, total, optimizer.kind, training.mode)
         # An assembler (and its array) is made when its variable's first chunk arrives, not on the declaration.
         assemblers: dict[str, TensorAssembler] = {}
-        for message in messages:
-            if message.WhichOneof("kind") != "chunk":
-                raise ParameterServerError("an Init stream carries one config, then only chunks", "INVALID_ARGUMENT")
-            chunk = message.chunk
-            spec = by_name.get(chunk.name)
-            if spec is None:
-                raise ParameterServerError(
-                    f"initial value for {quoted(chunk.name)}, which is not a variable of this shard; "
-                    f"it holds: {listed(by_name, quote=False)}",
-                    "NOT_FOUND",
-                )
-            what = f"initial value of {quoted(chunk.name)}"
-            _check_chunk_size(len(chunk.content), self.max_chunk_bytes, what)
-            assembler = assemblers.get(spec.name)
-            if assembler is None:
-                assembler = assemblers[spec.name] = TensorAssembler(spec, what)
-            assembler.add(chunk)
-            self.counters.add(bytes_in=len(chunk.content))
-        for spec in specs:  # a variable no chunk arrived for: finish() names its missing bytes
-            assemblers.setdefault(spec.name, TensorAssembler(spec, f"initial value of {quoted(spec.name)}"))
-        initial = {s.name: assemblers[s.name].finish() for s in specs}
-        return ParameterStore(config.job_id, specs, initial, optimizer, training)
+        try:
+            async for message in messages:
+                if message.WhichOneof("kind") != "chunk":
+                    raise ParameterServerError(
+                        "an Init stream carries one config, then only chunks", "INVALID_ARGUMENT"
+                    )
+                self._receive_initial(message.chunk, by_name, assemblers)
+            for spec in specs:  # a variable no chunk arrived for: finish() names its missing bytes
+                assemblers.setdefault(spec.name, TensorAssembler(spec, f"initial value of {quoted(spec.name)}"))
+            initial = {s.name: assemblers[s.name].finish() for s in specs}
+            return ParameterStore(config.job_id, specs, initial, optimizer, training)
+        finally:
+            # Refused, cancelled or done: the buffers go now, not when the cycle collector reaches this frame
+            # (a cancelled call's traceback keeps it alive). The store holds copies of its own.
+            _release(assemblers)
+
+    def _receive_initial(
+        self, chunk: tensor_pb2.TensorChunk, by_name: dict[str, Any], assemblers: dict[str, TensorAssembler]
+    ) -> None:
+        spec = by_name.get(chunk.name)
+        if spec is None:
+            raise ParameterServerError(
+                f"initial value for {quoted(chunk.name)}, which is not a variable of this shard; "
+                f"it holds: {listed(by_name, quote=False)}",
+                "NOT_FOUND",
+            )
+        what = f"initial value of {quoted(chunk.name)}"
+        _check_chunk_size(len(chunk.content), self.max_chunk_bytes, what)
+        assembler = assemblers.get(spec.name)
+        if assembler is None:
+            assembler = assemblers[spec.name] = TensorAssembler(spec, what)
+        assembler.add(chunk)
+        self.counters.add(bytes_in=len(chunk.content))
 
     def _check_memory(self, job: str, shard: int, variables: int, optimizer: str, mode: str) -> None:
         """Refuse a job whose shard would not fit in this machine's free memory, before allocating any of it."""
@@ -389,7 +432,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ Register
     @_refusing
-    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterResponse:  # noqa: N802
+    async def Register(self, request: pb.RegisterRequest, context: Context) -> pb.RegisterResponse:  # noqa: N802
         job, store = self._job_store()
         step = store.global_step if request.observer else store.register(request.replica_id)
         return pb.RegisterResponse(
@@ -405,17 +448,18 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ Pull
     @_refusing_stream
-    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[bytes]:  # noqa: N802
+    async def Pull(self, request: pb.PullRequest, context: Context) -> AsyncIterator[bytes]:  # noqa: N802
         # Each response is a PullMessage serialized by hand (tensor_chunk_frames): one copy of the content.
         _, store = self._job_store()
-        step, values, limit = self._snapshot(store, request, context)
+        step, values, limit = await self._snapshot(store, request, context)
         for name, (version, value) in values.items():
             head = pb.PullMessage(global_step=step, version=version).SerializeToString()
-            yield from tensor_chunk_frames(name, value, limit, field=_PULL_CHUNK_FIELD, head=head)
+            for frame in tensor_chunk_frames(name, value, limit, field=_PULL_CHUNK_FIELD, head=head):
+                yield frame
             self.counters.add(bytes_out=value.nbytes)
 
-    def _snapshot(
-        self, store: ParameterStore, request: pb.PullRequest, context: grpc.ServicerContext
+    async def _snapshot(
+        self, store: ParameterStore, request: pb.PullRequest, context: Context
     ) -> tuple[int, dict[str, tuple[int, np.ndarray]], int]:
         """The requested variables once ``min_step`` is reached: (global step, values, chunk size)."""
         names = list(request.names) or None
@@ -424,7 +468,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             # Give up a little before the caller's deadline, so that the caller
             # gets this server's account of whom it waited for, not a bare timeout.
             timeout = self.max_wait_s if remaining is None else min(0.9 * remaining, self.max_wait_s)
-            store.wait_for_step(request.min_step, timeout)
+            await store.until_step(request.min_step, timeout)
         step, values = store.read(names)
         limit = self.max_chunk_bytes
         if request.max_chunk_bytes > 0:
@@ -433,46 +477,54 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ Push
     @_refusing
-    def Push(self, request_iterator: Iterator[pb.PushMessage], context: grpc.ServicerContext) -> pb.PushResponse:  # noqa: N802
+    async def Push(self, request_iterator: AsyncIterator[pb.PushMessage], context: Context) -> pb.PushResponse:  # noqa: N802
         _, store = self._job_store()
-        first = next(request_iterator, None)
+        messages = _messages(request_iterator, "Push", self.stream_idle_s)
+        first = await anext(messages, None)
         if first is None or first.WhichOneof("kind") != "header":
             raise ParameterServerError("a Push stream must start with a header (replica_id, step)", "INVALID_ARGUMENT")
         header = first.header
 
-        def chunks() -> Iterator[tensor_pb2.TensorChunk]:
-            for message in request_iterator:
+        assemblers: dict[str, TensorAssembler] = {}
+        try:
+            async for message in messages:
                 if message.WhichOneof("kind") != "chunk":
                     raise ParameterServerError(
                         f"replica {header.replica_id}'s push for step {header.step} has a second header; "
                         "a Push stream carries one header, then only chunks",
                         "INVALID_ARGUMENT",
                     )
-                yield message.chunk
+                self._receive_gradient(store, header, message.chunk, assemblers)
+            return self._push(store, header, assemblers)
+        finally:
+            _release(assemblers)
 
-        return self._push(store, header, chunks())
+    def _receive_gradient(
+        self,
+        store: ParameterStore,
+        header: pb.PushHeader,
+        chunk: tensor_pb2.TensorChunk,
+        assemblers: dict[str, TensorAssembler],
+    ) -> None:
+        """Write one chunk of a push into its gradient's own buffer (made at the gradient's first chunk)."""
+        assembler = assemblers.get(chunk.name)
+        if assembler is None:
+            spec = store.specs.get(chunk.name)
+            if spec is None:
+                raise ParameterServerError(
+                    f"gradient for unknown variable {quoted(chunk.name)} in replica {header.replica_id}'s push "
+                    f"for step {header.step}; this shard holds: {listed(store.specs, quote=False)}",
+                    "NOT_FOUND",
+                )
+            assembler = assemblers[chunk.name] = TensorAssembler(spec, f"gradient for {quoted(chunk.name)}")
+        _check_chunk_size(len(chunk.content), self.max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
+        assembler.add(chunk)
+        self.counters.add(bytes_in=len(chunk.content))
 
     def _push(
-        self, store: ParameterStore, header: pb.PushHeader, chunks: Iterable[tensor_pb2.TensorChunk]
+        self, store: ParameterStore, header: pb.PushHeader, assemblers: dict[str, TensorAssembler]
     ) -> pb.PushResponse:
-        """Assemble every gradient of a push into its own buffers, then hand the whole push to the store."""
-        assemblers: dict[str, TensorAssembler] = {}
-        received = 0
-        for chunk in chunks:
-            assembler = assemblers.get(chunk.name)
-            if assembler is None:
-                spec = store.specs.get(chunk.name)
-                if spec is None:
-                    raise ParameterServerError(
-                        f"gradient for unknown variable {quoted(chunk.name)} in replica {header.replica_id}'s push "
-                        f"for step {header.step}; this shard holds: {listed(store.specs, quote=False)}",
-                        "NOT_FOUND",
-                    )
-                assembler = assemblers[chunk.name] = TensorAssembler(spec, f"gradient for {quoted(chunk.name)}")
-            _check_chunk_size(len(chunk.content), self.max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
-            assembler.add(chunk)
-            received += len(chunk.content)
-        self.counters.add(bytes_in=received)
+        """Hand a whole push, every gradient assembled, to the store."""
         grads = {name: a.finish() for name, a in assemblers.items()}
         outcome = store.push(header.replica_id, header.step, grads)
         self._checkpoint_if_due(store)
@@ -484,13 +536,19 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ PushPull
     @_refusing
-    def PushPull(self, request: pb.PushPullRequest, context: grpc.ServicerContext) -> pb.PushPullResponse:  # noqa: N802
+    async def PushPull(self, request: pb.PushPullRequest, context: Context) -> pb.PushPullResponse:  # noqa: N802
         _, store = self._job_store()
         if not request.HasField("header"):
             raise ParameterServerError("a PushPull request needs a header (replica_id, step)", "INVALID_ARGUMENT")
         response = pb.PushPullResponse()
-        response.push.CopyFrom(self._push(store, request.header, request.chunks))
-        step, values, limit = self._snapshot(store, request.pull, context)
+        assemblers: dict[str, TensorAssembler] = {}
+        try:
+            for chunk in request.chunks:
+                self._receive_gradient(store, request.header, chunk, assemblers)
+            response.push.CopyFrom(self._push(store, request.header, assemblers))
+        finally:
+            _release(assemblers)
+        step, values, limit = await self._snapshot(store, request.pull, context)
         for name, (version, value) in values.items():
             for message in tensor_chunks(name, value, limit, response.values.add):
                 message.global_step, message.version = step, version
@@ -507,11 +565,12 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ Save / Restore
     @_refusing
-    def Save(self, request: pb.SaveRequest, context: grpc.ServicerContext) -> pb.SaveResponse:  # noqa: N802
+    async def Save(self, request: pb.SaveRequest, context: Context) -> pb.SaveResponse:  # noqa: N802
         job, store = self._job_store()
         self._checkpoint_dir()
         state = store.state()  # a consistent snapshot; training goes on while it is written
-        info = self._write_checkpoint(job, store, state)
+        # Written by a thread: the event loop goes on serving (health checks included) while the disk works.
+        info = await asyncio.to_thread(self._write_checkpoint, job, store, state)
         nbytes = sum(t.nbytes for t in state.tensors.values())
         return pb.SaveResponse(checkpoint=info.name, global_step=state.global_step, bytes=nbytes)
 
@@ -541,13 +600,20 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         if snapshot is not None and self._writer is not None:
             self._writer.offer(snapshot)
 
+    def stopping(self, address: str) -> None:
+        """End every call awaiting a step with UNAVAILABLE: the server at ``address`` is stopping."""
+        if self.store is not None:
+            self.store.abort_waiters(
+                f"parameter server {address} is stopping; this call's step will not be reached here", "UNAVAILABLE"
+            )
+
     def close(self) -> None:
         """Let a background checkpoint in progress finish (the server is stopping)."""
         if self._writer is not None:
             self._writer.close()
 
     @_refusing
-    def Restore(self, request: pb.RestoreRequest, context: grpc.ServicerContext) -> pb.RestoreResponse:  # noqa: N802
+    async def Restore(self, request: pb.RestoreRequest, context: Context) -> pb.RestoreResponse:  # noqa: N802
         job, store = self._job_store()
         directory = self._checkpoint_dir()
         if len(request.checkpoint) > MAX_ID_CHARS:
@@ -555,8 +621,11 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                 f"checkpoint name {quoted(request.checkpoint)} is longer than {MAX_ID_CHARS} characters",
                 "INVALID_ARGUMENT",
             )
+        return await asyncio.to_thread(self._restore, job, store, directory, request.checkpoint)
+
+    def _restore(self, job: pb.JobConfig, store: ParameterStore, directory: Path, name: str) -> pb.RestoreResponse:
+        """Read a checkpoint and load it (a thread's work: reading is slow); waiters end with FAILED_PRECONDITION."""
         with self._save_lock:
-            name = request.checkpoint
             if not name:
                 latest = checkpoint.latest_checkpoint(directory, job.shard, job.num_shards)
                 if latest is None:
@@ -566,12 +635,13 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                 name = latest.name
             saved = checkpoint.read_shard_checkpoint(directory, name, job.shard, job.num_shards)
             _check_same_variables(saved.specs, list(store.specs.values()), name)
-            store.load_state(StoreState(saved.global_step, dict(saved.versions), dict(saved.tensors)))
+            state = StoreState(saved.global_step, dict(saved.versions), dict(saved.tensors))
+            store.load_state(state, reason=f"shard {job.shard} was restored from checkpoint {name}")
         return pb.RestoreResponse(checkpoint=name, global_step=saved.global_step)
 
     # ------------------------------------------------------------------ Stats
     @_refusing
-    def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:  # noqa: N802
+    async def Stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:  # noqa: N802
         counters = self.counters
         rejected = counters.rejected + (self.auth.rejected if self.auth is not None else 0)
         if self.store is None or self.job is None:
@@ -617,7 +687,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ Reconfigure
     @_refusing
-    def Reconfigure(self, request: pb.ReconfigureRequest, context: grpc.ServicerContext) -> pb.ReconfigureResponse:  # noqa: N802
+    async def Reconfigure(self, request: pb.ReconfigureRequest, context: Context) -> pb.ReconfigureResponse:  # noqa: N802
         job, store = self._job_store()
         step = store.reconfigure(request.replicas_to_aggregate)
         # A later Init of this job (the job re-initialising after another shard was restarted) sends the
@@ -625,6 +695,12 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         job.training.replicas_to_aggregate = request.replicas_to_aggregate
         self._checkpoint_if_due(store)
         return pb.ReconfigureResponse(global_step=step, training=training_to_proto(store.training))
+
+
+def _release(assemblers: dict[str, TensorAssembler]) -> None:
+    for assembler in assemblers.values():
+        assembler.release()
+    assemblers.clear()
 
 
 def _check_same_variables(saved: Sequence[Any], held: Sequence[Any], name: str) -> None:
@@ -647,6 +723,57 @@ def _check_same_variables(saved: Sequence[Any], held: Sequence[Any], name: str) 
         )
 
 
+class ParameterServer:
+    """A running parameter server: a ``grpc.aio`` server on an event loop of its own thread.
+
+    Its face is synchronous, like ``grpc.Server``'s, for the plugin, the CLI and
+    the tests: ``stop(grace)`` returns an event set once it has stopped, and
+    ``wait_for_termination(timeout)`` blocks. ``servicer`` is the shard's servicer.
+    """
+
+    def __init__(
+        self, server: grpc.aio.Server, servicer: ParameterServicer, loop: asyncio.AbstractEventLoop, address: str
+    ) -> None:
+        self._server = server
+        self.servicer = servicer
+        self._loop = loop
+        self._address = address
+        self._stopped = threading.Event()
+        self._stopping = False
+        self._lock = threading.Lock()
+
+    def stop(self, grace: float | None) -> threading.Event:
+        """Wake every waiting call (UNAVAILABLE), let the others finish within ``grace`` seconds, then stop."""
+        with self._lock:
+            if not self._stopping:
+                self._stopping = True
+                if self._loop.is_closed():
+                    self._stopped.set()
+                else:
+                    asyncio.run_coroutine_threadsafe(self._stop(grace), self._loop)
+        return self._stopped
+
+    async def _stop(self, grace: float | None) -> None:
+        try:
+            self.servicer.stopping(self._address)
+            await self._server.stop(grace)
+        finally:
+            self._stopped.set()
+            self._loop.call_soon(self._loop.stop)
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        """Block until the server has stopped, at most ``timeout`` seconds; whether it has."""
+        return self._stopped.wait(timeout)
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
 def create_server(
     address: str = "127.0.0.1:0",
     *,
@@ -654,13 +781,18 @@ def create_server(
     tls: ServerTLS | None = None,
     checkpoint_dir: str | Path | None = None,
     keep_checkpoints: int = 5,
-    max_workers: int = 32,
     max_chunk_bytes: int = MAX_CHUNK_BYTES,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_wait_s: float = DEFAULT_MAX_WAIT_S,
     init_wait_s: float = DEFAULT_INIT_WAIT_S,
-) -> tuple[grpc.Server, int]:
+    stream_idle_s: float = DEFAULT_STREAM_IDLE_S,
+) -> tuple[ParameterServer, int]:
     """Start a parameter server on ``address``; return the running server and its port.
+
+    The server is asynchronous (``grpc.aio``) on an event loop of its own
+    thread: a call waiting for a step holds a future, not a thread, so any
+    number of replicas may wait on one shard, and health checks answer whatever
+    the calls in progress.
 
     Parameters
     ----------
@@ -679,6 +811,9 @@ def create_server(
         The most bytes of variables one Init may declare (and never more than
         this machine's available memory); how long an Init waits for another
         one in progress before DEADLINE_EXCEEDED.
+    stream_idle_s
+        How long an Init or Push stream may send nothing before it is ended
+        (DEADLINE_EXCEEDED) and its buffers dropped.
 
     Examples
     --------
@@ -688,7 +823,7 @@ def create_server(
     >>> server.stop(None).wait()
     True
     """
-    auth = TokenAuthInterceptor(token) if token is not None else None
+    auth = AsyncTokenAuthInterceptor(token) if token is not None else None
     servicer = ParameterServicer(
         checkpoint_dir=checkpoint_dir,
         keep_checkpoints=keep_checkpoints,
@@ -696,23 +831,35 @@ def create_server(
         max_bytes=max_bytes,
         max_wait_s=max_wait_s,
         init_wait_s=init_wait_s,
+        stream_idle_s=stream_idle_s,
         auth=auth,
     )
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=_run_loop, args=(loop,), name=f"cellgraph-ps-{address}", daemon=True)
+    thread.start()
+    try:
+        server, port = asyncio.run_coroutine_threadsafe(_start(address, servicer, auth, tls), loop).result()
+    except BaseException:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(STOP_WAIT_S)
+        raise
+    return ParameterServer(server, servicer, loop, f"{address.rsplit(':', 1)[0]}:{port}"), port
+
+
+async def _start(
+    address: str, servicer: ParameterServicer, auth: AsyncTokenAuthInterceptor | None, tls: ServerTLS | None
+) -> tuple[grpc.aio.Server, int]:
+    """Make, bind and start the aio server, on the loop that will run it."""
     options = [
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         # Two servers must never share a port silently.
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="cellgraph-ps"),
-        interceptors=[auth] if auth is not None else [],
-        options=options,
-    )
+    server = grpc.aio.server(interceptors=[auth] if auth is not None else [], options=options)
     handlers = _method_handlers(servicer)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    server.add_registered_method_handlers(SERVICE_NAME, handlers)
-    health_servicer = health.HealthServicer()
+    health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     try:
         port = (
@@ -721,19 +868,18 @@ def create_server(
     except RuntimeError:  # grpcio >= 1.57 raises where older versions returned port 0
         port = 0
     if port == 0:
-        server.stop(None)
+        await server.stop(None)
         raise ParameterServerError(
             f"could not bind the parameter server to {address}: is the port in use, or the address not this machine's?",
             "UNAVAILABLE",
         )
-    server.start()
+    await server.start()
     for service in ("", SERVICE_NAME):
-        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    server.servicer = servicer  # type: ignore[attr-defined]  # for tests and the CLI, which read its counters
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     return server, port
 
 
-def serve_forever(server: grpc.Server, stop: threading.Event, grace_s: float = 5.0) -> None:
+def serve_forever(server: ParameterServer, stop: threading.Event, grace_s: float = 5.0) -> None:
     """Block until ``stop`` is set, then stop ``server``, letting calls in flight finish within ``grace_s``."""
     with contextlib.suppress(KeyboardInterrupt):
         while not stop.wait(0.5):
@@ -742,7 +888,7 @@ def serve_forever(server: grpc.Server, stop: threading.Event, grace_s: float = 5
     close_servicer(server)
 
 
-def close_servicer(server: grpc.Server) -> None:
+def close_servicer(server: ParameterServer) -> None:
     """After ``server.stop``: let its background checkpoint in progress finish."""
     servicer = getattr(server, "servicer", None)
     if isinstance(servicer, ParameterServicer):

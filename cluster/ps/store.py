@@ -14,6 +14,7 @@ server follows the trajectory it would follow in one process.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
@@ -91,6 +92,29 @@ class StoreState:
     global_step: int
     versions: dict[str, int]
     tensors: dict[str, np.ndarray]
+
+
+@dataclass(eq=False)
+class _Waiter:
+    """A call awaiting global step ``step`` on ``loop``: ``future`` gets the global step, or the error that ended the wait."""
+
+    step: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[int]
+
+    def settle(self, outcome: int | ParameterServerError) -> None:
+        """Resolve the future from any thread (once; a cancelled call's future is left alone)."""
+
+        def settle() -> None:
+            if self.future.done():
+                return
+            if isinstance(outcome, ParameterServerError):
+                self.future.set_exception(outcome)
+            else:
+                self.future.set_result(outcome)
+
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(settle)
 
 
 @dataclass
@@ -247,6 +271,8 @@ class ParameterStore:
         self._skip_reason: str | None = None  # sync, skip_step: why this step's update will be dropped
         self._steps_skipped, self._last_skipped = 0, ""
         self._snapshot: StoreState | None = None  # see take_snapshot
+        # Calls awaiting a later step (until_step): futures on the server's event loop, not threads.
+        self._waiters: set[_Waiter] = set()
 
     def _check_initial(self, initial: Mapping[str, np.ndarray]) -> None:
         problem = _key_mismatch("initial values", initial, self.specs)
@@ -485,6 +511,27 @@ class ParameterStore:
             # server writes it outside the lock (take_snapshot). A newer one replaces one not yet taken.
             self._snapshot = self._copy_state()
         self._lock.notify_all()
+        self._wake()
+
+    def _wake(self, error: ParameterServerError | None = None) -> None:
+        """Settle every waiter whose step is reached, or all of them with ``error``; called under the lock."""
+        done = [w for w in self._waiters if error is not None or self._global_step >= w.step]
+        for waiter in done:
+            self._waiters.discard(waiter)
+            waiter.settle(error if error is not None else self._global_step)
+
+    def abort_waiters(self, message: str, code: str) -> int:
+        """End every call awaiting a step with ``ParameterServerError(message, code)``; return how many there were."""
+        with self._lock:
+            count = len(self._waiters)
+            self._wake(ParameterServerError(message, code))
+            return count
+
+    @property
+    def waiting(self) -> int:
+        """How many calls await a later step now."""
+        with self._lock:
+            return len(self._waiters)
 
     def take_snapshot(self) -> StoreState | None:
         """The state copied at the latest multiple of ``checkpoint_every`` not yet taken (then forgotten)."""
@@ -512,6 +559,34 @@ class ParameterStore:
             if not self._lock.wait_for(lambda: self._global_step >= step, timeout):
                 raise ParameterServerError(self._waiting_message(step, timeout), "DEADLINE_EXCEEDED")
             return self._global_step
+
+    async def until_step(self, step: int, timeout: float) -> int:
+        """Await the global step reaching ``step``, at most ``timeout`` seconds; return the global step.
+
+        The wait is a future on the running event loop: it holds no thread, and
+        a cancelled call leaves nothing behind. On timeout it raises
+        ``DEADLINE_EXCEEDED`` as ``wait_for_step`` does; a restore or a stopping
+        server ends it with the error they give (``abort_waiters``).
+        """
+        if not (math.isfinite(timeout) and timeout >= 0):
+            raise ParameterServerError(
+                f"timeout must be a finite number of seconds, 0 or more, got {timeout}", "INVALID_ARGUMENT"
+            )
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._global_step >= step:
+                return self._global_step
+            waiter = _Waiter(step, loop, loop.create_future())
+            self._waiters.add(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                return await waiter.future
+        except TimeoutError:
+            with self._lock:
+                raise ParameterServerError(self._waiting_message(step, timeout), "DEADLINE_EXCEEDED") from None
+        finally:
+            with self._lock:
+                self._waiters.discard(waiter)
 
     def _waiting_message(self, step: int, timeout: float) -> str:
         now = self._global_step
@@ -577,11 +652,12 @@ class ParameterStore:
         tensors = {key: value.copy() for key, value in self._tensors.items()}
         return StoreState(self._global_step, dict(self._versions), tensors)
 
-    def load_state(self, state: StoreState) -> None:
+    def load_state(self, state: StoreState, reason: str = "the shard was restored from a checkpoint") -> None:
         """Restore a checkpoint: checked completely first, so a bad one changes nothing.
 
         A sync step's pending gradients are discarded (they were computed from
-        parameters the checkpoint replaces), and waiters re-check the restored step.
+        parameters the checkpoint replaces), and every call awaiting a step ends
+        with FAILED_PRECONDITION naming ``reason``: what it pushed was discarded with them.
 
         Examples
         --------
@@ -600,6 +676,15 @@ class ParameterStore:
             self._discard_aggregation()
             self._snapshot = None  # copied from the state this one replaces
             self._lock.notify_all()
+            self._wake(
+                ParameterServerError(
+                    f"{reason} (job {self.job_id!r}, global step {self._global_step}) while this call waited "
+                    "for a later step; the gradients of the step in progress were discarded: register again, "
+                    "pull, and go on from the restored step",
+                    # ABORTED would say it best; FAILED_PRECONDITION is the nearest code ParameterServerError knows.
+                    "FAILED_PRECONDITION",
+                )
+            )
 
     def _check_state(self, state: StoreState) -> None:
         def refuse(problem: str) -> ParameterServerError:

@@ -20,11 +20,11 @@ JOIN_S = 600.0  # seconds for all the pushes; 20 to 30 s on two cores
 
 
 def replica(address: str, rid: int, latencies: list[float], errors: list[BaseException]) -> None:
-    """Register as replica ``rid`` and push ``PUSHES`` gradients of ones, each tagged with the last step seen."""
+    """Register as replica ``rid`` and push ``PUSHES`` gradients of minus ones, each tagged with the last step seen."""
     try:
         with ParameterClient([address], None, timeout=TIMEOUT) as client:
             step = client.register(rid).global_step
-            grad = {"w": np.ones(SIZE, np.float32)}
+            grad = {"w": -np.ones(SIZE, np.float32)}
             for _ in range(PUSHES):
                 started = time.perf_counter()
                 result = client.push(grad, step=step, replica_id=rid)
@@ -41,10 +41,8 @@ def test_sixteen_async_replicas_lose_no_push() -> None:
     # (create_server in-process took 27 to 33 s on two cores, the subprocess 22 to 25 s).
     with cellgraph_ps("--no-auth") as server:
         with ParameterClient([server.address], None, timeout=TIMEOUT) as client:
-            # Learning rate -1 turns each gradient of ones into +1 on every element.
-            client.init(
-                "load", {"w": np.zeros(SIZE, np.float32)}, OptimizerConfig("sgd", -1.0), TrainingConfig("async")
-            )
+            # Learning rate 1 turns each gradient of minus ones into +1 on every element.
+            client.init("load", {"w": np.zeros(SIZE, np.float32)}, OptimizerConfig("sgd", 1.0), TrainingConfig("async"))
             latencies: list[list[float]] = [[] for _ in range(REPLICAS)]
             errors: list[BaseException] = []
             threads = [
