@@ -624,7 +624,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         return await asyncio.to_thread(self._restore, job, store, directory, request.checkpoint)
 
     def _restore(self, job: pb.JobConfig, store: ParameterStore, directory: Path, name: str) -> pb.RestoreResponse:
-        """Read a checkpoint and load it (a thread's work: reading is slow); waiters end with FAILED_PRECONDITION."""
+        """Read a checkpoint and load it (a thread's work: reading is slow); waiters end with ABORTED."""
         with self._save_lock:
             if not name:
                 latest = checkpoint.latest_checkpoint(directory, job.shard, job.num_shards)

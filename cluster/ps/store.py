@@ -657,7 +657,7 @@ class ParameterStore:
 
         A sync step's pending gradients are discarded (they were computed from
         parameters the checkpoint replaces), and every call awaiting a step ends
-        with FAILED_PRECONDITION naming ``reason``: what it pushed was discarded with them.
+        with ABORTED naming ``reason``: what it pushed was discarded with them.
 
         Examples
         --------
@@ -681,8 +681,8 @@ class ParameterStore:
                     f"{reason} (job {self.job_id!r}, global step {self._global_step}) while this call waited "
                     "for a later step; the gradients of the step in progress were discarded: register again, "
                     "pull, and go on from the restored step",
-                    # ABORTED would say it best; FAILED_PRECONDITION is the nearest code ParameterServerError knows.
-                    "FAILED_PRECONDITION",
+                    # ABORTED: the call was fine, a concurrent restore ended it; the client rejoins.
+                    "ABORTED",
                 )
             )
 

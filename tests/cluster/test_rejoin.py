@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cellgraph.cluster import replica as replica_module
-from cellgraph.cluster.errors import STATUS_CODES, ParameterServerError
+from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import ParameterClient, TrainingConfig
 from cellgraph.cluster.replica import ReplicaSpec, run_replica
 from cellgraph.cluster.training_graph import prepare
@@ -59,14 +59,8 @@ def test_a_sync_replica_that_waited_past_its_deadline_rejoins(monkeypatch: pytes
         assert summaries[0]["global_step"] == summaries[1]["global_step"] == 20
 
 
-# ABORTED is what a restore wakes waiting calls with (the asyncio server); the client can only report it once
-# cluster/errors.py knows the code.
-NEEDS_ABORTED = pytest.mark.skipif("ABORTED" not in STATUS_CODES, reason="cluster/errors.py has no ABORTED yet")
-
-
-@pytest.mark.parametrize(
-    "code", [pytest.param("ABORTED", marks=NEEDS_ABORTED), "DEADLINE_EXCEEDED", "UNAVAILABLE", "FAILED_PRECONDITION"]
-)
+# ABORTED is what a restore wakes waiting calls with; the others, what a lost or slow server gives.
+@pytest.mark.parametrize("code", ["ABORTED", "DEADLINE_EXCEEDED", "UNAVAILABLE", "FAILED_PRECONDITION"])
 def test_a_restore_status_makes_the_replica_rejoin_at_the_servers_step(
     monkeypatch: pytest.MonkeyPatch, code: str
 ) -> None:
@@ -90,7 +84,7 @@ def test_a_restore_status_makes_the_replica_rejoin_at_the_servers_step(
 
 
 def test_a_replica_gives_up_after_rejoining_again_and_again_naming_the_shard(monkeypatch: pytest.MonkeyPatch) -> None:
-    code = "ABORTED" if "ABORTED" in STATUS_CODES else "DEADLINE_EXCEEDED"
+    code = "ABORTED"
     loss, data, _ = linear_problem()
     tg = prepare(loss)
 
