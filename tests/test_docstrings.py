@@ -75,6 +75,7 @@ NO_EXAMPLES = {
     "cellgraph.cluster.ps.autosave",
     "cellgraph.cluster.ps.command",
     "cellgraph.cluster.ps.messages",
+    "cellgraph.cluster.ps.servicer",
     "cellgraph.widgets.cluster_view",
     "cellgraph.widgets.graph_info",
     "cellgraph.widgets.graph_layered",

@@ -18,7 +18,7 @@ import pytest
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.job import train
 from cellgraph.cluster.ps import OptimizerConfig, TrainingConfig, VariableSpec
-from cellgraph.cluster.ps import server as server_module
+from cellgraph.cluster.ps import servicer as servicer_module
 from cellgraph.cluster.ps.auth import token_metadata
 from cellgraph.cluster.ps.config import listed, quoted
 from cellgraph.cluster.ps.store import ParameterStore
@@ -92,7 +92,7 @@ def test_an_init_over_the_available_memory_says_how_much_is_available(
     ps: Servers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ps.start(1)
-    monkeypatch.setattr(server_module, "available_memory", lambda: 1000)
+    monkeypatch.setattr(servicer_module, "available_memory", lambda: 1000)
     err = refused(ps, [job(spec(100, 4)), init_chunk()])
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert (
@@ -104,7 +104,7 @@ def test_an_init_over_the_available_memory_says_how_much_is_available(
 
 def test_the_memory_estimate_counts_slots_and_sums(ps: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
     ps.start(1)
-    monkeypatch.setattr(server_module, "available_memory", lambda: 100)
+    monkeypatch.setattr(servicer_module, "available_memory", lambda: 100)
     adam = pb.OptimizerConfigProto(kind="adam", learning_rate=0.1, beta1=0.9, beta2=0.999, epsilon=1e-8)
     sync = pb.TrainingConfigProto(mode=pb.SYNC, replicas_to_aggregate=1)
     err = refused(ps, [job(spec(2, 4), optimizer=adam, training=sync), init_chunk()])

@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import OptimizerConfig, TrainingConfig, VariableSpec
-from cellgraph.cluster.ps import server as server_module
+from cellgraph.cluster.ps import servicer as servicer_module
 from cellgraph.cluster.ps.auth import token_metadata
 from cellgraph.cluster.ps.chunks import TensorAssembler
 from cellgraph.protos import parameter_service_pb2 as pb
@@ -216,7 +216,7 @@ def test_a_cancelled_init_drops_its_buffer_at_once(ps: Servers, monkeypatch: pyt
             super().__init__(*args, **kwargs)
             buffers.append(weakref.ref(self.array))
 
-    monkeypatch.setattr(server_module, "TensorAssembler", Watched)
+    monkeypatch.setattr(servicer_module, "TensorAssembler", Watched)
     size = 96 * 1024 * 1024 // F32.itemsize  # 96 MiB of float32
     spec = VariableSpec("big", F32, (size,))
     config = pb.JobConfig(
