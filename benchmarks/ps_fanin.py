@@ -55,9 +55,7 @@ def run(n: int, steps: int, np: Any) -> dict[str, Any]:
     barrier = threading.Barrier(n, action=lambda: start.append(time.perf_counter()))
 
     with tempfile.TemporaryDirectory(prefix="cellgraph-ps-fanin-") as tmp, ExitStack() as stack:
-        # (addresses, token, ...): a later ps_servers may yield more (the pids), so index rather than unpack
-        servers = stack.enter_context(ps_servers(1, tmp))
-        (address,), token = servers[0], servers[1]
+        (address,), token, _ = stack.enter_context(ps_servers(1, tmp))
         clients = [stack.enter_context(ParameterClient([address], token, timeout=CALL_TIMEOUT_S)) for _ in range(n)]
         clients[0].init(
             f"fanin-{n}",

@@ -60,7 +60,7 @@ def main() -> None:
     grad = {"w": np.full(ELEMENTS, 0.5, np.float32)}
 
     with tempfile.TemporaryDirectory(prefix="cellgraph-ps-bench-") as tmp, ExitStack() as stack:
-        (address,), token = stack.enter_context(ps_servers(1, tmp))
+        (address,), token, _ = stack.enter_context(ps_servers(1, tmp))
         client = stack.enter_context(ParameterClient([address], token, timeout=CALL_TIMEOUT_S))
         client.init("latency", {"w": w}, OptimizerConfig("sgd", learning_rate=0.0), TrainingConfig("async"))
         client.register(0)

@@ -44,7 +44,18 @@ CASES = {
     ),
     "ps_throughput": (
         ["ps_throughput.py"],
-        ["ps_gbps", "ps_pull_gbps", "ps_push_gbps", "tcp_gbps", "dask_gbps", "ratio_vs_tcp", "ratio_vs_dask"],
+        [
+            "ps_gbps",
+            "ps_pull_gbps",
+            "ps_push_gbps",
+            "tcp_gbps",
+            "dask_gbps",
+            "grpc_gbps",
+            "ratio_vs_grpc",
+            "cpu_s_per_gb_ratio_vs_grpc",
+            "ratio_vs_tcp",
+            "ratio_vs_dask",
+        ],  # fmt: skip
     ),
     "ps_latency": (
         ["ps_latency.py"],
@@ -55,6 +66,7 @@ CASES = {
         ["scaling.py"],
         ["sps_1", "sps_2", "efficiency_2", "first_metrics_s", "first_metrics_cold_s", "session_sps", "overhead_1"],
     ),
+    "ps_fanin": (["ps_fanin.py"], ["pushes_per_s_8", "pushes_per_s_256", "ratio", "pushes_8", "pushes_256"]),
     # max_steps_lost may be 0 (a kill just after a checkpoint), so it is not in the positive keys.
     "recovery": (["recovery.py"], ["max_recovery_s", "checkpoint_every", "steps"]),
     "scaling_model": (
