@@ -42,16 +42,17 @@ class CellRun:
         for name in list(self.graph.cells.get(self.cell_id, [])):
             node = self.graph.node(name)
             self.old[name] = node
-            self.graph._remove(node)
+            self.graph._remove(node, "its cell was re-run; use the new handle")
         self.graph.cells.pop(self.cell_id, None)
 
     def adopt(self, node: Node) -> None:
         self.new.append(node)
 
     def rollback(self) -> None:
+        why = f"cell {self.label} raised an error, and the nodes it had made were rolled back; fix and re-run that cell"
         for node in reversed(self.new):
             if node.name in self.graph._nodes:
-                self.graph._remove(node)
+                self.graph._remove(node, why)
         self.graph.cells.pop(self.cell_id, None)
         for node in self.old.values():
             self.graph._add(node)

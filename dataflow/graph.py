@@ -7,6 +7,7 @@ created it, so every error can point back at the user's code.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -43,6 +44,9 @@ def _user_location() -> tuple[str | None, int | None]:
     return None, None
 
 
+_graph_numbers = itertools.count(1)
+
+
 @dataclass(eq=False)
 class Node:
     """One operation in a graph. Identity, not value, makes two nodes equal."""
@@ -62,6 +66,8 @@ class Node:
     # Why this node can no longer run (its input was replaced and no longer
     # fits), or None while it is healthy.
     stale: str | None = None
+    # Why this node left its graph, and what to do instead, or None while it is in it.
+    removed: str | None = field(default=None, repr=False)
     _outputs: list[Tensor] = field(default_factory=list, repr=False)
 
     @property
@@ -219,6 +225,8 @@ class Graph:
     """A dataflow graph: nodes in creation order, plus the scopes that name them."""
 
     def __init__(self) -> None:
+        # A number in creation order: how messages tell two graphs apart.
+        self.number = next(_graph_numbers)
         self._nodes: dict[str, Node] = {}
         # Every name prefix ("dense", "dense/matmul") in use, so a new scope or
         # node gets a fresh name, and removing a cell's nodes frees theirs.
@@ -242,6 +250,11 @@ class Graph:
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    def describe(self) -> str:
+        """``graph #3 (12 nodes, the default graph)``: how errors name a graph."""
+        default = ", the default graph" if get_default_graph() is self else ""
+        return f"graph #{self.number} ({len(self._nodes)} node{'' if len(self._nodes) == 1 else 's'}{default})"
 
     def __contains__(self, item: object) -> bool:
         if isinstance(item, Tensor):
@@ -283,6 +296,7 @@ class Graph:
         return graph_bundle(self, include, exclude)
 
     def _add(self, node: Node) -> None:
+        node.removed = None
         self._nodes[node.name] = node
         for prefix in _prefixes(node.name):
             self._prefixes[prefix] += 1
@@ -290,7 +304,9 @@ class Graph:
             self.cells.setdefault(node.cell, []).append(node.name)
         self.version += 1
 
-    def _remove(self, node: Node) -> None:
+    def _remove(self, node: Node, why: str | None = None) -> None:
+        """Take ``node`` out; ``why`` (and what to do instead) is what a later use of it is told."""
+        node.removed = why
         del self._nodes[node.name]
         for prefix in _prefixes(node.name):
             self._prefixes[prefix] -= 1
@@ -376,14 +392,18 @@ class Graph:
         finally:
             self._colocate_stack.pop()
 
-    def _check_owned(self, node: Node) -> None:
+    def _check_owned(self, node: Node, user: str | None = None) -> None:
+        """Refuse a node of another graph, or one no longer in this one; ``user`` names the op being built."""
+        prefix = f"{user}: input" if user else "node"
         if node.graph is not self:
-            raise GraphError(f"node {node.name!r} belongs to another graph")
-        if self._nodes.get(node.name) is not node:
+            other = node.graph.describe() if node.graph is not None else "no graph"
             raise GraphError(
-                f"node {node.name!r} ({node.where()}) was removed from the graph "
-                "(its cell was re-run); use the new handle"
+                f"{prefix} {node.name!r} ({node.where()}) belongs to another graph, {other}, "
+                f"not to {self.describe()}; build both in one graph (with graph.as_default())"
             )
+        if self._nodes.get(node.name) is not node:
+            why = node.removed or "its cell was re-run; use the new handle"
+            raise GraphError(f"{prefix} {node.name!r} ({node.where()}) was removed from the graph ({why})")
 
     # ------------------------------------------------------------- creation
     def create_node(
@@ -395,12 +415,18 @@ class Graph:
     ) -> Node:
         """Build, shape-check and add one node; raise before adding anything."""
         opdef = OPS.lookup(op)
+        file, line = _user_location()
+        run = self._cell_run
         for t in inputs:
             if not isinstance(t, Tensor):
                 raise GraphError(f"{op} input {t!r} is not a Tensor")
-            self._check_owned(t.node)
-        file, line = _user_location()
-        run = self._cell_run
+            if t.node.graph is not self or self._nodes.get(t.node.name) is not t.node:
+                where = (
+                    f"cell {run.label}, line {line}"
+                    if run is not None and line
+                    else (f"{os.path.basename(file)}:{line}" if file else "unknown location")
+                )
+                self._check_owned(t.node, user=f"{op} '{self.unique_name(name or _snake(op))}' ({where})")
         node = Node(
             name=self.unique_name(name or _snake(op)),
             op=op,

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -76,8 +78,35 @@ def test_foreign_tensor_is_rejected() -> None:
         x = cg.placeholder((2,), name="x")
     with g2.as_default():
         y = cg.placeholder((2,), name="y")
-    with pytest.raises(cg.GraphError, match=r"node 'y' belongs to another graph"):
+    with pytest.raises(cg.GraphError) as info:
         g1.create_node("Add", [x, y])
+    # The op being built, where, the foreign input, where it was made, and both graphs.
+    assert re.fullmatch(
+        rf"Add 'add' \(test_graph\.py:\d+\): input 'y' \(test_graph\.py:\d+\) belongs to another graph, "
+        rf"graph #{g2.number} \(1 node\), not to graph #{g1.number} \(1 node\); build both in one graph "
+        r"\(with graph\.as_default\(\)\)",
+        str(info.value),
+    ), str(info.value)
+    with g1.as_default():
+        with pytest.raises(cg.GraphError, match=rf"graph #{g1.number} \(1 node, the default graph\)"):
+            x + y
+    assert len(g1) == 1  # nothing was added
+
+
+def test_a_node_of_a_cell_that_raised_says_so() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2,), name="x")
+        with pytest.raises(ValueError, match="the cell's own error"), cg.cell_scope("c", label="6"):
+            w = cg.identity(x, name="w")
+            raise ValueError("the cell's own error")
+        with pytest.raises(cg.GraphError) as info:
+            cg.identity(w, name="again")
+    assert re.fullmatch(
+        r"Identity 'again' \(test_graph\.py:\d+\): input 'w' \(cell 6, line \d+\) was removed from the graph "
+        r"\(cell 6 raised an error, and the nodes it had made were rolled back; fix and re-run that cell\)",
+        str(info.value),
+    ), str(info.value)
 
 
 def test_tensor_truth_value_is_an_error() -> None:
