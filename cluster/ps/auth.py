@@ -159,7 +159,7 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
         with self._lock:
             return self._rejected
 
-    def _refusal(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+    def _token_problem(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
         """Why a call with this metadata is refused, or ``None`` to let it through."""
         # A client can send the header more than once; only the first counts,
         # so an extra copy cannot be used to try a second token.
@@ -177,44 +177,51 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        method: str = handler_call_details.method
-        if method.startswith(self._exempt):
-            return continuation(handler_call_details)
         # Looking up the handler runs nothing; it only tells us the call's kind.
         handler = continuation(handler_call_details)
-        # Unknown method: gRPC answers UNIMPLEMENTED, which tells a caller without
-        # the token only that the name does not exist.
-        if handler is None:
-            return None
-        reason = self._refusal(handler_call_details.invocation_metadata)
+        reason = self.refusal(handler, handler_call_details)
         if reason is None:
             return handler
-        with self._lock:
-            self._rejected += 1
-        return _refusing_handler(handler, reason)
+        assert handler is not None
+
+        # One body serves all four kinds: it raises before a response (or a response
+        # iterator) is needed, and it never reads the request (iterator).
+        def abort(request: Any, context: grpc.ServicerContext) -> Any:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
+
+        return _same_kind(handler, abort, abort)
+
+    def refusal(self, handler: grpc.RpcMethodHandler | None, details: grpc.HandlerCallDetails) -> str | None:
+        """Why the call is refused (and counted), or None when it may go on.
+
+        An exempt method (health) goes on. So does an unknown one (no handler):
+        gRPC answers UNIMPLEMENTED, which tells a caller without the token only
+        that the name does not exist.
+        """
+        if handler is None or details.method.startswith(self._exempt):
+            return None
+        reason = self._token_problem(details.invocation_metadata)
+        if reason is not None:
+            with self._lock:
+                self._rejected += 1
+        return reason
 
 
-def _refusing_handler(handler: grpc.RpcMethodHandler, reason: str) -> grpc.RpcMethodHandler:
-    """A handler of the same kind as ``handler`` that aborts with ``UNAUTHENTICATED``.
+def _same_kind(handler: grpc.RpcMethodHandler, unary: Any, streaming: Any) -> grpc.RpcMethodHandler:
+    """A stand-in of the same kind as ``handler`` that runs ``unary`` (``streaming`` where it streams a response).
 
     gRPC drives a handler by its kind (unary or streaming on each side), so the
     stand-in must match it. It gets no request deserializer: a message from a
     caller we have not authenticated is never parsed.
     """
-
-    # One body serves all four kinds: it raises before a response (or a response
-    # iterator) is needed, and it never reads the request (iterator).
-    def abort(request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
-
     serializer = handler.response_serializer
     if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort, None, serializer)
+        return grpc.stream_stream_rpc_method_handler(streaming, None, serializer)
     if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort, None, serializer)
+        return grpc.stream_unary_rpc_method_handler(unary, None, serializer)
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort, None, serializer)
-    return grpc.unary_unary_rpc_method_handler(abort, None, serializer)
+        return grpc.unary_stream_rpc_method_handler(streaming, None, serializer)
+    return grpc.unary_unary_rpc_method_handler(unary, None, serializer)
 
 
 class AsyncTokenAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -238,36 +245,20 @@ class AsyncTokenAuthInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        check = self._check
         handler = await continuation(handler_call_details)
-        if handler is None or handler_call_details.method.startswith(check._exempt):
-            return handler
-        reason = check._refusal(handler_call_details.invocation_metadata)
+        reason = self._check.refusal(handler, handler_call_details)
         if reason is None:
             return handler
-        with check._lock:
-            check._rejected += 1
-        return _refusing_async_handler(handler, reason)
+        assert handler is not None
 
+        async def abort(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
 
-def _refusing_async_handler(handler: grpc.RpcMethodHandler, reason: str) -> grpc.RpcMethodHandler:
-    """``_refusing_handler`` for a ``grpc.aio`` server: a coroutine of the same kind that aborts."""
+        async def abort_stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
+            yield  # an async generator, as gRPC expects of a streaming response
 
-    async def abort(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
-
-    async def abort_stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
-        yield  # an async generator, as gRPC expects of a streaming response
-
-    serializer = handler.response_serializer
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort_stream, None, serializer)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort, None, serializer)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort_stream, None, serializer)
-    return grpc.unary_unary_rpc_method_handler(abort, None, serializer)
+        return _same_kind(handler, abort, abort_stream)
 
 
 def _read_bytes(path: str | Path, what: str) -> bytes:
