@@ -1,0 +1,245 @@
+"""The inference graph of a trained model, and the trained values its variables hold.
+
+Both the saved model (``cellgraph/saved_model.py``) and the ONNX exporter
+(``cellgraph/onnx/``) start here: only the nodes the outputs need, training-only
+ops switched to what they do at inference, and the variables' values read from
+wherever training left them (a ``Session``, a running or finished ``Job``, a
+parameter-server checkpoint folder, or a plain mapping).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cellgraph.dataflow.errors import CellgraphError
+from cellgraph.dataflow.graph import Graph, Node, Tensor
+from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef
+from cellgraph.dataflow.session import Session
+from cellgraph.protos import graph_pb2
+
+
+class ExportError(CellgraphError):
+    """A model cannot be written out (or read back) as asked: names the node, op or file."""
+
+
+# Training-only ops and what each becomes at inference: one row per op. A rewrite
+# gets the NodeDef and changes it in place; the node keeps its name, so
+# consumers still find it.
+def _dropout_to_identity(proto: graph_pb2.NodeDef) -> None:
+    # Inference keeps every unit, unscaled: Dropout's output 0 becomes its input.
+    proto.op = "Identity"
+    proto.attr.clear()
+    del proto.output[1:]
+
+
+INFERENCE_REWRITES: dict[str, Callable[[graph_pb2.NodeDef], None]] = {
+    "Dropout": _dropout_to_identity,
+}
+
+
+@dataclass(frozen=True)
+class InferenceGraph:
+    """A pruned, inference-mode copy of a graph, with its inputs and outputs as tensor names."""
+
+    graph: Graph
+    inputs: list[str]
+    outputs: list[str]
+
+    def tensors(self, names: Sequence[str]) -> list[Tensor]:
+        return [self.graph.tensor(n) for n in names]
+
+
+def _as_tensor_list(values: Tensor | Sequence[Tensor], what: str) -> list[Tensor]:
+    items = [values] if isinstance(values, Tensor) else list(values)
+    if not items:
+        raise ExportError(f"{what}: give at least one tensor")
+    for t in items:
+        if not isinstance(t, Tensor):
+            raise ExportError(f"{what}: {t!r} is not a Tensor (give the model's tensors, e.g. model.x)")
+    return items
+
+
+def inference_graph(inputs: Tensor | Sequence[Tensor], outputs: Tensor | Sequence[Tensor]) -> InferenceGraph:
+    """Only what ``outputs`` need from ``inputs``, with training-only ops rewritten for inference.
+
+    Raises ``ExportError`` when an input is not a placeholder, when an output
+    needs a placeholder that is not among the inputs, or when it needs an op
+    that changes state (an optimizer step, an assignment).
+    """
+    ins = _as_tensor_list(inputs, "inputs")
+    outs = _as_tensor_list(outputs, "outputs")
+    graph = outs[0].graph
+    for t in ins + outs:
+        if t.graph is not graph:
+            raise ExportError(f"tensor {t.name!r} belongs to another graph than output {outs[0].name!r}")
+    for t in ins:
+        if t.op != "Placeholder":
+            raise ExportError(
+                f"input {t.name!r} is made by {t.node.describe()}, not by a placeholder: "
+                "a model's inputs are the placeholders it is fed through"
+            )
+    needed = _needed(graph, outs, {t.node for t in ins})
+    fed = {t.node.name for t in ins}
+    for node in needed.values():
+        if node.op == "Placeholder" and node.name not in fed:
+            raise ExportError(
+                f"output needs placeholder {node.describe()}, which is not among the inputs "
+                f"({', '.join(sorted(fed))}): add it to inputs, or export an output that does not read it"
+            )
+    full = to_graphdef(graph)
+    pruned = graph_pb2.GraphDef(versions=full.versions)
+    for proto in full.node:
+        if proto.name not in needed:
+            continue
+        node = needed[proto.name]
+        rewrite = INFERENCE_REWRITES.get(proto.op)
+        if rewrite is not None:
+            rewrite(proto)
+        elif node.opdef.stateful and node.op != "Variable":
+            raise ExportError(
+                f"output needs {node.describe()}, which changes state (training only); "
+                "export the model's prediction tensors, not its training op"
+            )
+        # Control edges order training steps; inference has none. Cells and
+        # source lines belong to the notebook that built the model.
+        del proto.control_input[:]
+        proto.removed_control_input.clear()
+        for key in ("cell", "cell_label", "file", "line"):
+            proto.ClearField(key)  # type: ignore[arg-type]
+        proto.device = ""
+        pruned.node.append(proto)
+    try:
+        built = from_graphdef(pruned)
+    except CellgraphError as err:
+        raise ExportError(f"the inference graph does not rebuild: {err}") from err
+    return InferenceGraph(built, [t.name for t in ins], [t.name for t in outs])
+
+
+def _needed(graph: Graph, outputs: list[Tensor], stop: set[Node]) -> dict[str, Node]:
+    """The nodes the outputs read, walking back through data edges and stopping at ``stop``."""
+    needed: dict[str, Node] = {}
+    pending = [t.node for t in outputs]
+    while pending:
+        node = pending.pop()
+        if node.name in needed:
+            continue
+        if node.stale is not None:
+            raise ExportError(f"output needs {node.describe()}, which is stale: {node.stale}")
+        needed[node.name] = node
+        if node in stop:
+            continue
+        for t in node.inputs:
+            if t.node not in graph:
+                raise ExportError(f"output needs {t.node.name!r}, an input of {node.describe()} no longer in the graph")
+            if t.op in INFERENCE_REWRITES and t.index > 0:
+                raise ExportError(
+                    f"{node.describe()} reads output {t.index} of {t.node.describe()}, which exists only in training"
+                )
+            pending.append(t.node)
+    return needed
+
+
+# ---------------------------------------------------------------- trained values
+Source = Any  # a Session, a Job, a checkpoint folder (str or Path) or a mapping of arrays
+
+
+def trained_values(source: Source, graph: Graph) -> dict[str, np.ndarray]:
+    """The values of ``graph``'s variables from ``source``, by variable name.
+
+    ``source`` is a ``Session`` (its current values), a ``Job`` (the parameter
+    servers' current values, via ``job.variables()``), a parameter-server
+    checkpoint folder (its newest complete checkpoint), or a mapping of arrays.
+    """
+    if isinstance(source, Session):
+        store = source.variable_values()
+        values = {n.name: store[n.name] for n in graph.variables() if n.name in store}
+    elif isinstance(source, (str, Path)):
+        values = checkpoint_values(source)
+    elif isinstance(source, Mapping):
+        values = {str(k): np.asarray(v) for k, v in source.items()}
+    elif callable(getattr(source, "variables", None)):
+        values = dict(source.variables())
+    else:
+        raise ExportError(
+            f"cannot read variable values from a {type(source).__name__}: give a Session, a Job, "
+            "a checkpoint folder or a mapping of arrays"
+        )
+    out: dict[str, np.ndarray] = {}
+    for node in graph.variables():
+        if node.name not in values:
+            held = ", ".join(sorted(values)[:8]) or "none"
+            raise ExportError(f"variable {node.name!r} has no value in the {_describe(source)} (it holds: {held})")
+        value = np.asarray(values[node.name])
+        spec = node.specs[0]
+        if value.shape != spec.shape or value.dtype != np.dtype(spec.dtype):
+            raise ExportError(
+                f"variable {node.name!r} is {spec.dtype}{spec.shape} in the graph but "
+                f"{value.dtype}{value.shape} in the {_describe(source)}"
+            )
+        out[node.name] = value
+    return out
+
+
+def _describe(source: Source) -> str:
+    if isinstance(source, (str, Path)):
+        return f"checkpoint folder {str(source)!r}"
+    return type(source).__name__
+
+
+def checkpoint_values(directory: str | Path) -> dict[str, np.ndarray]:
+    """Every variable of the newest checkpoint that all shards of a job committed, whole.
+
+    Pieces of a variable split across shards are joined along axis 0 by the
+    rows each shard's spec records. Optimizer slots are left out.
+    """
+    from cellgraph.cluster.ps.checkpoint import list_checkpoints, read_shard_checkpoint
+
+    root = Path(directory)
+    if not root.is_dir():
+        raise ExportError(f"checkpoint folder {str(root)!r} does not exist or is not a folder")
+    counts = {int(p.name.split("-of-")[1].split(".")[0]) for p in root.glob("ckpt-*/shard-*-of-*.json")}
+    if len(counts) != 1:
+        found = "no shard manifests" if not counts else f"shards of jobs with {sorted(counts)} shards"
+        raise ExportError(f"checkpoint folder {str(root)!r} holds {found}: expected the checkpoints of one job")
+    shards = counts.pop()
+    steps = [{info.name for info in list_checkpoints(root, s, shards)} for s in range(shards)]
+    complete = sorted(set.intersection(*steps))
+    if not complete:
+        raise ExportError(f"checkpoint folder {str(root)!r} has no checkpoint that all {shards} shards committed")
+    name = complete[-1]
+    pieces: dict[str, list[tuple[int, np.ndarray]]] = {}
+    for s in range(shards):
+        ckpt = read_shard_checkpoint(root, name, s, shards)
+        for spec in ckpt.specs:
+            start = spec.rows[0] if spec.rows is not None else 0
+            pieces.setdefault(spec.name, []).append((start, ckpt.tensors[spec.name]))
+    return {
+        var: parts[0][1] if len(parts) == 1 else np.concatenate([p for _, p in sorted(parts, key=lambda x: x[0])])
+        for var, parts in pieces.items()
+    }
+
+
+def describe_spec(t: Tensor) -> dict[str, Any]:
+    """A tensor's name, dtype and shape (None for a dynamic dim), as a signature records it."""
+    return {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ExportError(f"{what} {str(path)!r} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ExportError(f"{what} {str(path)!r} is not JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ExportError(f"{what} {str(path)!r} is not a JSON object")
+    return data
+
+
+__all__ = ["INFERENCE_REWRITES", "ExportError", "InferenceGraph", "checkpoint_values", "inference_graph"]

@@ -1,0 +1,52 @@
+"""ONNX out and in: ``cg.onnx.export`` writes a trained model, ``cg.onnx.import_model`` reads one.
+
+The ``onnx`` package is imported only when one of these runs (``pip install 'cellgraph[onnx]'``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .common import OnnxError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from cellgraph.dataflow.graph import Tensor
+
+    from .importer import ImportedModel
+
+INSTALL_HINT = "ONNX export and import need the onnx extra: pip install 'cellgraph[onnx]'"
+
+
+def _need_onnx() -> None:
+    try:
+        import onnx  # noqa: F401
+    except ImportError as err:
+        raise OnnxError(f"{INSTALL_HINT} ({err})") from err
+
+
+def export(
+    path: str | Path,
+    inputs: Tensor | Sequence[Tensor],
+    outputs: Tensor | Sequence[Tensor],
+    source: Any,
+    opset: int = 17,
+) -> Any:
+    """Write the ONNX model of ``outputs`` fed by ``inputs``, with ``source``'s trained values; see ``exporter.export``."""
+    _need_onnx()
+    from .exporter import export as run
+
+    return run(path, inputs, outputs, source, opset)
+
+
+def import_model(path: str | Path | Any, static_inputs: dict[str, Any] | None = None) -> ImportedModel:
+    """A cellgraph graph built from an ONNX model, its initializers as variables; see ``importer.import_model``."""
+    _need_onnx()
+    from .importer import import_model as run
+
+    return run(path, static_inputs)
+
+
+__all__ = ["OnnxError", "export", "import_model"]

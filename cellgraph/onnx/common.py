@@ -1,0 +1,29 @@
+"""What the ONNX exporter and importer share: their error, and the dtypes both sides know."""
+
+from __future__ import annotations
+
+from cellgraph.inference import ExportError
+
+# cellgraph dtype name <-> onnx.TensorProto.DataType value (the enum's numbers are ONNX's spec).
+DTYPE_TO_ONNX: dict[str, int] = {"float32": 1, "int32": 6, "int64": 7, "bool": 9, "float64": 11}
+ONNX_TO_DTYPE: dict[int, str] = {code: name for name, code in DTYPE_TO_ONNX.items()}
+
+# The opsets this exporter writes and this importer reads (default domain).
+MIN_OPSET = 17
+MAX_OPSET = 21
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+
+class OnnxError(ExportError):
+    """A model cannot cross to or from ONNX: names the op, the node and (importing) the opset."""
+
+
+def onnx_dtype_name(code: int) -> str:
+    """ONNX's name for a TensorProto data type (``FLOAT16``), for messages."""
+    import onnx
+
+    try:
+        return str(onnx.TensorProto.DataType.Name(code))
+    except ValueError:
+        return f"data type {code}"

@@ -1,0 +1,253 @@
+"""cellgraph op -> ONNX nodes: one row per op that has an ONNX equivalent.
+
+A row is a function ``(emitter, node) -> None`` that appends the ONNX nodes
+computing ``node`` and writes its outputs to ``emitter.outs(node)``. An op
+without a row has no ONNX equivalent (gradients, optimizer steps, transfers):
+exporting a graph that needs one is an ``OnnxError`` naming it. A new op
+gets a new row here and nothing else.
+
+cellgraph images are NHWC with HWIO filters (TensorFlow's layout); ONNX's are
+NCHW with OIHW filters, so the convolution and pooling rows transpose around
+the ONNX op (ONNX Runtime folds the transposes of constant filters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cellgraph.dataflow.graph import Node
+
+from .common import DTYPE_TO_ONNX, INT64_MAX, INT64_MIN
+
+if TYPE_CHECKING:
+    from .exporter import Emitter
+
+Row = Callable[["Emitter", Node], None]
+NHWC_TO_NCHW = [0, 3, 1, 2]
+NCHW_TO_NHWC = [0, 2, 3, 1]
+HWIO_TO_OIHW = [3, 2, 0, 1]
+
+
+def same(op_type: str, **attrs: Any) -> Row:
+    """The ONNX op of the same inputs and outputs."""
+    return lambda e, node: e.node(op_type, e.ins(node), e.outs(node), **attrs)
+
+
+def _square(e: Emitter, node: Node) -> None:
+    x = e.ins(node)[0]
+    e.node("Mul", [x, x], e.outs(node))
+
+
+def _cast(e: Emitter, node: Node) -> None:
+    e.node("Cast", e.ins(node), e.outs(node), to=DTYPE_TO_ONNX[node.attrs["dtype"]])
+
+
+def _matmul(e: Emitter, node: Node) -> None:
+    a, b = e.ins(node)
+    if node.attrs["transpose_a"]:
+        a = e.node("Transpose", [a], perm=[1, 0])[0]
+    if node.attrs["transpose_b"]:
+        b = e.node("Transpose", [b], perm=[1, 0])[0]
+    e.node("MatMul", [a, b], e.outs(node))
+
+
+def _reduce(op_type: str, axes_input_from: int) -> Row:
+    """ONNX moved ``axes`` from an attribute to an input (ReduceSum at opset 13, the rest at 18)."""
+
+    def row(e: Emitter, node: Node) -> None:
+        axes, keep = list(node.attrs["axes"]), int(bool(node.attrs["keepdims"]))
+        if e.opset >= axes_input_from:
+            e.node(op_type, [e.ins(node)[0], e.const(np.array(axes, np.int64))], e.outs(node), keepdims=keep)
+        else:
+            e.node(op_type, e.ins(node), e.outs(node), axes=axes, keepdims=keep)
+
+    return row
+
+
+def _argmax(e: Emitter, node: Node) -> None:
+    # ONNX's ArgMax gives int64; cellgraph's gives int32.
+    index = e.node("ArgMax", e.ins(node), axis=int(node.attrs["axes"][0]), keepdims=0)[0]
+    e.node("Cast", [index], e.outs(node), to=DTYPE_TO_ONNX["int32"])
+
+
+def _fill_like(value: int) -> Row:
+    def row(e: Emitter, node: Node) -> None:
+        dtype = np.dtype(node.inputs[0].dtype)
+        shape = e.node("Shape", e.ins(node))[0]
+        e.node("ConstantOfShape", [shape], e.outs(node), value=e.tensor(np.array([value], dtype)))
+
+    return row
+
+
+def _softmax(op_type: str) -> Row:
+    return lambda e, node: e.node(op_type, e.ins(node), e.outs(node), axis=int(node.attrs["axis"]))
+
+
+def _reshape(e: Emitter, node: Node) -> None:
+    dims = list(node.attrs["shape"])
+    # ONNX reads a 0 as "copy this dim" unless allowzero is set; cellgraph's 0 is a 0.
+    attrs = {"allowzero": 1} if 0 in dims else {}
+    e.node("Reshape", [e.ins(node)[0], e.const(np.array(dims, np.int64))], e.outs(node), **attrs)
+
+
+def _reshape_like(e: Emitter, node: Node) -> None:
+    x, like = e.ins(node)
+    e.node("Reshape", [x, e.node("Shape", [like])[0]], e.outs(node), allowzero=1)
+
+
+def _axes_op(op_type: str) -> Row:
+    return lambda e, node: e.node(
+        op_type, [e.ins(node)[0], e.const(np.array(node.attrs["axes"], np.int64))], e.outs(node)
+    )
+
+
+def _slice(e: Emitter, node: Node) -> None:
+    begin, size = node.attrs["begin"], node.attrs["size"]
+    ends = [INT64_MAX if s == -1 else b + s for b, s in zip(begin, size, strict=True)]
+    e.node(
+        "Slice",
+        [e.ins(node)[0], e.const(np.array(begin, np.int64)), e.const(np.array(ends, np.int64))],
+        e.outs(node),
+    )
+
+
+def _pad(e: Emitter, node: Node) -> None:
+    pairs = node.attrs["paddings"]
+    pads = [p[0] for p in pairs] + [p[1] for p in pairs]
+    value = np.array(node.attrs["constant_values"], np.dtype(node.inputs[0].dtype))
+    e.node("Pad", [e.ins(node)[0], e.const(np.array(pads, np.int64)), e.const(value)], e.outs(node))
+
+
+def _strided_slice(e: Emitter, node: Node) -> None:
+    """NumPy basic indexing as Slice (every sliced or indexed axis), Squeeze (ints), Unsqueeze (None)."""
+    a = node.attrs
+    starts, ends, axes, steps, shrink, new = [], [], [], [], [], []
+    axis = out = 0
+    for i, (b, end, s) in enumerate(zip(a["begin"], a["end"], a["strides"], strict=True)):
+        bit = 1 << i
+        if a["new_axis_mask"] & bit:
+            new.append(out)
+            out += 1
+            continue
+        if a["shrink_axis_mask"] & bit:
+            starts.append(b)
+            ends.append(INT64_MAX if b == -1 else b + 1)
+            steps.append(1)
+            shrink.append(axis)
+        else:
+            first = INT64_MAX if s < 0 else 0
+            last = INT64_MIN if s < 0 else INT64_MAX
+            starts.append(first if a["begin_mask"] & bit else b)
+            ends.append(last if a["end_mask"] & bit else end)
+            steps.append(s)
+            out += 1
+        axes.append(axis)
+        axis += 1
+    x = e.ins(node)[0]
+    if axes:
+        arrays = [np.array(v, np.int64) for v in (starts, ends, axes, steps)]
+        x = e.node("Slice", [x, *(e.const(v) for v in arrays)])[0]
+    if shrink:
+        x = e.node("Squeeze", [x, e.const(np.array(shrink, np.int64))])[0]
+    if new:
+        x = e.node("Unsqueeze", [x, e.const(np.array(new, np.int64))])[0]
+    e.node("Identity", [x], e.outs(node))
+
+
+def _one_hot(e: Emitter, node: Node) -> None:
+    # ONNX's OneHot wraps negative indices; cellgraph gives a row of off_value for any index
+    # outside [0, depth). Comparing with a range does exactly that.
+    dtype = np.dtype(node.attrs["dtype"])
+    index = e.node("Cast", [e.ins(node)[0]], to=DTYPE_TO_ONNX["int64"])[0]
+    index = e.node("Unsqueeze", [index, e.const(np.array([-1], np.int64))])[0]
+    hit = e.node("Equal", [index, e.const(np.arange(node.attrs["depth"], dtype=np.int64))])[0]
+    on, off = (e.const(np.array(node.attrs[k], dtype)) for k in ("on_value", "off_value"))
+    e.node("Where", [hit, on, off], e.outs(node))
+
+
+def _window(node: Node) -> dict[str, Any]:
+    strides = node.attrs["strides"]
+    pad = "SAME_UPPER" if node.attrs["padding"] == "SAME" else "VALID"  # TF's SAME puts the odd pixel last
+    return {"strides": list(strides), "auto_pad": pad}
+
+
+def _conv2d(e: Emitter, node: Node) -> None:
+    x, w = e.ins(node)
+    x = e.node("Transpose", [x], perm=NHWC_TO_NCHW)[0]
+    w = e.node("Transpose", [w], perm=HWIO_TO_OIHW)[0]
+    kernel = [int(d) for d in node.inputs[1].shape[:2]]  # type: ignore[arg-type]
+    y = e.node("Conv", [x, w], kernel_shape=kernel, **_window(node))[0]
+    e.node("Transpose", [y], e.outs(node), perm=NCHW_TO_NHWC)
+
+
+def _pool(op_type: str, **fixed: Any) -> Row:
+    def row(e: Emitter, node: Node) -> None:
+        x = e.node("Transpose", e.ins(node), perm=NHWC_TO_NCHW)[0]
+        y = e.node(op_type, [x], kernel_shape=list(node.attrs["ksize"]), **_window(node), **fixed)[0]
+        e.node("Transpose", [y], e.outs(node), perm=NCHW_TO_NHWC)
+
+    return row
+
+
+def _xent(e: Emitter, node: Node) -> None:
+    logits, labels = e.ins(node)
+    loss, backprop = e.outs(node)
+    e.node("SoftmaxCrossEntropyLoss", [logits, labels], [loss], reduction="none")
+    depth = e.node("Shape", [logits], start=1, end=2)[0]
+    index = e.node("Unsqueeze", [e.node("Cast", [labels], to=DTYPE_TO_ONNX["int64"])[0], e.const(np.array([-1]))])[0]
+    classes = e.node("Range", [e.const(np.array(0)), e.node("Squeeze", [depth])[0], e.const(np.array(1))])[0]
+    onehot = e.node("Cast", [e.node("Equal", [index, classes])[0]], to=DTYPE_TO_ONNX[node.inputs[0].dtype])[0]
+    e.node("Sub", [e.node("Softmax", [logits], axis=1)[0], onehot], [backprop])
+
+
+# One row per cellgraph op, aligned: op -> how ONNX computes it.
+EXPORTERS: dict[str, Row] = {
+    "Add":          same("Add"),
+    "Sub":          same("Sub"),
+    "Mul":          same("Mul"),
+    "Div":          same("Div"),
+    "Pow":          same("Pow"),
+    "Maximum":      same("Max"),
+    "Minimum":      same("Min"),
+    "Neg":          same("Neg"),
+    "Sqrt":         same("Sqrt"),
+    "Exp":          same("Exp"),
+    "Log":          same("Log"),
+    "Square":       _square,
+    "Equal":        same("Equal"),
+    "Less":         same("Less"),
+    "GreaterEqual": same("GreaterOrEqual"),
+    "Cast":         _cast,
+    "MatMul":       _matmul,
+    "ReduceSum":    _reduce("ReduceSum", 13),
+    "ReduceMean":   _reduce("ReduceMean", 18),
+    "ReduceMax":    _reduce("ReduceMax", 18),
+    "ArgMax":       _argmax,
+    "OnesLike":     _fill_like(1),
+    "ZerosLike":    _fill_like(0),
+    "Relu":         same("Relu"),
+    "Sigmoid":      same("Sigmoid"),
+    "Tanh":         same("Tanh"),
+    "Softmax":      _softmax("Softmax"),
+    "LogSoftmax":   _softmax("LogSoftmax"),
+    "BiasAdd":      same("Add"),
+    "Identity":     same("Identity"),
+    "Reshape":      _reshape,
+    "ReshapeLike":  _reshape_like,
+    "Concat":       lambda e, node: e.node("Concat", e.ins(node), e.outs(node), axis=int(node.attrs["axis"])),
+    "ExpandDims":   _axes_op("Unsqueeze"),
+    "Squeeze":      _axes_op("Squeeze"),
+    "Transpose":    lambda e, node: e.node("Transpose", e.ins(node), e.outs(node), perm=list(node.attrs["perm"])),
+    "Slice":        _slice,
+    "Pad":          _pad,
+    "StridedSlice": _strided_slice,
+    "Gather":       lambda e, node: e.node("Gather", e.ins(node), e.outs(node), axis=int(node.attrs["axis"])),
+    "OneHot":       _one_hot,
+    "Conv2D":       _conv2d,
+    "MaxPool":      _pool("MaxPool"),
+    "AvgPool":      _pool("AveragePool", count_include_pad=0),
+    "SparseSoftmaxCrossEntropyWithLogits": _xent,
+}  # fmt: skip

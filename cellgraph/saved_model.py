@@ -1,0 +1,156 @@
+"""A trained model as one folder that a fresh process can run: ``save_model`` / ``load_model``.
+
+The folder holds three files::
+
+    model.graphdef          # the inference GraphDef (protobuf); variables carry shape and dtype only
+    variables.safetensors   # the trained values, by variable name
+    signature.json          # format, inputs and outputs (name, dtype, shape; null for a dynamic dim)
+
+Examples
+--------
+>>> import tempfile
+>>> import cellgraph as cg
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((None, 2), name="x")
+...     y = cg.layers.dense(x, 1, name="out")
+>>> s = cg.Session(g)
+>>> with tempfile.TemporaryDirectory() as d:
+...     cg.save_model(d, x, y, s)
+...     model = cg.load_model(d)
+...     bool((model([[1.0, 2.0]]) == s.run(y, {x: [[1.0, 2.0]]})).all())
+True
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import safetensors.numpy
+
+from cellgraph.dataflow.errors import CellgraphError
+from cellgraph.dataflow.graph import Graph, Tensor
+from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef, to_tensor_proto
+from cellgraph.dataflow.session import Session
+from cellgraph.protos import graph_pb2
+
+from .inference import ExportError, Source, describe_spec, inference_graph, read_json, trained_values
+
+FORMAT = "cellgraph-saved-model"
+FORMAT_VERSION = 1
+GRAPH_FILE = "model.graphdef"
+VARIABLES_FILE = "variables.safetensors"
+SIGNATURE_FILE = "signature.json"
+
+
+def save_model(
+    path: str | Path,
+    inputs: Tensor | Sequence[Tensor],
+    outputs: Tensor | Sequence[Tensor],
+    source: Source,
+) -> Path:
+    """Write the inference graph of ``outputs`` fed by ``inputs``, and its trained variables, to folder ``path``.
+
+    ``source`` gives the variables' values: a ``Session``, a ``Job`` (the
+    parameter servers' current values), a parameter-server checkpoint folder,
+    or a mapping of arrays by variable name. Returns the folder.
+    """
+    model = inference_graph(inputs, outputs)
+    values = trained_values(source, model.graph)
+    graphdef = to_graphdef(model.graph)
+    for proto in graphdef.node:
+        if proto.op == "Variable":
+            # The values live in the safetensors file; the GraphDef keeps the shape and dtype.
+            proto.attr["initial_value"].tensor.content = b""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    signature = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "inputs": [describe_spec(t) for t in model.tensors(model.inputs)],
+        "outputs": [describe_spec(t) for t in model.tensors(model.outputs)],
+        "variables": sorted(values),
+    }
+    (folder / GRAPH_FILE).write_bytes(graphdef.SerializeToString(deterministic=True))
+    arrays = {k: np.ascontiguousarray(v) for k, v in values.items()}
+    (folder / VARIABLES_FILE).write_bytes(safetensors.numpy.save(arrays, metadata={"format": FORMAT}))
+    (folder / SIGNATURE_FILE).write_text(json.dumps(signature, indent=2) + "\n")
+    return folder
+
+
+class LoadedModel:
+    """A saved model, ready to run: ``model(x)`` returns its output (a tuple for several).
+
+    ``graph`` is a cellgraph graph whose variables start from the trained
+    values, so it can be trained further; ``session`` runs it.
+    """
+
+    def __init__(self, graph: Graph, inputs: list[Tensor], outputs: list[Tensor], signature: dict[str, Any]) -> None:
+        self.graph = graph
+        self.inputs = inputs
+        self.outputs = outputs
+        self.signature = signature
+        self.session = Session(graph)
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.inputs):
+            names = ", ".join(t.name for t in self.inputs)
+            raise ExportError(f"this model takes {len(self.inputs)} input(s) ({names}), got {len(args)}")
+        results = self.session.run(self.outputs, dict(zip(self.inputs, args, strict=True)))
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(repr(t) for t in self.inputs)
+        outs = ", ".join(repr(t) for t in self.outputs)
+        return f"<LoadedModel ({ins}) -> ({outs})>"
+
+
+def load_model(path: str | Path) -> LoadedModel:
+    """The model saved in folder ``path``, rebuilt in this process with its trained values."""
+    folder = Path(path)
+    signature = read_json(folder / SIGNATURE_FILE, "saved model signature")
+    if signature.get("format") != FORMAT:
+        raise ExportError(f"{str(folder)!r} is not a cellgraph saved model (signature.json has no {FORMAT!r} format)")
+    if signature.get("format_version") != FORMAT_VERSION:
+        raise ExportError(
+            f"saved model {str(folder)!r} has format version {signature.get('format_version')!r}; "
+            f"this cellgraph reads version {FORMAT_VERSION}"
+        )
+    try:
+        graphdef = graph_pb2.GraphDef.FromString((folder / GRAPH_FILE).read_bytes())
+        values = safetensors.numpy.load((folder / VARIABLES_FILE).read_bytes())
+    except FileNotFoundError as err:
+        raise ExportError(f"saved model {str(folder)!r} is missing {Path(str(err.filename)).name}") from None
+    except Exception as err:  # protobuf's DecodeError, safetensors' SafetensorError
+        raise ExportError(f"saved model {str(folder)!r} is damaged: {err}") from err
+    for proto in graphdef.node:
+        if proto.op == "Variable":
+            _fill_variable(proto, values, folder)
+    try:
+        graph = from_graphdef(graphdef)
+        inputs = [graph.tensor(s["name"]) for s in signature["inputs"]]
+        outputs = [graph.tensor(s["name"]) for s in signature["outputs"]]
+    except (CellgraphError, KeyError, TypeError) as err:
+        raise ExportError(f"saved model {str(folder)!r} does not rebuild: {err}") from err
+    return LoadedModel(graph, inputs, outputs, signature)
+
+
+def _fill_variable(proto: graph_pb2.NodeDef, values: dict[str, np.ndarray], folder: Path) -> None:
+    if proto.name not in values:
+        raise ExportError(f"saved model {str(folder)!r}: variable {proto.name!r} has no value in {VARIABLES_FILE}")
+    value = values[proto.name]
+    recorded = proto.attr["initial_value"].tensor
+    filled = to_tensor_proto(np.asarray(value))
+    if filled.dtype != recorded.dtype or list(filled.shape.dim) != list(recorded.shape.dim):
+        raise ExportError(
+            f"saved model {str(folder)!r}: variable {proto.name!r} is {value.dtype}{value.shape} in "
+            f"{VARIABLES_FILE} but {tuple(recorded.shape.dim)} of another dtype in {GRAPH_FILE}"
+        )
+    recorded.CopyFrom(filled)
+
+
+__all__ = ["LoadedModel", "load_model", "save_model"]
