@@ -54,9 +54,10 @@ CALL_TIMEOUT_S = 30.0
 RESTART_POLL_S = 0.25
 CHECK_CONNECT = (
     "check that the scheduler is running, that the address and port are right (e.g. tcp://host:8786), "
-    "that no firewall blocks the port, and that security= matches the scheduler (a tls:// scheduler needs "
-    "a distributed.security.Security with its certificates)"
+    "and that no firewall blocks the port"
 )
+# Said only for a tls:// address: for any other the hint sends the user the wrong way.
+CHECK_TLS = "; a tls:// scheduler needs security=, a distributed.security.Security with its certificates"
 
 
 class ClusterError(CellgraphError):
@@ -278,6 +279,7 @@ class Cluster:
         except (OSError, TimeoutError) as err:
             raise ClusterError(
                 f"could not reach the Dask scheduler at {address} within {timeout:g} s ({err}): {CHECK_CONNECT}"
+                + (CHECK_TLS if address.startswith("tls://") else "")
             ) from err
         return cls(client, owns_client=True, kind="connected")
 

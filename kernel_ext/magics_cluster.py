@@ -13,6 +13,7 @@ from cellgraph.dataflow.errors import CellgraphError
 
 from .arguments import count, parse, positive_float, positive_int, usage_error
 from .display import show_as
+from .reach import unreachable
 
 if TYPE_CHECKING:
     import argparse
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 
 ACTIONS = ("up", "connect", "status", "scale", "down")
 UP_OPTIONS = {"workers": "--workers", "ps": "--ps", "gpus": "--gpus", "threads": "--threads"}
+TLS_HELP = (
+    "set distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and .key in Dask's configuration, "
+    "or connect in Python: cluster = cg.Cluster.connect(ADDRESS, security=distributed.security.Security(...))"
+)
 # How often %cluster scale looks at the scheduler's workers while it waits for them to come or go.
 SCALE_POLL_S = 0.2
 
@@ -41,7 +46,13 @@ class ClusterMagics(Magics):
     @argument("--ps", type=count, default=None, help="up: parameter-server processes (default 1)")
     @argument("--gpus", type=count, default=None, help="up: GPUs each training worker offers (default none)")
     @argument("--threads", type=positive_int, default=None, help="up: threads per worker process (default 1)")
-    @argument("--timeout", type=positive_float, default=60.0, help="seconds to wait for the workers (default 60)")
+    @argument(
+        "--timeout",
+        type=positive_float,
+        default=60.0,
+        help="up, scale: seconds to wait for the workers to start or leave; connect: seconds to wait for the "
+        "scheduler to answer (a refused port or an unknown host fails at once); default 60",
+    )
     @argument("action", choices=ACTIONS, metavar="{up,connect,status,scale,down}", help="what to do")
     @argument("value", nargs="?", metavar="ADDRESS|N", help="connect: the scheduler's address; scale: training workers")
     @line_magic
@@ -107,6 +118,15 @@ class ClusterMagics(Magics):
     def _connect(self, args: argparse.Namespace) -> None:
         from cellgraph.cluster.cluster import Cluster
 
+        if args.value.startswith("tls://") and not _tls_configured():
+            raise UsageError(
+                f"%cluster connect: {args.value} is a TLS address, and Dask's configuration has no client "
+                f"certificates: {TLS_HELP}"
+            )
+        # Dask would retry a refused port or an unknown host for the whole time-out, then call it a time-out.
+        reason = unreachable(args.value)
+        if reason is not None:
+            raise UsageError(f"%cluster connect: could not reach the Dask scheduler at {args.value}: {reason}")
         try:
             cluster = Cluster.connect(args.value, timeout=args.timeout)
         except CellgraphError as err:
@@ -141,3 +161,10 @@ class ClusterMagics(Magics):
             raise UsageError(f"%cluster {err}") from None
         print(f"training workers: {before} -> {n}")
         show_as("cluster_view", "ClusterView", cluster)
+
+
+def _tls_configured() -> bool:
+    """Whether Dask's configuration gives a client what a TLS connection needs (a certificate context)."""
+    from distributed.security import Security
+
+    return Security().get_connection_args("client").get("ssl_context") is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +14,7 @@ import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.kernel_ext.arguments import optimizer
 from cellgraph.kernel_ext.extension import extension_of
+from cellgraph.kernel_ext.reach import unreachable
 
 from .shells import ok, refused
 
@@ -29,6 +32,8 @@ def user_values(shell: InteractiveShell) -> dict[str, int]:
         k: id(v) for k, v in shell.user_ns.items() if not k.startswith("_") and k not in ("In", "Out", "exit", "quit")
     }
 
+
+HANG_GUARD_S = 20.0  # a wait that must never be reached; not a measure of speed
 
 TRAIN_USAGE = "usage: %train [-h] [--data X,y] [--replicas REPLICAS]"
 
@@ -127,14 +132,75 @@ def test_cluster_status_and_down_without_a_cluster_say_so(
     assert shown == []
 
 
-def test_cluster_connect_to_no_scheduler_says_who_did_not_answer(
+def free_port() -> int:
+    """A port that was free a moment ago, and that nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_cluster_connect_to_a_refused_port_says_so_instead_of_waiting_out_the_timeout(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    err = refused(shell, capsys, "%cluster connect tcp://127.0.0.1:1 --timeout 1")
-    assert err.startswith(
-        "UsageError: %cluster connect: could not reach the Dask scheduler at tcp://127.0.0.1:1 within 1 s"
+    port = free_port()
+    # The default --timeout is 60 s: Dask alone would retry the refused port all that while, then say "timed out".
+    err = refused(shell, capsys, f"%cluster connect tcp://127.0.0.1:{port}")
+    assert err == (
+        f"UsageError: %cluster connect: could not reach the Dask scheduler at tcp://127.0.0.1:{port}: "
+        f"the connection was refused: nothing listens on port {port} of 127.0.0.1\n"
     )
     assert "cluster" not in shell.user_ns and extension_of(shell).cluster is None
+
+
+def test_cluster_connect_to_an_unknown_host_says_the_host_is_unknown(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = refused(shell, capsys, "%cluster connect tcp://no-such-host.invalid:8786")
+    assert err.startswith(
+        "UsageError: %cluster connect: could not reach the Dask scheduler at tcp://no-such-host.invalid:8786: "
+        "the host 'no-such-host.invalid' is unknown ("
+    ), err
+    assert err.endswith("): check the name\n") and "timed out" not in err.lower() and "tls" not in err
+    assert "cluster" not in shell.user_ns and extension_of(shell).cluster is None
+
+
+def test_cluster_connect_to_a_tls_address_without_certificates_says_what_to_configure(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = refused(shell, capsys, "%cluster connect tls://127.0.0.1:8786")
+    assert err == (
+        "UsageError: %cluster connect: tls://127.0.0.1:8786 is a TLS address, and Dask's configuration has no "
+        "client certificates: set distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and .key in "
+        "Dask's configuration, or connect in Python: "
+        "cluster = cg.Cluster.connect(ADDRESS, security=distributed.security.Security(...))\n"
+    )
+
+
+def test_the_reachability_look_has_a_deadline_and_leaves_what_it_cannot_judge_to_dask() -> None:
+    outcome: list[str | None] = []
+    # A hang guard only (the look itself takes milliseconds): a look that hangs fails here instead of stalling.
+    look = threading.Thread(target=lambda: outcome.append(unreachable(f"tcp://127.0.0.1:{free_port()}")))
+    look.start()
+    look.join(HANG_GUARD_S)
+    assert outcome and outcome[0] is not None and outcome[0].startswith("the connection was refused"), outcome
+    with socket.socket() as listening:  # something listens: whether it is a scheduler is Dask's to find out
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert unreachable(f"tcp://127.0.0.1:{listening.getsockname()[1]}") is None
+    assert unreachable("inproc://10.0.0.1/123/1") is None  # no host and port: nothing to look at
+    assert unreachable("tcp://host-without-port") is None  # Cluster.connect says what is wrong with it
+
+
+def test_cluster_help_says_what_the_timeout_waits_for(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    ok(shell, "%cluster --help")
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "--timeout TIMEOUT up, scale: seconds to wait for the workers to start or leave; connect: seconds to wait "
+        "for the scheduler to answer (a refused port or an unknown host fails at once); default 60"
+    ) in out, out
 
 
 @pytest.fixture
