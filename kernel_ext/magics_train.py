@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -50,6 +52,13 @@ class TrainMagics(Magics):
         "--checkpoint-every", type=positive_int, default=100, help="global steps between checkpoints (default 100)"
     )
     @argument("--checkpoint-dir", default=None, help="default: a new temporary folder")
+    @argument(
+        "--resume-from",
+        metavar="DIR",
+        default=None,
+        help="start from a checkpoint: its folder (DIR/ckpt-0000000300), or a job's checkpoint_dir for the latest "
+        "there; the job checkpoints on into that DIR",
+    )
     @argument("--no-show", action="store_true", help="do not display the training monitor")
     @argument("loss", metavar="LOSS", help="the loss tensor, by name (loss, or model.loss)")
     @line_magic
@@ -73,6 +82,19 @@ class TrainMagics(Magics):
                     self.train,
                     f"job {running.job_id} is still running on this cluster: job.stop() (or job.close()) first",
                 )
+        checkpoint_dir, resume_from = args.checkpoint_dir, None
+        if args.resume_from is not None:
+            try:
+                checkpoint_dir, resume_from = resume_point(args.resume_from, len(cluster.ps_workers()))
+            except ValueError as err:
+                raise usage_error(self.train, str(err)) from None
+            if args.checkpoint_dir is not None and Path(args.checkpoint_dir).resolve() != checkpoint_dir.resolve():
+                raise usage_error(
+                    self.train,
+                    f"--resume-from {args.resume_from!r} is a checkpoint of {str(checkpoint_dir)!r}, and "
+                    f"--checkpoint-dir says {args.checkpoint_dir!r}: a resumed job checkpoints on into the folder it "
+                    "resumes from; leave --checkpoint-dir out",
+                )
         from cellgraph.cluster.job import train
 
         try:
@@ -80,7 +102,7 @@ class TrainMagics(Magics):
                 loss, data, cluster=cluster, optimizer=opt, mode=args.mode, steps=args.steps,
                 replicas=args.replicas or len(cluster.training_workers()), batch_size=args.batch_size,
                 replicas_to_aggregate=args.replicas_to_aggregate, max_staleness=args.max_staleness,
-                checkpoint_every=args.checkpoint_every, checkpoint_dir=args.checkpoint_dir,
+                checkpoint_every=args.checkpoint_every, checkpoint_dir=checkpoint_dir, resume_from=resume_from,
             )  # fmt: skip
         except CellgraphError as err:  # cg.train checks everything it can before it starts anything
             raise UsageError(f"%train: {err}") from None
@@ -108,3 +130,38 @@ class TrainMagics(Magics):
         # One name may hold all the data: a tuple of arrays, or a dict {placeholder: array}.
         data = values[0] if len(values) == 1 and isinstance(values[0], tuple | dict) else tuple(values)
         return loss, data, opt
+
+
+CHECKPOINT_NAME = re.compile(r"ckpt-[0-9]{10}")  # a checkpoint's folder, as the parameter servers name it
+
+
+def resume_point(path: str, shards: int) -> tuple[Path, str]:
+    """``(checkpoint_dir, name)`` for ``cg.train(..., resume_from=name)`` from ``--resume-from path``.
+
+    ``path`` is a checkpoint's folder (``.../ckpt-0000000300``) or the folder
+    holding a job's checkpoints (its latest then). The checkpoint must be
+    complete for each of the cluster's ``shards`` parameter servers; a
+    ``ValueError`` says what is wrong otherwise.
+    """
+    from cellgraph.cluster.ps.checkpoint import list_checkpoints
+
+    shards = max(shards, 1)  # a cluster without parameter servers is refused by cg.train, saying so
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise ValueError(f"--resume-from {path!r}: there is no such folder")
+    root, name = (folder.parent, folder.name) if CHECKPOINT_NAME.fullmatch(folder.name) else (folder, None)
+    # A checkpoint counts when every shard's part of it is complete (a crash can leave one half written).
+    complete = set.intersection(*({c.name for c in list_checkpoints(root, s, shards)} for s in range(shards)))
+    if name is None:
+        if not complete:
+            raise ValueError(
+                f"--resume-from {path!r} holds no complete checkpoint for {shards} parameter server(s): give a "
+                "job's checkpoint_dir, or one of its checkpoints' folders (job.checkpoints names them)"
+            )
+        return root, max(complete)
+    if name not in complete:
+        raise ValueError(
+            f"--resume-from {path!r} is not a complete checkpoint for {shards} parameter server(s) "
+            f"(complete ones in {str(root)!r}: {', '.join(sorted(complete)) or 'none'})"
+        )
+    return root, name

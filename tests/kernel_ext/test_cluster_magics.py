@@ -121,6 +121,33 @@ def test_train_launches_a_job_binds_it_and_returns_at_once(
 
 
 @pytest.mark.slow
+def test_train_resumes_from_the_checkpoints_of_an_earlier_job(notebook: InteractiveShell) -> None:
+    ok(notebook, f"%train loss {DATA} --steps 30 --batch-size 32 --checkpoint-every 10 --no-show")
+    first = notebook.user_ns["job"]
+    try:
+        first.wait(TIMEOUT)
+        assert first.status == "finished" and first.global_step() == 30
+        folder = first.checkpoint_dir
+    finally:
+        first.close()
+    # The folder a finished job leaves: the new job starts at its latest checkpoint and checkpoints on into it.
+    ok(
+        notebook,
+        f"%train loss {DATA} --steps 50 --batch-size 32 --checkpoint-every 10 --no-show --resume-from {folder}",
+    )
+    second = notebook.user_ns["job"]
+    try:
+        second.wait(TIMEOUT)
+        assert second.status == "finished" and second.global_step() == 50
+        assert second.checkpoint_dir == folder
+        assert any(
+            event.endswith("resumed from checkpoint ckpt-0000000030 at global step 30") for event in second.events
+        )
+    finally:
+        second.close()
+
+
+@pytest.mark.slow
 def test_scale_changes_the_training_workers(
     notebook: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
 ) -> None:

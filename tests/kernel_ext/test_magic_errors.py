@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.kernel_ext.arguments import optimizer
 from cellgraph.kernel_ext.extension import extension_of
+from cellgraph.kernel_ext.magics_train import resume_point
 from cellgraph.kernel_ext.reach import unreachable
 
 from .shells import ok, refused
@@ -230,6 +232,72 @@ def test_scale_is_refused_for_a_connected_cluster_and_up_while_one_is_up(
     err = refused(shell, capsys, "%cluster up")
     assert err.startswith(f"UsageError: %cluster: a cluster is up already ({address}): %cluster down first")
     assert shell.user_ns["cluster"] is cluster and extension_of(shell).cluster is None and shown == []
+
+
+def write_checkpoint(root: Path, step: int) -> Path:
+    """A real one-shard checkpoint of ``step`` under ``root``, as a parameter server writes it; its folder."""
+    import numpy as np
+
+    from cellgraph.cluster.ps.checkpoint import write_shard_checkpoint
+    from cellgraph.cluster.ps.config import OptimizerConfig, TrainingConfig, VariableSpec
+
+    w = np.zeros((4, 3), np.float32)
+    info = write_shard_checkpoint(
+        root, job_id="earlier", shard=0, num_shards=1, global_step=step, tensors={"w": w}, versions={"w": step},
+        specs=[VariableSpec("w", w.dtype, w.shape)], optimizer=OptimizerConfig(), training=TrainingConfig(),
+    )  # fmt: skip
+    return info.path
+
+
+def test_resume_from_names_a_complete_checkpoint_or_a_folder_of_them(tmp_path: Path) -> None:
+    first, latest = write_checkpoint(tmp_path, 100), write_checkpoint(tmp_path, 300)
+    assert resume_point(str(latest), 1) == (tmp_path, "ckpt-0000000300")
+    assert resume_point(str(first), 1) == (tmp_path, "ckpt-0000000100")
+    assert resume_point(str(tmp_path), 1) == (tmp_path, "ckpt-0000000300")  # a job's checkpoint_dir: its latest
+    (tmp_path / "ckpt-0000000400").mkdir()  # a write that never finished: no manifest
+    assert resume_point(str(tmp_path), 1) == (tmp_path, "ckpt-0000000300")
+
+
+RESUME_CASES = [
+    ("{missing}", "--resume-from '{missing}': there is no such folder"),
+    (
+        "{empty}",
+        "--resume-from '{empty}' holds no complete checkpoint for 1 parameter server(s): give a job's "
+        "checkpoint_dir, or one of its checkpoints' folders (job.checkpoints names them)",
+    ),
+    (
+        "{root}/ckpt-0000000400",
+        "--resume-from '{root}/ckpt-0000000400' is not a complete checkpoint for 1 parameter server(s) "
+        "(complete ones in '{root}': ckpt-0000000300)",
+    ),
+    (
+        "{root} --checkpoint-dir {empty}",
+        "--resume-from '{root}' is a checkpoint of '{root}', and --checkpoint-dir says '{empty}': a resumed job "
+        "checkpoints on into the folder it resumes from; leave --checkpoint-dir out",
+    ),
+]
+
+
+@pytest.mark.parametrize(("given", "words"), RESUME_CASES, ids=["missing", "empty", "incomplete", "two-folders"])
+def test_train_refuses_a_resume_point_it_cannot_use(
+    shell: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    shown: list[Any],
+    connected_cluster: Cluster,
+    tmp_path: Path,
+    given: str,
+    words: str,
+) -> None:
+    root, empty = tmp_path / "run", tmp_path / "empty"
+    write_checkpoint(root, 300)
+    (root / "ckpt-0000000400").mkdir()
+    empty.mkdir()
+    where = {"missing": str(tmp_path / "missing"), "empty": str(empty), "root": str(root)}
+    ok(shell, MODEL)
+    shell.user_ns["cluster"] = connected_cluster
+    err = refused(shell, capsys, f"%train loss --data X,Y --resume-from {given.format(**where)}")
+    assert err.startswith(f"UsageError: %train: {words.format(**where)}\n"), err
+    assert "job" not in shell.user_ns and extension_of(shell).jobs == [] and shown == []
 
 
 def test_placement_refuses_what_it_cannot_place(
