@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterable
@@ -134,23 +135,73 @@ class CellTracker:
     def _close(self, error: BaseException | None) -> None:
         active, self.active = self.active, None
         if active is not None:
-            _close_scopes(active, error)
+            _close_scopes(active, error, self.shell)
 
 
-def _close_scopes(active: ActiveCell, error: BaseException | None) -> None:
-    """Commit (no error) or roll back every scope of ``active``, last opened first, even if one fails."""
+def _close_scopes(active: ActiveCell, error: BaseException | None, shell: Any = None) -> None:
+    """Commit (no error) or roll back every scope of ``active``, last opened first, even if one fails.
+
+    What the commits warn about is said once, as one warning located at the
+    user's cell (see ``_warn_at_cell``), not once per variable at this file.
+    """
     exc_info: tuple[type[BaseException] | None, BaseException | None, TracebackType | None] = (None, None, None)
     if error is not None:
         exc_info = (type(error), error, error.__traceback__)
     failures = []
-    # Python's default filter shows a warning once per place and text; a re-run cell must say again
-    # what it made stale.
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=True) as caught:
+        # Python's default filter shows a warning once per place and text; a re-run cell must say again
+        # what it made stale, so every note is caught here and said anew below.
         warnings.simplefilter("always", CellgraphWarning)
         for _, scope in reversed(active.scopes):
             try:
                 scope.__exit__(*exc_info)
             except Exception as err:  # every scope must close, whatever the others do
                 failures.append(err)
+    notes = [str(w.message) for w in caught if issubclass(w.category, CellgraphWarning)]
+    for other in (w for w in caught if not issubclass(w.category, CellgraphWarning)):
+        warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+    if notes:
+        _warn_at_cell(active, notes, shell)
     if failures:
         raise failures[0]
+
+
+# A commit's note on a variable whose shape changed, as cellgraph.dataflow.cells words it.
+_RESIZED = re.compile(r"variable '(?P<name>.+)' \(cell [^)]*\) changed from (?P<change>.+); it is re-initialised")
+
+
+def summary(label: str, notes: list[str]) -> str:
+    """One sentence for all of a re-run cell's notes: the variables re-initialised (their optimizer slots counted,
+    not listed), then what it made stale."""
+    resized = [m for m in map(_RESIZED.fullmatch, notes) if m is not None]
+    names = {m["name"] for m in resized}
+    # An optimizer's slot is named "<optimizer>/<variable>/<slot>": say how many, not each one.
+    slots = [m for m in resized if any(m["name"].rsplit("/", 1)[0].endswith("/" + n) for n in names)]
+    variables = [m for m in resized if m not in slots]
+    parts = []
+    if variables:
+        listed = ", ".join(f"{m['name']!r} {m['change']}" for m in variables)
+        parts.append(
+            f"re-initialised {len(variables)} variable(s) whose shape changed: {listed}"
+            + (f" (and {len(slots)} optimizer slot(s) of them)" if slots else "")
+        )
+    prefix = f"re-running cell {label} "
+    parts += [note.removeprefix(prefix) for note in notes if _RESIZED.fullmatch(note) is None]
+    return prefix + "; it ".join(parts)
+
+
+def _warn_at_cell(active: ActiveCell, notes: list[str], shell: Any) -> None:
+    """Say ``notes`` as one ``CellgraphWarning`` at the cell's own code (its first line, or the first resized
+    variable's), as a warning from the user's code would show, not at this extension's file."""
+    label = active.runs[0].label if active.runs else str(active.label or active.cell_id)
+    number = int(active.label[1:-1]) if active.label else None
+    filename = f"Cell In{active.label}" if active.label else f"cell {active.cell_id}"
+    # IPython files each cell's code under a name (a temporary .py in ipykernel) that linecache can read,
+    # so the warning shows the line too; a %%graph cell's own compile comes last and keeps the cell's lines.
+    names = getattr(getattr(shell, "compile", None), "_filename_map", {})
+    matching = [name for name, n in names.items() if n == number]
+    if matching:
+        filename = matching[-1]
+    resized = {m["name"] for m in map(_RESIZED.fullmatch, notes) if m is not None}
+    lines = [node.line for run in active.runs for node in run.new if node.name in resized and node.line]
+    warnings.warn_explicit(summary(label, notes), CellgraphWarning, filename, min(lines, default=1))
