@@ -614,6 +614,86 @@ class PushPullResponse(_message.Message):
 Global___PushPullResponse: _TypeAlias = PushPullResponse  # noqa: Y015
 
 @_typing.final
+class StepRequest(_message.Message):
+    """One message of a step on the Step stream. A step whose gradients fit in one
+    message is one StepRequest; a bigger one sends its header and chunks over
+    several, each but the last with `more` set, and the pull on the last.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    CHUNKS_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
+    PULL_FIELD_NUMBER: _builtins.int
+    WAIT_S_FIELD_NUMBER: _builtins.int
+    more: _builtins.bool
+    """more of this push follows in the next message"""
+    wait_s: _builtins.float
+    """How long the server may wait for the pull's min_step (the stream itself
+    has no deadline: each step has its own). 0: the server's own limit.
+    """
+    @_builtins.property
+    def header(self) -> Global___PushHeader:
+        """the step's push: on its first message (absent: a pull only)"""
+
+    @_builtins.property
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[_tensor_pb2.TensorChunk]:
+        """gradient chunks, a gradient for every variable of the shard in all"""
+
+    @_builtins.property
+    def pull(self) -> Global___PullRequest:
+        """on the last message: the pull after the push (absent: no pull)"""
+
+    def __init__(
+        self,
+        *,
+        header: Global___PushHeader | None = ...,
+        chunks: _abc.Iterable[_tensor_pb2.TensorChunk] | None = ...,
+        more: _builtins.bool = ...,
+        pull: Global___PullRequest | None = ...,
+        wait_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "pull", b"pull"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "header", b"header", "more", b"more", "pull", b"pull", "wait_s", b"wait_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepRequest: _TypeAlias = StepRequest  # noqa: Y015
+
+@_typing.final
+class StepResponse(_message.Message):
+    """One message of a step's answer: the push's outcome first, then the pulled
+    chunks, over as many messages as they need; `last` on the final one.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PUSH_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
+    last: _builtins.bool
+    @_builtins.property
+    def push(self) -> Global___PushResponse: ...
+    @_builtins.property
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___PullMessage]: ...
+    def __init__(
+        self,
+        *,
+        push: Global___PushResponse | None = ...,
+        values: _abc.Iterable[Global___PullMessage] | None = ...,
+        last: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["push", b"push"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last", b"last", "push", b"push", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepResponse: _TypeAlias = StepResponse  # noqa: Y015
+
+@_typing.final
 class SaveRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -59,6 +59,11 @@ class ParameterServiceStub:
                 request_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushPullRequest.SerializeToString,
                 response_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushPullResponse.FromString,
                 _registered_method=True)
+        self.Step = channel.stream_stream(
+                '/cellgraph.ParameterService/Step',
+                request_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.StepRequest.SerializeToString,
+                response_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.StepResponse.FromString,
+                _registered_method=True)
         self.Save = channel.unary_unary(
                 '/cellgraph.ParameterService/Save',
                 request_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.SaveRequest.SerializeToString,
@@ -125,6 +130,16 @@ class ParameterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Step(self, request_iterator, context):
+        """A replica's held stream for its step traffic: each step is one or more
+        StepRequests (a push, a pull, or a push and the pull after it) answered by
+        one or more StepResponses, the last one marked `last`. The stream stays
+        open across steps, so a step costs no call setup.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Save(self, request, context):
         """Write this shard's variables, slots and global step to a checkpoint.
         """
@@ -181,6 +196,11 @@ def add_ParameterServiceServicer_to_server(servicer, server):
                     servicer.PushPull,
                     request_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushPullRequest.FromString,
                     response_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.PushPullResponse.SerializeToString,
+            ),
+            'Step': grpc.stream_stream_rpc_method_handler(
+                    servicer.Step,
+                    request_deserializer=cellgraph_dot_protos_dot_parameter__service__pb2.StepRequest.FromString,
+                    response_serializer=cellgraph_dot_protos_dot_parameter__service__pb2.StepResponse.SerializeToString,
             ),
             'Save': grpc.unary_unary_rpc_method_handler(
                     servicer.Save,
@@ -338,6 +358,33 @@ class ParameterService:
             '/cellgraph.ParameterService/PushPull',
             cellgraph_dot_protos_dot_parameter__service__pb2.PushPullRequest.SerializeToString,
             cellgraph_dot_protos_dot_parameter__service__pb2.PushPullResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Step(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/cellgraph.ParameterService/Step',
+            cellgraph_dot_protos_dot_parameter__service__pb2.StepRequest.SerializeToString,
+            cellgraph_dot_protos_dot_parameter__service__pb2.StepResponse.FromString,
             options,
             channel_credentials,
             insecure,

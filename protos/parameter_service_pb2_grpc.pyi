@@ -61,6 +61,12 @@ class ParameterServiceStub:
     gradients and variables each fit in one message (a client uses Push and
     Pull for bigger ones). A sync replica sets pull.min_step to step + 1.
     """
+    Step: _grpc.StreamStreamMultiCallable[_parameter_service_pb2.StepRequest, _parameter_service_pb2.StepResponse]
+    """A replica's held stream for its step traffic: each step is one or more
+    StepRequests (a push, a pull, or a push and the pull after it) answered by
+    one or more StepResponses, the last one marked `last`. The stream stays
+    open across steps, so a step costs no call setup.
+    """
     Save: _grpc.UnaryUnaryMultiCallable[_parameter_service_pb2.SaveRequest, _parameter_service_pb2.SaveResponse]
     """Write this shard's variables, slots and global step to a checkpoint."""
     Restore: _grpc.UnaryUnaryMultiCallable[_parameter_service_pb2.RestoreRequest, _parameter_service_pb2.RestoreResponse]
@@ -94,6 +100,12 @@ class ParameterServiceAsyncStub(ParameterServiceStub):
     """A push and the pull after it in one round trip, for a shard whose
     gradients and variables each fit in one message (a client uses Push and
     Pull for bigger ones). A sync replica sets pull.min_step to step + 1.
+    """
+    Step: _aio.StreamStreamMultiCallable[_parameter_service_pb2.StepRequest, _parameter_service_pb2.StepResponse]  # type: ignore[assignment]
+    """A replica's held stream for its step traffic: each step is one or more
+    StepRequests (a push, a pull, or a push and the pull after it) answered by
+    one or more StepResponses, the last one marked `last`. The stream stays
+    open across steps, so a step costs no call setup.
     """
     Save: _aio.UnaryUnaryMultiCallable[_parameter_service_pb2.SaveRequest, _parameter_service_pb2.SaveResponse]  # type: ignore[assignment]
     """Write this shard's variables, slots and global step to a checkpoint."""
@@ -155,6 +167,18 @@ class ParameterServiceServicer(metaclass=_abc_1.ABCMeta):
         """A push and the pull after it in one round trip, for a shard whose
         gradients and variables each fit in one message (a client uses Push and
         Pull for bigger ones). A sync replica sets pull.min_step to step + 1.
+        """
+
+    @_abc_1.abstractmethod
+    def Step(
+        self,
+        request_iterator: _MaybeAsyncIterator[_parameter_service_pb2.StepRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_parameter_service_pb2.StepResponse], _abc.AsyncIterator[_parameter_service_pb2.StepResponse]]:
+        """A replica's held stream for its step traffic: each step is one or more
+        StepRequests (a push, a pull, or a push and the pull after it) answered by
+        one or more StepResponses, the last one marked `last`. The stream stays
+        open across steps, so a step costs no call setup.
         """
 
     @_abc_1.abstractmethod

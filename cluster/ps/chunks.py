@@ -38,6 +38,8 @@ from cellgraph.protos import tensor_pb2
 from ..errors import ParameterServerError
 from .config import VariableSpec
 
+# The largest message either side sends or takes (gRPC's own limit is set to it in server.py and the client).
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # Content bytes per chunk: 4 MiB less room for the chunk's other fields and the
 # message that wraps it, so that every message fits gRPC's default limit.
 MAX_CHUNK_BYTES = 4 * 1024 * 1024 - 4096
@@ -98,53 +100,6 @@ def tensor_chunks(
         yield message  # type: ignore[misc]
 
 
-def _varint(n: int) -> bytes:
-    """``n`` as a protobuf base-128 varint."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-# ``content`` goes last in a frame's chunk: its tag, its length, then the bytes.
-_CONTENT_TAG = _varint(tensor_pb2.TensorChunk.DESCRIPTOR.fields_by_name["content"].number << 3 | 2)
-
-
-def tensor_chunk_frames(
-    name: str, array: np.ndarray, max_bytes: int = MAX_CHUNK_BYTES, *, field: int, head: bytes = b""
-) -> Iterator[bytes]:
-    """The chunks of ``tensor_chunks``, already serialized inside their wrapping message, one copy each.
-
-    A frame is ``head`` (the wrapping message's other fields, serialized)
-    followed by field number ``field`` holding the chunk: any protobuf parser
-    reads it as the message ``tensor_chunks(..., make)`` would have built.
-    Serializing a message that holds 4 MiB of ``bytes`` costs protobuf about
-    4 ms (~1 GB/s); joining the same bytes costs 0.1 ms. (TensorFlow's gRPC
-    runtime encodes its tensor responses by hand for the same reason.)
-    """
-    if max_bytes < 1:
-        raise ParameterServerError(f"max_bytes must be positive, got {max_bytes}", "INVALID_ARGUMENT")
-    raw = byte_view(array)
-    dtype = dtype_enum(array.dtype)
-    field_tag = _varint(field << 3 | 2)
-    offsets = range(0, raw.size, max_bytes) if raw.size else range(1)
-    for offset in offsets:
-        content = raw[offset : offset + max_bytes].data  # a memoryview: joined without a copy of its own
-        meta = tensor_pb2.TensorChunk(name=name, dtype=dtype, offset=offset)  # type: ignore[arg-type]
-        meta.shape.dim.extend(array.shape)
-        meta_bytes = meta.SerializeToString()
-        size = _varint(content.nbytes)
-        inner = len(meta_bytes) + len(_CONTENT_TAG) + len(size) + content.nbytes
-        yield b"".join((head, field_tag, _varint(inner), meta_bytes, _CONTENT_TAG, size, content))
-
-
-def serialize(message: Any) -> bytes:
-    """A message's wire bytes; a frame of ``tensor_chunk_frames`` passes as it is."""
-    return message if isinstance(message, bytes) else message.SerializeToString()
-
-
 class TensorAssembler:
     """Receives the chunks of one tensor of a known spec into a preallocated array.
 
@@ -175,8 +130,14 @@ class TensorAssembler:
         self._stops: list[int] = []
         self.received = 0
 
-    def add(self, chunk: tensor_pb2.TensorChunk) -> None:
-        """Check ``chunk`` against the spec and the chunks so far, then write it in place."""
+    def add(self, chunk: tensor_pb2.TensorChunk, content: bytes | memoryview | None = None) -> None:
+        """Check ``chunk`` against the spec and the chunks so far, then write it in place.
+
+        ``content`` is the chunk's content when it was cut out of the received
+        bytes (``frames.parse_framed``); by default, ``chunk.content``.
+        """
+        if content is None:
+            content = chunk.content
         spec, what = self.spec, self.what
         dtype = dtype_of(chunk.dtype, f"chunk of {what}")
         if dtype != spec.dtype:
@@ -188,7 +149,7 @@ class TensorAssembler:
             raise ParameterServerError(
                 f"chunk of {what} says shape {fmt(shape)}, the variable's is {fmt(spec.shape)}", "INVALID_ARGUMENT"
             )
-        start, size, total = chunk.offset, len(chunk.content), self._bytes.size
+        start, size, total = chunk.offset, memoryview(content).nbytes, self._bytes.size
         stop = start + size
         if start < 0 or stop > total:
             raise ParameterServerError(
@@ -205,7 +166,7 @@ class TensorAssembler:
                 "INVALID_ARGUMENT",
             )
         if size:
-            self._bytes[start:stop] = np.frombuffer(chunk.content, dtype=np.uint8)
+            self._bytes[start:stop] = np.frombuffer(content, dtype=np.uint8)
             self._starts.insert(where, start)
             self._stops.insert(where, stop)
         self.received += size
@@ -234,3 +195,10 @@ class TensorAssembler:
     def release(self) -> None:
         """Drop the buffer now (a cancelled or refused stream): nothing must wait for the cycle collector."""
         self.array = self._bytes = np.empty(0, np.uint8)
+
+
+def release_all(assemblers: dict[str, TensorAssembler]) -> None:
+    """Drop the buffers of a stream's assemblers now (refused, cancelled or done)."""
+    for assembler in assemblers.values():
+        assembler.release()
+    assemblers.clear()

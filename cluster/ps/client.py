@@ -49,8 +49,9 @@ from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 
 from ..errors import STATUS_CODES, ParameterServerError
 from .auth import ClientTLS, token_metadata
-from .chunks import MAX_CHUNK_BYTES, TensorAssembler, serialize, tensor_chunk_frames, tensor_chunks
+from .chunks import MAX_CHUNK_BYTES, TensorAssembler, tensor_chunks
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
+from .frames import serialize, tensor_chunk_frames
 from .messages import (
     optimizer_from_proto,
     optimizer_to_proto,

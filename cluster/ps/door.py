@@ -22,6 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from ..errors import ParameterServerError
+from .frames import Framed, parse_framed
 
 if TYPE_CHECKING:
     from .servicer import ParameterServicer
@@ -42,10 +43,17 @@ class _Undecodable:
         )
 
 
-def lenient(message: type[Message]) -> Callable[[bytes], Message | _Undecodable]:
-    def parse(data: bytes) -> Message | _Undecodable:
+def lenient(message: type[Message], framed: bool = False) -> Callable[[bytes], Message | Framed[Any] | _Undecodable]:
+    """The request deserializer of ``message``: undecodable bytes become ``_Undecodable``, not an exception.
+
+    With ``framed``, the chunks' contents are cut out of the received bytes
+    rather than copied by protobuf's parse (``frames.parse_framed``): the
+    handler gets a ``Framed`` message.
+    """
+
+    def parse(data: bytes) -> Message | Framed[Any] | _Undecodable:
         try:
-            return message.FromString(data)
+            return parse_framed(data, message) if framed else message.FromString(data)
         except DecodeError as err:
             return _Undecodable(message, data, err)
 

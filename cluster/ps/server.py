@@ -36,14 +36,15 @@ from cellgraph.protos import parameter_service_pb2 as pb
 
 from ..errors import ParameterServerError
 from .auth import AsyncTokenAuthInterceptor, ServerTLS
-from .chunks import MAX_CHUNK_BYTES, serialize
+from .chunks import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES
 from .door import lenient
+from .frames import chunk_fields, serialize
 from .servicer import (
+    DEFAULT_HELD_IDLE_S,
     DEFAULT_INIT_WAIT_S,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_WAIT_S,
     DEFAULT_STREAM_IDLE_S,
-    MAX_MESSAGE_BYTES,
     ParameterServicer,
 )
 
@@ -65,7 +66,9 @@ def _method_handlers(servicer: ParameterServicer) -> dict[str, grpc.RpcMethodHan
     for method in pb.DESCRIPTOR.services_by_name["ParameterService"].methods:
         kind = kinds[method.client_streaming, method.server_streaming]
         request = getattr(pb, method.input_type.name)
-        handlers[method.name] = kind(getattr(servicer, method.name), lenient(request), serialize)
+        # Requests that carry tensor chunks are read without protobuf's copy of their contents.
+        framed = bool(chunk_fields(request.DESCRIPTOR))
+        handlers[method.name] = kind(getattr(servicer, method.name), lenient(request, framed), serialize)
     return handlers
 
 
@@ -132,6 +135,7 @@ def create_server(
     max_wait_s: float = DEFAULT_MAX_WAIT_S,
     init_wait_s: float = DEFAULT_INIT_WAIT_S,
     stream_idle_s: float = DEFAULT_STREAM_IDLE_S,
+    held_idle_s: float = DEFAULT_HELD_IDLE_S,
 ) -> tuple[ParameterServer, int]:
     """Start a parameter server on ``address``; return the running server and its port.
 
@@ -158,8 +162,12 @@ def create_server(
         this machine's available memory); how long an Init waits for another
         one in progress before DEADLINE_EXCEEDED.
     stream_idle_s
-        How long an Init or Push stream may send nothing before it is ended
-        (DEADLINE_EXCEEDED) and its buffers dropped.
+        How long an Init or Push stream, or a push in pieces on a Step stream,
+        may send nothing before it is ended (DEADLINE_EXCEEDED) and its
+        buffers dropped.
+    held_idle_s
+        How long a replica's Step stream may stay silent between steps (it
+        holds no buffer then) before it is ended; the replica reopens it.
 
     Examples
     --------
@@ -178,6 +186,7 @@ def create_server(
         max_wait_s=max_wait_s,
         init_wait_s=init_wait_s,
         stream_idle_s=stream_idle_s,
+        held_idle_s=held_idle_s,
         auth=auth,
     )
     loop = asyncio.new_event_loop()

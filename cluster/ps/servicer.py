@@ -30,9 +30,10 @@ from . import checkpoint
 from .auth import AsyncTokenAuthInterceptor
 from .autosave import CheckpointWriter
 from .checkpoint import CheckpointInfo
-from .chunks import MAX_CHUNK_BYTES, TensorAssembler, tensor_chunk_frames, tensor_chunks
+from .chunks import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, TensorAssembler, release_all, tensor_chunks
 from .config import SLOTS, listed, quoted
 from .door import Context, Counters, available_memory, check_chunk_size, client_stream, refusing, refusing_stream
+from .frames import Framed, tensor_chunk_frames
 from .messages import (
     optimizer_from_proto,
     optimizer_to_proto,
@@ -40,10 +41,9 @@ from .messages import (
     training_from_proto,
     training_to_proto,
 )
+from .step_server import serve_steps
 from .store import ParameterStore, StoreState
 
-# The largest message either side sends or takes (gRPC's own limit is set to it in server.py).
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # A pull that waits for a step and carries no deadline of its own waits at most this long.
 DEFAULT_MAX_WAIT_S = 300.0
 # How many bytes of variables one server agrees to hold; more is RESOURCE_EXHAUSTED.
@@ -52,6 +52,8 @@ DEFAULT_MAX_BYTES = 64 * 1024**3
 DEFAULT_INIT_WAIT_S = 60.0
 # A client stream (Init, Push) that sends nothing for this long is ended: a stalled client holds no buffer forever.
 DEFAULT_STREAM_IDLE_S = 60.0
+# A replica's Step stream silent this long between steps is ended (it holds no buffer then; the replica reopens it).
+DEFAULT_HELD_IDLE_S = 3600.0
 # How often an Init waiting for another one looks again whether it has finished.
 INIT_POLL_S = 0.01
 # The longest job id and checkpoint name taken: both are repeated in messages.
@@ -73,6 +75,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
         init_wait_s: float = DEFAULT_INIT_WAIT_S,
         stream_idle_s: float = DEFAULT_STREAM_IDLE_S,
+        held_idle_s: float = DEFAULT_HELD_IDLE_S,
         auth: AsyncTokenAuthInterceptor | None = None,
     ) -> None:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
@@ -82,6 +85,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         self.max_wait_s = max_wait_s
         self.init_wait_s = init_wait_s
         self.stream_idle_s = stream_idle_s
+        self.held_idle_s = held_idle_s
         self.auth = auth
         self.counters = Counters()
         self.store: ParameterStore | None = None
@@ -116,9 +120,9 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
     async def Init(self, request_iterator: AsyncIterator[pb.InitMessage], context: Context) -> pb.InitResponse:  # noqa: N802
         messages = client_stream(request_iterator, "Init", self.stream_idle_s)
         first = await anext(messages, None)
-        if first is None or first.WhichOneof("kind") != "config":
+        if first is None or first.message.WhichOneof("kind") != "config":
             raise ParameterServerError("an Init stream must start with the job's config", "INVALID_ARGUMENT")
-        config = first.config
+        config = first.message.config
         async with self._init_turn(config.job_id, context):
             if self.job is not None and self.store is not None:
                 if self.job.SerializeToString(deterministic=True) != config.SerializeToString(deterministic=True):
@@ -169,7 +173,9 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         finally:
             self._init_lock.release()
 
-    async def _build_store(self, config: pb.JobConfig, messages: AsyncIterator[pb.InitMessage]) -> ParameterStore:
+    async def _build_store(
+        self, config: pb.JobConfig, messages: AsyncIterator[Framed[pb.InitMessage]]
+    ) -> ParameterStore:
         if not config.job_id:
             raise ParameterServerError("the job config has no job_id", "INVALID_ARGUMENT")
         if len(config.job_id) > MAX_ID_CHARS:
@@ -201,12 +207,13 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         # An assembler (and its array) is made when its variable's first chunk arrives, not on the declaration.
         assemblers: dict[str, TensorAssembler] = {}
         try:
-            async for message in messages:
-                if message.WhichOneof("kind") != "chunk":
+            async for framed in messages:
+                if framed.message.WhichOneof("kind") != "chunk":
                     raise ParameterServerError(
                         "an Init stream carries one config, then only chunks", "INVALID_ARGUMENT"
                     )
-                self._receive_initial(message.chunk, by_name, assemblers)
+                [(chunk, content)] = framed.paired([framed.message.chunk])
+                self._receive_initial(chunk, content, by_name, assemblers)
             for spec in specs:  # a variable no chunk arrived for: finish() names its missing bytes
                 assemblers.setdefault(spec.name, TensorAssembler(spec, f"initial value of {quoted(spec.name)}"))
             initial = {s.name: assemblers[s.name].finish() for s in specs}
@@ -214,10 +221,14 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         finally:
             # Refused, cancelled or done: the buffers go now, not when the cycle collector reaches this frame
             # (a cancelled call's traceback keeps it alive). The store holds copies of its own.
-            _release(assemblers)
+            release_all(assemblers)
 
     def _receive_initial(
-        self, chunk: tensor_pb2.TensorChunk, by_name: dict[str, Any], assemblers: dict[str, TensorAssembler]
+        self,
+        chunk: tensor_pb2.TensorChunk,
+        content: memoryview,
+        by_name: dict[str, Any],
+        assemblers: dict[str, TensorAssembler],
     ) -> None:
         spec = by_name.get(chunk.name)
         if spec is None:
@@ -227,12 +238,12 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                 "NOT_FOUND",
             )
         what = f"initial value of {quoted(chunk.name)}"
-        check_chunk_size(len(chunk.content), self.max_chunk_bytes, what)
+        check_chunk_size(content.nbytes, self.max_chunk_bytes, what)
         assembler = assemblers.get(spec.name)
         if assembler is None:
             assembler = assemblers[spec.name] = TensorAssembler(spec, what)
-        assembler.add(chunk)
-        self.counters.add(bytes_in=len(chunk.content))
+        assembler.add(chunk, content)
+        self.counters.add(bytes_in=content.nbytes)
 
     def _check_memory(self, job: str, shard: int, variables: int, optimizer: str, mode: str) -> None:
         """Refuse a job whose shard would not fit in this machine's free memory, before allocating any of it."""
@@ -275,24 +286,21 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
     async def Pull(self, request: pb.PullRequest, context: Context) -> AsyncIterator[bytes]:  # noqa: N802
         # Each response is a PullMessage serialized by hand (tensor_chunk_frames): one copy of the content.
         _, store = self._job_store()
-        step, values, limit = await self._snapshot(store, request, context)
+        step, values, limit = await self.snapshot(store, request, wait_limit(context, self.max_wait_s))
         for name, (version, value) in values.items():
             head = pb.PullMessage(global_step=step, version=version).SerializeToString()
             for frame in tensor_chunk_frames(name, value, limit, field=_PULL_CHUNK_FIELD, head=head):
                 yield frame
             self.counters.add(bytes_out=value.nbytes)
 
-    async def _snapshot(
-        self, store: ParameterStore, request: pb.PullRequest, context: Context
+    async def snapshot(
+        self, store: ParameterStore, request: pb.PullRequest, wait_s: float
     ) -> tuple[int, dict[str, tuple[int, np.ndarray]], int]:
-        """The requested variables once ``min_step`` is reached: (global step, values, chunk size)."""
+        """The requested variables once ``min_step`` is reached (waiting at most ``wait_s``):
+        (global step, read-only values, chunk size)."""
         names = list(request.names) or None
         if request.HasField("min_step"):
-            remaining = context.time_remaining()
-            # Give up a little before the caller's deadline, so that the caller
-            # gets this server's account of whom it waited for, not a bare timeout.
-            timeout = self.max_wait_s if remaining is None else min(0.9 * remaining, self.max_wait_s)
-            await store.until_step(request.min_step, timeout)
+            await store.until_step(request.min_step, wait_s)
         step, values = store.read(names)
         limit = self.max_chunk_bytes
         if request.max_chunk_bytes > 0:
@@ -305,29 +313,31 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         _, store = self._job_store()
         messages = client_stream(request_iterator, "Push", self.stream_idle_s)
         first = await anext(messages, None)
-        if first is None or first.WhichOneof("kind") != "header":
+        if first is None or first.message.WhichOneof("kind") != "header":
             raise ParameterServerError("a Push stream must start with a header (replica_id, step)", "INVALID_ARGUMENT")
-        header = first.header
+        header = first.message.header
 
         assemblers: dict[str, TensorAssembler] = {}
         try:
-            async for message in messages:
-                if message.WhichOneof("kind") != "chunk":
+            async for framed in messages:
+                if framed.message.WhichOneof("kind") != "chunk":
                     raise ParameterServerError(
                         f"replica {header.replica_id}'s push for step {header.step} has a second header; "
                         "a Push stream carries one header, then only chunks",
                         "INVALID_ARGUMENT",
                     )
-                self._receive_gradient(store, header, message.chunk, assemblers)
-            return self._push(store, header, assemblers)
+                [(chunk, content)] = framed.paired([framed.message.chunk])
+                self.receive_gradient(store, header, chunk, content, assemblers)
+            return self.push(store, header, assemblers)
         finally:
-            _release(assemblers)
+            release_all(assemblers)
 
-    def _receive_gradient(
+    def receive_gradient(
         self,
         store: ParameterStore,
         header: pb.PushHeader,
         chunk: tensor_pb2.TensorChunk,
+        content: memoryview,
         assemblers: dict[str, TensorAssembler],
     ) -> None:
         """Write one chunk of a push into its gradient's own buffer (made at the gradient's first chunk)."""
@@ -341,11 +351,11 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                     "NOT_FOUND",
                 )
             assembler = assemblers[chunk.name] = TensorAssembler(spec, f"gradient for {quoted(chunk.name)}")
-        check_chunk_size(len(chunk.content), self.max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
-        assembler.add(chunk)
-        self.counters.add(bytes_in=len(chunk.content))
+        check_chunk_size(content.nbytes, self.max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
+        assembler.add(chunk, content)
+        self.counters.add(bytes_in=content.nbytes)
 
-    def _push(
+    def push(
         self, store: ParameterStore, header: pb.PushHeader, assemblers: dict[str, TensorAssembler]
     ) -> pb.PushResponse:
         """Hand a whole push, every gradient assembled, to the store."""
@@ -360,19 +370,20 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ PushPull
     @refusing
-    async def PushPull(self, request: pb.PushPullRequest, context: Context) -> pb.PushPullResponse:  # noqa: N802
+    async def PushPull(self, framed: Framed[pb.PushPullRequest], context: Context) -> pb.PushPullResponse:  # noqa: N802
         _, store = self._job_store()
+        request = framed.message
         if not request.HasField("header"):
             raise ParameterServerError("a PushPull request needs a header (replica_id, step)", "INVALID_ARGUMENT")
         response = pb.PushPullResponse()
         assemblers: dict[str, TensorAssembler] = {}
         try:
-            for chunk in request.chunks:
-                self._receive_gradient(store, request.header, chunk, assemblers)
-            response.push.CopyFrom(self._push(store, request.header, assemblers))
+            for chunk, content in framed.paired(request.chunks):
+                self.receive_gradient(store, request.header, chunk, content, assemblers)
+            response.push.CopyFrom(self.push(store, request.header, assemblers))
         finally:
-            _release(assemblers)
-        step, values, limit = await self._snapshot(store, request.pull, context)
+            release_all(assemblers)
+        step, values, limit = await self.snapshot(store, request.pull, wait_limit(context, self.max_wait_s))
         for name, (version, value) in values.items():
             for message in tensor_chunks(name, value, limit, response.values.add):
                 message.global_step, message.version = step, version
@@ -386,6 +397,14 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                 "RESOURCE_EXHAUSTED",
             )
         return response
+
+    # ------------------------------------------------------------------ Step
+    @refusing_stream
+    async def Step(self, request_iterator: AsyncIterator[Any], context: Context) -> AsyncIterator[bytes]:  # noqa: N802
+        # A replica's held stream: step after step of pushes and pulls (step_server.py).
+        _, store = self._job_store()
+        async for frame in serve_steps(self, store, request_iterator):
+            yield frame
 
     # ------------------------------------------------------------------ Save / Restore
     @refusing
@@ -521,10 +540,14 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         return pb.ReconfigureResponse(global_step=step, training=training_to_proto(store.training))
 
 
-def _release(assemblers: dict[str, TensorAssembler]) -> None:
-    for assembler in assemblers.values():
-        assembler.release()
-    assemblers.clear()
+def wait_limit(context: Context, max_wait_s: float) -> float:
+    """How long a call may wait for a step: a little less than the caller's deadline, at most ``max_wait_s``.
+
+    Giving up before the caller does means the caller gets this server's
+    account of whom it waited for, not a bare timeout.
+    """
+    remaining = context.time_remaining()
+    return max_wait_s if remaining is None else min(0.9 * remaining, max_wait_s)
 
 
 def _check_same_variables(saved: Sequence[Any], held: Sequence[Any], name: str) -> None:

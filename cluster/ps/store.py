@@ -18,147 +18,19 @@ import asyncio
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Literal
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
-from ...dataflow.kernels.cpu import training as k
 from ...dataflow.shapes import fmt
 from ..errors import ParameterServerError
 from .config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec, listed, quoted
+from .records import PushOutcome, Replica, StoreState, StoreStats, Waiter
+from .updates import STEP_COUNT_DTYPE, STEP_COUNT_SLOT, UPDATES
 
 TRAINABLE = ("float32", "float64")
-# Adam's step count is a float64 scalar per variable, whatever the variable's dtype.
-STEP_COUNT_SLOT = "t"
-STEP_COUNT_DTYPE = np.dtype(np.float64)
-# Weight of the newest interval in a replica's smoothed push interval: recent
-# enough to show a straggler within a few steps, smooth enough not to flicker.
-RATE_SMOOTHING = 0.2
-
-
-@dataclass(frozen=True)
-class PushOutcome:
-    """What became of one pushed gradient.
-
-    ``status`` is ``"applied"`` when this push caused an update,
-    ``"aggregated"`` when (sync) it was counted and the update waits for other
-    replicas, ``"stale"`` when it was dropped, and ``"skipped"`` (``nonfinite="skip_step"``)
-    when its step's update was dropped for a NaN or Inf gradient. ``global_step`` is the
-    shard's step after the push; ``staleness`` is how many steps behind the
-    push's step was (0 when fresh).
-    """
-
-    status: Literal["applied", "aggregated", "stale", "skipped"]
-    global_step: int
-    staleness: int
-
-
-@dataclass(frozen=True)
-class ReplicaStats:
-    """What the store has seen of one replica; ``steps_per_second`` is 0.0 until its second push."""
-
-    replica_id: int
-    last_step: int
-    pushes: int
-    last_seen: float
-    steps_per_second: float
-
-
-@dataclass(frozen=True)
-class StoreStats:
-    """Counters and versions of a shard, for monitoring (one consistent snapshot)."""
-
-    global_step: int
-    versions: dict[str, int]
-    pushes_applied: int
-    pushes_stale: int
-    pushes_rejected: int
-    updates: int
-    replicas: dict[int, ReplicaStats]
-    steps_skipped: int = 0  # nonfinite="skip_step": updates dropped for a NaN or Inf gradient
-    last_skipped: str = ""  # which step, replica and variable the last one was
-
-
-@dataclass(frozen=True)
-class StoreState:
-    """What a checkpoint holds: the step, the versions, and every variable and slot.
-
-    ``tensors`` is keyed by variable name and by ``"name/slot"`` for slots
-    (``"w/momentum"``, ``"w/m"``, ``"w/v"``, ``"w/t"``).
-    """
-
-    global_step: int
-    versions: dict[str, int]
-    tensors: dict[str, np.ndarray]
-
-
-@dataclass(eq=False)
-class _Waiter:
-    """A call awaiting global step ``step`` on ``loop``: ``future`` gets the global step, or the error that ended the wait."""
-
-    step: int
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[int]
-
-    def settle(self, outcome: int | ParameterServerError) -> None:
-        """Resolve the future from any thread (once; a cancelled call's future is left alone)."""
-
-        def settle() -> None:
-            if self.future.done():
-                return
-            if isinstance(outcome, ParameterServerError):
-                self.future.set_exception(outcome)
-            else:
-                self.future.set_result(outcome)
-
-        if not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(settle)
-
-
-@dataclass
-class _Replica:
-    """The mutable record behind ``ReplicaStats``."""
-
-    last_step: int = -1
-    pushes: int = 0
-    last_seen: float = field(default_factory=time.time)
-    last_tick: float = 0.0  # perf_counter() at the last push: wall-clock time can jump
-    interval: float = 0.0  # smoothed seconds between pushes
-
-    def saw_push(self, step: int) -> None:
-        now = time.perf_counter()
-        if self.pushes == 1:
-            self.interval = now - self.last_tick
-        elif self.pushes > 1:
-            self.interval += RATE_SMOOTHING * (now - self.last_tick - self.interval)
-        self.last_step, self.last_tick, self.last_seen = step, now, time.time()
-        self.pushes += 1
-
-    def stats(self, replica_id: int) -> ReplicaStats:
-        rate = 1.0 / self.interval if self.pushes >= 2 and self.interval > 0 else 0.0
-        return ReplicaStats(replica_id, self.last_step, self.pushes, self.last_seen, rate)
-
-
-# ------------------------------------------------------------ optimizer updates
-# The same update functions as the executor's Apply* kernels, so a variable
-# trained on a server moves exactly as it would locally.
-def _sgd(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
-    k.sgd_update(var, opt.learning_rate, grad)
-
-
-def _momentum(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
-    k.momentum_update(var, slots["momentum"], opt.learning_rate, grad, opt.momentum, opt.nesterov)
-
-
-def _adam(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
-    m, v, t = slots["m"], slots["v"], slots[STEP_COUNT_SLOT]
-    k.adam_update(var, m, v, t, opt.learning_rate, grad, opt.beta1, opt.beta2, opt.epsilon)
-
-
-Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray, OptimizerConfig], None]
-UPDATES: dict[str, Update] = {"sgd": _sgd, "momentum": _momentum, "adam": _adam}
 
 
 def _key_mismatch(what: str, found: Iterable[str], expected: Iterable[str]) -> str | None:
@@ -262,7 +134,7 @@ class ParameterStore:
         }
         self._versions = dict.fromkeys(self.specs, 0)
         self._global_step = 0
-        self._replicas: dict[int, _Replica] = {}
+        self._replicas: dict[int, Replica] = {}
         # Sync mode: the running sum of this step's gradients and who sent them.
         sync = training.mode == "sync"
         self._sums = {name: np.zeros_like(self._tensors[name]) for name in self.specs} if sync else {}
@@ -271,8 +143,11 @@ class ParameterStore:
         self._skip_reason: str | None = None  # sync, skip_step: why this step's update will be dropped
         self._steps_skipped, self._last_skipped = 0, ""
         self._snapshot: StoreState | None = None  # see take_snapshot
+        # Copy on write: the read-only view of each tensor handed out (read, state) since it last changed.
+        # An update copies a tensor first only while a reader still holds that view (see _own).
+        self._lent: dict[str, weakref.ref[np.ndarray]] = {}
         # Calls awaiting a later step (until_step): futures on the server's event loop, not threads.
-        self._waiters: set[_Waiter] = set()
+        self._waiters: set[Waiter] = set()
 
     def _check_initial(self, initial: Mapping[str, np.ndarray]) -> None:
         problem = _key_mismatch("initial values", initial, self.specs)
@@ -309,7 +184,7 @@ class ParameterStore:
         if replica_id < 0:
             raise ParameterServerError(f"replica id must be 0 or more, got {replica_id}", "INVALID_ARGUMENT")
         with self._lock:
-            replica = self._replicas.setdefault(replica_id, _Replica())
+            replica = self._replicas.setdefault(replica_id, Replica())
             replica.last_seen = time.time()
             return self._global_step
 
@@ -493,11 +368,32 @@ class ParameterStore:
         self._contributors.clear()
         self._skip_reason = None
 
+    def _lend(self, key: str) -> np.ndarray:
+        """A read-only view of tensor ``key`` for a reader, no copy; called under the lock.
+
+        Readers between two updates share one view: while any of them holds
+        it, the next update of the tensor writes into a copy (``_own``).
+        """
+        ref = self._lent.get(key)
+        view = ref() if ref is not None else None
+        if view is None:
+            view = self._tensors[key].view()
+            view.flags.writeable = False
+            self._lent[key] = weakref.ref(view)
+        return view
+
+    def _own(self, key: str) -> np.ndarray:
+        """Tensor ``key``, safe to update in place: copied first if a reader still holds its view; under the lock."""
+        ref = self._lent.pop(key, None)
+        if ref is not None and ref() is not None:
+            self._tensors[key] = self._tensors[key].copy()
+        return self._tensors[key]
+
     def _apply(self, grads: Mapping[str, np.ndarray]) -> None:
         """One optimizer update of every variable, then the next step; called under the lock."""
         for name in self.specs:
-            slots = {slot: self._tensors[f"{name}/{slot}"] for slot in self._slot_names}
-            self._update(self._tensors[name], slots, grads[name], self.optimizer)
+            slots = {slot: self._own(f"{name}/{slot}") for slot in self._slot_names}
+            self._update(self._own(name), slots, grads[name], self.optimizer)
             self._versions[name] += 1
         self._updates += 1
         self._advance()
@@ -507,9 +403,9 @@ class ParameterStore:
         self._global_step += 1
         every = self.training.checkpoint_every
         if every and self._global_step % every == 0:
-            # Copied now, at exactly this step, so that every shard of a sync job saves the same step; the
+            # Taken now, at exactly this step, so that every shard of a sync job saves the same step; the
             # server writes it outside the lock (take_snapshot). A newer one replaces one not yet taken.
-            self._snapshot = self._copy_state()
+            self._snapshot = self._lend_state()
         self._lock.notify_all()
         self._wake()
 
@@ -576,7 +472,7 @@ class ParameterStore:
         with self._lock:
             if self._global_step >= step:
                 return self._global_step
-            waiter = _Waiter(step, loop, loop.create_future())
+            waiter = Waiter(step, loop, loop.create_future())
             self._waiters.add(waiter)
         try:
             async with asyncio.timeout(timeout):
@@ -603,7 +499,10 @@ class ParameterStore:
         )
 
     def read(self, names: Sequence[str] | None = None) -> tuple[int, dict[str, tuple[int, np.ndarray]]]:
-        """``(global_step, {name: (version, copy of value)})`` for ``names`` (``None``: all), one snapshot.
+        """``(global_step, {name: (version, value)})`` for ``names`` (``None``: all), one snapshot.
+
+        The values are read-only views, not copies: the store copies a tensor
+        on its next update instead, and only while a reader still holds it.
 
         Examples
         --------
@@ -621,7 +520,7 @@ class ParameterStore:
                 "NOT_FOUND",
             )
         with self._lock:
-            return self._global_step, {name: (self._versions[name], self._tensors[name].copy()) for name in wanted}
+            return self._global_step, {name: (self._versions[name], self._lend(name)) for name in wanted}
 
     def note_rejected(self) -> None:
         """Count a request the server refused before it reached the store."""
@@ -644,12 +543,12 @@ class ParameterStore:
             )
 
     def state(self) -> StoreState:
-        """Copies of the global step, versions, variables and slots: what a checkpoint saves."""
+        """The global step, versions, variables and slots as they stand (read-only views): what a checkpoint saves."""
         with self._lock:
-            return self._copy_state()
+            return self._lend_state()
 
-    def _copy_state(self) -> StoreState:
-        tensors = {key: value.copy() for key, value in self._tensors.items()}
+    def _lend_state(self) -> StoreState:
+        tensors = {key: self._lend(key) for key in self._tensors}
         return StoreState(self._global_step, dict(self._versions), tensors)
 
     def load_state(self, state: StoreState, reason: str = "the shard was restored from a checkpoint") -> None:
@@ -671,6 +570,7 @@ class ParameterStore:
         fresh = {key: np.array(state.tensors[key], order="C") for key in self._layout}
         with self._lock:
             self._tensors = fresh
+            self._lent.clear()  # the views handed out are of the tensors replaced
             self._versions = {name: int(state.versions[name]) for name in self.specs}
             self._global_step = int(state.global_step)
             self._discard_aggregation()

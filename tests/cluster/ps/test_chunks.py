@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from cellgraph.cluster.errors import ParameterServerError
-from cellgraph.cluster.ps.chunks import TensorAssembler, tensor_chunk_frames, tensor_chunks
+from cellgraph.cluster.ps.chunks import TensorAssembler, tensor_chunks
 from cellgraph.cluster.ps.config import VariableSpec
+from cellgraph.cluster.ps.frames import tensor_chunk_frames
 from cellgraph.protos import parameter_service_pb2 as pb
 
 ARRAYS = {

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import cellgraph as cg
 from cellgraph.cluster.errors import ParameterServerError
+from cellgraph.cluster.ps import records as records_module
 from cellgraph.cluster.ps import store as store_module
 from cellgraph.cluster.ps.config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec
 from cellgraph.cluster.ps.store import ParameterStore, StoreState, StoreStats
@@ -299,7 +300,7 @@ def test_register_refuses_a_negative_id_and_accepts_a_restart() -> None:
     assert store.stats().replicas[0].pushes == 1
 
 
-def test_read_refuses_unknown_names_and_returns_copies() -> None:
+def test_read_refuses_unknown_names_and_lends_read_only_views() -> None:
     store = make_store()
     raises_code(
         "NOT_FOUND",
@@ -308,8 +309,34 @@ def test_read_refuses_unknown_names_and_returns_copies() -> None:
     )
     step, values = store.read()
     assert (step, list(values)) == (0, ["w", "b"])
-    values["w"][1][...] = 99.0
+    with pytest.raises(ValueError, match="read-only"):
+        values["w"][1][...] = 99.0
     np.testing.assert_array_equal(store.read(["w"])[1]["w"][1], INITIAL["w"])
+
+
+def test_an_update_copies_a_tensor_only_while_a_reader_holds_it() -> None:
+    # Copy on write: a pull is served from the store's own arrays; the update after it writes into a copy
+    # while the pull still holds its view (what it sends must not change under it), in place otherwise.
+    store = make_store(lr=0.5)
+    held = store.read(["w"])[1]["w"][1]
+    store.push(0, 0, grads(1.0))
+    np.testing.assert_array_equal(held, INITIAL["w"])  # the reader's snapshot did not move
+    after = store.read(["w"])[1]["w"][1]
+    np.testing.assert_array_equal(after, INITIAL["w"] - 0.5)
+    assert not np.shares_memory(held, after)
+    del held
+    address = after.__array_interface__["data"][0]
+    del after  # no reader holds a view now: the next update writes in place
+    store.push(0, 1, grads(1.0))
+    again = store.read(["w"])[1]["w"][1]
+    assert again.__array_interface__["data"][0] == address
+    np.testing.assert_array_equal(again, INITIAL["w"] - 1.0)
+    # A checkpoint's state is a set of views too, and keeps its values while training goes on.
+    state = store.state()
+    del again
+    store.push(0, 2, grads(1.0))
+    np.testing.assert_array_equal(state.tensors["w"], INITIAL["w"] - 1.0)
+    np.testing.assert_array_equal(store.read(["w"])[1]["w"][1], INITIAL["w"] - 1.5)
 
 
 class Clock:
@@ -332,6 +359,7 @@ class Clock:
 def test_replica_stats(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock()
     monkeypatch.setattr(store_module, "time", clock)
+    monkeypatch.setattr(records_module, "time", clock)
     store = make_store(replicas=0)
     store.register(4)
     fresh = store.stats().replicas[4]
@@ -349,7 +377,7 @@ def test_replica_stats(monkeypatch: pytest.MonkeyPatch) -> None:
     clock.advance(0.5)
     store.push(4, 2, grads())
     # Smoothed: the interval moves RATE_SMOOTHING of the way from 0.25 s to the new 0.5 s.
-    interval = 0.25 + store_module.RATE_SMOOTHING * (0.5 - 0.25)
+    interval = 0.25 + records_module.RATE_SMOOTHING * (0.5 - 0.25)
     assert store.stats().replicas[4].steps_per_second == pytest.approx(1.0 / interval)
 
 
@@ -455,12 +483,14 @@ def test_state_round_trip_restores_values_slots_versions_and_step() -> None:
     state = store.state()
     assert list(state.tensors) == ["w", "w/m", "w/v", "w/t", "b", "b/m", "b/v", "b/t"]
     assert (state.global_step, state.versions, float(state.tensors["w/t"])) == (3, {"w": 3, "b": 3}, 3.0)
-    store.push(0, 3, grads())  # the state is a copy: training on does not change it
+    store.push(0, 3, grads())  # the state is a snapshot (copy on write): training on does not change it
     assert float(state.tensors["w/t"]) == 3.0
+    assert not state.tensors["w"].flags.writeable
 
     restored = make_store(kind="adam", lr=0.1)
-    restored.load_state(state)
-    state.tensors["w"][...] = 99.0  # ... and the store keeps its own copy of what it loaded
+    loaded = StoreState(state.global_step, dict(state.versions), {k: v.copy() for k, v in state.tensors.items()})
+    restored.load_state(loaded)
+    loaded.tensors["w"][...] = 99.0  # ... and the store keeps its own copy of what it loaded
     again = trained_adam_store()
     for shard in (restored, again):  # the restored store trains on exactly like the original
         shard.push(0, 3, grads())
