@@ -132,6 +132,9 @@ class Cluster:
         self._owns_client = owns_client
         self._assigned: tuple[list[str], list[str] | None] | None = None
         self._jobs: dict[str, list[str]] = {}
+        # What close() runs first: each open job's own close (replicas told to stop, servers stopped), so that the
+        # workers shut down with nothing running and no job's supervisor looks at a client that is gone.
+        self._job_closers: dict[str, Callable[[], None]] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ construction
@@ -565,6 +568,14 @@ class Cluster:
             pass
 
     # ------------------------------------------------------------------ lifetime
+    def on_close(self, job_id: str, close: Callable[[], None]) -> None:
+        """Have ``close()`` call ``close`` (a job's) before it shuts anything down."""
+        self._job_closers[job_id] = close
+
+    def forget_on_close(self, job_id: str) -> None:
+        """Undo ``on_close`` for ``job_id`` (the job closed by itself); nothing if it was not there."""
+        self._job_closers.pop(job_id, None)
+
     @property
     def dashboard_link(self) -> str:
         """The Dask dashboard's URL (without bokeh installed, its page says to install it)."""
@@ -582,6 +593,11 @@ class Cluster:
         """
         if self._closed:
             return
+        for close_job in list(self._job_closers.values()):
+            try:
+                close_job()
+            except Exception:  # noqa: S110 - the cluster may be gone already; the steps below end what is left
+                pass
         self._closed = True
         try:
             for job_id in list(self._jobs):

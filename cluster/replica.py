@@ -169,7 +169,7 @@ class ReplicaSpec:
     replica_id: int
     graph: TrainingGraph = field(repr=False)
     ps_addresses: Sequence[str]
-    token: str | None
+    token: str | None = field(repr=False)
     mode: Mode = "sync"
     batch_size: int = 32
     steps: int = 1000

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 import cellgraph as cg
-from cellgraph.cluster import job as job_module
+from cellgraph.cluster import replica_set
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.job import Job
 from cellgraph.examples import digits, models
@@ -60,6 +60,25 @@ def kill_worker(cluster: Cluster, address: str) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def start_job(cluster: Cluster, data: digits.Split, replicas: int, aggregate: int | None, **options: object) -> Job:
+    """The MLP trained with Adam(1e-2), batch 32, on ``replicas`` replicas (``aggregate`` gradients a step)."""
+    settings: dict[str, object] = dict(steps=100_000, checkpoint_every=None)
+    settings.update(options)
+    model = models.mlp()
+    return cg.train(
+        model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2), replicas=replicas,
+        replicas_to_aggregate=aggregate, batch_size=32, **settings,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def kill_at_step(cluster: Cluster, job: Job, address: str, step: int) -> float:
+    """Once ``job`` reaches ``step``, SIGKILL the worker at ``address``; when it was killed (``time.time()``)."""
+    wait_for_step(job, step)
+    killed_at = time.time()
+    kill_worker(cluster, address)
+    return killed_at
+
+
 def wait_for_step(job: Job, step: int) -> None:
     deadline = time.monotonic() + TIMEOUT
     while job.global_step() < step:
@@ -74,26 +93,20 @@ def test_a_lost_training_worker_is_replaced_and_no_gradient_counts_twice(
 ) -> None:
     cluster = local_cluster(workers=3, ps=1)
     victim = cluster.training_workers()[1]  # replica 1 runs there
-    model = models.mlp()
     # More steps than the test waits for: the job runs until replica 1 is back and has trained with the others.
-    job = cg.train(
-        model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
-        replicas=3, replicas_to_aggregate=2, batch_size=32, steps=100_000, checkpoint_every=None,
-    )  # fmt: skip
+    job = start_job(cluster, data, replicas=3, aggregate=2)
     try:
-        wait_for_step(job, 40)
-        killed_at = time.time()
-        kill_worker(cluster, victim)
+        killed_at = kill_at_step(cluster, job, victim, 40)
         wait_for_event(job, "replica 1 runs again")
         wait_for_step(job, job.global_step() + 20)
-        [stats] = job._ps.stats()  # type: ignore[union-attr]
+        [stats] = job._state.ps.stats()  # type: ignore[union-attr]
         assert stats.pushes_applied == 2 * stats.updates  # no gradient applied twice
         # Replica 1 ran again and registered again (the servers saw it after the kill).
         again = {r.replica_id: r for r in stats.replicas}[1]
         assert again.last_seen_unix > killed_at
         job.stop(TIMEOUT)
         assert job.status == "stopped", job.events
-        assert job._futures[1].result()["replica"] == 1
+        assert job._state.futures[1].result()["replica"] == 1
         events = "\n".join(job.events)
         assert f"lost worker {victim} (name worker-1, role worker, task 1; last seen " in events
         assert (
@@ -104,6 +117,8 @@ def test_a_lost_training_worker_is_replaced_and_no_gradient_counts_twice(
         assert "replica 1's task was lost with its worker (cancelled): submitted again on idle worker tcp://" in events
         assert re.search(r"replica 1 runs again, on tcp://\S+ \(name worker-\d, role worker, task \d\)", events)
         assert re.search(r"worker tcp://\S+ joined \(name worker-1, role worker, task \d\)", events), events
+        # In the order things happened: the worker was lost, then its replica ran again elsewhere.
+        assert event_index(job, f"lost worker {victim}") < event_index(job, "replica 1 runs again"), job.events
     finally:
         job.close()
 
@@ -115,20 +130,15 @@ def test_a_lost_parameter_server_is_restarted_from_the_last_checkpoint(
     steps, every = 400, 20
     cluster = local_cluster(workers=2, ps=1)
     [ps_worker] = cluster.ps_workers()
-    model = models.mlp()
-    job = cg.train(
-        model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
-        replicas=2, batch_size=32, steps=steps, checkpoint_every=every,
-    )  # fmt: skip
+    job = start_job(cluster, data, replicas=2, aggregate=None, steps=steps, checkpoint_every=every)
     try:
-        wait_for_step(job, 60)
-        [old_address] = job._addresses
-        kill_worker(cluster, ps_worker)
+        [old_address] = job._state.addresses
+        kill_at_step(cluster, job, ps_worker, 60)
         job.wait(TIMEOUT)
         assert job.status == "finished", job.events
         assert job.global_step() == steps
-        assert job._addresses != [old_address] and job._generation == 1
-        assert [f.result()["rejoins"] for f in job._futures] == [1, 1]  # each replica found the new server
+        assert job._state.addresses != [old_address] and job._state.generation == 1
+        assert [f.result()["rejoins"] for f in job._state.futures] == [1, 1]  # each replica found the new server
         events = "\n".join(job.events)
         assert (
             f"parameter server {old_address} (shard 0; worker {ps_worker}, name ps-0, role ps, task 0) "
@@ -139,7 +149,7 @@ def test_a_lost_parameter_server_is_restarted_from_the_last_checkpoint(
         assert "which hosted shard 0 of the job's parameter servers: Dask restarts the worker" in events
         restarted = re.search(r"restarted at (\S+); restored (\S+) at global step (\d+): (\d+) step\(s\) lost", events)
         assert restarted, events
-        assert restarted[1] == job._addresses[0] and restarted[2] in job.checkpoints
+        assert restarted[1] == job._state.addresses[0]
         # The server checkpoints by itself at every multiple of `every`: no more than that is lost.
         assert 0 <= int(restarted[4]) <= every, events
         assert int(restarted[3]) % every == 0
@@ -178,18 +188,14 @@ def test_a_lost_replica_runs_again_on_the_idle_restarted_worker(
 ) -> None:
     cluster = local_cluster(workers=3, ps=1)
     victim = cluster.training_workers()[1]  # replica 1 runs there
-    model = models.mlp()
     # Every replica's gradient makes a step: the job cannot end before replica 1 runs again.
-    job = cg.train(
-        model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
-        replicas=3, replicas_to_aggregate=3, batch_size=32, steps=100_000, checkpoint_every=None,
-    )  # fmt: skip
+    job = start_job(cluster, data, replicas=3, aggregate=3)
     try:
         wait_for_step(job, 10)
-        others = {running_at(cluster, job._futures[j].key) for j in (0, 2)}
-        kill_worker(cluster, victim)
+        others = {running_at(cluster, job._state.futures[j].key) for j in (0, 2)}
+        kill_at_step(cluster, job, victim, 10)
         wait_for_event(job, "replica 1's task was lost with its worker")
-        at = running_at(cluster, job._futures[1].key)
+        at = running_at(cluster, job._state.futures[1].key)
         names = {w.address: w.name for w in cluster.workers()}
         assert names.get(at) == "worker-1" and at != victim and at not in others, (at, names, others, job.events)
         again = wait_for_event(job, "replica 1 runs again")
@@ -206,19 +212,15 @@ def test_a_lost_replica_runs_again_on_the_idle_restarted_worker(
 def test_a_lost_replica_goes_to_the_least_loaded_worker_when_none_is_idle(
     local_cluster: Callable[..., Cluster], data: digits.Split, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(job_module, "IDLE_WORKER_WAIT_S", 0.0)  # no wait for the restarted worker
+    monkeypatch.setattr(replica_set, "IDLE_WORKER_WAIT_S", 0.0)  # no wait for the restarted worker
     cluster = local_cluster(workers=2, ps=1, threads_per_worker=2)  # two replicas fit on one worker
     survivor, victim = cluster.training_workers()
-    model = models.mlp()
-    job = cg.train(
-        model.loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
-        replicas=2, replicas_to_aggregate=2, batch_size=32, steps=100_000, checkpoint_every=None,
-    )  # fmt: skip
+    job = start_job(cluster, data, replicas=2, aggregate=2)
     try:
-        wait_for_step(job, 10)
-        kill_worker(cluster, victim)
+        kill_at_step(cluster, job, victim, 10)
         submitted = wait_for_event(job, "replica 1's task was lost with its worker")
-        assert running_at(cluster, job._futures[1].key) == survivor == running_at(cluster, job._futures[0].key)
+        futures = job._state.futures
+        assert running_at(cluster, futures[1].key) == survivor == running_at(cluster, futures[0].key)
         assert (
             f"submitted again on {survivor}, the least loaded: every training worker runs a replica "
             f"(tasks per worker: {survivor} 1)"

@@ -39,7 +39,7 @@ def test_a_sync_job_trains_the_mlp_across_processes(cluster: Cluster, data: digi
         assert job.global_step() == 300
         assert accuracy(job, model, data) >= 0.95
         [shard] = job.ps_stats()
-        assert shard["address"] == job._addresses[0] and shard["global_step"] == 300
+        assert shard["address"] == job._state.addresses[0] and shard["global_step"] == 300
         assert shard["updates"] == 300 and shard["pushes_applied"] == 600 and shard["pushes_rejected"] == 0
         assert shard["bytes_in"] > 0 and shard["bytes_out"] > 0 and shard["calls"]["PushPull"] >= 600
         assert {m["replica"] for m in job.metrics} == {0, 1}

@@ -48,7 +48,7 @@ def test_stop_in_sync_mode_releases_a_replica_waiting_for_the_others(cluster: Cl
         wait_until(lambda: job.global_step() >= 30, "step 30", job)
         job.stop(timeout=STOP_TIMEOUT)  # raises if a replica still waits for a gradient that will not come
         assert job.status == "stopped"
-        assert all(f.result()["stopped"] for f in job._futures)
+        assert all(f.result()["stopped"] for f in job._state.futures)
         events = "\n".join(job.events)
         assert "1 gradient(s) make a step from now on: the job is stopping" in events
         assert "checkpoint ckpt-" in events and "written (final)" in events
@@ -66,7 +66,7 @@ def test_scale_adds_a_replica_then_removes_two_while_training(cluster: Cluster, 
     try:
         wait_until(lambda: job.global_step() >= 20, "step 20", job)
         job.scale(3)
-        assert job.replicas == 3 and len(job._futures) == 3
+        assert job.replicas == 3 and len(job._state.futures) == 3
         # Three gradients make a step once the new replica has joined; then it trains like the others.
         wait_until(lambda: any("3 gradient(s) make a step from now on" in e for e in job.events), "k=3", job)
         wait_until(lambda: any(m["replica"] == 2 and m["steps"] > 0 for m in job.metrics), "replica 2's metrics", job)
@@ -74,13 +74,13 @@ def test_scale_adds_a_replica_then_removes_two_while_training(cluster: Cluster, 
 
         job.scale(1)  # replicas 1 and 2 leave after their step; one gradient makes a step
         assert job.replicas == 1
-        assert all(job._futures[i].done() and job._futures[i].result()["stopped"] for i in (1, 2))
+        assert all(job._state.futures[i].done() and job._state.futures[i].result()["stopped"] for i in (1, 2))
         events = "\n".join(job.events)
         assert "1 gradient(s) make a step from now on: replica(s) 1, 2 leave" in events
         assert "scaled to 1 replica(s): replica(s) 1, 2 leave after their step" in events
         job.wait(TIMEOUT)
         assert job.status == "finished" and job.global_step() == steps
-        result = job._futures[0].result()
+        result = job._state.futures[0].result()
         assert not result["stopped"] and result["global_step"] == steps
         [shard] = job.ps_stats()
         assert shard["updates"] == steps and shard["pushes_rejected"] == 0
@@ -93,12 +93,12 @@ def test_scale_refuses_what_it_cannot_do_and_changes_nothing(cluster: Cluster, d
     job = start(cluster, data)
     try:
         wait_until(lambda: job.global_step() >= 5, "step 5", job)
-        before = (job.replicas, len(job._futures), job._training)
+        before = (job.replicas, len(job._state.futures), job._state.training)
         with pytest.raises(TrainingError, match=r"job.scale\(4\): 4 replicas need 4 training workers and the cluster"):
             job.scale(4)
         with pytest.raises(TrainingError, match="job.scale needs a number of replicas of at least 1, got 0"):
             job.scale(0)
-        assert (job.replicas, len(job._futures), job._training) == before
+        assert (job.replicas, len(job._state.futures), job._state.training) == before
         job.stop(timeout=STOP_TIMEOUT)
         with pytest.raises(TrainingError, match=r"job job-\w+ is stopped: only a running job can be scaled"):
             job.scale(2)
@@ -149,7 +149,7 @@ def test_dask_array_data_is_computed_on_the_workers_and_trains(cluster: Cluster,
     )
     try:
         # Each replica's shard is still a slice of the dask arrays: computed by the cluster for that replica's task.
-        assert all(isinstance(part, da.Array) for shard in job._shards for part in shard)
+        assert all(isinstance(part, da.Array) for shard in job._state.shards for part in shard)
         job.wait(TIMEOUT)
         assert job.status == "finished"
         logits = job.evaluate(model.logits, {model.x: data.x_test})

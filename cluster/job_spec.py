@@ -1,0 +1,340 @@
+"""What ``cg.train`` was asked to do, checked whole before anything starts: a ``JobSpec``.
+
+``JobSpec.build`` takes ``cg.train``'s arguments and either returns a spec
+that a job can run as given, or raises ``TrainingError`` naming every
+argument that is wrong (one message, ``cg.train: ...; ...``) and what to pass
+instead. Nothing is started meanwhile: no parameter server, no task, no
+Dask event. The data is checked like ``Session.run`` checks its feeds (the
+same rule and the same words, from ``dataflow.session``): each array belongs
+to a placeholder of the loss's graph, and a batch of it has a shape and a
+dtype that placeholder takes. So a mistake that would fail on every replica,
+on a worker, fails here, in the user's cell.
+
+Examples
+--------
+>>> import numpy as np
+>>> import cellgraph as cg
+>>> from cellgraph.cluster.job_spec import optimizer_config
+>>> optimizer_config(cg.optim.Momentum(0.1, momentum=0.5))
+OptimizerConfig(kind='momentum', learning_rate=0.1, momentum=0.5, nesterov=False, beta1=0.9, beta2=0.999, epsilon=1e-08)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from cellgraph.dataflow.errors import CellgraphError
+from cellgraph.dataflow.graph import Graph, Tensor
+from cellgraph.dataflow.optimizers import SGD, Adam, Momentum, Optimizer
+from cellgraph.dataflow.session import convert_feed
+
+from .cluster import Cluster
+from .errors import ParameterServerError
+from .ps import OptimizerConfig, TrainingConfig
+from .ps.config import NONFINITE, NonFinite
+from .training_graph import TrainingError, TrainingGraph, prepare
+
+Mode = Literal["sync", "async"]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A training job as ``cg.train`` was asked for it, every value checked (``JobSpec.build``).
+
+    ``arrays`` holds one array per placeholder of ``graph``, in
+    ``graph.placeholders`` order: NumPy arrays, or ``dask.array`` arrays with
+    known rows (computed on the workers, never in this process).
+    """
+
+    loss: Tensor
+    graph: TrainingGraph
+    arrays: tuple[Any, ...]
+    optimizer: OptimizerConfig
+    training: TrainingConfig
+    replicas: int
+    batch_size: int
+    steps: int
+    checkpoint_every: int | None
+    checkpoint_dir: Path | None
+    resume_from: str | None
+    seed: int
+    metrics_interval_s: float
+    timeout_s: float
+
+    @property
+    def rows(self) -> int:
+        """Rows of the data (every array has as many)."""
+        return rows_of(self.arrays[0])
+
+    @classmethod
+    def build(
+        cls,
+        loss: Tensor,
+        data: Any,
+        *,
+        cluster: Cluster,
+        optimizer: Optimizer | OptimizerConfig | None,
+        replicas: int,
+        batch_size: int,
+        steps: int,
+        mode: Mode,
+        replicas_to_aggregate: int | None,
+        max_staleness: int | None,
+        checkpoint_every: int | None,
+        checkpoint_dir: str | os.PathLike[str] | None,
+        resume_from: str | None,
+        nonfinite: NonFinite,
+        seed: int,
+        metrics_interval_s: float,
+        timeout_s: float,
+    ) -> JobSpec:
+        """The spec of ``cg.train(loss, data, ...)``; ``TrainingError`` naming every bad argument."""
+        if not isinstance(cluster, Cluster) or cluster.closed:
+            raise TrainingError(
+                "cg.train needs an open cluster: cluster=cg.Cluster.local() (or Cluster.connect(address))"
+            )
+        problems = _argument_problems(
+            replicas=replicas, batch_size=batch_size, steps=steps, mode=mode,
+            replicas_to_aggregate=replicas_to_aggregate, max_staleness=max_staleness,
+            checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume_from=resume_from,
+            nonfinite=nonfinite, seed=seed, metrics_interval_s=metrics_interval_s, timeout_s=timeout_s,
+        )  # fmt: skip
+        if not problems:
+            workers = cluster.training_workers()
+            if replicas > len(workers):
+                problems.append(
+                    f"{replicas} replicas need {replicas} training workers and the cluster has {len(workers)}: "
+                    f"pass replicas={len(workers)}, or start the cluster with workers={replicas}"
+                )
+        try:
+            config = optimizer_config(optimizer)
+        except TrainingError as err:
+            problems.append(str(err))
+        if problems:
+            raise TrainingError("cg.train: " + "; ".join(problems))
+        k = replicas if replicas_to_aggregate is None else replicas_to_aggregate
+        training = TrainingConfig(mode, k if mode == "sync" else 1, max_staleness, checkpoint_every or 0, nonfinite)
+        tg = prepare(loss)
+        arrays = arrays_for(loss.graph, tg, data)
+        check_feeds(loss.graph, tg, arrays, batch_size)
+        counts = {p: rows_of(a) for p, a in zip(tg.placeholders, arrays, strict=True)}
+        if len(set(counts.values())) != 1:
+            raise TrainingError(
+                "cg.train: data arrays must have the same number of rows, got "
+                + ", ".join(f"{p}: {n}" for p, n in counts.items())
+            )
+        total = next(iter(counts.values()))
+        shard_rows = total // replicas
+        if batch_size > shard_rows:
+            raise TrainingError(
+                f"cg.train: batch_size {batch_size} is larger than a replica's shard ({shard_rows} rows: {total} over "
+                f"{replicas} replicas): pass batch_size<={shard_rows}, or fewer replicas"
+            )
+        return cls(
+            loss=loss, graph=tg, arrays=tuple(arrays), optimizer=config, training=training, replicas=replicas,
+            batch_size=batch_size, steps=steps, checkpoint_every=checkpoint_every,
+            checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir), resume_from=resume_from,
+            seed=seed, metrics_interval_s=float(metrics_interval_s), timeout_s=float(timeout_s),
+        )  # fmt: skip
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _argument_problems(
+    *,
+    replicas: Any,
+    batch_size: Any,
+    steps: Any,
+    mode: Any,
+    replicas_to_aggregate: Any,
+    max_staleness: Any,
+    checkpoint_every: Any,
+    checkpoint_dir: Any,
+    resume_from: Any,
+    nonfinite: Any,
+    seed: Any,
+    metrics_interval_s: Any,
+    timeout_s: Any,
+) -> list[str]:
+    """Every argument of ``cg.train`` that is wrong on its own or beside another one, each named."""
+    problems = []
+    if not _is_int(replicas) or replicas < 1:
+        problems.append(f"replicas must be an int of at least 1, got {replicas!r}")
+    if not _is_int(batch_size) or batch_size < 1:
+        problems.append(f"batch_size must be an int of at least 1, got {batch_size!r}")
+    if not _is_int(steps) or steps < 0:
+        problems.append(f"steps must be an int, 0 or more, got {steps!r}")
+    if mode not in ("sync", "async"):
+        problems.append(f"mode must be 'sync' or 'async', got {mode!r}")
+    if replicas_to_aggregate is not None:
+        if mode == "async":
+            problems.append(
+                f"replicas_to_aggregate is for mode='sync' (async mode applies every gradient on arrival), "
+                f"got {replicas_to_aggregate!r}"
+            )
+        elif not _is_int(replicas_to_aggregate) or (
+            _is_int(replicas) and not 1 <= replicas_to_aggregate <= max(replicas, 1)
+        ):
+            problems.append(
+                f"replicas_to_aggregate must be between 1 and replicas ({replicas}), got {replicas_to_aggregate!r}"
+            )
+    if max_staleness is not None and (not _is_int(max_staleness) or max_staleness < 0):
+        problems.append(f"max_staleness must be an int, 0 or more (or None: no bound), got {max_staleness!r}")
+    if checkpoint_every is not None and (not _is_int(checkpoint_every) or checkpoint_every < 1):
+        problems.append(f"checkpoint_every must be an int of at least 1 (or None), got {checkpoint_every!r}")
+    problems += _checkpoint_problems(checkpoint_dir, resume_from)
+    if nonfinite not in NONFINITE:
+        problems.append(f"nonfinite must be one of {', '.join(map(repr, NONFINITE))}, got {nonfinite!r}")
+    if not _is_int(seed) or seed < 0:
+        problems.append(f"seed must be an int, 0 or more, got {seed!r}")
+    if not _is_number(metrics_interval_s) or metrics_interval_s < 0:
+        problems.append(f"metrics_interval_s must be a finite number of seconds, 0 or more, got {metrics_interval_s!r}")
+    if not _is_number(timeout_s) or timeout_s <= 0:
+        problems.append(f"timeout_s must be a finite, positive number of seconds, got {timeout_s!r}")
+    return problems
+
+
+def _checkpoint_problems(checkpoint_dir: Any, resume_from: Any) -> list[str]:
+    """``checkpoint_dir`` and ``resume_from``: a folder (or None), and a checkpoint that folder holds."""
+    if checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, os.PathLike)):
+        return [f"checkpoint_dir must be a path (str or pathlib.Path) or None, got {type(checkpoint_dir).__name__}"]
+    folder = None if checkpoint_dir is None else Path(checkpoint_dir)
+    if folder is not None and folder.exists() and not folder.is_dir():
+        return [f"checkpoint_dir {str(folder)!r} is a file, not a folder"]
+    if resume_from is None:
+        return []
+    if not isinstance(resume_from, str) or not resume_from:
+        return [f"resume_from must be a checkpoint's name (e.g. 'ckpt-0000000300') or None, got {resume_from!r}"]
+    if folder is None:
+        return [
+            f"resume_from={resume_from!r} needs checkpoint_dir, the folder that holds it "
+            "(without one, the job writes into a new temporary folder)"
+        ]
+    # The folder may live on the parameter-server machines only: then the servers say whether it is there.
+    if folder.is_dir() and not (folder / resume_from).is_dir():
+        held = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name.startswith("ckpt-"))
+        return [
+            f"resume_from {resume_from!r} is not in checkpoint_dir {str(folder)!r} "
+            f"(it holds {', '.join(held) or 'no checkpoint'})"
+        ]
+    return []
+
+
+def optimizer_config(optimizer: Optimizer | OptimizerConfig | None) -> OptimizerConfig:
+    """The parameter servers' form of ``cg.optim.SGD``, ``Momentum`` or ``Adam`` (default ``Adam(1e-3)``)."""
+    try:
+        if optimizer is None:
+            return OptimizerConfig("adam", 1e-3)
+        if isinstance(optimizer, OptimizerConfig):
+            return optimizer
+        if isinstance(optimizer, Adam):
+            return OptimizerConfig(
+                "adam", optimizer.learning_rate, beta1=optimizer.beta1, beta2=optimizer.beta2,
+                epsilon=optimizer.epsilon,
+            )  # fmt: skip
+        if isinstance(optimizer, Momentum):
+            return OptimizerConfig(
+                "momentum", optimizer.learning_rate, momentum=optimizer.momentum, nesterov=optimizer.nesterov
+            )
+        if isinstance(optimizer, SGD):
+            return OptimizerConfig("sgd", optimizer.learning_rate)
+    except ParameterServerError as err:
+        raise TrainingError(f"optimizer {optimizer!r}: {err}") from None
+    raise TrainingError(
+        f"optimizer {optimizer!r} is not one the parameter servers run: use cg.optim.SGD, cg.optim.Momentum or "
+        "cg.optim.Adam"
+    )
+
+
+def arrays_for(graph: Graph, tg: TrainingGraph, data: Any) -> list[Any]:
+    """``data`` as one array per placeholder of ``tg``, in ``tg.placeholders`` order.
+
+    A dict's tensor keys must be placeholders of ``graph`` (the loss's): a
+    placeholder of another graph with the same name is refused, as
+    ``Session.run`` refuses it.
+    """
+    wanted = tg.placeholders
+    if isinstance(data, Mapping):
+        by_name: dict[str, Any] = {}
+        for key, value in data.items():
+            if isinstance(key, Tensor) and key not in graph:
+                raise TrainingError(
+                    f"cg.train: feed {key.name!r} is not in the loss's graph (another graph, or its cell was re-run): "
+                    "give data for the placeholders the loss was built from"
+                )
+            name = key.name if isinstance(key, Tensor) else str(key)
+            by_name[name if ":" in name else f"{name}:0"] = value
+        missing = [p for p in wanted if p not in by_name]
+        if missing:
+            raise TrainingError(
+                f"cg.train: no data for placeholder(s) {', '.join(map(repr, missing))}, which the loss needs; "
+                f"data has {', '.join(map(repr, by_name)) or 'nothing'}"
+            )
+        return [_array(by_name[p], p) for p in wanted]
+    if isinstance(data, (tuple, list)):
+        if len(data) != len(wanted):
+            raise TrainingError(
+                f"cg.train: data has {len(data)} array(s) but the loss needs {len(wanted)} placeholder(s) "
+                f"({', '.join(map(repr, wanted))}): give one array per placeholder, in that order, "
+                "or a dict {placeholder: array}"
+            )
+        return [_array(a, p) for a, p in zip(data, wanted, strict=True)]
+    raise TrainingError(
+        f"cg.train: data must be a tuple of arrays or a dict {{placeholder: array}}, got {type(data).__name__}"
+    )
+
+
+def check_feeds(graph: Graph, tg: TrainingGraph, arrays: list[Any], batch_size: int) -> None:
+    """Check that a batch of each array is a feed its placeholder takes, by ``Session.run``'s rule and words.
+
+    A batch (``batch_size`` rows) is what a replica feeds: it is checked, not
+    the whole array, so that a placeholder of a fixed batch dimension is
+    judged as it will run. Only the dtype and the shape are looked at: a
+    ``dask.array`` is never computed here.
+    """
+    for name, array in zip(tg.placeholders, arrays, strict=True):
+        if array.ndim == 0:
+            raise TrainingError(f"cg.train: the data for placeholder {name!r} is a scalar: give one row per example")
+        # A stand-in of the batch's shape and dtype that takes no memory: every element is the same zero.
+        batch = np.broadcast_to(np.zeros((), dtype=array.dtype), (batch_size, *array.shape[1:]))
+        try:
+            convert_feed(graph.tensor(name), batch)
+        except CellgraphError as err:
+            raise TrainingError(f"cg.train: data for placeholder {name!r}, in batches of {batch_size}: {err}") from err
+
+
+def _array(value: Any, placeholder: str) -> Any:
+    """A NumPy array, or a ``dask.array`` whose rows are known (a replica's shard is a slice of them)."""
+    import dask.array as da
+
+    if not isinstance(value, da.Array):
+        return np.asarray(value)
+    if value.ndim == 0 or math.isnan(value.shape[0]):
+        raise TrainingError(
+            f"cg.train: the dask array for placeholder {placeholder!r} has "
+            f"{'no rows' if value.ndim == 0 else 'unknown chunk sizes'}"
+            ": call .compute_chunk_sizes() on it first, so that its rows can be split over the replicas"
+        )
+    return value
+
+
+def rows_of(array: Any) -> int:
+    """Rows of one data array (0 for a scalar)."""
+    return int(array.shape[0]) if array.ndim else 0
+
+
+__all__ = ["JobSpec", "arrays_for", "check_feeds", "optimizer_config", "rows_of"]

@@ -1,0 +1,142 @@
+"""What a running job's handle (``Job``) and its supervisor share: one ``JobState``.
+
+The handle reads it (status, metrics, events, checkpoints) and asks for
+changes (stop, scale, close); the supervisor's thread and the Dask event
+callbacks write it. ``lock`` guards the lists that several threads append
+to; the rest is written by one thread at a time (the supervisor's, or the
+caller's before the supervisor starts and after it has ended).
+
+Examples
+--------
+>>> from types import SimpleNamespace
+>>> lost_with_worker(SimpleNamespace(status="cancelled")), lost_with_worker(SimpleNamespace(status="finished"))
+(True, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .cluster import Cluster
+from .errors import ParameterServerError
+from .job_spec import JobSpec
+from .job_tasks import ReplicaFailure
+from .ps import ParameterClient, TrainingConfig
+from .replica import ReplicaSpec
+
+Status = Literal["running", "finished", "failed", "stopped"]
+
+
+@dataclass(eq=False)
+class JobState:
+    """One job's shared state; see the module's docstring for who writes what."""
+
+    job_id: str
+    cluster: Cluster = field(repr=False)
+    spec: JobSpec = field(repr=False)
+    checkpoint_dir: Path
+    token: str = field(repr=False)
+    stop_name: str
+    log_path: Path
+    training: TrainingConfig
+    replicas: int
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    metrics: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    events: list[str] = field(default_factory=list, repr=False)
+    checkpoints: list[str] = field(default_factory=list)
+    ps: ParameterClient | None = field(default=None, repr=False)
+    addresses: list[str] = field(default_factory=list)
+    generation: int = 0
+    futures: list[Any] = field(default_factory=list, repr=False)
+    shards: list[list[Any]] = field(default_factory=list, repr=False)
+    specs: list[ReplicaSpec] = field(default_factory=list, repr=False)
+    removed: set[int] = field(default_factory=set)  # replicas job.scale told to leave
+    stopping: bool = False
+    closed: threading.Event = field(default_factory=threading.Event, repr=False)
+    error: BaseException | None = None
+    # Where the servers were last saved (what a restarted one restores), and the global step as last read.
+    restore_point: str = ""
+    restore_step: int = -1
+    step: int = 0
+    step_time: float = field(default_factory=time.monotonic)
+    step_rate: float = 0.0
+
+    def event(self, text: str) -> None:
+        """Add a line to ``job.events``, stamped with the time of day."""
+        with self.lock:
+            self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
+
+    def failure(self, i: int) -> ReplicaFailure | None:
+        """Replica ``i``'s own error, if its task ended with one (``job_tasks.ReplicaFailure``)."""
+        future = self.futures[i]
+        if future.status != "finished":
+            return None
+        result = future.result()
+        return result if isinstance(result, ReplicaFailure) else None
+
+    def ended(self) -> bool:
+        """Whether every replica has ended; one whose task was lost with its worker will run again, unless the job
+        is stopping, has failed or is closed."""
+        settled = self.stopping or self.error is not None or self.closed.is_set()
+        return all(f.done() and (settled or f.status != "cancelled") for f in self.futures)
+
+    @property
+    def status(self) -> Status:
+        failed = any(f.status == "error" and not lost_with_worker(f) for f in self.futures)
+        if self.error is not None or failed:
+            return "failed"
+        if any(self.failure(i) for i in range(len(self.futures))):
+            return "failed"
+        if not self.ended():
+            return "running"
+        return "stopped" if self.stopping else "finished"
+
+    def active_replicas(self) -> list[int]:
+        """The replicas that are part of the job now (not told to leave), in the order they were started."""
+        return [i for i in range(len(self.futures)) if i not in self.removed]
+
+    def signal_stop(self) -> None:
+        """Tell every replica to finish its step and end."""
+        import distributed
+
+        distributed.Event(self.stop_name, client=self.cluster.client).set()
+
+    def set_replicas_to_aggregate(self, k: int, why: str) -> None:
+        """Sync mode: tell every shard that ``k`` gradients make a step from now on (an event if it fails)."""
+        if self.training.mode != "sync" or self.ps is None or k == self.training.replicas_to_aggregate:
+            return
+        try:
+            self.ps.reconfigure(k)
+        except ParameterServerError as err:
+            self.event(f"could not make steps of {k} gradient(s) ({why}): {err}")
+            return
+        self.training = dataclasses.replace(self.training, replicas_to_aggregate=k)
+        self.event(f"{k} gradient(s) make a step from now on: {why}")
+
+    def global_step(self) -> int:
+        """The parameter servers' global step (the lowest over the shards)."""
+        from .training_graph import TrainingError
+
+        if self.ps is None:
+            raise TrainingError(f"job {self.job_id} has no parameter servers")
+        return min(s.global_step for s in self.ps.stats())
+
+
+def lost_with_worker(future: Any) -> bool:
+    """Whether a replica's task ended because its worker was lost: Dask forgot it (its data went with the worker)
+    or gave it up (``KilledWorker``, the type, not a name: a replica's own error of that name is not one)."""
+    if future.status == "cancelled":
+        return True
+    if future.status != "error":
+        return False
+    from distributed import KilledWorker
+
+    return isinstance(future.exception(), KilledWorker)
+
+
+__all__ = ["JobState", "Status", "lost_with_worker"]

@@ -1,0 +1,123 @@
+"""What a job runs on its training workers, and the Dask names (topics, variables, events) it is reached by.
+
+``replica_task`` is the Dask task of one replica. An error of the replica
+itself (data that does not fit the graph, a gradient the servers refuse, a
+server that never came back) would happen again wherever it ran, so the task
+does not raise it: it returns it, with its traceback, in a ``ReplicaFailure``.
+Dask then neither retries the task nor logs "Compute Failed" on the worker
+(whose log lands in the user's notebook cells), and the job fails at once,
+saying that error and where the traceback went. A lost worker is not such an
+error: the scheduler sees it and the job's supervisor replaces the replica.
+
+Examples
+--------
+>>> replica_stop_name(stop_event_name("job-1a2b"), 2)
+'cellgraph-stop-job-1a2b-replica-2'
+>>> ps_variable("job-1a2b"), replicas_topic("job-1a2b")
+('cellgraph-ps-job-1a2b', 'cellgraph-job-1a2b-replicas')
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .replica import ReplicaSpec, run_replica
+
+# How often a replica looks at the job's stop flag (a call to the scheduler), at most.
+STOP_POLL_S = 0.25
+# The deadline of a replica's look-up of the servers' published addresses.
+LOCATE_TIMEOUT_S = 5.0
+
+
+def replicas_topic(job_id: str) -> str:
+    """The Dask event topic on which each replica task says where it runs, as it starts."""
+    return f"cellgraph-{job_id}-replicas"
+
+
+def ps_variable(job_id: str) -> str:
+    """The ``distributed.Variable`` holding job ``job_id``'s current PS addresses: ``{"generation", "addresses"}``."""
+    return f"cellgraph-ps-{job_id}"
+
+
+def stop_event_name(job_id: str) -> str:
+    """The ``distributed.Event`` that tells every replica of job ``job_id`` to finish its step and end."""
+    return f"cellgraph-stop-{job_id}"
+
+
+def replica_stop_name(stop_event: str, replica: int) -> str:
+    """The name of the ``distributed.Event`` that tells one replica to leave the job (``job.scale``)."""
+    return f"{stop_event}-replica-{replica}"
+
+
+@dataclass(frozen=True)
+class ReplicaFailure:
+    """What a replica task returns instead of raising its own error (see the module's docstring)."""
+
+    replica: int
+    worker: str
+    error: str
+    error_type: str
+    traceback: str
+
+
+class _ThrottledEvent:
+    """Whether any of some ``distributed.Event``s is set (the job's stop flag, and this replica's own, which
+    ``job.scale`` sets), read at most every ``STOP_POLL_S``: each read is a call to the scheduler."""
+
+    def __init__(self, *names: str) -> None:
+        import distributed
+
+        self._events = [distributed.Event(name) for name in names]
+        self._checked = 0.0
+        self._set = False
+
+    def is_set(self) -> bool:
+        now = time.monotonic()
+        if not self._set and now - self._checked >= STOP_POLL_S:
+            self._checked = now
+            self._set = any(event.is_set() for event in self._events)
+        return self._set
+
+
+class _PublishedAddresses:
+    """A replica's ``locate``: the addresses the job published in its ``distributed.Variable``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self) -> tuple[int, list[str]]:
+        import distributed
+
+        value = distributed.Variable(self.name).get(timeout=LOCATE_TIMEOUT_S)
+        return int(value["generation"]), [str(a) for a in value["addresses"]]
+
+
+def replica_task(
+    spec: ReplicaSpec, data: Sequence[np.ndarray], stop_event: str, addresses: str
+) -> dict[str, Any] | ReplicaFailure:
+    """What runs on a training worker: one replica, until the job's last step or its stop flag."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    worker.log_event(replicas_topic(spec.job_id), {"replica": spec.replica_id, "worker": worker.address})
+    stop = _ThrottledEvent(stop_event, replica_stop_name(stop_event, spec.replica_id))
+    try:
+        return run_replica(spec, data, stop=stop, locate=_PublishedAddresses(addresses))
+    except Exception as err:  # noqa: BLE001 - every error of the replica's own goes back to the job, as a value
+        return ReplicaFailure(spec.replica_id, worker.address, str(err), type(err).__name__, traceback.format_exc())
+
+
+__all__ = [
+    "ReplicaFailure",
+    "ps_variable",
+    "replica_stop_name",
+    "replica_task",
+    "replicas_topic",
+    "stop_event_name",
+]

@@ -1,0 +1,153 @@
+"""A job's lost parameter servers: wait for Dask to restart them, give them the job, restore, tell the replicas.
+
+The supervisor's calls to a server fail (``UNAVAILABLE``); the nanny restarts
+the PS worker and the scheduler sends it the job's plugin, which starts a
+new server; the job gives it the job (``init``), restores the last checkpoint
+it wrote, and publishes the new addresses in the ``distributed.Variable``
+``ps_variable(job_id)``, where the replicas look when their servers stop
+answering. The event says how many steps were lost: at most
+``checkpoint_every``, as the servers checkpoint by themselves at every
+multiple of it; the job learns of each checkpoint from ``Stats``.
+
+Examples
+--------
+>>> PROBE_TIMEOUT_S  # a server that does not answer Stats within this is counted as lost
+5.0
+"""
+
+from __future__ import annotations
+
+import time
+
+from cellgraph.dataflow.errors import CellgraphError
+
+from .errors import ParameterServerError
+from .job_state import JobState
+from .job_tasks import ps_variable
+from .ps import ParameterClient
+from .ps.checkpoint import list_checkpoints
+from .training_graph import TrainingError
+from .worker_watch import WorkerWatch
+
+# The deadline of the calls that look at one parameter server.
+PROBE_TIMEOUT_S = 5.0
+
+
+def publish_addresses(state: JobState) -> None:
+    """Tell the replicas where the servers are now (they read it when theirs stop answering)."""
+    import distributed
+
+    value = {"generation": state.generation, "addresses": list(state.addresses)}
+    distributed.Variable(ps_variable(state.job_id), client=state.cluster.client).set(value)
+
+
+def complete_checkpoints(state: JobState) -> list[str] | None:
+    """The checkpoints complete on every shard in the job's folder, oldest first; None when this process cannot
+    read the folder (it lives on the PS machines only)."""
+    shards = len(state.addresses)
+    if not shards or not state.checkpoint_dir.is_dir():
+        return None
+    try:
+        names = [
+            {info.name: info.step for info in list_checkpoints(state.checkpoint_dir, s, shards)} for s in range(shards)
+        ]
+    except (CellgraphError, OSError):
+        return None
+    common = set(names[0]).intersection(*names[1:])
+    return sorted(common, key=lambda n: names[0][n])
+
+
+class ServerRecovery:
+    """Restarts the job's lost parameter servers (``restart``), from the supervisor's thread."""
+
+    def __init__(self, state: JobState, watch: WorkerWatch) -> None:
+        self.state = state
+        self.watch = watch
+
+    def restart(self, err: ParameterServerError) -> bool:
+        """Servers stopped answering: wait for Dask to restart them, restore, publish; False if the job failed."""
+        state = self.state
+        # The replicas' metrics may have seen a later step than the supervisor's last look.
+        with state.lock:
+            reported = max((int(m.get("step", 0)) for m in state.metrics), default=0)
+        seen_at, ago = max(state.step, reported), time.monotonic() - state.step_time
+        dead = [a for a in state.addresses if not self._answers(a)]
+        if not dead:
+            state.event(f"the parameter servers answer again after: {err}")
+            return True
+        who = "; ".join(self._describe_server(a) for a in dead)
+        self._find_newer_checkpoint()
+        point = state.restore_point or "nothing (no checkpoint yet: training starts again from step 0)"
+        timeout = state.spec.timeout_s
+        state.event(
+            f"{who} did not answer (last seen at global step {seen_at}, {ago:.1f} s ago): {err}. "
+            f"The job waits up to {timeout:g} s for Dask to restart it, then restores {point}; "
+            "the replicas wait for it and rejoin"
+        )
+        try:
+            addresses = state.cluster.parameter_servers(state.job_id, timeout=timeout, replacing=dead)
+            ps = ParameterClient(addresses, state.token, timeout=timeout)
+            ps.init(state.job_id, state.spec.graph.initial, state.spec.optimizer, state.training)
+            step = ps.restore(state.restore_point) if state.restore_point else 0
+        except CellgraphError as problem:
+            state.error = TrainingError(
+                f"job {state.job_id}: its parameter server(s) {', '.join(dead)} were lost and could not be restarted: "
+                f"{problem}. The job has failed: job.close() ends it, and "
+                + (
+                    f"cg.train(..., resume_from={state.restore_point!r}) starts again from its last checkpoint"
+                    if state.restore_point
+                    else "cg.train(...) starts it again"
+                )
+            )
+            state.event(str(state.error))
+            state.signal_stop()  # the replicas waiting for new servers end now, not at their deadline
+            return False
+        old, state.ps = state.ps, ps
+        if old is not None:
+            old.close()
+        state.addresses, state.generation = list(addresses), state.generation + 1
+        publish_addresses(state)
+        state.step, state.step_time = step, time.monotonic()
+        lost = max(0, seen_at - step)
+        state.event(
+            f"parameter server(s) of job {state.job_id} restarted at {', '.join(addresses)}; restored "
+            f"{state.restore_point or 'the initial values'} at global step {step}: {lost} step(s) lost "
+            f"(checkpoints at most every {state.spec.checkpoint_every} steps); the replicas rejoin there"
+        )
+        return True
+
+    def _find_newer_checkpoint(self) -> None:
+        """Look in the checkpoint folder, where this process can read it, for a checkpoint newer than ``Stats`` last
+        said (a server may have written one since, just before it was lost), complete on every shard."""
+        state = self.state
+        names = complete_checkpoints(state)
+        if not names:
+            return  # none, or the folder is on the PS machines only: Stats's account stands
+        name = names[-1]
+        shards = len(state.addresses)
+        step = next(info.step for info in list_checkpoints(state.checkpoint_dir, 0, shards) if info.name == name)
+        if step > state.restore_step:
+            state.restore_point, state.restore_step = name, step
+            with state.lock:
+                if name not in state.checkpoints:
+                    state.checkpoints.append(name)
+
+    def _answers(self, address: str) -> bool:
+        """Whether the server at ``address`` answers ``Stats`` (within ``PROBE_TIMEOUT_S``)."""
+        probe = ParameterClient([address], self.state.token, timeout=PROBE_TIMEOUT_S)
+        try:
+            probe.stats()
+        except ParameterServerError:
+            return False
+        finally:
+            probe.close()
+        return True
+
+    def _describe_server(self, address: str) -> str:
+        shard = self.state.addresses.index(address)
+        ps = self.watch.ps_host(shard)
+        host = f"; worker {ps.address}, name {ps.name}, role ps, task {shard}" if ps else ""
+        return f"parameter server {address} (shard {shard}{host})"
+
+
+__all__ = ["PROBE_TIMEOUT_S", "ServerRecovery", "complete_checkpoints", "publish_addresses"]
