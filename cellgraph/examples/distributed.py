@@ -30,6 +30,7 @@ from cellgraph.cluster.job import Job, train
 from cellgraph.dataflow.errors import CellgraphError
 
 from . import digits, models
+from .progress import progress_bar
 
 # Per model: global steps and Adam learning rate that reach its target in sync mode with 2 replicas of
 # batch 64 (measured: the MLP 99.2% in 200 steps, the mini-Inception 98.9% in 400 steps, ~36 epochs).
@@ -233,9 +234,7 @@ def _postfix(metrics: list[dict[str, Any]]) -> str:
 
 
 def _bar(total: int, label: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=label, unit="step", leave=True)
+    return progress_bar(total, label)
 
 
 def _summary(outcome: Outcome, settings: Settings, replicas: int, shards: int, shutdown_s: float) -> str:

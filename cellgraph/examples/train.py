@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -11,6 +12,7 @@ import cellgraph as cg
 
 from .digits import Split
 from .models import Model
+from .progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,7 @@ def fit(model: Model, data: Split, epochs: int, batch_size: int = 64, seed: int 
     return Result(model.name, epochs, epochs * len(batches), first_step, elapsed, samples / elapsed, accuracy)
 
 
-def _progress(total: int, label: str, enabled: bool):  # noqa: ANN202 - tqdm is optional
+def _progress(total: int, label: str, enabled: bool) -> Any:
     if not enabled:
         return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=f"training {label}", unit="step", leave=True)
+    return progress_bar(total, f"training {label}")
