@@ -2,7 +2,8 @@
 
 Exit status: 0 done; 1 training failed or (with ``--check``) an accuracy
 target was missed; 2 bad arguments, a missing extra or an unreachable
-scheduler; 130 interrupted (Ctrl-C), after shutting the job and cluster down.
+scheduler; 130 interrupted (Ctrl-C), after shutting the job down (and the cluster,
+unless ``--scheduler`` named one someone else started).
 """
 
 from __future__ import annotations
@@ -126,7 +127,13 @@ def _run_distributed(command: str, settings: Settings, check: bool) -> int:
     try:
         outcome = run(settings)
     except KeyboardInterrupt:
-        print(f"{command}: interrupted; the job and the cluster are shut down", file=sys.stderr)
+        closed = (
+            "the job and the cluster are shut down"
+            if settings.scheduler is None
+            else f"the job is closed; the cluster at {settings.scheduler} is left running (this command did not "
+            "start it)"
+        )
+        print(f"{command}: interrupted; {closed}", file=sys.stderr)
         return 130
     except SetupError as err:
         print(f"{command}: error: {err}", file=sys.stderr)

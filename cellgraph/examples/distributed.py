@@ -244,9 +244,15 @@ def _summary(outcome: Outcome, settings: Settings, replicas: int, shards: int, s
     else:
         how = f"async mode, {replicas} replicas of batch {settings.batch_size} each applying on arrival"
     saved = f"final checkpoint {outcome.checkpoint}" if outcome.checkpoint else "no checkpoint written"
+    closed = (
+        f"job and cluster shut down in {shutdown_s:.1f} s"
+        if settings.scheduler is None
+        else f"job closed in {shutdown_s:.1f} s; the cluster at {settings.scheduler} is left running "
+        "(this command did not start it)"
+    )
     return (
         f"Summary: {outcome.steps} global steps of {outcome.model} ({how}) in {outcome.seconds:.1f} s, "
         f"{outcome.examples:,} examples applied ({outcome.examples_per_s:,.0f} examples/s); the parameter servers "
         f"({shards} shard(s)) received {outcome.bytes_in / 1e6:.1f} MB and sent {outcome.bytes_out / 1e6:.1f} MB; "
-        f"{saved}; job and cluster shut down in {shutdown_s:.1f} s."
+        f"{saved}; {closed}."
     )

@@ -178,5 +178,10 @@ def test_scheduler_runs_the_job_on_an_existing_cluster_and_leaves_it_running() -
         assert ran.returncode == 0, ran.stdout + ran.stderr
         assert f"cluster: connected at {local.scheduler_address}, 1 PS + 2 training worker(s)" in ran.stdout
         assert "Summary: 100 global steps of mlp" in ran.stdout
+        # It says what it closed: its job, not the cluster someone else started.
+        assert "; job closed in " in ran.stdout and "job and cluster shut down" not in ran.stdout
+        assert f"s; the cluster at {local.scheduler_address} is left running (this command did not start it)." in (
+            ran.stdout
+        )
         with Client(local.scheduler_address, timeout=30) as client:
             assert len(client.scheduler_info(n_workers=-1)["workers"]) == 3  # the cluster is not the command's to close
