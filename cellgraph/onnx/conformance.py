@@ -1,0 +1,137 @@
+"""ONNX's own node conformance cases run through ``import_model``: pass, fail or unsupported, per op.
+
+A case counts for an op when its model is that one ONNX node (the
+``_expanded`` variants test other ops' function bodies and are left out). A
+case passes when every output has ONNX's expected dtype, shape and values
+(within the case's rtol and atol). It is unsupported when ``import_model``
+refuses it (an attribute, dtype or rank cellgraph cannot express): never a
+pass. Inputs that a row needs as values at build time (a reshape's shape fed
+as a graph input) are given from the case's data as ``static_inputs``, as a
+shape-specializing runtime would; everything else is fed at run time.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cellgraph.dataflow.errors import CellgraphError
+
+from .common import OnnxError
+from .import_ops import IMPORTERS
+from .importer import import_model
+
+
+@dataclass
+class OpResult:
+    """The cases of one ONNX op: names passed, failed (with why) and unsupported (with why)."""
+
+    op: str
+    passed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    unsupported: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return len(self.passed) + len(self.failed) + len(self.unsupported)
+
+    @property
+    def pass_rate(self) -> float:
+        return len(self.passed) / self.total if self.total else 0.0
+
+
+def node_cases() -> list[Any]:
+    """ONNX's node test cases (collected quietly: generating some of them warns about casts)."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return list(collect_testcases(None))
+
+
+def _static_positions(case: Any) -> set[str]:
+    node = case.model.graph.node[0]
+    row = IMPORTERS[node.op_type]
+    inputs = {v.name for v in case.model.graph.input}
+    return {node.input[i] for i in row.static if i < len(node.input) and node.input[i] in inputs}
+
+
+def _arrays(values: list[Any]) -> list[Any]:
+    from onnx import TensorProto, numpy_helper
+
+    return [numpy_helper.to_array(v) if isinstance(v, TensorProto) else v for v in values]
+
+
+def run_case(case: Any) -> tuple[str, str]:
+    """``("pass" | "fail" | "unsupported", why)`` for one case."""
+    graph_inputs = [v.name for v in case.model.graph.input]
+    static = _static_positions(case)
+    for raw_inputs, raw_expected in case.data_sets:
+        inputs, expected = _arrays(raw_inputs), _arrays(raw_expected)
+        by_name = dict(zip(graph_inputs, inputs, strict=False))
+        frozen = {name: by_name[name] for name in static if name in by_name}
+        try:
+            model = import_model(case.model, static_inputs=frozen)
+        except OnnxError as err:
+            return "unsupported", str(err)
+        except Exception as err:  # a bug in a row: reported as a failure of that case, not a crash of the run
+            return "fail", f"import: {type(err).__name__}: {err}"
+        feeds = [by_name[t.node.name] if t.node.name in by_name else None for t in model.inputs]
+        names = {name: value for name, value in by_name.items() if name not in frozen}
+        if any(f is None for f in feeds):
+            feeds = list(names.values())
+        try:
+            with np.errstate(all="ignore"):
+                got = model(*feeds)
+        except (CellgraphError, ValueError, TypeError, IndexError) as err:
+            return "fail", f"run: {type(err).__name__}: {err}"
+        got_list = list(got) if isinstance(got, tuple) else [got]
+        for i, (g, e) in enumerate(zip(got_list, expected, strict=False)):
+            e = np.asarray(e)
+            g = np.asarray(g)
+            if g.dtype != e.dtype or g.shape != e.shape:
+                return "fail", f"output {i}: {g.dtype}{g.shape}, expected {e.dtype}{e.shape}"
+            if not np.allclose(g, e, rtol=case.rtol, atol=case.atol, equal_nan=True):
+                return "fail", f"output {i}: max abs diff {np.nanmax(np.abs(g.astype(float) - e.astype(float)))}"
+    return "pass", ""
+
+
+def run(ops: Iterable[str] | None = None, cases: list[Any] | None = None) -> dict[str, OpResult]:
+    """Every single-node case of each mapped ONNX op (or of ``ops``), by op."""
+    wanted = set(ops) if ops is not None else set(IMPORTERS)
+    results = {op: OpResult(op) for op in sorted(wanted)}
+    for case in cases if cases is not None else node_cases():
+        nodes = case.model.graph.node
+        if len(nodes) != 1 or nodes[0].op_type not in wanted or case.name.endswith("_expanded"):
+            continue
+        outcome, why = run_case(case)
+        result = results[nodes[0].op_type]
+        if outcome == "pass":
+            result.passed.append(case.name)
+        elif outcome == "fail":
+            result.failed[case.name] = why
+        else:
+            result.unsupported[case.name] = why
+    return results
+
+
+def pass_rate(results: dict[str, OpResult]) -> float:
+    """Passed cases over all cases of the mapped ops (unsupported ones count against)."""
+    total = sum(r.total for r in results.values())
+    return sum(len(r.passed) for r in results.values()) / total if total else 0.0
+
+
+def markdown_table(results: dict[str, OpResult]) -> str:
+    """One row per op: cases, passed, failed, unsupported, rate, and the first reason for the rest."""
+    lines = ["| ONNX op | cases | pass | fail | unsupported | pass rate | first reason not passed |", "|---" * 7 + "|"]
+    for op, r in sorted(results.items()):
+        reasons = list(r.failed.values()) + list(r.unsupported.values())
+        why = reasons[0].replace("|", "\\|")[:110] if reasons else ""
+        lines.append(
+            f"| {op} | {r.total} | {len(r.passed)} | {len(r.failed)} | {len(r.unsupported)} | {r.pass_rate:.0%} | {why} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,310 @@
+"""An ONNX model as a cellgraph graph: ``import_model(path)``.
+
+Every node is checked against its row in ``import_ops.IMPORTERS`` (op,
+attributes, attribute values, dtypes, inputs that must be known) before
+anything is built, so an unsupported model raises one ``OnnxError`` naming the
+op or attribute, the node and the opset, and no graph exists. Then each
+initializer that the graph reads becomes a variable (trainable when it is a
+float), each graph input a placeholder (unknown dims stay unknown), and each
+output an identity named after it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+import cellgraph as cg
+from cellgraph.dataflow.errors import CellgraphError
+from cellgraph.dataflow.graph import Graph, Tensor
+
+from ..saved_model import LoadedModel
+from .common import ONNX_TO_DTYPE, OnnxError, onnx_dtype_name
+from .import_ops import IMPORTERS
+
+# The oldest default-domain opset whose op semantics (axes as inputs, Softmax per axis) the rows follow.
+MIN_IMPORT_OPSET = 13
+
+ImportedModel = LoadedModel
+
+
+def cell_name(name: str) -> str:
+    """An ONNX value name as a cellgraph node name (no ':'; not empty)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_./-]", "_", name).strip("/") or "value"
+    return cleaned.replace("//", "/")
+
+
+@dataclass
+class NodeInfo:
+    """One ONNX node with its attributes resolved (defaults filled) and what is known about its values."""
+
+    proto: onnx.NodeProto
+    opset: int
+    attrs: dict[str, Any]
+    known: Mapping[str, np.ndarray]
+    types: Mapping[str, onnx.TypeProto]
+
+    @property
+    def op(self) -> str:
+        return str(self.proto.op_type)
+
+    @property
+    def name(self) -> str:
+        return str(self.proto.name) or f"{self.op}->{','.join(self.proto.output)}"
+
+    @property
+    def inputs(self) -> list[str]:
+        return list(self.proto.input)
+
+    @property
+    def outputs(self) -> list[str]:
+        return list(self.proto.output)
+
+    def describe(self) -> str:
+        return f"{self.op} node {self.name!r}, opset {self.opset}"
+
+    def shape(self, i: int) -> tuple[int | None, ...] | None:
+        """Input ``i``'s static shape from ONNX shape inference, or None when its rank is unknown."""
+        if i >= len(self.inputs) or not self.inputs[i]:
+            return None
+        if self.inputs[i] in self.known:
+            return tuple(self.known[self.inputs[i]].shape)
+        t = self.types.get(self.inputs[i])
+        if t is None or not t.tensor_type.HasField("shape"):
+            return None
+        return tuple(d.dim_value if d.HasField("dim_value") else None for d in t.tensor_type.shape.dim)
+
+    def rank(self, i: int) -> int | None:
+        shape = self.shape(i)
+        return None if shape is None else len(shape)
+
+    def static_value(self, i: int, shaped: bool = False) -> np.ndarray | None:
+        if i >= len(self.inputs) or self.inputs[i] not in self.known:
+            return None
+        value = self.known[self.inputs[i]]
+        return value if shaped else value.reshape(-1)
+
+    @property
+    def static_output(self) -> np.ndarray | None:
+        return self.known.get(self.outputs[0]) if self.outputs else None
+
+    def dtype_name(self, code: int | None) -> str:
+        return "no type" if code is None else onnx_dtype_name(code)
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    raise OnnxError("the ONNX model imports no default-domain (ai.onnx) opset")
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for a in node.attribute:
+        if a.name == "value":
+            return numpy_helper.to_array(a.t)
+        if a.name == "value_float":
+            return np.array(a.f, np.float32)
+        if a.name == "value_floats":
+            return np.array(list(a.floats), np.float32)
+        if a.name == "value_int":
+            return np.array(a.i, np.int64)
+        if a.name == "value_ints":
+            return np.array(list(a.ints), np.int64)
+    return None
+
+
+def _unsupported(what: str, info: NodeInfo) -> OnnxError:
+    return OnnxError(f"{what} has no cellgraph equivalent ({info.describe()})")
+
+
+def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # a model shape inference cannot follow still imports; ranks are then unknown
+        inferred = model
+    g = inferred.graph
+    return {v.name: v.type for v in [*g.input, *g.value_info, *g.output]}
+
+
+def plan(
+    model: onnx.ModelProto, static_inputs: Mapping[str, Any] | None = None
+) -> tuple[list[NodeInfo], dict[str, np.ndarray]]:
+    """Every node of ``model`` checked and resolved, or an ``OnnxError`` for the first one cellgraph cannot express."""
+    opset = _default_opset(model)
+    if opset < MIN_IMPORT_OPSET:
+        raise OnnxError(
+            f"the ONNX model uses opset {opset}; cellgraph imports opset {MIN_IMPORT_OPSET} or newer "
+            "(convert it with onnx.version_converter)"
+        )
+    graph = model.graph
+    known: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    for name, value in (static_inputs or {}).items():
+        known[name] = np.asarray(value)
+    types = _types(model)
+    infos = []
+    for node in graph.node:
+        info = _check_node(node, opset, known, types)
+        infos.append(info)
+        if node.op_type == "Constant" and info.static_output is None:
+            value = _constant_value(node)
+            if value is not None:
+                known[node.output[0]] = value
+    return infos, known
+
+
+def _check_node(
+    node: onnx.NodeProto, opset: int, known: dict[str, np.ndarray], types: Mapping[str, onnx.TypeProto]
+) -> NodeInfo:
+    info = NodeInfo(node, opset, {}, known, types)
+    if node.domain not in ("", "ai.onnx"):
+        raise _unsupported(f"ONNX op {node.domain}.{node.op_type}", info)
+    row = IMPORTERS.get(node.op_type)
+    if row is None:
+        raise OnnxError(
+            f"ONNX op {node.op_type!r} has no cellgraph equivalent ({info.describe()}); "
+            f"cellgraph imports {', '.join(sorted(IMPORTERS))}"
+        )
+    attrs = dict(row.attrs)
+    for a in node.attribute:
+        if a.name not in row.attrs:
+            raise _unsupported(f"attribute {a.name!r} of ONNX op {node.op_type!r}", info)
+        attrs[a.name] = onnx.helper.get_attribute_value(a)
+    info.attrs = attrs
+    if node.op_type == "Constant":
+        value = _constant_value(node)
+        if value is not None:
+            known[node.output[0]] = value
+    for position in row.static:
+        if position < len(node.input) and node.input[position] and node.input[position] not in known:
+            raise OnnxError(
+                f"input {position} ({node.input[position]!r}) of {info.describe()} must be known when the graph "
+                "is built (an initializer or a Constant): cellgraph's shapes are static; "
+                "pass its value in static_inputs"
+            )
+    for value_name in [*node.input, *node.output]:
+        t = types.get(value_name)
+        code = t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else None
+        if value_name in known:
+            code = onnx.helper.np_dtype_to_tensor_dtype(known[value_name].dtype)
+        if code and code not in ONNX_TO_DTYPE:
+            raise _unsupported(f"dtype {onnx_dtype_name(code)} of value {value_name!r}", info)
+    reason = row.check(info) if row.check is not None else None
+    if reason is not None:
+        raise _unsupported(reason, info)
+    return info
+
+
+class Builder:
+    """What an import row builds with: the cellgraph tensor of an ONNX value, or its known value."""
+
+    def __init__(self, graph: Graph, initializers: Mapping[str, np.ndarray], known: Mapping[str, np.ndarray]) -> None:
+        self.graph = graph
+        self.initializers = initializers
+        self.known = known
+        self.tensors: dict[str, Tensor] = {}
+        self.variables: dict[str, Tensor] = {}
+
+    def static(self, name: str) -> np.ndarray:
+        return np.asarray(self.known[name])
+
+    def tensor(self, name: str) -> Tensor:
+        if name not in self.tensors:
+            if name in self.initializers:
+                self.tensors[name] = self._variable(name, self.initializers[name])
+            elif name in self.known:
+                self.tensors[name] = cg.constant(self.known[name], name=cell_name(name))
+            else:
+                raise OnnxError(f"ONNX value {name!r} is read before any node makes it")
+        return self.tensors[name]
+
+    def _variable(self, name: str, value: np.ndarray) -> Tensor:
+        value = np.asarray(value)
+        trainable = value.dtype.kind == "f"
+        t = cg.variable(value, dtype=value.dtype.name, name=cell_name(name), trainable=trainable)
+        self.variables[name] = t
+        return t
+
+    def filter_hwio(self, name: str) -> Tensor:
+        """An ONNX OIHW filter as cellgraph's HWIO: an initializer is stored transposed, as a variable."""
+        if name in self.initializers and name not in self.tensors:
+            hwio = np.ascontiguousarray(np.transpose(self.initializers[name], (2, 3, 1, 0)))
+            self.tensors[f"{name}#hwio"] = t = self._variable(name, hwio)
+            return t
+        if f"{name}#hwio" in self.tensors:
+            return self.tensors[f"{name}#hwio"]
+        return cg.transpose(self.tensor(name), (2, 3, 1, 0))
+
+    def ins(self, info: NodeInfo, count: int | None = None) -> list[Tensor]:
+        # Inputs read as values at build time (a reshape's shape) are not tensors of the graph.
+        static = IMPORTERS[info.op].static
+        names = [n for i, n in enumerate(info.inputs) if n and i not in static]
+        return [self.tensor(n) for n in (names if count is None else names[:count])]
+
+
+def _placeholder(value: onnx.ValueInfoProto) -> Tensor:
+    t = value.type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    return cg.placeholder(dims, ONNX_TO_DTYPE[t.elem_type], name=cell_name(value.name))
+
+
+def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[str, Any] | None = None) -> LoadedModel:
+    """A cellgraph graph computing the ONNX model ``source`` (a path or a ``ModelProto``).
+
+    Initializers become variables (trainable when float), so the imported
+    model can be fine-tuned. ``static_inputs`` gives values for graph inputs
+    that must be known when building (a shape fed as an input). Returns a
+    model callable like ``cg.load_model``'s, with ``graph``, ``inputs`` and ``outputs``.
+
+    Raises ``OnnxError`` naming the op or attribute, the node and the opset
+    for anything cellgraph cannot express, before building anything.
+    """
+    model = source if isinstance(source, onnx.ModelProto) else _load(source)
+    infos, known = plan(model, static_inputs)
+    g = model.graph
+    initializers = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    fed = [v for v in g.input if v.name not in initializers and v.name not in (static_inputs or {})]
+    for v in fed:
+        code = v.type.tensor_type.elem_type
+        if code not in ONNX_TO_DTYPE:
+            raise OnnxError(f"graph input {v.name!r} has dtype {onnx_dtype_name(code)}, which cellgraph does not have")
+    graph = Graph()
+    builder = Builder(graph, initializers, known)
+    try:
+        with graph.as_default(), graph.atomic():
+            inputs = [_placeholder(v) for v in fed]
+            builder.tensors.update({v.name: t for v, t in zip(fed, inputs, strict=True)})
+            for info in infos:
+                outs = IMPORTERS[info.op].build(builder, info)
+                for name, t in zip(info.outputs, outs, strict=False):
+                    if name:
+                        builder.tensors[name] = t
+            outputs = [cg.identity(builder.tensor(v.name), name=cell_name(v.name)) for v in g.output]
+    except OnnxError:
+        raise
+    except CellgraphError as err:
+        raise OnnxError(f"the ONNX model does not build in cellgraph: {err}") from err
+    signature = {
+        "format": "onnx",
+        "opset": _default_opset(model),
+        "inputs": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in inputs],
+        "outputs": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in outputs],
+        "variables": sorted(t.node.name for t in builder.variables.values()),
+    }
+    return LoadedModel(graph, inputs, outputs, signature)
+
+
+def _load(path: str | Path) -> onnx.ModelProto:
+    try:
+        return onnx.load(str(path))
+    except FileNotFoundError:
+        raise OnnxError(f"ONNX model {str(path)!r} does not exist") from None
+    except Exception as err:  # protobuf's DecodeError for a file that is not a model
+        raise OnnxError(f"{str(path)!r} is not an ONNX model: {err}") from err
