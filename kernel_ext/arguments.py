@@ -9,8 +9,9 @@ magic changes anything.
 from __future__ import annotations
 
 import argparse
+import copy
+import inspect
 import os
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ from IPython.utils.process import arg_split
 from cellgraph.dataflow.optimizers import SGD, Adam, Momentum, Optimizer
 
 NO_CLUSTER = "no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, or bind a cg.Cluster to `cluster`"
-USAGE_WIDTH = 100  # columns of a usage line in an error message
+USAGE_WIDTH = 100  # columns of a magic's usage and help
 # ``--optimizer NAME[:RATE]``: each optimizer, with the learning rate used when no RATE is given.
 OPTIMIZERS: dict[str, tuple[type[Optimizer], float]] = {
     "adam": (Adam, 1e-3),
@@ -29,37 +30,44 @@ OPTIMIZERS: dict[str, tuple[type[Optimizer], float]] = {
 }
 
 
+class MagicFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's own help layout for a magic: ``usage: %train ...`` at ``USAGE_WIDTH`` columns, the docstring as
+    written (dedented), and metavars as given.
+
+    IPython's default (``MagicHelpFormatter``) writes the usage as a reST code
+    block and wraps metavars in ``<>`` for the docstring it builds; in an error
+    message or ``--help`` a user reads plain text. Each magic names this class
+    with ``@kwds(formatter_class=MagicFormatter)``.
+    """
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        # IPython names the parser after the function (``train``); the user types ``%train`` (``%%graph`` for a cell).
+        name = prog if prog.startswith("%") else "%" + prog
+        super().__init__(name, indent_increment, max_help_position, width or USAGE_WIDTH)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        # A docstring's first line has no indentation, the others have the method's: cleandoc takes both off.
+        return super()._fill_text(inspect.cleandoc(text), width, indent)
+
+
+def _parser(magic: Callable[..., Any], cell: bool) -> argparse.ArgumentParser:
+    """``magic``'s parser, named as the cell magic (``%%graph``) when ``cell``: the same arguments either way."""
+    parser: argparse.ArgumentParser = magic.parser  # type: ignore[attr-defined]
+    if not cell:
+        return parser
+    as_cell = copy.copy(parser)
+    as_cell.prog = "%%" + parser.prog.lstrip("%")
+    return as_cell
+
+
 def _prog(magic: Callable[..., Any], cell: bool) -> str:
-    return ("%%" if cell else "%") + magic.parser.prog  # type: ignore[attr-defined]
-
-
-def usage(magic: Callable[..., Any], cell: bool = False) -> str:
-    """``%train [-h] [--replicas N] ... LOSS``: the parser's usage, without IPython's reST prefix, wrapped anew."""
-    text: str = magic.parser.format_usage()  # type: ignore[attr-defined]
-    # "::", a blank line, then "  %name [options...]" wrapped for that prefix: keep the words only.
-    one_line = " ".join(text.split("%", 1)[1].split()[1:])
-    prog = _prog(magic, cell)
-    lines = [prog]
-    for part in re.findall(r"\[[^\]]*\]|\S+", one_line):  # "[--steps STEPS]" stays on one line
-        if len(lines[-1]) + 1 + len(part) > USAGE_WIDTH:
-            lines.append(" " * len(prog))
-        lines[-1] += " " + part
-    return "\n".join(lines)
-
-
-def help_text(magic: Callable[..., Any], cell: bool = False) -> str:
-    """The whole ``--help`` text, starting with the usage line."""
-    text: str = magic.parser.format_help()  # type: ignore[attr-defined]
-    # IPython's formatter writes "::", a blank line, the usage (maybe wrapped), a blank line, then the rest.
-    body = text.split("\n\n", 2)[2] if text.startswith("::") else text
-    return usage(magic, cell) + "\n\n" + body.strip() + "\n"
+    return ("%%" if cell else "%") + magic.parser.prog.lstrip("%")  # type: ignore[attr-defined]
 
 
 def usage_error(magic: Callable[..., Any], problem: str, cell: bool = False) -> UsageError:
     """The error a magic raises for bad arguments: what was wrong, then how to call it."""
-    return UsageError(
-        f"{_prog(magic, cell)}: {problem}\nusage: {usage(magic, cell)}\n(see {_prog(magic, cell)} --help)"
-    )
+    prog = _prog(magic, cell)
+    return UsageError(f"{prog}: {problem}\n{_parser(magic, cell).format_usage()}(see {prog} --help)")
 
 
 def parse(magic: Callable[..., Any], line: str, cell: bool = False) -> argparse.Namespace | None:
@@ -73,7 +81,7 @@ def parse(magic: Callable[..., Any], line: str, cell: bool = False) -> argparse.
     except ValueError as err:  # an unclosed quote
         raise usage_error(magic, f"cannot split the arguments {line.strip()!r}: {err}", cell) from None
     if "-h" in tokens or "--help" in tokens:
-        print(help_text(magic, cell))
+        print(_parser(magic, cell).format_help())
         return None
     try:
         args: argparse.Namespace = magic.parser.parse_args(tokens)  # type: ignore[attr-defined]

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.core.magic_arguments import argument, kwds, magic_arguments
 
 from cellgraph.dataflow.errors import CellgraphError
 
-from .arguments import count, parse, positive_float, positive_int, usage_error
+from .arguments import MagicFormatter, count, parse, positive_float, positive_int, usage_error
 from .display import show_as
 from .reach import unreachable
 
@@ -41,6 +41,7 @@ class ClusterMagics(Magics):
         self.ext = ext
 
     @magic_arguments()
+    @kwds(formatter_class=MagicFormatter)
     @argument("-h", "--help", action="store_true", help="show this help and do nothing")
     @argument("--workers", type=positive_int, default=None, help="up: training worker processes (default 2)")
     @argument("--ps", type=count, default=None, help="up: parameter-server processes (default 1)")

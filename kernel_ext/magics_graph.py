@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.core.magic_arguments import argument, kwds, magic_arguments
 
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, get_default_graph
 from cellgraph.dataflow.placement import STRATEGIES, place
 
-from .arguments import NO_CLUSTER, parse, usage_error
+from .arguments import NO_CLUSTER, MagicFormatter, parse, usage_error
 from .display import PlacementTable, show, show_as
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ class GraphMagics(Magics):
         self.ext = ext
 
     @magic_arguments()
+    @kwds(formatter_class=MagicFormatter)
     @argument("-h", "--help", action="store_true", help="show this help and do nothing")
     @argument("--no-show", action="store_true", help="with a cell: do not display the graph at the end")
     @argument("name", nargs="?", metavar="NAME", help="the graph, made if new (default: the default graph)")
@@ -92,6 +93,7 @@ class GraphMagics(Magics):
                 show(value)
 
     @magic_arguments()
+    @kwds(formatter_class=MagicFormatter)
     @argument("-h", "--help", action="store_true", help="show this help and do nothing")
     @argument("--strategy", choices=sorted(STRATEGIES), default="greedy", help="how variables spread over the PS tasks")
     @argument("name", nargs="?", metavar="GRAPH", help="a graph made by %%%%graph GRAPH (default: the default graph)")

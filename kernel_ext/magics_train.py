@@ -8,13 +8,23 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.core.magic_arguments import argument, kwds, magic_arguments
 
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.optimizers import Optimizer
 
-from .arguments import NO_CLUSTER, OPTIMIZERS, count, lookup, optimizer, parse, positive_int, usage_error
+from .arguments import (
+    NO_CLUSTER,
+    OPTIMIZERS,
+    MagicFormatter,
+    count,
+    lookup,
+    optimizer,
+    parse,
+    positive_int,
+    usage_error,
+)
 from .display import show_as
 
 if TYPE_CHECKING:
@@ -32,6 +42,7 @@ class TrainMagics(Magics):
         self.ext = ext
 
     @magic_arguments()
+    @kwds(formatter_class=MagicFormatter)
     @argument("-h", "--help", action="store_true", help="show this help and do nothing")
     @argument("--data", metavar="X,y", help="the training arrays, one per placeholder the loss needs, by name")
     @argument("--replicas", type=positive_int, default=None, help="default: one per training worker")

@@ -88,10 +88,12 @@ def test_a_cell_moved_to_another_graph_takes_its_nodes_along(shell: InteractiveS
 def test_help_and_bad_arguments(shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]) -> None:
     ok(shell, "%%graph --help\nq = 1")
     out = capsys.readouterr().out
-    assert out.startswith("%%graph [-h] [--no-show] [NAME]\n") and "--no-show" in out and "Re-running a cell" in out
+    assert (
+        out.startswith("usage: %%graph [-h] [--no-show] [NAME]\n") and "--no-show" in out and "Re-running a cell" in out
+    )
     assert "q" not in shell.user_ns  # --help does nothing else
     ok(shell, "%graph -h")
-    assert capsys.readouterr().out.startswith("%graph [-h] [--no-show] [NAME]\n")
+    assert capsys.readouterr().out.startswith("usage: %graph [-h] [--no-show] [NAME]\n")
     err = refused(shell, capsys, "%%graph --bogus\nq = 1")
     assert err == (
         "UsageError: %%graph: unrecognized arguments: --bogus\n"

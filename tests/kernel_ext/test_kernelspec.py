@@ -112,7 +112,7 @@ def test_a_kernel_from_the_kernelspec_has_the_extension_loaded(tmp_path: Path) -
         try:
             client.wait_for_ready(timeout=TIMEOUT)
             status, out = execute(client, "%graph --help")
-            assert status == "ok" and out.startswith("%graph [-h] [--no-show] [NAME]"), out
+            assert status == "ok" and out.startswith("usage: %graph [-h] [--no-show] [NAME]"), out
             status, out = execute(client, "print('cellgraph' in get_ipython().extension_manager.loaded)")
             assert (status, out) == ("ok", "True\n")
             # ipykernel hands the front end's cell id to the extension: a re-run cell replaces its nodes.
