@@ -124,6 +124,10 @@ __version__ = "0.1.0"
 # The conveniences over the ops; imported last, they use the names above.
 from cellgraph import init, layers, losses, metrics, optim  # noqa: E402
 
+# Models out and in: a saved-model folder, and ONNX (the onnx package is imported on first use).
+from cellgraph import onnx  # noqa: E402
+from cellgraph.saved_model import load_model, save_model  # noqa: E402
+
 
 def load_ipython_extension(ipython: object) -> None:
     """``%load_ext cellgraph``: cell tracking and the magics (``cellgraph.kernel_ext``, imported only now)."""

@@ -1,0 +1,201 @@
+"""cg.save_model / cg.load_model: a trained model leaves as one folder and runs in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+from cellgraph.cluster.ps.checkpoint import write_shard_checkpoint
+from cellgraph.cluster.ps.config import OptimizerConfig, TrainingConfig, VariableSpec
+from cellgraph.inference import ExportError, checkpoint_values
+
+from .conftest import Trained
+
+# Runs in a new interpreter: nothing of this process (graphs, sessions, kernels) is there.
+LOADER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import cellgraph as cg
+
+    model = cg.load_model(sys.argv[1])
+    x = np.load(sys.argv[2])
+    np.savez(sys.argv[3], full=model(x), one=model(x[:1]), batch37=model(x[:37]))
+    """
+)
+
+
+def test_a_saved_model_loaded_in_a_new_process_gives_the_sessions_outputs(trained: Trained, tmp_path: Path) -> None:
+    m = trained.model
+    folder = cg.save_model(tmp_path / "model", m.x, m.logits, trained.session)
+    assert sorted(p.name for p in folder.iterdir()) == ["model.graphdef", "signature.json", "variables.safetensors"]
+    signature = json.loads((folder / "signature.json").read_text())
+    assert signature["inputs"] == [{"name": "x:0", "dtype": "float32", "shape": [None, *m.x.shape[1:]]}]
+    assert signature["outputs"] == [{"name": m.logits.name, "dtype": "float32", "shape": [None, 10]}]
+    np.save(tmp_path / "x.npy", trained.x_test)
+    subprocess.run(
+        [sys.executable, "-c", LOADER, str(folder), str(tmp_path / "x.npy"), str(tmp_path / "out.npz")],
+        check=True,
+        timeout=300,
+    )
+    got = np.load(tmp_path / "out.npz")
+    for key, rows in (("full", len(trained.x_test)), ("one", 1), ("batch37", 37)):
+        want = trained.logits(trained.x_test[:rows])
+        assert got[key].shape == want.shape
+        assert np.abs(got[key] - want).max() <= 1e-4
+        assert (got[key].argmax(axis=1) == want.argmax(axis=1)).all()
+
+
+def test_the_saved_graph_holds_only_what_the_outputs_need(trained: Trained, tmp_path: Path) -> None:
+    m = trained.model
+    model = cg.load_model(cg.save_model(tmp_path / "model", m.x, m.logits, trained.session))
+    ops = {n.op for n in model.graph}
+    # No labels, loss, gradients or optimizer steps: the training graph stays behind.
+    assert "Placeholder" in ops and not ops & {"ApplyAdam", "SparseSoftmaxCrossEntropyWithLogits", "ReluGrad"}
+    assert [n.name for n in model.graph if n.op == "Placeholder"] == ["x"]
+    assert model.signature["variables"] == sorted(n.name for n in model.graph.variables())
+
+
+def _dropout_model() -> tuple[cg.Graph, cg.Tensor, cg.Tensor, cg.Tensor]:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 4), name="x")
+        h = cg.layers.dense(x, 8, activation="relu", name="hidden")
+        y = cg.layers.dense(cg.dropout(h, 0.5, name="drop"), 3, name="out")
+    return g, x, h, y
+
+
+def test_dropout_is_switched_off_in_the_saved_model(tmp_path: Path) -> None:
+    g, x, h, y = _dropout_model()
+    session = cg.Session(g)
+    model = cg.load_model(cg.save_model(tmp_path / "m", x, y, session))
+    assert "Dropout" not in {n.op for n in model.graph}
+    data = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    values = session.variable_values()
+    # The inference output: every unit kept, unscaled.
+    want = session.run(h, {x: data}) @ values["out/kernel"] + values["out/bias"]
+    np.testing.assert_allclose(model(data), want, rtol=1e-6)
+    np.testing.assert_array_equal(model(data), model(data))
+
+
+def test_a_loaded_model_can_be_trained_further(tmp_path: Path) -> None:
+    g, x, _, y = _dropout_model()
+    loaded = cg.load_model(cg.save_model(tmp_path / "m", x, y, cg.Session(g)))
+    data = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
+    before = loaded(data)
+    with loaded.graph.as_default():
+        labels = cg.placeholder((None,), "int32", name="labels")
+        loss = cg.losses.sparse_softmax_cross_entropy(loaded.outputs[0], labels)
+        step = cg.optim.SGD(0.5).minimize(loss)
+    feeds = {loaded.inputs[0]: data, labels: np.zeros(8, np.int32)}
+    first = float(loaded.session.run(loss, feeds))
+    for _ in range(5):
+        loaded.session.run(step, feeds)
+    assert float(loaded.session.run(loss, feeds)) < first
+    assert not np.allclose(loaded(data), before)
+
+
+def test_values_come_from_a_mapping_and_are_checked(tmp_path: Path) -> None:
+    g, x, _, y = _dropout_model()
+    values = cg.Session(g).variable_values()
+    values["out/bias"] = np.full(3, 7.0, np.float32)
+    model = cg.load_model(cg.save_model(tmp_path / "m", x, y, values))
+    assert model(np.zeros((1, 4), np.float32)).tolist() == [[7.0, 7.0, 7.0]]
+    del values["out/bias"]
+    with pytest.raises(ExportError, match=r"variable 'out/bias' has no value in the dict \(it holds: hidden/bias"):
+        cg.save_model(tmp_path / "n", x, y, values)
+    values["out/bias"] = np.zeros(4, np.float32)
+    with pytest.raises(ExportError, match=r"variable 'out/bias' is float32\(3,\) in the graph but float32\(4,\)"):
+        cg.save_model(tmp_path / "n", x, y, values)
+    assert not (tmp_path / "n").exists()
+
+
+def _write_two_shards(directory: Path, values: dict[str, np.ndarray], step: int) -> None:
+    """A job's checkpoint as two PS shards write it: 'hidden/kernel' split by rows, the rest spread."""
+    kernel = values["hidden/kernel"]
+    pieces: list[dict[str, tuple[np.ndarray, VariableSpec]]] = [{}, {}]
+    for i, rows in enumerate(((0, 2), (2, kernel.shape[0]))):
+        part = np.ascontiguousarray(kernel[rows[0] : rows[1]])
+        pieces[i]["hidden/kernel"] = (part, VariableSpec("hidden/kernel", part.dtype, part.shape, kernel.shape, rows))
+    for i, name in enumerate(n for n in sorted(values) if n != "hidden/kernel"):
+        v = values[name]
+        pieces[i % 2][name] = (v, VariableSpec(name, v.dtype, v.shape))
+    for shard, held in enumerate(pieces):
+        write_shard_checkpoint(
+            directory, job_id="test", shard=shard, num_shards=2, global_step=step,
+            tensors={k: v for k, (v, _) in held.items()}, versions=dict.fromkeys(held, 1),
+            specs=[s for _, s in held.values()], optimizer=OptimizerConfig(), training=TrainingConfig(),
+        )  # fmt: skip
+
+
+def test_values_come_from_a_checkpoint_folder_with_split_variables(tmp_path: Path) -> None:
+    g, x, _, y = _dropout_model()
+    session = cg.Session(g)
+    values = session.variable_values()
+    old = {k: v + 1.0 for k, v in values.items()}
+    _write_two_shards(tmp_path / "ckpt", old, step=10)
+    _write_two_shards(tmp_path / "ckpt", values, step=20)
+    read = checkpoint_values(tmp_path / "ckpt")
+    assert sorted(read) == sorted(values) and all((read[k] == values[k]).all() for k in values)
+    model = cg.load_model(cg.save_model(tmp_path / "m", x, y, tmp_path / "ckpt"))
+    data = np.ones((2, 4), np.float32)
+    h = np.maximum(data @ values["hidden/kernel"] + values["hidden/bias"], 0)
+    np.testing.assert_allclose(model(data), h @ values["out/kernel"] + values["out/bias"], rtol=1e-6)
+
+
+def test_a_checkpoint_folder_without_checkpoints_is_refused(tmp_path: Path) -> None:
+    g, x, _, y = _dropout_model()
+    with pytest.raises(ExportError, match=r"checkpoint folder '.*nowhere' does not exist or is not a folder"):
+        cg.save_model(tmp_path / "m", x, y, tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ExportError, match=r"checkpoint folder '.*empty' holds no shard manifests"):
+        cg.save_model(tmp_path / "m", x, y, tmp_path / "empty")
+
+
+def test_bad_inputs_and_outputs_are_refused_naming_them(tmp_path: Path) -> None:
+    g, x, h, y = _dropout_model()
+    with g.as_default():
+        other = cg.placeholder((None, 3), name="other")
+        z = y + other
+        w = g.node("out/kernel").output(0)
+        bump = cg.assign_add(w, cg.ones_like(w))
+    session = cg.Session(g)
+    with pytest.raises(ExportError, match=r"input 'hidden/relu:0' is made by Relu 'hidden/relu' .*not by a placeholder"):
+        cg.save_model(tmp_path / "m", h, y, session)
+    with pytest.raises(ExportError, match=r"output needs placeholder Placeholder 'other' .*which is not among the inputs \(x\)"):
+        cg.save_model(tmp_path / "m", x, z, session)
+    with pytest.raises(ExportError, match=r"output needs AssignAdd 'assign_add' .*, which changes state \(training only\)"):
+        cg.save_model(tmp_path / "m", x, bump, session)
+    with pytest.raises(ExportError, match=r"outputs: .* is not a Tensor"):
+        cg.save_model(tmp_path / "m", x, [g.node("out/bias_add")], session)  # type: ignore[list-item]
+    with pytest.raises(ExportError, match=r"cannot read variable values from a int: give a Session, a Job"):
+        cg.save_model(tmp_path / "m", x, y, 3)
+    assert not (tmp_path / "m").exists()
+
+
+def test_loading_refuses_what_is_not_a_saved_model(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match=r"saved model signature '.*nothing/signature.json' is missing"):
+        cg.load_model(tmp_path / "nothing")
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "signature.json").write_text('{"format": "else"}')
+    with pytest.raises(ExportError, match=r"is not a cellgraph saved model"):
+        cg.load_model(tmp_path / "odd")
+    g, x, _, y = _dropout_model()
+    folder = cg.save_model(tmp_path / "m", x, y, cg.Session(g))
+    (folder / "variables.safetensors").unlink()
+    with pytest.raises(ExportError, match=r"saved model '.*m' is missing variables.safetensors"):
+        cg.load_model(folder)
+
+
+def test_a_loaded_model_names_its_inputs_when_called_wrongly(tmp_path: Path) -> None:
+    g, x, _, y = _dropout_model()
+    model = cg.load_model(cg.save_model(tmp_path / "m", x, y, cg.Session(g)))
+    with pytest.raises(ExportError, match=r"this model takes 1 input\(s\) \(x:0\), got 2"):
+        model(np.zeros((1, 4)), np.zeros((1, 4)))
