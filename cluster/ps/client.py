@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -49,9 +49,10 @@ from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 
 from ..errors import STATUS_CODES, ParameterServerError
 from .auth import ClientTLS, token_metadata
-from .chunks import MAX_CHUNK_BYTES, TensorAssembler, tensor_chunks
+from .chunks import MAX_CHUNK_BYTES
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
 from .frames import serialize, tensor_chunk_frames
+from .held import PullPlan, StreamPool, rows, step_frames
 from .messages import (
     optimizer_from_proto,
     optimizer_to_proto,
@@ -253,6 +254,7 @@ class ParameterClient:
         self._pid = -1
         self._channels: list[grpc.Channel] = []
         self._stubs: list[pb_grpc.ParameterServiceStub] = []
+        self._pools: list[StreamPool] = []  # each shard's held Step streams
         self._pool: futures.ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ plumbing
@@ -263,6 +265,7 @@ class ParameterClient:
                 self._pid, self._pool = os.getpid(), None
                 self._channels = [self._open(a) for a in self.addresses]
                 self._stubs = [_Stub(c) for c in self._channels]
+                self._pools = [StreamPool(c, SERVICE_NAME) for c in self._channels]
             return self._stubs[shard]
 
     def _open(self, address: str) -> grpc.Channel:
@@ -457,31 +460,33 @@ class ParameterClient:
         min_step: int | None = None,
         timeout: float | None = None,
         replica_id: int = 0,
+        out: Mapping[str, np.ndarray] | None = None,
     ) -> PullResult:
         """The whole value of each named variable (all when ``names`` is None).
 
         With ``min_step``, each shard answers once its global step reaches it
         (sync replicas wait for the step they pushed to be applied); the wait
-        is bounded by ``timeout`` (default: the client's).
+        is bounded by ``timeout`` (default: the client's). ``out`` maps
+        variable names to arrays to write into instead of new ones (a replica
+        reuses its buffers step after step): each a writable C-contiguous
+        array of the variable's dtype and whole shape.
         """
-        plan = self._pull_plan(names, min_step, replica_id)
-
-        def pull_shard(shard: int) -> tuple[int, dict[str, int]]:
-            def call(stub: pb_grpc.ParameterServiceStub, left: float) -> tuple[int, dict[str, int]]:
-                messages = stub.Pull(plan.requests[shard], timeout=left, metadata=self._metadata)
-                return plan.receive(shard, messages)
-
-            return self._call(shard, f"Pull of {', '.join(plan.names[shard])}", call, timeout=timeout)
-
-        return plan.result(self._each_shard(sorted(plan.requests), pull_shard))
+        plan = self._pull_plan(names, min_step, replica_id, out)
+        answers = self._each_shard(
+            sorted(plan.requests),
+            lambda shard: self._step(shard, [], None, plan, f"Pull of {', '.join(plan.names[shard])}", timeout),
+        )
+        return self._pull_result(plan, {s: a[1] for s, a in answers.items() if a[1] is not None})
 
     def push(self, grads: Mapping[str, np.ndarray], *, step: int, replica_id: int) -> PushResult:
         """Send replica ``replica_id``'s gradients for ``step`` to every shard that holds their variables."""
         pieces = self._push_pieces(grads)
+        header = pb.PushHeader(replica_id=replica_id, step=step)
+        what = f"Push of replica {replica_id} for step {step}"
         answers = self._each_shard(
-            sorted(pieces), lambda shard: self._push_shard(shard, pieces[shard], step, replica_id)
+            sorted(pieces), lambda shard: self._step(shard, pieces[shard], header, None, what, None)
         )
-        return _push_result(answers)
+        return _push_result({s: a[0] for s, a in answers.items() if a[0] is not None})
 
     def push_pull(
         self,
@@ -492,52 +497,74 @@ class ParameterClient:
         min_step: int | None = None,
         names: Sequence[str] | None = None,
         timeout: float | None = None,
+        out: Mapping[str, np.ndarray] | None = None,
     ) -> tuple[PushResult, PullResult]:
-        """``push`` then ``pull``, in one round trip per shard where both fit in one message.
+        """``push`` then ``pull``: one step on each shard's held stream, one round trip.
 
         A sync replica passes ``min_step=step + 1`` to get the parameters of
-        the update its gradient joined. Shards with more bytes than
-        ``FUSED_BYTES`` either way take the two streaming calls.
+        the update its gradient joined.
         """
         pieces = self._push_pieces(grads)
-        plan = self._pull_plan(names, min_step, replica_id)
-        shards = sorted(set(pieces) | set(plan.requests))
-
-        def exchange(shard: int) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
-            mine, request = pieces.get(shard, []), plan.requests.get(shard)
-            small = sum(p.nbytes for _, p in mine) <= FUSED_BYTES and plan.nbytes(shard) <= FUSED_BYTES
-            if not (mine and request is not None and small):
-                pushed = self._push_shard(shard, mine, step, replica_id) if mine else None
-                if request is None:
-                    return pushed, None
-                call = lambda stub, left: plan.receive(shard, stub.Pull(request, timeout=left, metadata=self._metadata))
-                return pushed, self._call(shard, f"Pull of {', '.join(plan.names[shard])}", call, timeout=timeout)
-            fused = pb.PushPullRequest(header=pb.PushHeader(replica_id=replica_id, step=step), pull=request)
-            for spec, piece in mine:
-                fused.chunks.extend(tensor_chunks(spec.name, piece, self.max_chunk_bytes))
-
-            def call_fused(
-                stub: pb_grpc.ParameterServiceStub, left: float
-            ) -> tuple[pb.PushResponse, tuple[int, dict[str, int]]]:
-                answer = stub.PushPull(fused, timeout=left, metadata=self._metadata)
-                return answer.push, plan.receive(shard, answer.values)
-
-            # Retried only in sync mode, as a push is (see _push_shard).
-            return self._call(
-                shard,
-                f"PushPull of replica {replica_id} for step {step}",
-                call_fused,
-                retry=self._sync(),
-                timeout=timeout,
-            )
-
-        answers = self._each_shard(shards, exchange)
+        plan = self._pull_plan(names, min_step, replica_id, out)
+        header = pb.PushHeader(replica_id=replica_id, step=step)
+        what = f"push and pull of replica {replica_id} for step {step}"
+        answers = self._each_shard(
+            sorted(set(pieces) | set(plan.requests)),
+            lambda shard: self._step(
+                shard, pieces.get(shard, []), header if shard in pieces else None, plan, what, timeout
+            ),
+        )
         pushed = {s: a[0] for s, a in answers.items() if a[0] is not None}
         pulled = {s: a[1] for s, a in answers.items() if a[1] is not None}
-        return _push_result(pushed), plan.result(pulled)
+        return _push_result(pushed), self._pull_result(plan, pulled)
+
+    def _step(
+        self,
+        shard: int,
+        pieces: list[tuple[VariableSpec, np.ndarray]],
+        header: pb.PushHeader | None,
+        plan: PullPlan | None,
+        what: str,
+        timeout: float | None,
+    ) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
+        """One step on ``shard``'s held Step stream: the push (if any), then the pull (if ``plan`` asks this shard)."""
+        request = plan.requests.get(shard) if plan is not None else None
+
+        def call(
+            stub: pb_grpc.ParameterServiceStub, left: float
+        ) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
+            # The server gives up on a step a little before the caller does, to say whom it waited for.
+            frames = step_frames(pieces, header, request, 0.9 * left, self.max_chunk_bytes)
+            pool = self._pools[shard]
+            stream = pool.take(self._metadata)
+            scope = _current_fan_out()
+            if scope is not None:
+                scope.track(stream.call)
+            pushed, receiver = None, plan.receiver(shard) if plan is not None and request is not None else None
+            try:
+                for framed in stream.exchange(frames, left):
+                    if framed.message.HasField("push"):
+                        pushed = framed.message.push
+                    if receiver is not None and framed.message.values:
+                        receiver.add(framed, framed.message.values)
+            except grpc.RpcError as err:
+                if scope is not None and scope.failed.is_set() and err.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                    raise _Cancelled() from None  # another shard failed: its error is the news
+                raise
+            finally:
+                if scope is not None:
+                    scope.untrack(stream.call)
+                pool.give_back(stream)
+            return pushed, receiver.finish() if receiver is not None else None
+
+        # An async push that reached the server before the connection broke may have been applied: retrying
+        # could apply it twice. A sync push is safe to retry: the server refuses a second one for the same step.
+        return self._call(shard, what, call, retry=header is None or self._sync(), timeout=timeout)
 
     # ------------------------------------------------------------------ pull and push, per shard
-    def _pull_plan(self, names: Sequence[str] | None, min_step: int | None, replica_id: int) -> _PullPlan:
+    def _pull_plan(
+        self, names: Sequence[str] | None, min_step: int | None, replica_id: int, out: Mapping[str, np.ndarray] | None
+    ) -> PullPlan:
         layout = self._need_layout()
         wanted = list(layout) if names is None else list(names)
         unknown = [n for n in wanted if n not in layout]
@@ -546,7 +573,23 @@ class ParameterClient:
                 f"pull of unknown variable(s) {', '.join(map(repr, unknown))}; the job has: {', '.join(layout)}",
                 "NOT_FOUND",
             )
-        return _PullPlan(layout, wanted, min_step, replica_id, self.max_chunk_bytes)
+        if out is not None:
+            extra = [n for n in out if n not in wanted]
+            if extra:
+                raise ParameterServerError(
+                    f"pull(out=...) names {', '.join(map(repr, extra))}, which this pull does not fetch; "
+                    f"it fetches: {', '.join(wanted)}",
+                    "INVALID_ARGUMENT",
+                )
+        return PullPlan(layout, wanted, min_step, replica_id, self.max_chunk_bytes, out)
+
+    @staticmethod
+    def _pull_result(plan: PullPlan, answers: Mapping[int, tuple[int, dict[str, int]]]) -> PullResult:
+        versions: dict[str, int] = {}
+        for _, shard_versions in answers.values():
+            for name, version in shard_versions.items():
+                versions[name] = min(version, versions.get(name, version))
+        return PullResult(plan.whole, min(step for step, _ in answers.values()), versions)
 
     def _push_pieces(self, grads: Mapping[str, np.ndarray]) -> dict[int, list[tuple[VariableSpec, np.ndarray]]]:
         """Each shard's part of a push: (the piece's spec, its rows of the gradient)."""
@@ -569,24 +612,11 @@ class ParameterClient:
                     "INVALID_ARGUMENT",
                 )
             for shard, spec in layout[name]:
-                by_shard.setdefault(shard, []).append((spec, _rows(grad, spec)))
+                by_shard.setdefault(shard, []).append((spec, rows(grad, spec)))
         return by_shard
 
     def _sync(self) -> bool:
         return self.training is not None and self.training.mode == "sync"
-
-    def _push_shard(
-        self, shard: int, pieces: list[tuple[VariableSpec, np.ndarray]], step: int, replica_id: int
-    ) -> pb.PushResponse:
-        def messages() -> Iterator[pb.PushMessage | bytes]:
-            yield pb.PushMessage(header=pb.PushHeader(replica_id=replica_id, step=step))
-            for spec, piece in pieces:
-                yield from tensor_chunk_frames(spec.name, piece, self.max_chunk_bytes, field=_PUSH_CHUNK_FIELD)
-
-        call = lambda stub, left: stub.Push(messages(), timeout=left, metadata=self._metadata)
-        # An async push that reached the server before the connection broke may have been applied: retrying
-        # could apply it twice. A sync push is safe to retry: the server refuses a second one for the same step.
-        return self._call(shard, f"Push of replica {replica_id} for step {step}", call, retry=self._sync())
 
     # ------------------------------------------------------------------ checkpoints and stats
     def save(self) -> str:
@@ -626,11 +656,13 @@ class ParameterClient:
         """Close this process's channels and threads; the client reopens them if used again."""
         with self._lock:
             if self._pid == os.getpid():
+                for pool in self._pools:
+                    pool.close()
                 for channel in self._channels:
                     channel.close()
                 if self._pool is not None:
                     self._pool.shutdown(wait=False)
-            self._pid, self._channels, self._stubs, self._pool = -1, [], [], None
+            self._pid, self._channels, self._stubs, self._pools, self._pool = -1, [], [], [], None
 
     def __enter__(self) -> ParameterClient:
         return self
@@ -639,68 +671,8 @@ class ParameterClient:
         self.close()
 
 
-def _rows(whole: np.ndarray, spec: VariableSpec) -> np.ndarray:
-    """The rows of ``whole`` that piece ``spec`` covers (a contiguous view), or ``whole`` itself."""
-    if spec.shape == spec.whole_shape or spec.rows is None:
-        return whole
-    return whole[spec.rows[0] : spec.rows[1]]
-
-
 # How long a failed fan-out waits for the other shards' cancelled calls to end before it raises, at most.
 CANCEL_WAIT_S = 1.0
-
-# A shard's push and pull go in one PushPull call when each way carries at most this many bytes.
-FUSED_BYTES = 1024 * 1024
-
-
-class _PullPlan:
-    """One pull's requests per shard, and the whole arrays their chunks are written into."""
-
-    def __init__(
-        self, layout: Layout, wanted: list[str], min_step: int | None, replica_id: int, max_chunk: int
-    ) -> None:
-        self.whole = {n: np.empty(layout[n][0][1].whole_shape, layout[n][0][1].dtype) for n in wanted}
-        self.specs: dict[int, dict[str, VariableSpec]] = {}
-        for name in wanted:
-            for shard, spec in layout[name]:
-                self.specs.setdefault(shard, {})[name] = spec
-        self.names = {shard: list(specs) for shard, specs in self.specs.items()}
-        self.requests: dict[int, pb.PullRequest] = {}
-        for shard, specs in self.specs.items():
-            request = pb.PullRequest(names=list(specs), replica_id=replica_id, max_chunk_bytes=max_chunk)
-            if min_step is not None:
-                request.min_step = min_step
-            self.requests[shard] = request
-
-    def nbytes(self, shard: int) -> int:
-        return sum(spec.nbytes for spec in self.specs.get(shard, {}).values())
-
-    def receive(self, shard: int, messages: Iterable[pb.PullMessage]) -> tuple[int, dict[str, int]]:
-        """Write a shard's chunks into the whole arrays; return its global step and the versions it sent."""
-        specs = self.specs[shard]
-        assemblers = {
-            name: TensorAssembler(spec, f"variable '{name}' from shard {shard}", out=_rows(self.whole[name], spec))
-            for name, spec in specs.items()
-        }
-        step, versions = 0, {}
-        for message in messages:
-            assembler = assemblers.get(message.chunk.name)
-            if assembler is None:
-                raise ParameterServerError(
-                    f"shard {shard} sent '{message.chunk.name}', which was not asked for", "INTERNAL"
-                )
-            assembler.add(message.chunk)
-            step, versions[message.chunk.name] = message.global_step, message.version
-        for assembler in assemblers.values():
-            assembler.finish()
-        return step, versions
-
-    def result(self, answers: Mapping[int, tuple[int, dict[str, int]]]) -> PullResult:
-        versions: dict[str, int] = {}
-        for _, shard_versions in answers.values():
-            for name, version in shard_versions.items():
-                versions[name] = min(version, versions.get(name, version))
-        return PullResult(self.whole, min(step for step, _ in answers.values()), versions)
 
 
 def _push_result(answers: Mapping[int, pb.PushResponse]) -> PushResult:

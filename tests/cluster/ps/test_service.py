@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -261,29 +262,63 @@ def test_an_unreachable_server_is_named_after_the_retries(ps: Servers) -> None:
     assert err.value.code == "UNAVAILABLE"
 
 
-def test_push_pull_is_one_call_for_small_shards_and_two_for_big_ones(ps: Servers) -> None:
-    from cellgraph.cluster.ps.client import FUSED_BYTES
+def test_steps_go_over_one_held_stream_per_shard_small_and_big(ps: Servers) -> None:
+    from cellgraph.cluster.ps.held import ONE_MESSAGE_BYTES
 
     ps.start(2)
     client = ps.client()
-    big = np.zeros(FUSED_BYTES // 4 + 1, np.float32)  # over the fused limit: Push and Pull streams
+    big = np.zeros(ONE_MESSAGE_BYTES // 4 + 300_000, np.float32)  # over one message: the push and pull go in pieces
     values = {"big": big, "small": np.zeros(4, np.float32)}
-    client.init("fused", values, OptimizerConfig("sgd", 1.0), split_threshold=1 << 40)
+    client.init("held", values, OptimizerConfig("sgd", 1.0), split_threshold=1 << 40)
     client.register(0)
     where = {name: pieces[0][0] for name, pieces in client.layout.items()}  # type: ignore[union-attr]
     assert where["big"] != where["small"]
-    grads = {name: -np.ones_like(v) for name, v in values.items()}  # lr 1: each value becomes 1
-    pushed, pulled = client.push_pull(grads, step=0, replica_id=0)
-    assert pushed.status == "applied" and pushed.by_shard == ("applied", "applied")
-    assert pulled.global_step == 1
+    grads = {name: -np.ones_like(v) for name, v in values.items()}  # lr 1: each value goes up by 1 a step
+    for step in range(3):
+        pushed, pulled = client.push_pull(grads, step=step, replica_id=0)
+        assert pushed.status == "applied" and pushed.by_shard == ("applied", "applied")
+        assert pulled.global_step == step + 1
+        for name in values:
+            assert (pulled.values[name] == step + 1).all(), name
+    client.push(grads, step=3, replica_id=0)
+    assert (client.pull(["big"]).values["big"] == 4).all()
     for name in values:
-        assert (pulled.values[name] == 1).all()
-    calls = {where[name]: dict(client.stats()[where[name]].calls) for name in values}
-    assert calls[where["small"]].get("PushPull") == 1 and "Push" not in calls[where["small"]]
-    assert calls[where["big"]].get("Push") == 1 and calls[where["big"]].get("Pull") == 1
-    assert "PushPull" not in calls[where["big"]]
+        calls = dict(client.stats()[where[name]].calls)
+        # Five steps, one stream: no call per step, and none of the one-shot RPCs.
+        assert calls.get("Step") == 1, calls
+        assert not {"Push", "Pull", "PushPull"} & set(calls), calls
     with pytest.raises(ParameterServerError, match="a push needs at least one gradient"):
         client.push_pull({}, step=1, replica_id=0)
+
+
+def test_pull_out_reuses_the_callers_buffers_and_refuses_a_wrong_one(ps: Servers) -> None:
+    ps.start(2)
+    client = ps.client()
+    values = {"w": np.arange(12, dtype=np.float32).reshape(6, 2), "b": np.ones(3, np.float64)}
+    client.init("out", values, OptimizerConfig("sgd", 1.0), split_threshold=16)  # w is split over both shards
+    client.register(0)
+    out = {"w": np.zeros((6, 2), np.float32), "b": np.zeros(3, np.float64)}
+    pulled = client.pull(out=out)
+    assert pulled.values["w"] is out["w"] and pulled.values["b"] is out["b"]
+    np.testing.assert_array_equal(out["w"], values["w"])
+    np.testing.assert_array_equal(out["b"], values["b"])
+    _, again = client.push_pull({"w": np.ones((6, 2), np.float32), "b": np.zeros(3)}, step=0, replica_id=0, out=out)
+    assert again.values["w"] is out["w"]
+    np.testing.assert_array_equal(out["w"], values["w"] - 1)
+    cases = {
+        "out['w'] is a float64 array of shape (6, 2); it must be a writable C-contiguous float32 array of shape (6, 2)": {
+            "w": np.zeros((6, 2))
+        },
+        "out['w'] is a non-contiguous float32 array of shape (6, 2)": {"w": np.zeros((2, 6), np.float32).T},
+        "out['b'] is a read-only float64 array of shape (3,)": {"b": np.zeros(3).view()},
+        "out['w'] is a list": {"w": [0.0] * 12},
+        "pull(out=...) names 'zz', which this pull does not fetch; it fetches: w, b": {"zz": np.zeros(1)},
+    }
+    cases["out['b'] is a read-only float64 array of shape (3,)"]["b"].flags.writeable = False
+    for words, bad in cases.items():
+        with pytest.raises(ParameterServerError, match=re.escape(words)) as err:
+            client.pull(out=bad)  # type: ignore[arg-type]
+        assert err.value.code == "INVALID_ARGUMENT"
 
 
 def test_a_scalar_variable_stays_a_scalar(ps: Servers) -> None:

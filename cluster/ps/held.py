@@ -1,0 +1,310 @@
+"""The client's side of the Step stream: held streams, their deadlines, and what a step sends and receives.
+
+A ``ParameterClient`` keeps, per shard, a small pool of open Step streams (one
+per thread that steps at the same time; a replica has one). A step puts its
+request frames on a stream and reads the answer; the stream stays open for
+the next step, so a step costs no call setup. A stream that failed is
+dropped and the next step opens a new one.
+
+The stream itself has no deadline (it lives across steps); each step has
+one, kept by one watchdog thread per process that cancels a step's call when
+its time is up (``Deadlines``).
+
+``PullPlan`` receives pulled chunks straight into the destination arrays
+(new ones, or the caller's ``out=``), one copy from the received bytes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import grpc
+import numpy as np
+
+from cellgraph.dataflow.shapes import fmt
+from cellgraph.protos import parameter_service_pb2 as pb
+
+from ..errors import ParameterServerError
+from .chunks import MAX_MESSAGE_BYTES, TensorAssembler
+from .config import VariableSpec
+from .frames import Framed, chunk_parts, length_delimited, parse_framed, varint
+from .sharding import Layout
+
+_HEADER = pb.StepRequest.DESCRIPTOR.fields_by_name["header"].number
+_CHUNKS = pb.StepRequest.DESCRIPTOR.fields_by_name["chunks"].number
+_MORE = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["more"].number << 3) + b"\x01"
+_PULL = pb.StepRequest.DESCRIPTOR.fields_by_name["pull"].number
+# A step whose gradients (and their chunks' headers) fit in this many bytes is one message.
+ONE_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+# How often the deadline watchdog looks at the steps in flight, at the least.
+WATCHDOG_TICK_S = 0.5
+
+_END = object()  # closes a stream's request iterator
+
+
+def step_frames(
+    pieces: Sequence[tuple[VariableSpec, np.ndarray]],
+    header: pb.PushHeader | None,
+    pull: pb.PullRequest | None,
+    wait_s: float,
+    max_chunk: int,
+) -> list[bytes]:
+    """A step's StepRequest frames: one message when the push fits, else the push in pieces (``more``)."""
+    last = pb.StepRequest(wait_s=wait_s)
+    if pull is not None:
+        last.pull.CopyFrom(pull)
+    tail = last.SerializeToString()
+    head = length_delimited(_HEADER, [header.SerializeToString()]) if header is not None else []
+    chunks = [
+        length_delimited(_CHUNKS, parts) for spec, piece in pieces for parts in chunk_parts(spec.name, piece, max_chunk)
+    ]
+    total = sum(piece.nbytes for _, piece in pieces) + 256 * len(chunks)
+    if total <= ONE_MESSAGE_BYTES:
+        return [b"".join([*head, *(p for c in chunks for p in c), tail])]
+    frames = [b"".join([*head, _MORE])]
+    frames += [b"".join([*chunk, _MORE]) for chunk in chunks]
+    return [*frames, tail]
+
+
+class StepTimeout(grpc.RpcError):
+    """A step that ran past its deadline (the watchdog cancelled its stream): reported as DEADLINE_EXCEEDED."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no answer within the {seconds:g} s deadline")
+        self.seconds = seconds
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+
+    def details(self) -> str:
+        return f"no answer within the {self.seconds:g} s deadline"
+
+
+class StreamEnded(grpc.RpcError):
+    """The server closed a Step stream without an answer or a status: reported as UNAVAILABLE."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "the server closed the Step stream in the middle of a step"
+
+
+class Deadlines:
+    """One watchdog thread per process that cancels the call of a step past its deadline."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._heap: list[tuple[float, int, HeldStream]] = []
+        self._counter = itertools.count()
+        self._pid = -1
+
+    def arm(self, stream: HeldStream, seconds: float) -> int:
+        """Cancel ``stream``'s call in ``seconds`` unless disarmed; return the ticket to disarm it."""
+        ticket = next(self._counter)
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child has no watchdog thread: start its own
+                self._pid, self._heap = os.getpid(), []
+                threading.Thread(target=self._watch, name="cellgraph-psclient-deadlines", daemon=True).start()
+            heapq.heappush(self._heap, (time.monotonic() + seconds, ticket, stream))
+            stream.ticket = ticket
+            if self._heap[0][1] == ticket:
+                self._lock.notify()
+        return ticket
+
+    def disarm(self, stream: HeldStream) -> None:
+        stream.ticket = -1  # the heap entry is left to expire harmlessly
+
+    def _watch(self) -> None:
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    _, ticket, stream = heapq.heappop(self._heap)
+                    if stream.ticket == ticket:
+                        stream.expire()
+                wait = self._heap[0][0] - now if self._heap else WATCHDOG_TICK_S
+                self._lock.wait(min(max(wait, 0.001), WATCHDOG_TICK_S))
+
+
+DEADLINES = Deadlines()
+
+
+class HeldStream:
+    """One open Step stream to one shard."""
+
+    def __init__(self, method: grpc.StreamStreamMultiCallable, metadata: Any) -> None:
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.call = method(iter(self._requests.get, _END), metadata=metadata)
+        self.ticket = -1
+        self.expired = False
+        self.broken = False
+
+    def exchange(self, frames: Sequence[bytes], seconds: float) -> Iterator[Framed[pb.StepResponse]]:
+        """Send one step's frames and yield its answer's messages, the last one marked ``last``."""
+        self.broken = True  # until the step's answer is read through
+        DEADLINES.arm(self, seconds)
+        try:
+            for frame in frames:
+                self._requests.put(frame)
+            while True:
+                try:
+                    answer: Framed[pb.StepResponse] = next(self.call)
+                except StopIteration:
+                    raise StreamEnded() from None
+                except grpc.RpcError as err:
+                    if self.expired and err.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                        raise StepTimeout(seconds) from None
+                    raise
+                yield answer
+                if answer.message.last:
+                    self.broken = False
+                    return
+        finally:
+            DEADLINES.disarm(self)
+
+    def expire(self) -> None:
+        self.expired = True
+        self.call.cancel()
+
+    def close(self) -> None:
+        self._requests.put(_END)
+        self.call.cancel()
+
+
+class StreamPool:
+    """A shard's idle held streams: a step takes one (or opens one) and gives it back when it went well."""
+
+    def __init__(self, channel: grpc.Channel, service: str) -> None:
+        self._method = channel.stream_stream(
+            f"/{service}/Step",
+            request_serializer=lambda frame: frame,
+            response_deserializer=lambda data: parse_framed(data, pb.StepResponse),
+        )
+        self._lock = threading.Lock()
+        self._idle: list[HeldStream] = []
+        self._closed = False
+
+    def take(self, metadata: Any) -> HeldStream:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return HeldStream(self._method, metadata)
+
+    def give_back(self, stream: HeldStream) -> None:
+        with self._lock:
+            if not stream.broken and not self._closed:
+                self._idle.append(stream)
+                return
+        stream.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for stream in idle:
+            stream.close()
+
+
+class PullPlan:
+    """One pull's requests per shard, and the whole arrays their chunks are written into."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        wanted: list[str],
+        min_step: int | None,
+        replica_id: int,
+        max_chunk: int,
+        out: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        self.whole = {name: _destination(layout, name, out) for name in wanted}
+        self.specs: dict[int, dict[str, VariableSpec]] = {}
+        for name in wanted:
+            for shard, spec in layout[name]:
+                self.specs.setdefault(shard, {})[name] = spec
+        self.names = {shard: list(specs) for shard, specs in self.specs.items()}
+        self.requests: dict[int, pb.PullRequest] = {}
+        for shard, specs in self.specs.items():
+            request = pb.PullRequest(names=list(specs), replica_id=replica_id, max_chunk_bytes=max_chunk)
+            if min_step is not None:
+                request.min_step = min_step
+            self.requests[shard] = request
+
+    def receiver(self, shard: int) -> ShardReceiver:
+        specs = self.specs[shard]
+        return ShardReceiver(
+            shard,
+            {
+                name: TensorAssembler(spec, f"variable '{name}' from shard {shard}", out=rows(self.whole[name], spec))
+                for name, spec in specs.items()
+            },
+        )
+
+
+class ShardReceiver:
+    """Writes one shard's pulled chunks into the whole arrays; knows its global step and the versions sent."""
+
+    def __init__(self, shard: int, assemblers: dict[str, TensorAssembler]) -> None:
+        self.shard = shard
+        self.assemblers = assemblers
+        self.step = 0
+        self.versions: dict[str, int] = {}
+
+    def add(self, framed: Framed[Any], values: Sequence[pb.PullMessage]) -> None:
+        """Write the chunks of ``values``, all the chunks ``framed`` carries, in place."""
+        pairs = framed.paired([value.chunk for value in values])
+        for value, (_, content) in zip(values, pairs):
+            assembler = self.assemblers.get(value.chunk.name)
+            if assembler is None:
+                raise ParameterServerError(
+                    f"shard {self.shard} sent '{value.chunk.name}', which was not asked for", "INTERNAL"
+                )
+            assembler.add(value.chunk, content)
+            self.step, self.versions[value.chunk.name] = value.global_step, value.version
+
+    def finish(self) -> tuple[int, dict[str, int]]:
+        for assembler in self.assemblers.values():
+            assembler.finish()
+        return self.step, self.versions
+
+
+def rows(whole: np.ndarray, spec: VariableSpec) -> np.ndarray:
+    """The rows of ``whole`` that piece ``spec`` covers (a contiguous view), or ``whole`` itself."""
+    if spec.shape == spec.whole_shape or spec.rows is None:
+        return whole
+    return whole[spec.rows[0] : spec.rows[1]]
+
+
+def _destination(layout: Layout, name: str, out: Mapping[str, np.ndarray] | None) -> np.ndarray:
+    """Where variable ``name`` is pulled to: ``out[name]`` when given (checked), else a new array."""
+    spec = layout[name][0][1]
+    if out is None or name not in out:
+        return np.empty(spec.whole_shape, spec.dtype)
+    array = out[name]
+    if not (
+        isinstance(array, np.ndarray)
+        and array.shape == spec.whole_shape
+        and array.dtype == spec.dtype
+        and array.flags.c_contiguous
+        and array.flags.writeable
+    ):
+        found = (
+            f"a {'read-only ' if not array.flags.writeable else ''}"
+            f"{'' if array.flags.c_contiguous else 'non-contiguous '}{array.dtype} array of shape {fmt(array.shape)}"
+            if isinstance(array, np.ndarray)
+            else f"a {type(array).__name__}"
+        )
+        raise ParameterServerError(
+            f"pull(out=...): out['{name}'] is {found}; it must be a writable C-contiguous "
+            f"{np.dtype(spec.dtype).name} array of shape {fmt(spec.whole_shape)}",
+            "INVALID_ARGUMENT",
+        )
+    return array
