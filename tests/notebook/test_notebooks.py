@@ -141,7 +141,33 @@ def cell_with(nb: NotebookNode, source: str) -> NotebookNode:
     return cell
 
 
-def test_committed_notebooks_have_no_outputs_and_match_their_generator() -> None:
+# How to put a notebook saved from JupyterLab back the way it is kept: outputs, counts and run metadata dropped,
+# the cells' tags (run-twice) and the kernelspec kept.
+CLEAN = (
+    "jupyter nbconvert --clear-output --ClearMetadataPreprocessor.enabled=True "
+    "--ClearMetadataPreprocessor.preserve_cell_metadata_mask=tags "
+    "--ClearMetadataPreprocessor.preserve_nb_metadata_mask=kernelspec --inplace"
+)
+
+
+def unclean(nb: NotebookNode) -> list[str]:
+    """What keeps ``nb`` from being kept as it is: outputs, execution counts, run metadata, widget state, ids."""
+    found = []
+    extra = set(nb.metadata) - {"kernelspec", "language_info"}
+    if extra or set(nb.metadata.get("language_info", {})) - {"name"}:
+        found.append(f"notebook metadata beyond the kernelspec: {sorted(extra) or ['language_info']}")
+    ids = [cell.get("id") for cell in nb.cells]
+    if None in ids or len(set(ids)) != len(ids):
+        found.append("cells without an id, or with the same id")
+    for cell in nb.cells:
+        if set(cell.metadata) - {"tags"}:
+            found.append(f"cell {cell.id}: metadata {sorted(cell.metadata)}")
+        if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None):
+            found.append(f"cell {cell.id}: outputs or an execution count")
+    return found
+
+
+def test_committed_notebooks_are_kept_without_outputs() -> None:
     paths = sorted(NOTEBOOKS.glob("*.ipynb"))
     assert [p.stem for p in paths] == [
         "01_quickstart",
@@ -153,16 +179,31 @@ def test_committed_notebooks_have_no_outputs_and_match_their_generator() -> None
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
-        for cell in nb.cells:
-            if cell.cell_type == "code":
-                assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: cell {cell.id} has outputs"
-        assert "widgets" not in nb.metadata, f"{path.name} keeps widget state"
-    check = subprocess.run(
-        [sys.executable, str(NOTEBOOKS / "make_notebooks.py"), "--check"], capture_output=True, text=True, timeout=60
-    )
-    assert check.returncode == 0, (
-        f"{check.stderr.strip()}: copy the change into notebooks/make_notebooks.py, then run it to write the notebooks"
-    )
+        assert nb.metadata.kernelspec.name == "python3", path.name
+        assert unclean(nb) == [], f"{path.name}: {unclean(nb)}; run: {CLEAN} notebooks/{path.name}"
+    # The notebooks are their own source now, edited in JupyterLab: no generator to keep in step.
+    assert not (NOTEBOOKS / "make_notebooks.py").exists()
+
+
+def test_the_clean_command_puts_a_saved_notebook_back_as_kept(tmp_path: Path) -> None:
+    nb = nbformat.read(NOTEBOOKS / "01_quickstart.ipynb", as_version=4)
+    tagged = [cell.id for cell in nb.cells if "run-twice" in cell.metadata.get("tags", [])]
+    assert tagged, "01_quickstart has a run-twice cell"
+    # As JupyterLab saves it after a run: outputs, counts, timing metadata, the language's version, widget state.
+    for count, cell in enumerate((c for c in nb.cells if c.cell_type == "code"), start=1):
+        cell.execution_count = count
+        cell.outputs = [nbformat.v4.new_output("stream", text="printed\n")]
+        cell.metadata["execution"] = {"iopub.status.busy": "2026-01-01T00:00:00Z"}
+    nb.metadata.language_info = {"name": "python", "version": "3.11.7"}
+    nb.metadata.widgets = {"application/vnd.jupyter.widget-state+json": {}}
+    saved = tmp_path / "saved.ipynb"
+    nbformat.write(nb, saved)
+    assert unclean(nbformat.read(saved, as_version=4)) != []
+    subprocess.run([sys.executable, "-m", *CLEAN.split(), str(saved)], check=True, capture_output=True, timeout=120)
+    cleaned = nbformat.read(saved, as_version=4)
+    assert unclean(cleaned) == []
+    assert [cell.id for cell in cleaned.cells if "run-twice" in cell.metadata.get("tags", [])] == tagged
+    assert [cell.source for cell in cleaned.cells] == [cell.source for cell in nb.cells]
 
 
 def test_quickstart_trains_and_a_rerun_cell_makes_no_duplicates(tmp_path: Path) -> None:
