@@ -33,8 +33,14 @@ def unreachable(address: str, within: float = PROBE_S) -> str | None:
 
     Examples
     --------
-    >>> unreachable("tcp://no-such-host.invalid:8786")  # doctest: +SKIP
-    "the host 'no-such-host.invalid' is unknown (Name or service not known): check the name"
+    >>> import socket
+    >>> with socket.socket() as free:  # a port nothing listens on
+    ...     free.bind(("127.0.0.1", 0))
+    ...     port = free.getsockname()[1]
+    >>> unreachable(f"tcp://127.0.0.1:{port}")  # doctest: +ELLIPSIS
+    'the connection was refused: nothing listens on port ... of 127.0.0.1'
+    >>> unreachable("tcp://no-such-host.invalid:8786")  # doctest: +ELLIPSIS
+    "the host 'no-such-host.invalid' ..."
     """
     from distributed.comm import get_address_host_port
 
