@@ -46,6 +46,18 @@ from cellgraph.dataflow.errors import (
     ShapeError,
     StaleNodeError,
 )
+from cellgraph.dataflow.ops.activations import (
+    elu,
+    gelu,
+    hard_sigmoid,
+    leaky_relu,
+    relu6,
+    selu,
+    silu,
+    softplus,
+    softsign,
+    swish,
+)
 from cellgraph.dataflow.ops.array import (
     concat,
     expand_dims,
@@ -64,6 +76,16 @@ from cellgraph.dataflow.ops.conv import (
     conv2d_backprop_filter,
     conv2d_backprop_input,
     max_pool,
+)
+from cellgraph.dataflow.ops.logic import (
+    greater,
+    is_finite,
+    is_nan,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    not_equal,
 )
 from cellgraph.dataflow.ops.math import (
     add,
@@ -90,6 +112,26 @@ from cellgraph.dataflow.ops.math import (
     square,
     sub,
     zeros_like,
+)
+from cellgraph.dataflow.ops.math_unary import (
+    abs,
+    ceil,
+    clip_by_value,
+    cos,
+    erf,
+    expm1,
+    floor,
+    floordiv,
+    floormod,
+    log1p,
+    mod,
+    round,
+    rsqrt,
+    sign,
+    sin,
+    stop_gradient,
+    tan,
+    where,
 )
 from cellgraph.dataflow.ops.nn import (
     bias_add,

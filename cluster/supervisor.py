@@ -44,6 +44,8 @@ from .worker_watch import WORKERS_POLL_S, WorkerWatch
 WATCH_S = 0.2
 # How long close() waits for the supervisor's thread to end; it is busy with at most one call, each with a deadline.
 WATCHER_JOIN_S = 10.0
+# How long close() lets the replicas end their step before it cancels their tasks.
+STOP_GRACE_S = 5.0
 # What close() lets pass while it ends the job: the cluster may be closing too (a Ctrl-C ends both), and each step
 # must run whatever the one before did. Not AttributeError: a closed cluster is asked (`cluster.closed`), not
 # guessed from a missing attribute.
@@ -245,14 +247,16 @@ class Supervisor:
                 )
 
     def _add_checkpoint(self, name: str) -> None:
-        """Add ``name`` to ``job.checkpoints`` and drop those the servers' retention deleted since."""
+        """Refresh ``job.checkpoints`` after the servers wrote ``name``: the checkpoints complete on every shard in
+        the folder (the servers' retention deletes old ones), oldest first; where this process cannot read the
+        folder (it lives on the PS machines only), the names the servers reported."""
         state = self.state
-        existing = complete_checkpoints(state)  # None: the folder is not readable here, the list stands
+        existing = complete_checkpoints(state)
         with state.lock:
-            if name not in state.checkpoints:
-                state.checkpoints.append(name)
             if existing is not None:
-                state.checkpoints[:] = [c for c in state.checkpoints if c in existing]
+                state.checkpoints[:] = existing
+            elif name not in state.checkpoints:
+                state.checkpoints.append(name)
 
     def _finish(self) -> None:
         state = self.state
@@ -298,10 +302,8 @@ class Supervisor:
         cluster = state.cluster
         client, name = cluster.client, ps_variable(state.job_id)
         live = not cluster.closed  # a closed cluster took the tasks and the servers with it
-        if live and state.futures:
-            with contextlib.suppress(*CLOSE_ERRORS):
-                # First, so that the replicas end their step now rather than be cut off with their worker.
-                call_with_deadline(state.signal_stop, f"tell job {state.job_id}'s replicas to stop")
+        if live and not all(f.done() for f in state.futures):
+            self._let_replicas_end()
         # The thread ends at its next look; waited for (not forever) so that it cannot take the cancelled tasks
         # below for lost ones and submit them again.
         if self.thread is not None and self.thread is not threading.current_thread():
@@ -324,6 +326,21 @@ class Supervisor:
             with contextlib.suppress(*CLOSE_ERRORS):
                 cluster.stop_parameter_servers(state.job_id)
         state.ps = None
+
+    def _let_replicas_end(self) -> None:
+        """Tell the replicas to stop and give them ``STOP_GRACE_S`` to end their step: a task cancelled while it
+        runs makes its worker log a warning (into the user's cells), and one cut off with its worker, a kill."""
+        state = self.state
+        with contextlib.suppress(*CLOSE_ERRORS):
+            call_with_deadline(state.signal_stop, f"tell job {state.job_id}'s replicas to stop")
+        with contextlib.suppress(*CLOSE_ERRORS):
+            # A sync replica that has pushed waits for the others' gradients: one makes a step from now on.
+            call_with_deadline(
+                lambda: state.set_replicas_to_aggregate(1, "the job is closing"), f"reconfigure job {state.job_id}"
+            )
+        deadline = time.monotonic() + STOP_GRACE_S
+        while not all(f.done() for f in state.futures) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def distributed_variable(name: str, client: Any) -> Any:

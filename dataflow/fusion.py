@@ -198,7 +198,8 @@ def loop_body(
     for j, node in enumerate(segment.nodes):
         operands = [operand[_key(t)] for t in node.inputs]
         assert node.opdef.elementwise is not None
-        body.append(f"        t{j} = DT({node.opdef.elementwise.format(*operands)})")
+        # An expression may name the node's attrs too: "{alpha!r}" is LeakyRelu's alpha.
+        body.append(f"        t{j} = DT({node.opdef.elementwise.format(*operands, **node.attrs)})")
         operand[_key(node.output(0))] = f"t{j}"
     body.append(f"        out[i] = t{len(segment.nodes) - 1}")
     return LoopBody(defined, "".join(f", x{k}" for k in range(len(dynamic))), prologue, body)

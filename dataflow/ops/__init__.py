@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from . import array, conv, math, nn, state, training, transfer
+from . import activations, array, conv, logic, math, math_unary, nn, state, training, transfer
 from .base import atomic_op
 
-FAMILIES = (state, math, nn, conv, array, training, transfer)
+FAMILIES = (state, math, math_unary, logic, nn, activations, conv, array, training, transfer)
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray
 # constants behind. Replacing the module attribute also covers calls between
@@ -13,3 +13,8 @@ FAMILIES = (state, math, nn, conv, array, training, transfer)
 for _family in FAMILIES:
     for _name in _family.__all__:
         setattr(_family, _name, atomic_op(getattr(_family, _name)))
+
+# Imported once the op functions are wrapped: its table holds the wrapped ones.
+from . import operators  # noqa: E402
+
+operators.install()

@@ -22,6 +22,8 @@ UNARY = sorted(
     name for name in OPS if (e := OPS.lookup(name).elementwise) is not None and "{0}" in e and "{1}" not in e
 )
 DTYPES = ["float32", "float64"]
+# Ops whose expression reads attrs: the attrs they run with here.
+ATTRS = {"LeakyRelu": {"alpha": 0.2}, "Elu": {"alpha": 1.0}}
 # Within a few ulp of the reference: the op table's float tolerances.
 RTOL = {"float32": 2e-6, "float64": 1e-12}
 
@@ -37,7 +39,7 @@ def _plans(op: str, dtype: str, device: str) -> tuple[Plan, Plan]:
     g = cg.Graph()
     with g.as_default():
         x = cg.placeholder((None,), dtype, name="x")
-        out = cg.neg(apply(op, [x], name="op"))
+        out = cg.neg(apply(op, [x], ATTRS.get(op, {}), name="op"))
     return tuple(  # type: ignore[return-value]
         Plan(g, [out], [], [x], VariableStore(), device=device, fuse=fuse) for fuse in (True, False)
     )
@@ -45,7 +47,7 @@ def _plans(op: str, dtype: str, device: str) -> tuple[Plan, Plan]:
 
 def _reference(op: str, x: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
-        return -OPS.lookup(op).reference({}, x.copy()).astype(x.dtype)
+        return -OPS.lookup(op).reference(ATTRS.get(op, {}), x.copy()).astype(x.dtype)
 
 
 def _check(op: str, dtype: str, fused: np.ndarray, unfused: np.ndarray, x: np.ndarray) -> None:

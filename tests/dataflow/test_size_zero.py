@@ -218,6 +218,7 @@ RULES: dict[str, Rule] = {
 NO_VARIANT = {
     "Const": "no inputs: the value is built into the row; test_an_empty_constant checks an empty one",
     "Relu-rank0": "its one input is rank 0: no axis to empty",
+    "Erf-rank0": "its one input is rank 0: no axis to empty",
 }
 # The words of the error an op documents for inputs its reference rejects.
 ERROR_WORDS = {

@@ -488,3 +488,8 @@ ROWS: list[Row] = [
 
 # Differentiable ops with no row, and why (test_coverage.py reads this).
 NO_ORACLE_ROW: dict[str, str] = {}
+
+# The second set of elementwise ops has its rows in a file of its own.
+from .rows_elementwise import ELEMENTWISE_ROWS  # noqa: E402
+
+ROWS += ELEMENTWISE_ROWS

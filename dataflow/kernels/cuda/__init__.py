@@ -62,7 +62,9 @@ def device_math() -> Any:
 
         return call
 
-    overrides = {name: ieee(getattr(np, name)) for name in ("exp", "expm1", "log", "log1p", "log10", "log2", "sqrt")}
+    # floor and ceil too: Python's return an int (and raise for inf and NaN), the device's a float.
+    names = ("exp", "expm1", "log", "log1p", "log10", "log2", "sqrt", "sin", "cos", "tan", "floor", "ceil")
+    overrides = {name: ieee(getattr(np, name)) for name in names}
     return types.SimpleNamespace(**{**vars(math), **overrides})
 
 

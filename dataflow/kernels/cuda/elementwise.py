@@ -16,6 +16,7 @@ import numpy as np
 from numba import cuda
 
 from . import broadcast_strides, device_math, flat, launch
+from .scalar import UNARY_MORE
 
 math = device_math()  # IEEE results (inf, NaN) on the simulator too
 
@@ -47,6 +48,13 @@ BINARY = {
     "Equal": _device(lambda a, b: a == b),
     "Less": _device(lambda a, b: a < b),
     "GreaterEqual": _device(lambda a, b: a >= b),
+    "NotEqual": _device(lambda a, b: a != b),
+    # Numba's // and % follow Python (floor) semantics on ints and floats, as NumPy's do.
+    "FloorDiv": _device(lambda a, b: a // b),
+    "FloorMod": _device(lambda a, b: a % b),
+    "LogicalAnd": _device(lambda a, b: a and b),
+    "LogicalOr": _device(lambda a, b: a or b),
+    "LogicalXor": _device(lambda a, b: a != b),
 }  # fmt: skip
 UNARY = {
     "Neg": _device(lambda x, c: -x),
@@ -56,8 +64,13 @@ UNARY = {
     "Log": _device(lambda x, c: math.log(x)),
     "Copy": _device(lambda x, c: x),  # Cast (the store converts), BroadcastLike
     "DivideBy": _device(lambda x, c: x / c),  # BroadcastLike(mean)
+    **UNARY_MORE,  # ops/math_unary.py, ops/logic.py, ops/activations.py: `c` is an attr such as alpha
 }  # fmt: skip
-COMPARISONS = ("Equal", "Less", "GreaterEqual")
+TERNARY = {
+    "Where": _device(lambda c, a, b: a if c else b),
+    "ClipByValue": _device(lambda x, low, high: min(max(x, low), high)),
+}  # fmt: skip
+COMPARISONS = ("Equal", "Less", "GreaterEqual", "NotEqual")
 
 
 @cache
@@ -82,6 +95,19 @@ def _unary_kernel(name: str) -> Any:
         i = cuda.grid(1)
         if i < out.size:
             out[i] = fn(x[offset(i, shape, x_strides)], c)
+
+    return run
+
+
+@cache
+def _ternary_kernel(name: str) -> Any:
+    fn = TERNARY[name]
+
+    @cuda.jit
+    def run(a, b, c, out, a_strides, b_strides, c_strides, shape):  # type: ignore[no-untyped-def]
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = fn(a[offset(i, shape, a_strides)], b[offset(i, shape, b_strides)], c[offset(i, shape, c_strides)])
 
     return run
 
@@ -121,6 +147,19 @@ def unary(name: str, x: Any, shape: tuple[int, ...] | None = None, dtype: Any = 
     return out
 
 
+def ternary(name: str, a: Any, b: Any, c: Any) -> Any:
+    """``name`` applied to ``a``, ``b`` and ``c`` broadcast together; the output has ``b``'s dtype
+    (Where's ``x``, ClipByValue's bounds, which are ``x``'s)."""
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    out = cuda.device_array(shape, b.dtype)
+    if out.size:
+        grid = shape or (1,)
+        blocks, threads = launch(out.size)
+        strides = [broadcast_strides(t.shape, grid) for t in (a, b, c)]
+        _ternary_kernel(name)[blocks, threads](flat(a), flat(b), flat(c), flat(out), *strides, grid)
+    return out
+
+
 def fill(shape: tuple[int, ...], dtype: Any, value: float) -> Any:
     out = cuda.device_array(shape, dtype)
     if out.size:
@@ -136,6 +175,18 @@ def binary_op(node: Any, ctx: Any, name: str) -> Callable[[Any, Any], Any]:
 
 def unary_op(node: Any, ctx: Any, name: str) -> Callable[[Any], Any]:
     return lambda x: unary(name, x)
+
+
+def unary_attr_op(node: Any, ctx: Any, name: str, attr: str | None = None) -> Callable[[Any], Any]:
+    """A unary op whose scalar function reads attr ``attr`` (an alpha) as its ``c``; its
+    output has the op's dtype (bool for IsNan), not necessarily the input's."""
+    dtype = np.dtype(node.specs[0].dtype)
+    c = float(node.attrs[attr]) if attr else 0.0
+    return lambda x: unary(name, x, dtype=dtype, c=c)
+
+
+def ternary_op(node: Any, ctx: Any, name: str) -> Callable[[Any, Any, Any], Any]:
+    return lambda a, b, c: ternary(name, a, b, c)
 
 
 def cast_op(node: Any, ctx: Any) -> Callable[[Any], Any]:

@@ -1,0 +1,138 @@
+"""Kernels of the second set of math and logic ops (``ops/math_unary.py``, ``ops/logic.py``).
+
+Most are NumPy array expressions, which Numba fuses into one loop and which
+broadcast as NumPy does. A constant that must keep a float32 tensor float32
+(a Python float would make the expression float64) comes in as an argument
+of the tensor's dtype, from the kernel factory. ``erf`` has no NumPy ufunc,
+so it loops over the flat buffer with ``math.erf``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import kernel
+
+
+# ------------------------------------------------------------ unary math
+@kernel
+def abs_(x):  # type: ignore[no-untyped-def]
+    return np.abs(x)
+
+
+@kernel
+def sign(x):  # type: ignore[no-untyped-def]
+    return np.sign(x)
+
+
+@kernel
+def floor(x):  # type: ignore[no-untyped-def]
+    return np.floor(x)
+
+
+@kernel
+def ceil(x):  # type: ignore[no-untyped-def]
+    return np.ceil(x)
+
+
+@kernel
+def round_half_even(x):  # type: ignore[no-untyped-def]
+    return np.rint(x)  # rint rounds ties to even, as np.round and TensorFlow's round do
+
+
+@kernel
+def sin(x):  # type: ignore[no-untyped-def]
+    return np.sin(x)
+
+
+@kernel
+def cos(x):  # type: ignore[no-untyped-def]
+    return np.cos(x)
+
+
+@kernel
+def tan(x):  # type: ignore[no-untyped-def]
+    return np.tan(x)
+
+
+@kernel
+def rsqrt(x, one):  # type: ignore[no-untyped-def]
+    return one / np.sqrt(x)
+
+
+@kernel
+def log1p(x):  # type: ignore[no-untyped-def]
+    return np.log1p(x)
+
+
+@kernel
+def expm1(x):  # type: ignore[no-untyped-def]
+    return np.expm1(x)
+
+
+@kernel
+def erf(x):  # type: ignore[no-untyped-def]
+    src = np.ascontiguousarray(x).ravel()
+    out = np.empty_like(src)
+    for i in range(src.size):
+        out[i] = math.erf(src[i])
+    return out.reshape(x.shape)
+
+
+# ----------------------------------------------------- binary and ternary
+@kernel
+def floordiv(a, b):  # type: ignore[no-untyped-def]
+    return np.floor_divide(a, b)
+
+
+@kernel
+def floormod(a, b):  # type: ignore[no-untyped-def]
+    return np.mod(a, b)  # the sign of the divisor, as Python's % and TensorFlow's floormod
+
+
+@kernel
+def clip(x, low, high):  # type: ignore[no-untyped-def]
+    return np.minimum(np.maximum(x, low), high)
+
+
+@kernel
+def where(cond, a, b):  # type: ignore[no-untyped-def]
+    return np.where(cond, a, b)
+
+
+# ------------------------------------------------------------------ logic
+@kernel
+def not_equal(a, b):  # type: ignore[no-untyped-def]
+    return a != b
+
+
+@kernel
+def logical_and(a, b):  # type: ignore[no-untyped-def]
+    return np.logical_and(a, b)
+
+
+@kernel
+def logical_or(a, b):  # type: ignore[no-untyped-def]
+    return np.logical_or(a, b)
+
+
+@kernel
+def logical_xor(a, b):  # type: ignore[no-untyped-def]
+    return np.logical_xor(a, b)
+
+
+@kernel
+def logical_not(x):  # type: ignore[no-untyped-def]
+    return np.logical_not(x)
+
+
+@kernel
+def is_nan(x):  # type: ignore[no-untyped-def]
+    return np.isnan(x)
+
+
+@kernel
+def is_finite(x):  # type: ignore[no-untyped-def]
+    return np.isfinite(x)
