@@ -106,12 +106,10 @@ def inference_graph(inputs: Tensor | Sequence[Tensor], outputs: Tensor | Sequenc
                 f"output needs {node.describe()}, which changes state (training only); "
                 "export the model's prediction tensors, not its training op"
             )
-        # Control edges order training steps; inference has none. Cells and
-        # source lines belong to the notebook that built the model.
+        # Control edges order training steps; inference has none. Devices belong to the cluster
+        # that trained it. Cells and source lines stay: errors about a node point at its code.
         del proto.control_input[:]
         proto.removed_control_input.clear()
-        for key in ("cell", "cell_label", "file", "line"):
-            proto.ClearField(key)  # type: ignore[arg-type]
         proto.device = ""
         pruned.node.append(proto)
     try:

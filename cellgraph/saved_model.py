@@ -63,6 +63,9 @@ def save_model(
     values = trained_values(source, model.graph)
     graphdef = to_graphdef(model.graph)
     for proto in graphdef.node:
+        # Cells and source lines belong to the notebook that built the model, not to the model.
+        for key in ("cell", "cell_label", "file", "line"):
+            proto.ClearField(key)  # type: ignore[arg-type]
         if proto.op == "Variable":
             # The values live in the safetensors file; the GraphDef keeps the shape and dtype.
             proto.attr["initial_value"].tensor.content = b""

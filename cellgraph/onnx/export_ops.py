@@ -25,7 +25,7 @@ from .common import DTYPE_TO_ONNX, INT64_MAX, INT64_MIN
 if TYPE_CHECKING:
     from .exporter import Emitter
 
-Row = Callable[["Emitter", Node], None]
+Row = Callable[["Emitter", Node], object]  # what a row returns is ignored
 NHWC_TO_NCHW = [0, 3, 1, 2]
 NCHW_TO_NHWC = [0, 2, 3, 1]
 HWIO_TO_OIHW = [3, 2, 0, 1]

@@ -52,7 +52,9 @@ class Emitter:
         self._count += 1
         return f"{self._prefix}{hint}__{self._count}"
 
-    def node(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str] | None = None, **attrs: Any) -> list[str]:
+    def node(
+        self, op_type: str, inputs: Sequence[str], outputs: Sequence[str] | None = None, **attrs: Any
+    ) -> list[str]:
         """Append one ONNX node; its outputs are ``outputs`` or one fresh name. Returns them."""
         outs = list(outputs) if outputs is not None else [self.fresh(op_type.lower())]
         self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=self.fresh(op_type), **attrs))

@@ -25,6 +25,7 @@ import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
 
 from .common import ONNX_TO_DTYPE
+from .import_windows import check_avg_pool, check_conv, check_max_pool, conv, pool
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
@@ -61,16 +62,23 @@ def _variadic(fn: Callable[[Tensor, Tensor], Tensor]) -> Build:
     return build
 
 
+def _via_float64(fn: Callable[[Tensor, Tensor], Tensor], x: Tensor, y: Tensor) -> Tensor:
+    """An integer ``fn`` (cellgraph's Div and Pow are for floats) computed in float64 and
+    truncated back, as ONNX's integer Div truncates: exact while values stay below 2**53."""
+    return cg.cast(fn(cg.cast(x, "float64"), cg.cast(y, "float64")), x.dtype)
+
+
+def _div(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x, y = b.ins(n, 2)
+    return [cg.div(x, y) if x.dtype in ("float32", "float64") else _via_float64(cg.div, x, y)]
+
+
 def _pow(b: Builder, n: NodeInfo) -> list[Tensor]:
     x, y = b.ins(n, 2)
+    if x.dtype not in ("float32", "float64"):
+        return [_via_float64(cg.pow, x, y)]
     # ONNX lets the exponent have its own type; cellgraph's Pow takes one dtype.
     return [cg.pow(x, y if y.dtype == x.dtype else cg.cast(y, x.dtype))]
-
-
-def _check_float(n: NodeInfo) -> str | None:
-    t = n.types.get(n.inputs[0])
-    code = t.tensor_type.elem_type if t is not None else None
-    return None if code in (1, 11) else f"{n.op} of {n.dtype_name(code)} tensors (cellgraph's {n.op} is for floats)"
 
 
 def _rank_is(*ranks: int, what: str = "input") -> Check:
@@ -263,19 +271,39 @@ def _pad(b: Builder, n: NodeInfo) -> list[Tensor]:
     value: Any = 0
     if len(n.inputs) > 2 and n.inputs[2]:
         value = b.static(n.inputs[2]).reshape(-1)[0].item()
-    axes = _optional_ints(b, n, 3, list(range(rank)))
-    pairs = [[0, 0] for _ in range(rank)]
+    axes = [a % rank for a in _optional_ints(b, n, 3, list(range(rank)))]
+    pairs = [(0, 0)] * rank
     for j, axis in enumerate(axes):
-        pairs[axis % rank] = [pads[j], pads[j + len(axes)]]
-    return [cg.pad(x, pairs, constant_values=value)]
+        pairs[axis] = (pads[j], pads[j + len(axes)])
+    mode = _mode(n)
+    if mode == "constant":
+        return [cg.pad(x, pairs, constant_values=value)]
+    # edge, reflect and wrap read the input's own elements: a gather of each padded axis
+    # at the indices NumPy's np.pad of a range gives (ONNX's modes are NumPy's).
+    for axis, (before, after) in enumerate(pairs):
+        if before or after:
+            size = x.shape[axis]
+            assert size is not None  # the check refused it otherwise
+            index = np.pad(np.arange(size, dtype=np.int64), (before, after), mode=mode)  # type: ignore[call-overload]
+            x = cg.gather(x, cg.constant(index, "int64"), axis=axis)
+    return [cg.identity(x) if not any(p for pair in pairs for p in pair) else x]
+
+
+def _mode(n: NodeInfo) -> str:
+    mode = n.attrs["mode"]
+    return mode.decode() if isinstance(mode, bytes) else str(mode)
 
 
 def _check_pad(n: NodeInfo) -> str | None:
-    if n.attrs["mode"] not in ("constant", b"constant"):
-        return f"Pad mode {n.attrs['mode']!r} (cellgraph pads with a constant)"
+    mode = _mode(n)
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        return f"Pad mode {mode!r}"
     pads = n.static_value(1)
     if pads is not None and any(p < 0 for p in pads):
         return "Pad with negative pads (cropping)"
+    shape = n.shape(0)
+    if mode != "constant" and (shape is None or None in shape):
+        return f"Pad mode {mode!r} of an input whose shape is unknown until the graph runs"
     return None
 
 
@@ -304,145 +332,6 @@ def _comparison(fn: Callable[[Tensor, Tensor], Tensor], swap: bool = False) -> B
     return build
 
 
-# ------------------------------------------------------ convolution, pooling
-def _auto_pad(n: NodeInfo) -> str:
-    value = n.attrs["auto_pad"]
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _strides(n: NodeInfo) -> tuple[int, int]:
-    s = n.attrs["strides"] or [1, 1]
-    return int(s[0]), int(s[1])
-
-
-def _kernel(n: NodeInfo) -> tuple[int, int] | None:
-    if n.attrs.get("kernel_shape") is not None:
-        k = n.attrs["kernel_shape"]
-        return int(k[0]), int(k[1])
-    w = n.shape(1)  # Conv's OIHW weights
-    if w is None or len(w) != 4 or w[2] is None or w[3] is None:
-        return None
-    return int(w[2]), int(w[3])
-
-
-def _explicit_pads(n: NodeInfo) -> list[int] | None:
-    """(top, left, bottom, right) padding, or None when it needs dims unknown until run time."""
-    pad = _auto_pad(n)
-    if pad == "VALID":
-        return [0, 0, 0, 0]
-    if pad == "NOTSET":
-        pads = [int(p) for p in (n.attrs["pads"] or [0, 0, 0, 0])]
-        if n.attrs.get("ceil_mode"):
-            return _ceil_pads(n, pads)
-        return [pads[0], pads[1], pads[2], pads[3]]
-    shape, kernel = n.shape(0), _kernel(n)
-    if shape is None or kernel is None or shape[2] is None or shape[3] is None:
-        return None
-    before, after = [], []
-    for size, k, s in zip(shape[2:], kernel, _strides(n), strict=True):
-        total = max((-(-size // s) - 1) * s + k - size, 0)  # type: ignore[operator]
-        small = total // 2
-        before.append(small if pad == "SAME_UPPER" else total - small)
-        after.append(total - before[-1])
-    return [before[0], before[1], after[0], after[1]]
-
-
-def _ceil_pads(n: NodeInfo, pads: list[int]) -> list[int]:
-    """Pads with extra pixels at the end so that a floor-mode pool gives ceil mode's windows.
-
-    A window that would start in the end padding is dropped, as ONNX does.
-    """
-    shape, kernel = n.shape(0), _kernel(n)
-    assert shape is not None and kernel is not None
-    out = list(pads)
-    for i, (size, k, s) in enumerate(zip(shape[2:], kernel, _strides(n), strict=True)):
-        padded = size + pads[i] + pads[i + 2]  # type: ignore[operator]
-        count = -(-(padded - k) // s) + 1
-        if (count - 1) * s >= size + pads[i]:  # type: ignore[operator]
-            count -= 1
-        out[i + 2] += max((count - 1) * s + k - padded, 0)
-    return out
-
-
-def _window_check(n: NodeInfo) -> str | None:
-    if n.rank(0) is not None and n.rank(0) != 4:
-        return f"{n.op} over a rank-{n.rank(0)} input (cellgraph convolves and pools 2-D images only)"
-    dilations = n.attrs.get("dilations")
-    if dilations is not None and any(int(d) != 1 for d in dilations):
-        return f"{n.op} with dilations {list(dilations)}"
-    if n.attrs.get("ceil_mode"):
-        if n.op == "AveragePool" and n.attrs["count_include_pad"]:
-            return "AveragePool with ceil_mode=1 counting padded pixels"
-        if _auto_pad(n) != "NOTSET" or None in (n.shape(0) or (None,))[2:]:
-            return f"{n.op} with ceil_mode=1 and auto_pad {_auto_pad(n)} or unknown height or width"
-    if _auto_pad(n) != "SAME_UPPER" and _explicit_pads(n) is None:
-        return f"{n.op} with auto_pad {_auto_pad(n)} over an input whose height or width is unknown"
-    return None
-
-
-def _pad_nhwc(x: Tensor, pads: list[int], value: float) -> Tensor:
-    if not any(pads):
-        return x
-    return cg.pad(x, [[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]], constant_values=value)
-
-
-def _nhwc_window(n: NodeInfo, x: Tensor, value: float) -> tuple[Tensor, str]:
-    """NHWC ``x`` padded as the node says, and the cellgraph padding that remains to apply."""
-    if _auto_pad(n) == "SAME_UPPER":
-        return x, "SAME"  # TensorFlow's SAME: the odd pixel goes last, as in SAME_UPPER
-    pads = _explicit_pads(n)
-    assert pads is not None  # the check refused it otherwise
-    return _pad_nhwc(x, pads, value), "VALID"
-
-
-def _conv(b: Builder, n: NodeInfo) -> list[Tensor]:
-    x = cg.transpose(b.ins(n)[0], (0, 2, 3, 1))
-    w = b.filter_hwio(n.inputs[1])
-    x, padding = _nhwc_window(n, x, 0.0)
-    y = cg.conv2d(x, w, strides=_strides(n), padding=padding)
-    if len(n.inputs) > 2 and n.inputs[2]:
-        y = cg.bias_add(y, b.tensor(n.inputs[2]))
-    return [cg.transpose(y, (0, 3, 1, 2))]
-
-
-def _check_conv(n: NodeInfo) -> str | None:
-    if int(n.attrs["group"]) != 1:
-        return f"Conv with group={n.attrs['group']} (cellgraph's conv2d is not grouped)"
-    return _window_check(n)
-
-
-def _max_pool(b: Builder, n: NodeInfo) -> list[Tensor]:
-    x = cg.transpose(b.ins(n)[0], (0, 2, 3, 1))
-    x, padding = _nhwc_window(n, x, -np.inf)
-    y = cg.max_pool(x, ksize=_kernel(n), strides=_strides(n), padding=padding)  # type: ignore[arg-type]
-    return [cg.transpose(y, (0, 3, 1, 2))]
-
-
-def _avg_pool(b: Builder, n: NodeInfo) -> list[Tensor]:
-    x = cg.transpose(b.ins(n)[0], (0, 2, 3, 1))
-    k, s = _kernel(n), _strides(n)
-    if _auto_pad(n) == "SAME_UPPER" and not n.attrs["count_include_pad"]:
-        y = cg.avg_pool(x, ksize=k, strides=s, padding="SAME")  # type: ignore[arg-type]
-    else:
-        pads = _explicit_pads(n)
-        assert pads is not None
-        y = cg.avg_pool(_pad_nhwc(x, pads, 0.0), ksize=k, strides=s, padding="VALID")  # type: ignore[arg-type]
-        if any(pads) and not n.attrs["count_include_pad"]:
-            # The mean over real pixels only: each window's mean over the padded input,
-            # divided by the share of real pixels in it.
-            real = _pad_nhwc(cg.ones_like(x), pads, 0.0)
-            y = y / cg.avg_pool(real, ksize=k, strides=s, padding="VALID")  # type: ignore[arg-type]
-    return [cg.transpose(y, (0, 3, 1, 2))]
-
-
-def _check_max_pool(n: NodeInfo) -> str | None:
-    if n.attrs["storage_order"]:
-        return "MaxPool with storage_order=1"
-    if len(n.outputs) > 1 and n.outputs[1]:
-        return "MaxPool's Indices output"
-    return _window_check(n)
-
-
 def _constant(b: Builder, n: NodeInfo) -> list[Tensor]:
     return [b.tensor(n.outputs[0])]
 
@@ -462,9 +351,11 @@ def _dropout(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 
 def _check_dropout(n: NodeInfo) -> str | None:
-    mode = n.static_value(2)
+    mode, ratio = n.static_value(2), n.static_value(1)
     if mode is not None and bool(mode.reshape(-1)[0]):
-        return "Dropout in training mode"
+        # Training mode draws a random mask, except at ratio 0, where it keeps every unit.
+        if ratio is None or float(ratio.reshape(-1)[0]) != 0.0:
+            return "Dropout in training mode (a random mask) with a ratio other than 0"
     return None
 
 
@@ -476,8 +367,8 @@ IMPORTERS: dict[str, ImportRow] = {
     "Add":            ImportRow(_binary(cg.add)),
     "Sub":            ImportRow(_binary(cg.sub)),
     "Mul":            ImportRow(_binary(cg.mul)),
-    "Div":            ImportRow(_binary(cg.div), check=_check_float),
-    "Pow":            ImportRow(_pow, check=_check_float),
+    "Div":            ImportRow(_div),
+    "Pow":            ImportRow(_pow),
     "Max":            ImportRow(_variadic(cg.maximum)),
     "Min":            ImportRow(_variadic(cg.minimum)),
     "Sum":            ImportRow(_variadic(cg.add)),
@@ -513,10 +404,10 @@ IMPORTERS: dict[str, ImportRow] = {
     "Slice":          ImportRow(_slice, {}, (1, 2, 3, 4)),
     "Pad":            ImportRow(_pad, {"mode": "constant"}, (1, 2, 3), _check_pad),
     "Gather":         ImportRow(_gather, {"axis": 0}),
-    "Conv":           ImportRow(_conv, {**_WINDOW, "group": 1}, check=_check_conv),
-    "MaxPool":        ImportRow(_max_pool, {**_WINDOW, "ceil_mode": 0, "storage_order": 0}, check=_check_max_pool),
-    "AveragePool":    ImportRow(_avg_pool, {**_WINDOW, "ceil_mode": 0, "count_include_pad": 0}, check=_window_check),
-    "Dropout":        ImportRow(_dropout, {"seed": None, "ratio": None}, (1, 2), _check_dropout),
+    "Conv":           ImportRow(conv, {**_WINDOW, "group": 1}, check=check_conv),
+    "MaxPool":        ImportRow(pool, {**_WINDOW, "ceil_mode": 0, "storage_order": 0}, check=check_max_pool),
+    "AveragePool":    ImportRow(pool, {**_WINDOW, "ceil_mode": 0, "count_include_pad": 0}, check=check_avg_pool),
+    "Dropout":        ImportRow(_dropout, {"seed": None}, (1, 2), _check_dropout),
     "Constant":       ImportRow(_constant, dict.fromkeys(("value", "value_float", "value_floats", "value_int",
                                 "value_ints", "sparse_value", "value_string", "value_strings")), check=_check_constant),
 }  # fmt: skip

@@ -142,7 +142,7 @@ def plan(
     if opset < MIN_IMPORT_OPSET:
         raise OnnxError(
             f"the ONNX model uses opset {opset}; cellgraph imports opset {MIN_IMPORT_OPSET} or newer "
-            "(convert it with onnx.version_converter)"
+            "(convert it with onnx.version_converter.convert_version)"
         )
     graph = model.graph
     known: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
@@ -234,13 +234,17 @@ class Builder:
 
     def filter_hwio(self, name: str) -> Tensor:
         """An ONNX OIHW filter as cellgraph's HWIO: an initializer is stored transposed, as a variable."""
+        # A 1-D filter (OIL) is the 2-D filter of an image of height 1.
         if name in self.initializers and name not in self.tensors:
-            hwio = np.ascontiguousarray(np.transpose(self.initializers[name], (2, 3, 1, 0)))
+            oihw = self.initializers[name]
+            oihw = oihw[:, :, None, :] if oihw.ndim == 3 else oihw
+            hwio = np.ascontiguousarray(np.transpose(oihw, (2, 3, 1, 0)))
             self.tensors[f"{name}#hwio"] = t = self._variable(name, hwio)
             return t
         if f"{name}#hwio" in self.tensors:
             return self.tensors[f"{name}#hwio"]
-        return cg.transpose(self.tensor(name), (2, 3, 1, 0))
+        w = self.tensor(name)
+        return cg.transpose(cg.expand_dims(w, 2) if len(w.shape) == 3 else w, (2, 3, 1, 0))
 
     def ins(self, info: NodeInfo, count: int | None = None) -> list[Tensor]:
         # Inputs read as values at build time (a reshape's shape) are not tensors of the graph.

@@ -61,6 +61,8 @@ def test_the_saved_graph_holds_only_what_the_outputs_need(trained: Trained, tmp_
     assert "Placeholder" in ops and not ops & {"ApplyAdam", "SparseSoftmaxCrossEntropyWithLogits", "ReluGrad"}
     assert [n.name for n in model.graph if n.op == "Placeholder"] == ["x"]
     assert model.signature["variables"] == sorted(n.name for n in model.graph.variables())
+    # Where the notebook made each node stays with the notebook.
+    assert all(n.file is None and n.cell is None and n.line is None for n in model.graph)
 
 
 def _dropout_model() -> tuple[cg.Graph, cg.Tensor, cg.Tensor, cg.Tensor]:
@@ -167,11 +169,17 @@ def test_bad_inputs_and_outputs_are_refused_naming_them(tmp_path: Path) -> None:
         w = g.node("out/kernel").output(0)
         bump = cg.assign_add(w, cg.ones_like(w))
     session = cg.Session(g)
-    with pytest.raises(ExportError, match=r"input 'hidden/relu:0' is made by Relu 'hidden/relu' .*not by a placeholder"):
+    with pytest.raises(
+        ExportError, match=r"input 'hidden/relu:0' is made by Relu 'hidden/relu' .*not by a placeholder"
+    ):
         cg.save_model(tmp_path / "m", h, y, session)
-    with pytest.raises(ExportError, match=r"output needs placeholder Placeholder 'other' .*which is not among the inputs \(x\)"):
+    with pytest.raises(
+        ExportError, match=r"output needs placeholder Placeholder 'other' .*which is not among the inputs \(x\)"
+    ):
         cg.save_model(tmp_path / "m", x, z, session)
-    with pytest.raises(ExportError, match=r"output needs AssignAdd 'assign_add' .*, which changes state \(training only\)"):
+    with pytest.raises(
+        ExportError, match=r"output needs AssignAdd 'assign_add' .*, which changes state \(training only\)"
+    ):
         cg.save_model(tmp_path / "m", x, bump, session)
     with pytest.raises(ExportError, match=r"outputs: .* is not a Tensor"):
         cg.save_model(tmp_path / "m", x, [g.node("out/bias_add")], session)  # type: ignore[list-item]

@@ -1,0 +1,177 @@
+"""cg.onnx.import_model: ONNX models come in as graphs with variables; what cannot come in is refused first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import cellgraph as cg
+from cellgraph.onnx import OnnxError, conformance
+from cellgraph.onnx.import_ops import IMPORTERS
+
+RNG = np.random.default_rng(3)
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    initializers: list[onnx.TensorProto] = (),
+    opset: int = 17,
+) -> onnx.ModelProto:  # type: ignore[assignment]
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _dense_model() -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
+    w = RNG.normal(size=(4, 3)).astype(np.float32)
+    b = RNG.normal(size=(3,)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"], name="matmul"),
+        helper.make_node("Add", ["xw", "b"], ["logits"], name="add"),
+        helper.make_node("Relu", ["logits"], ["y"], name="relu"),
+    ]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    return model, w, b
+
+
+def test_initializers_become_trainable_variables_and_the_model_fine_tunes(tmp_path: Path) -> None:
+    model, w, b = _dense_model()
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    imported = cg.onnx.import_model(tmp_path / "m.onnx")
+    x = RNG.normal(size=(6, 4)).astype(np.float32)
+    np.testing.assert_allclose(imported(x), np.maximum(x @ w + b, 0), rtol=1e-6)
+    assert imported.inputs[0].shape == (None, 4)  # the symbolic batch dim stays dynamic
+    variables = {n.name: n for n in imported.graph.variables()}
+    assert sorted(variables) == ["b", "w"] and all(n.attrs["trainable"] for n in variables.values())
+    with imported.graph.as_default():
+        target = cg.placeholder((None, 3), name="target")
+        loss = cg.losses.mean_squared_error(imported.outputs[0], target)
+        step = cg.optim.SGD(0.1).minimize(loss)
+    feeds = {imported.inputs[0]: x, target: np.ones((6, 3), np.float32)}
+    first = float(imported.session.run(loss, feeds))
+    for _ in range(10):
+        imported.session.run(step, feeds)
+    assert float(imported.session.run(loss, feeds)) < first
+    assert not np.allclose(imported.session.variable_values()["w"], w)
+
+
+def _graphs_made() -> int:
+    """How many graphs exist so far: the next graph's number minus one."""
+    return cg.Graph().number
+
+
+def test_an_unknown_op_is_refused_naming_it_the_node_and_opset_before_building() -> None:
+    model, _, _ = _dense_model()
+    model.graph.node.append(helper.make_node("Einsum", ["y", "y"], ["z"], name="mix", equation="ij,ij->i"))
+    before = _graphs_made()
+    with pytest.raises(
+        OnnxError,
+        match=r"ONNX op 'Einsum' has no cellgraph equivalent \(Einsum node 'mix', opset 17\); cellgraph imports Add, ArgMax",
+    ):
+        cg.onnx.import_model(model)
+    # Only the graph this check made exists: the import built none.
+    assert _graphs_made() == before + 1
+
+
+def test_an_attribute_without_an_equivalent_is_refused_naming_it() -> None:
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="dilated", dilations=[2, 2], kernel_shape=[3, 3])
+    model = _model(
+        [conv],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones((2, 1, 3, 3), np.float32), "w")],
+    )
+    with pytest.raises(
+        OnnxError, match=r"Conv with dilations \[2, 2\] has no cellgraph equivalent \(Conv node 'dilated', opset 17\)"
+    ):
+        cg.onnx.import_model(model)
+    odd = helper.make_node("Relu", ["x"], ["y"], name="odd", alpha=0.5)
+    model = _model([odd], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])  # fmt: skip
+    with pytest.raises(
+        OnnxError,
+        match=r"attribute 'alpha' of ONNX op 'Relu' has no cellgraph equivalent \(Relu node 'odd', opset 17\)",
+    ):
+        cg.onnx.import_model(model)
+
+
+def test_a_dtype_cellgraph_lacks_and_an_old_opset_are_refused() -> None:
+    node = helper.make_node("Relu", ["x"], ["y"], name="half")
+    model = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2])])  # fmt: skip
+    with pytest.raises(
+        OnnxError, match=r"dtype FLOAT16 of value 'x' has no cellgraph equivalent \(Relu node 'half', opset 17\)"
+    ):
+        cg.onnx.import_model(model)
+    model, _, _ = _dense_model()
+    model.opset_import[0].version = 11
+    with pytest.raises(
+        OnnxError,
+        match=r"the ONNX model uses opset 11; cellgraph imports opset 13 or newer \(convert it with onnx.version_converter",
+    ):
+        cg.onnx.import_model(model)
+
+
+def test_a_shape_fed_as_an_input_must_be_given_as_a_static_input() -> None:
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="flat")
+    model = _model(
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    with pytest.raises(
+        OnnxError,
+        match=r"input 1 \('shape'\) of Reshape node 'flat', opset 17 must be known when the graph is built .*pass its value in static_inputs",
+    ):
+        cg.onnx.import_model(model)
+    imported = cg.onnx.import_model(model, static_inputs={"shape": np.array([-1], np.int64)})
+    assert imported(np.arange(6, dtype=np.float32).reshape(2, 3)).tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_file_that_is_not_a_model_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(OnnxError, match=r"ONNX model '.*missing.onnx' does not exist"):
+        cg.onnx.import_model(tmp_path / "missing.onnx")
+    (tmp_path / "junk.onnx").write_bytes(b"\xff\x00not a model")
+    with pytest.raises(OnnxError, match=r"'.*junk.onnx' is not an ONNX model"):
+        cg.onnx.import_model(tmp_path / "junk.onnx")
+
+
+# ------------------------------------------- ONNX's own node conformance cases
+@pytest.fixture(scope="module")
+def results() -> dict[str, conformance.OpResult]:
+    return conformance.run()
+
+
+def test_every_imported_op_has_conformance_cases(results: dict[str, conformance.OpResult]) -> None:
+    assert sorted(results) == sorted(IMPORTERS)
+    assert all(r.total > 0 for r in results.values()), [op for op, r in results.items() if r.total == 0]
+
+
+def test_no_conformance_case_gives_a_wrong_answer(results: dict[str, conformance.OpResult]) -> None:
+    # A case is passed or refused up front with a reason: never imported and then wrong.
+    failed = {case: why for r in results.values() for case, why in r.failed.items()}
+    assert failed == {}
+
+
+def test_conformance_cases_in_cellgraphs_dtypes_pass(results: dict[str, conformance.OpResult]) -> None:
+    # Cases refused only because cellgraph has no such dtype (int8, float16, ...) aside, the
+    # cases of every op pass at 85% or more, but Dropout's: half of its cases draw a random
+    # training mask or use opset 11. The table in BENCHMARKS.md counts every case.
+    below = {}
+    for op, r in results.items():
+        expressible = r.total - conformance.dtype_refusals(r)
+        if expressible and len(r.passed) / expressible < 0.85:
+            below[op] = sorted(r.unsupported.values())
+    assert sorted(below) == ["Dropout"], below
+    assert all("training mode" in why or "opset 11" in why for why in below["Dropout"])
