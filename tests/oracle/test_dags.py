@@ -19,6 +19,7 @@ import pytest
 from . import NO_TORCH
 
 torch = pytest.importorskip("torch", reason=NO_TORCH)
+nnf = torch.nn.functional
 
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -81,6 +82,19 @@ MENU = [
     Op("div_safe", 2, lambda a, b: a / (cg.square(b) + 1.0), lambda a, b: a / (b * b + 1.0),        _bcast),
     Op("maximum",  2, cg.maximum,                            torch.maximum,                         _bcast),
     Op("minimum",  2, cg.minimum,                            torch.minimum,                         _bcast),
+    # The second set of elementwise ops (ops/math_unary.py, ops/activations.py): smooth, or kinked only at 0.
+    Op("sin",      1, cg.sin,                                torch.sin,                             lambda s: s),
+    Op("erf",      1, cg.erf,                                torch.erf,                             lambda s: s),
+    Op("rsqrt1_sq", 1, lambda a: cg.rsqrt(cg.square(a) + 1.0), lambda a: torch.rsqrt(a * a + 1.0),  lambda s: s),
+    Op("gelu",     1, cg.gelu,                               nnf.gelu,                              lambda s: s),
+    Op("gelu_tanh", 1, lambda a: cg.gelu(a, approximate=True), lambda a: nnf.gelu(a, approximate="tanh"), lambda s: s),
+    Op("softplus", 1, cg.softplus,                           nnf.softplus,                          lambda s: s),
+    Op("silu",     1, cg.silu,                               nnf.silu,                              lambda s: s),
+    Op("softsign", 1, cg.softsign,                           nnf.softsign,                          lambda s: s),
+    Op("elu",      1, cg.elu,                                nnf.elu,                               lambda s: s),
+    Op("leaky",    1, lambda a: cg.leaky_relu(a, 0.1),       lambda a: nnf.leaky_relu(a, 0.1),      lambda s: s),
+    Op("clip",     1, lambda a: cg.clip_by_value(a, -0.5, 0.5), lambda a: torch.clamp(a, -0.5, 0.5), lambda s: s),
+    Op("where_pos", 2, lambda a, b: cg.where(a > 0.0, a, b), lambda a, b: torch.where(a > 0, a, b),  _bcast),
     Op("sum_1",    1, lambda a: cg.reduce_sum(a, 1, keepdims=True),  lambda a: a.sum(1, keepdim=True),  _reduce(1)),
     Op("sum_0",    1, lambda a: cg.reduce_sum(a, 0, keepdims=True),  lambda a: a.sum(0, keepdim=True),  _reduce(0)),
     Op("mean_1",   1, lambda a: cg.reduce_mean(a, 1, keepdims=True), lambda a: a.mean(1, keepdim=True), _reduce(1)),
