@@ -1,4 +1,4 @@
-"""The ``cellgraph`` command line: ``demo``, ``train``, ``ps`` and ``install-kernel``.
+"""The ``cellgraph`` command line: ``demo``, ``train``, ``ps``, ``install-kernel`` and ``export``.
 
 Exit status: 0 done; 1 training failed or (with ``--check``) an accuracy
 target was missed; 2 bad arguments, a missing extra or an unreachable
@@ -246,6 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ps_command.add_parser(commands)
     _add_install_kernel(commands)
+    from cellgraph import export_command
+
+    export_command.add_parser(commands)
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)
