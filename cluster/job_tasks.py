@@ -19,6 +19,9 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import re
 import time
 import traceback
 from collections.abc import Sequence
@@ -43,6 +46,11 @@ def replicas_topic(job_id: str) -> str:
 def ps_variable(job_id: str) -> str:
     """The ``distributed.Variable`` holding job ``job_id``'s current PS addresses: ``{"generation", "addresses"}``."""
     return f"cellgraph-ps-{job_id}"
+
+
+def worker_log_topic(job_id: str) -> str:
+    """The Dask event topic on which workers send the job their log records about its replica tasks."""
+    return f"cellgraph-{job_id}-worker-log"
 
 
 def stop_event_name(job_id: str) -> str:
@@ -98,6 +106,42 @@ class _PublishedAddresses:
         return int(value["generation"]), [str(a) for a in value["addresses"]]
 
 
+# A replica task's key names its job (ReplicaSet.submit): how a worker's log record is known to be about one.
+REPLICA_KEY = re.compile(r"cellgraph-replica-(job-[0-9a-f]+)")
+
+
+class RouteJobRecords(logging.Filter):
+    """On a worker: Dask's log records about a replica task go to that task's job (``worker_log_topic``, which the
+    job's supervisor writes to its log file and events), not to the worker's stderr, which a notebook shows in
+    whatever cell runs at the time."""
+
+    def __init__(self, worker: Any) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted is left to the handler as it is
+            return True
+        found = REPLICA_KEY.search(text)
+        if found is None:
+            return True
+        if record.exc_info:
+            text += "\n" + "".join(traceback.format_exception(*record.exc_info))
+        message = {"worker": str(self.worker.address), "level": record.levelname, "logger": record.name, "text": text}
+        with contextlib.suppress(Exception):  # a worker closing: the record is dropped rather than printed
+            self.worker.log_event(worker_log_topic(found[1]), message)
+        return False
+
+
+def route_job_records(worker: Any) -> None:
+    """Put ``RouteJobRecords`` on the handlers of Dask's logger (and the root's) in this worker process, once."""
+    for handler in [*logging.getLogger("distributed").handlers, *logging.getLogger().handlers]:
+        if not any(isinstance(f, RouteJobRecords) for f in handler.filters):
+            handler.addFilter(RouteJobRecords(worker))
+
+
 def replica_task(
     spec: ReplicaSpec, data: Sequence[np.ndarray], stop_event: str, addresses: str
 ) -> dict[str, Any] | ReplicaFailure:
@@ -105,6 +149,7 @@ def replica_task(
     from distributed import get_worker
 
     worker = get_worker()
+    route_job_records(worker)
     worker.log_event(replicas_topic(spec.job_id), {"replica": spec.replica_id, "worker": worker.address})
     stop = _ThrottledEvent(stop_event, replica_stop_name(stop_event, spec.replica_id))
     try:
@@ -119,5 +164,7 @@ __all__ = [
     "replica_stop_name",
     "replica_task",
     "replicas_topic",
+    "route_job_records",
     "stop_event_name",
+    "worker_log_topic",
 ]

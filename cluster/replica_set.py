@@ -94,8 +94,10 @@ class ReplicaSet:
         """Say which replicas run again, after a look at the workers: the lost worker's event comes first."""
         with self.state.lock:
             started, self._started = self._started, []
-        if any(i in self.watch.replica_at for i, _ in started):
-            self.watch.look()
+        if any(i in self.watch.replica_at for i, _ in started) and not self.watch.look():
+            with self.state.lock:  # no answer: said at the next look, after what happened before
+                self._started[:0] = started
+            return
         for i, address in started:
             before, self.watch.replica_at[i] = self.watch.replica_at.get(i), address
             if before is not None:
@@ -171,7 +173,8 @@ class ReplicaSet:
         # A look at the workers first: the task was lost because the scheduler removed its worker, and a worker
         # that joined is known by name, so the events say that one left and this one joined before a replica
         # goes there.
-        self.watch.look()
+        if not self.watch.look():
+            return {}
         try:
             processing = self.state.cluster.processing()
         except Exception:  # noqa: BLE001 - the scheduler busy or the cluster closing: look again next time

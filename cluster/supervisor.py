@@ -32,7 +32,7 @@ from cellgraph.dataflow.errors import CellgraphError
 from .cluster import ClusterError, call_with_deadline
 from .errors import ParameterServerError
 from .job_state import JobState, lost_with_worker
-from .job_tasks import ps_variable, replicas_topic
+from .job_tasks import ps_variable, replicas_topic, worker_log_topic
 from .ps import ParameterClient
 from .ps_recovery import ServerRecovery, complete_checkpoints, publish_addresses
 from .replica import ReplicaSpec, metrics_topic
@@ -63,6 +63,7 @@ class Supervisor:
         self.thread: threading.Thread | None = None
         self._skipped_seen: dict[int, int] = {}  # per shard: the steps_skipped already reported as an event
         self._checkpoint_errors: set[str] = set()
+        self._worker_records: list[dict[str, str]] = []  # Dask's event thread appends; this thread writes them
 
     # ------------------------------------------------------------------ starting
     def start(self) -> None:
@@ -82,6 +83,7 @@ class Supervisor:
             publish_addresses(state)
             client.subscribe_topic(metrics_topic(state.job_id), self.on_metrics)
             client.subscribe_topic(replicas_topic(state.job_id), self.replicas.on_replica_start)
+            client.subscribe_topic(worker_log_topic(state.job_id), self.on_worker_record)
             distributed.Event(state.stop_name, client=client).clear()
             workers = state.cluster.training_workers()[: spec.replicas]
             per = spec.rows // spec.replicas
@@ -120,6 +122,25 @@ class Supervisor:
         with self.state.lock:
             self.state.metrics.append(dict(message))
 
+    def on_worker_record(self, event: tuple[float, dict[str, str]]) -> None:
+        """Dask's callback for a worker's log record about one of the job's replica tasks (``RouteJobRecords``)."""
+        _, record = event
+        with self.state.lock:
+            self._worker_records.append(dict(record))
+
+    def _note_worker_records(self) -> None:
+        """Write the workers' records about the job's tasks to the job's log file, a line each in its events."""
+        state = self.state
+        with state.lock:
+            records, self._worker_records = self._worker_records, []
+        for r in records:
+            self._log(f"worker {r.get('worker')} {r.get('level')} {r.get('logger')}: {r.get('text')}")
+            first = str(r.get("text", "")).splitlines()[0] if r.get("text") else ""
+            state.event(
+                f"worker {r.get('worker')} logged {r.get('level')} ({r.get('logger')}): {first[:300]}; "
+                f"the whole record is in {state.log_path}"
+            )
+
     # ------------------------------------------------------------------ watching
     def _run(self) -> None:
         state = self.state
@@ -144,6 +165,7 @@ class Supervisor:
                 self.watch.look()
                 next_look = time.monotonic() + WORKERS_POLL_S
             self.replicas.note_starts()
+            self._note_worker_records()
             if not state.stopping and state.error is None:
                 if not self._note_failures() or not self.replicas.replace_lost():
                     continue  # the job has failed: the loop goes on until the other replicas have ended
@@ -260,6 +282,7 @@ class Supervisor:
 
     def _finish(self) -> None:
         state = self.state
+        self._note_worker_records()
         if state.error is None:
             self._note_failures()
         if state.error is None:
@@ -311,7 +334,7 @@ class Supervisor:
         if live:
             with contextlib.suppress(*CLOSE_ERRORS):
                 call_with_deadline(lambda: client.cancel(list(state.futures)), f"cancel job {state.job_id}'s replicas")
-            for topic in (metrics_topic(state.job_id), replicas_topic(state.job_id)):
+            for topic in (metrics_topic(state.job_id), replicas_topic(state.job_id), worker_log_topic(state.job_id)):
                 with contextlib.suppress(*CLOSE_ERRORS, ValueError):
                     client.unsubscribe_topic(topic)
         with contextlib.suppress(*CLOSE_ERRORS):

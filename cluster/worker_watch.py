@@ -36,12 +36,16 @@ class WorkerWatch:
         self._placed: dict[int, str] = {}  # replica_at as of the last look
         self._last_seen: dict[str, float] = {}
 
-    def look(self) -> None:
-        """Compare the cluster's workers and where the replicas run with the last look; say what changed."""
+    def look(self) -> bool:
+        """Compare the cluster's workers and where the replicas run with the last look; say what changed.
+
+        False when the scheduler did not answer: what depends on the look (a lost replica's new place, the
+        event that it runs again) waits for the next one, so that events keep the order things happened in.
+        """
         try:
             rows = self.state.cluster.workers()
         except Exception:  # noqa: BLE001 - the scheduler busy or the cluster closing: look again next time
-            return
+            return False
         now = time.monotonic()
         current = {w.address: w for w in rows}
         gone = [a for a in self.workers if a not in current]
@@ -54,6 +58,7 @@ class WorkerWatch:
         self.workers = current
         self._placed = dict(self.replica_at)
         self._last_seen.update(dict.fromkeys(current, now))
+        return True
 
     def describe(self, address: str) -> str:
         """``tcp://... (name worker-1, role worker, task 1)``, as far as the last look knows it."""

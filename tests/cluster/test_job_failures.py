@@ -71,6 +71,38 @@ def test_a_replica_failing_on_its_own_error_fails_the_job_at_once_and_prints_not
     Path(job.log_path).unlink()
 
 
+@pytest.mark.slow
+def test_a_workers_log_record_about_a_replica_goes_to_the_job_not_to_the_cell(
+    capfd: pytest.CaptureFixture[str], data: digits.Split
+) -> None:
+    with Cluster.local(workers=1, ps=1) as cluster:
+        model = models.mlp()
+        job = cg.train(
+            model.loss, (data.x_train, data.y_train), cluster=cluster, replicas=1, batch_size=32, steps=1_000_000,
+            checkpoint_every=None,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: job.global_step() >= 5, "step 5", job)
+            key = job._state.futures[0].key
+
+            def log_on_the_worker() -> None:
+                # What Dask's worker logs when a task raises: here about the running replica, and one about nothing.
+                logging.getLogger("distributed.worker").error(
+                    "Compute Failed\nKey:       %s\nState:     executing", key
+                )
+                logging.getLogger("distributed.worker").warning("a record about no replica (xyzzy)")
+
+            cluster.client.run(log_on_the_worker, workers=cluster.training_workers())
+            words = f"logged ERROR (distributed.worker): Compute Failed; the whole record is in {job.log_path}"
+            wait_until(lambda: any(words in e for e in job.events), "the worker's record in the events", job)
+            assert f"Key:       {key}" in Path(job.log_path).read_text()
+        finally:
+            job.close()
+    _, printed = capfd.readouterr()
+    assert "Compute Failed" not in printed and "xyzzy" in printed  # only the record about the replica was routed
+    Path(job.log_path).unlink()
+
+
 class Quiet:
     """Collects what shutdown must not produce: an exception in any thread, a warning or error of Dask."""
 
