@@ -207,10 +207,24 @@ def erf(x: TensorLike, name: str = "erf") -> Tensor:
 
 
 # ----------------------------------------------- FloorDiv, FloorMod
+def _no_int_zero(fn: Callable[..., Any], what: str) -> Callable[..., Any]:
+    """``fn``, refusing an int divisor that holds 0 as Python and TensorFlow do (NumPy would
+    quietly give 0). A GPU kernel cannot raise: there the result is NumPy's 0."""
+
+    def checked(a: np.ndarray, b: np.ndarray) -> Any:
+        if b.dtype.kind in "iu" and not np.all(b):
+            raise ZeroDivisionError(f"integer {what} by zero: the divisor holds 0")
+        return fn(a, b)
+
+    return checked
+
+
 register_op(OpDef(
     name="FloorDiv", family=FAMILY, infer=infer_numeric_broadcast,
-    reference=lambda attrs, a, b: np.floor_divide(a, b), grad=not_differentiable, broadcasts=True,
-    kernels={"cpu": elementwise_kernel(mk.floordiv), "cuda": cuda_kernel("elementwise", "binary_op", "FloorDiv")},
+    reference=lambda attrs, a, b: _no_int_zero(np.floor_divide, "division")(a, b),
+    grad=not_differentiable, broadcasts=True,
+    kernels={"cpu": elementwise_kernel(_no_int_zero(mk.floordiv, "division")),
+             "cuda": cuda_kernel("elementwise", "binary_op", "FloorDiv")},
 ))  # fmt: skip
 
 
@@ -223,19 +237,27 @@ def _grad_floormod(node: Node, dys: Dys) -> list[Tensor | None]:
 
 register_op(OpDef(
     name="FloorMod", family=FAMILY, infer=infer_numeric_broadcast,
-    reference=lambda attrs, a, b: np.mod(a, b), broadcasts=True,
+    reference=lambda attrs, a, b: _no_int_zero(np.mod, "modulo")(a, b), broadcasts=True,
     grad=_grad_floormod,
-    kernels={"cpu": elementwise_kernel(mk.floormod), "cuda": cuda_kernel("elementwise", "binary_op", "FloorMod")},
+    kernels={"cpu": elementwise_kernel(_no_int_zero(mk.floormod, "modulo")),
+             "cuda": cuda_kernel("elementwise", "binary_op", "FloorMod")},
 ))  # fmt: skip
 
 
 def floordiv(a: TensorLike, b: TensorLike, name: str = "floordiv") -> Tensor:
-    """``a // b``, floored as Python's (``-7 // 2 == -4``); for int and float tensors; not differentiable."""
+    """``a // b``, floored as Python's (``-7 // 2 == -4``); for int and float tensors; not differentiable.
+
+    A float divided by 0 gives ±inf or NaN; an int divided by 0 fails the run, naming the node
+    (on a GPU, whose kernels cannot raise, it gives 0, as NumPy does).
+    """
     return apply("FloorDiv", binary_inputs(a, b, "FloorDiv"), name=name)
 
 
 def mod(a: TensorLike, b: TensorLike, name: str = "mod") -> Tensor:
-    """``a % b`` with the divisor's sign, as Python's (``-7 % 2 == 1``): TensorFlow's floormod."""
+    """``a % b`` with the divisor's sign, as Python's (``-7 % 2 == 1``): TensorFlow's floormod.
+
+    An int modulo 0 fails the run as :func:`floordiv` does; a float one gives NaN.
+    """
     return apply("FloorMod", binary_inputs(a, b, "FloorMod"), name=name)
 
 

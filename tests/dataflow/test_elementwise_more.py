@@ -137,6 +137,22 @@ def test_operators_are_installed_once() -> None:
         operators.install()
 
 
+def test_an_int_divisor_of_zero_fails_the_run_naming_the_node() -> None:
+    i, j = ph(3, dtype="int32", name="i"), ph(3, dtype="int32", name="j")
+    q, r = cg.floordiv(i, j, name="q"), cg.mod(i, j, name="r")
+    feeds = {i: np.array([7, -7, 1], np.int32), j: np.array([2, 0, 3], np.int32)}
+    for t, words in ((q, "integer division by zero"), (r, "integer modulo by zero")):
+        pattern = rf"^{t.op} '{t.node.name}' \(test_elementwise_more\.py:\d+\) failed while running: "
+        with pytest.raises(cg.ExecutionError, match=pattern + "ZeroDivisionError: " + words + ": the divisor holds 0"):
+            _run(t, feeds)
+    feeds[j] = np.array([2, -2, 3], np.int32)
+    np.testing.assert_array_equal(_run([q, r], feeds), [[3, 3, 0], [1, -1, 1]])  # Python: -7 % -2 == -1
+    x = ph(2, name="x")  # floats follow IEEE: x // 0 is inf, x % 0 is NaN
+    got = _run([x // 0.0, x % 0.0], {x: np.array([1.0, -1.0], np.float32)})
+    np.testing.assert_array_equal(got[0], [np.inf, -np.inf])
+    assert np.isnan(got[1]).all()
+
+
 # ----------------------------------------------------------- stop_gradient
 def test_stop_gradient_passes_values_and_blocks_gradients() -> None:
     x = ph(3)
