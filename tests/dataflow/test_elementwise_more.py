@@ -165,6 +165,27 @@ def test_stop_gradient_passes_values_and_blocks_gradients() -> None:
     assert none is None
 
 
+SMOOTH = {
+    "sin": cg.sin, "cos": cg.cos, "tan": cg.tan, "rsqrt": lambda t: cg.rsqrt(t + 2.0), "log1p": cg.log1p,
+    "expm1": cg.expm1, "erf": cg.erf, "elu": lambda t: cg.elu(t, 0.5), "selu": cg.selu, "gelu": cg.gelu,
+    "gelu_tanh": lambda t: cg.gelu(t, approximate=True), "softplus": cg.softplus, "softsign": cg.softsign,
+    "silu": cg.silu, "clip": lambda t: cg.clip_by_value(t * t, 0.1, 0.5),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(SMOOTH))
+def test_second_derivatives_match_differences_of_the_first(name: str) -> None:
+    """The gradient rules are built from differentiable ops, so they differentiate again."""
+    x = ph(None, dtype="float64")
+    (dx,) = cg.gradients(cg.reduce_sum(SMOOTH[name](x)), [x])
+    (ddx,) = cg.gradients(cg.reduce_sum(dx), [x])  # elementwise: the Hessian's diagonal
+    sess = cg.Session(cg.get_default_graph())
+    points = np.array([-0.9, -0.4, 0.3, 0.8])  # clear of every kink (elu's, selu's and clip's)
+    eps = 1e-6
+    numeric = (sess.run(dx, {x: points + eps}) - sess.run(dx, {x: points - eps})) / (2 * eps)
+    np.testing.assert_allclose(sess.run(ddx, {x: points}), numeric, rtol=1e-5, atol=1e-7)
+
+
 def test_piecewise_constant_ops_give_a_zero_gradient_not_none() -> None:
     x = ph(3)
     grads = cg.gradients(cg.floor(x) + cg.ceil(x) + cg.round(x) + cg.sign(x), [x])
