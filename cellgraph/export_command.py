@@ -2,6 +2,16 @@
 
 Exit status: 0 written; 1 the checkpoint cannot be exported (named in the
 message); 2 bad arguments or the onnx extra missing.
+
+Examples
+--------
+>>> import argparse
+>>> commands = argparse.ArgumentParser(prog="cellgraph").add_subparsers()
+>>> add_parser(commands)
+>>> argv = ["--checkpoint", "ckpt", "--model", "mlp", "--format", "onnx", "-o", "m.onnx"]
+>>> args = commands.choices["export"].parse_args(argv)
+>>> args.format, args.opset
+('onnx', 17)
 """
 
 from __future__ import annotations

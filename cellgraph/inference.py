@@ -5,6 +5,18 @@ Both the saved model (``cellgraph/saved_model.py``) and the ONNX exporter
 ops switched to what they do at inference, and the variables' values read from
 wherever training left them (a ``Session``, a running or finished ``Job``, a
 parameter-server checkpoint folder, or a plain mapping).
+
+Examples
+--------
+>>> import cellgraph as cg
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((None, 4), name="x")
+...     y = cg.dropout(cg.layers.dense(x, 2, name="dense"), 0.5, name="drop")
+...     loss = cg.reduce_sum(y, name="loss")
+>>> model = inference_graph(x, y)
+>>> [(n.name, n.op) for n in model.graph if n.op in ("Identity", "Dropout", "ReduceSum")]
+[('drop', 'Identity')]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Examples
 ...     y = cg.layers.dense(x, 1, name="out")
 >>> s = cg.Session(g)
 >>> with tempfile.TemporaryDirectory() as d:
-...     cg.save_model(d, x, y, s)
+...     folder = cg.save_model(d, x, y, s)
 ...     model = cg.load_model(d)
 ...     bool((model([[1.0, 2.0]]) == s.run(y, {x: [[1.0, 2.0]]})).all())
 True

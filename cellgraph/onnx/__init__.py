@@ -1,6 +1,23 @@
 """ONNX out and in: ``cg.onnx.export`` writes a trained model, ``cg.onnx.import_model`` reads one.
 
 The ``onnx`` package is imported only when one of these runs (``pip install 'cellgraph[onnx]'``).
+
+Examples
+--------
+>>> import os, tempfile
+>>> import numpy as np
+>>> import cellgraph as cg
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((None, 3), name="x")
+...     y = cg.relu(cg.layers.dense(x, 2, name="dense"), name="y")
+>>> session = cg.Session(g)
+>>> with tempfile.TemporaryDirectory() as d:
+...     _ = cg.onnx.export(os.path.join(d, "m.onnx"), x, y, session)
+...     back = cg.onnx.import_model(os.path.join(d, "m.onnx"))
+>>> data = np.ones((2, 3), np.float32)
+>>> bool(np.allclose(back(data), session.run(y, {x: data})))
+True
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""What the ONNX exporter and importer share: their error, and the dtypes both sides know."""
+"""What the ONNX exporter and importer share: their error, and the dtypes both sides know.
+
+Examples
+--------
+>>> DTYPE_TO_ONNX["float32"], ONNX_TO_DTYPE[7]
+(1, 'int64')
+"""
 
 from __future__ import annotations
 

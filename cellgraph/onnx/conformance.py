@@ -8,6 +8,12 @@ refuses it (an attribute, dtype or rank cellgraph cannot express): never a
 pass. Inputs that a row needs as values at build time (a reshape's shape fed
 as a graph input) are given from the case's data as ``static_inputs``, as a
 shape-specializing runtime would; everything else is fed at run time.
+
+Examples
+--------
+>>> results = run(["Relu", "Softmax"])
+>>> results["Relu"].passed, f"{results['Softmax'].pass_rate:.0%}"
+(['test_relu'], '100%')
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ gets a new row here and nothing else.
 cellgraph images are NHWC with HWIO filters (TensorFlow's layout); ONNX's are
 NCHW with OIHW filters, so the convolution and pooling rows transpose around
 the ONNX op (ONNX Runtime folds the transposes of constant filters).
+
+Examples
+--------
+>>> "Conv2D" in EXPORTERS, "ReluGrad" in EXPORTERS
+(True, False)
 """
 
 from __future__ import annotations

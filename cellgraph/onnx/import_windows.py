@@ -5,6 +5,21 @@ HWIO filters. A 1-D op is imported as the 2-D op over an image of height 1.
 Explicit, SAME_LOWER and ceil-mode padding become a ``cg.pad`` before a VALID
 window (with -inf for max pooling, so that padding never wins); SAME_UPPER is
 cellgraph's (TensorFlow's) SAME.
+Pools of other ranks, or with dilations, are the max (or mean) of one strided
+slice of the padded input per kernel offset.
+
+Examples
+--------
+>>> import numpy as np
+>>> from onnx import TensorProto, helper
+>>> import cellgraph as cg
+>>> node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2, 2])
+>>> x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
+>>> graph = helper.make_graph([node], "g", [x_info], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+>>> model = cg.onnx.import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+>>> model(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+array([[[[10., 11.],
+         [14., 15.]]]], dtype=float32)
 """
 
 from __future__ import annotations

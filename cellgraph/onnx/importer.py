@@ -7,6 +7,22 @@ op or attribute, the node and the opset, and no graph exists. Then each
 initializer that the graph reads becomes a variable (trainable when it is a
 float), each graph input a placeholder (unknown dims stay unknown), and each
 output an identity named after it.
+
+Examples
+--------
+>>> import numpy as np
+>>> from onnx import TensorProto, helper, numpy_helper
+>>> node = helper.make_node("Gemm", ["x", "w"], ["y"], name="dense", transB=1)
+>>> graph = helper.make_graph(
+...     [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])],
+...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])],
+...     [numpy_helper.from_array(np.array([[1.0, 2.0]], np.float32), "w")],
+... )
+>>> model = import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+>>> model.inputs, [n.name for n in model.graph.variables()]
+([<Tensor 'x:0' shape=(?, 2) dtype=float32>], ['w'])
+>>> model(np.array([[3.0, 4.0]], np.float32))
+array([[11.]], dtype=float32)
 """
 
 from __future__ import annotations
