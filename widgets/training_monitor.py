@@ -37,6 +37,7 @@ import ipywidgets as widgets
 
 from .kernel_loop import Throttle, Ticker, kernel_loop
 from .training_monitor_data import MetricSeries, format_bytes, stragglers
+from .training_monitor_events import events_html
 from .training_monitor_figures import CurveFigure, RateFigure, ShardFigure, close_figure
 
 # Updates at most ten a second: IOPub drops floods, and a browser draws no faster.
@@ -45,7 +46,6 @@ MIN_INTERVAL_S = 0.1
 FINAL_GRACE_S = 2.0
 # job.stop() waits for every replica to finish its step (and, in sync mode, its peers).
 STOP_TIMEOUT_S = 120.0
-MAX_EVENTS = 200
 METRICS = {"examples_per_s": "examples / s", "step_time_s": "seconds per step", "staleness": "staleness (steps)"}
 STATUS_STYLE = {"running": "info", "finished": "success", "stopped": "warning", "failed": "danger"}
 
@@ -97,6 +97,7 @@ class TrainingMonitor(widgets.VBox):
         """The latest Stop or Scale, running on a worker thread; its result is the message it showed."""
         self._seen = 0  # job.metrics[: self._seen] are in self.series
         self._events_shown = -1
+        self._drawn_set: tuple[str, int] | None = None  # (status, job.replicas) the replica figures show
         self._ps: list[dict[str, Any]] = []
         self._ps_drawn: list[dict[str, Any]] | None = None
         self._ps_note = "waiting for the parameter servers' counters"
@@ -120,7 +121,7 @@ class TrainingMonitor(widgets.VBox):
         self.title = widgets.HTML()
         self.progress = widgets.IntProgress(min=0, max=max(self.job.steps, 1), layout={"width": "40%"})
         self.progress_label = widgets.HTML()
-        self.loss = CurveFigure("loss", "loss")
+        self.loss = CurveFigure("loss", "loss", log_option=True)
         self.metric = CurveFigure(METRICS["examples_per_s"], METRICS["examples_per_s"])
         self.metric_choice = widgets.Dropdown(
             options=[(label, key) for key, label in METRICS.items()], value="examples_per_s", description="metric"
@@ -140,16 +141,12 @@ class TrainingMonitor(widgets.VBox):
         self.scale_button.on_click(lambda _: self.scale(self.scale_input.value))
         self.message = widgets.HTML()
         row = {"width": "100%", "flex_flow": "row wrap"}
-        column = {"flex": "1 1 320px", "min_width": "280px"}
-        self.metric.figure.layout.flex = "none"  # in its column below the choice, the figure takes the full width
-        self.metric.figure.layout.width = "100%"
+        self.metric.widget.children = (self.metric_choice, *self.metric.widget.children)
         return [
             self.title,
             widgets.HBox([self.progress, self.progress_label]),
-            widgets.HBox(
-                [self.loss.figure, widgets.VBox([self.metric_choice, self.metric.figure], layout=column)], layout=row
-            ),
-            widgets.HBox([self.rates.figure, self.shards.figure], layout=row),
+            widgets.HBox([self.loss.widget, self.metric.widget], layout=row),
+            widgets.HBox([self.rates.widget, self.shards.widget], layout=row),
             widgets.HBox([self.rates_label, self.ps_table], layout=row),
             self.events_html,
             widgets.HBox([self.stop_button, self.scale_input, self.scale_button, self.message]),
@@ -208,20 +205,26 @@ class TrainingMonitor(widgets.VBox):
         self.series.extend(new)
         status = self.job.status
         progress = self.series.progress(self.job.steps, max((s["global_step"] for s in self._ps), default=0))
-        self.title.value = f"<b>Job {html.escape(self.job.job_id)}</b> · {status} · {self.job.replicas} replica(s)"
+        running = status == "running"
+        replica_set = self.series.replica_set(self.job.replicas, running)
+        self.title.value = f"<b>Job {html.escape(self.job.job_id)}</b> · {status} · {replica_set.describe()}"
         with self.progress.hold_sync():
             self.progress.value = min(progress.step, self.progress.max)
             self.progress.bar_style = STATUS_STYLE.get(status, "")
         self.progress_label.value = html.escape(progress.describe(running=status == "running"))
-        if new:
-            self.loss.draw({r: self.series.curve(r, "loss") for r in self.series.replicas})
+        if new or self._drawn_set != (status, self.job.replicas):
+            self._drawn_set = (status, self.job.replicas)
+            left = replica_set.left if running else []  # once the job has ended, no line is one that left
+            self.loss.draw({r: self.series.curve(r, "loss") for r in self.series.replicas}, left)
             self._draw_metric()
-            # While some replicas train, one that left is no straggler: rate those still training.
+            # Only replicas still training are compared: one that left (scaled down, or the job ended) is no
+            # straggler, and one that job.scale started shows as starting until its first message.
+            # Once the job has ended, every replica's last rate, none compared.
             rates = self.series.rates()
-            rates = {r: rates[r] for r in self.series.active} or rates
-            slow = stragglers(rates)
-            self.rates.draw(rates, slow)
-            self.rates_label.value = _describe_rates(rates, slow)
+            rates = {r: rates[r] for r in replica_set.training} if running else rates
+            slow = stragglers(rates) if running else []
+            self.rates.draw(rates, slow, replica_set.starting)
+            self.rates_label.value = _describe_rates(rates, slow, running)
         if self._ps is not self._ps_drawn:  # each read of the counters makes a new list
             self._ps_drawn = self._ps
             self.shards.draw(self._ps)
@@ -229,7 +232,7 @@ class TrainingMonitor(widgets.VBox):
         if len(self.job.events) != self._events_shown:
             events = list(self.job.events)
             self._events_shown = len(events)
-            self.events_html.value = _events_list(events)
+            self.events_html.value = events_html(events)
         # One action at a time, and none on an ended job.
         busy = status != "running" or (self.action is not None and not self.action.done())
         self.stop_button.disabled = self.scale_button.disabled = busy
@@ -240,7 +243,9 @@ class TrainingMonitor(widgets.VBox):
     def _draw_metric(self) -> None:
         key = str(self.metric_choice.value)
         self.metric.retitle(METRICS[key], METRICS[key])
-        self.metric.draw({r: self.series.curve(r, key) for r in self.series.replicas})
+        running = self.job.status == "running"
+        left = self.series.replica_set(self.job.replicas, running).left if running else []
+        self.metric.draw({r: self.series.curve(r, key) for r in self.series.replicas}, left)
 
     # ------------------------------------------------------------------ controls
     def stop(self) -> Future[str]:
@@ -286,7 +291,9 @@ class TrainingMonitor(widgets.VBox):
             self._ticker.stop()
         self._throttle.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
-        for figure in (self.loss.figure, self.metric.figure, self.rates.figure, self.shards.figure):
+        self.loss.close()
+        self.metric.close()
+        for figure in (self.rates.figure, self.shards.figure):
             close_figure(figure)
         _close_boxes(self.children)
         super().close()
@@ -302,7 +309,9 @@ def _close_boxes(children: Sequence[widgets.Widget]) -> None:
         child.close()
 
 
-def _describe_rates(rates: dict[int, float], slow: Sequence[int]) -> str:
+def _describe_rates(rates: dict[int, float], slow: Sequence[int], running: bool) -> str:
+    if not running:
+        return "the job has ended: each replica's last rate, none compared" if rates else ""
     if not rates:
         return ""
     if not slow:
@@ -337,16 +346,3 @@ def _ps_table(stats: Sequence[dict[str, Any]], note: str) -> str:
     )
     caption = f"<div><i>{html.escape(note)}</i></div>" if note else ""
     return f"<table><tr>{head}</tr>{rows}</table>{caption}"
-
-
-def _events_list(events: Sequence[str]) -> str:
-    """The latest ``MAX_EVENTS`` events, newest first: a lost replica or a restored server is what one looks for."""
-    shown = events[-MAX_EVENTS:][::-1]
-    more = (
-        f"<div><i>{len(events) - len(shown)} earlier event(s) not shown</i></div>" if len(events) > len(shown) else ""
-    )
-    lines = "\n".join(html.escape(e) for e in shown)
-    return (
-        f"<details open><summary>events ({len(events)}, newest first)</summary>"
-        f'<pre style="max-height:12em;overflow:auto;margin:0">{lines}</pre>{more}</details>'
-    )

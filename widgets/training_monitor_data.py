@@ -21,6 +21,10 @@ Examples
 >>> p = series.progress(target=100)
 >>> p.step, p.rate, p.eta_s
 (30, 20.0, 3.5)
+>>> series.replica_set(expected=3, running=True).describe()
+'3 replica(s): 2 training, 1 starting'
+>>> tick_format(0.0019, 0.0025), tick_format(1.0001, 1.0005)
+('.3~g', '.6~g')
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ RATE_WINDOW_S = 5.0
 MAX_POINTS = 2000
 # A replica more than this fraction below the median rate is a straggler.
 STRAGGLER_MARGIN = 0.2
+# About as many ticks as bqplot draws on a 260-pixel axis: the format must tell neighbouring ticks apart.
+TICKS = 5
+# Significant digits of a tick label: at least enough to read, at most what a float64 holds.
+MIN_DIGITS, MAX_DIGITS = 2, 15
 
 
 def _number(value: Any) -> float:
@@ -74,6 +82,15 @@ class MetricSeries:
     def active(self) -> list[int]:
         """The replicas whose latest message was not their last."""
         return [r for r in self.replicas if not self._final[r]]
+
+    def replica_set(self, expected: int, running: bool) -> ReplicaSet:
+        """Which replicas train, which left, and how many of the ``expected`` (``job.replicas``) have not yet
+        sent a message (a replica ``job.scale`` just started): the job's replica set as its metrics show it."""
+        training = self.active if running else []
+        left = [r for r in self.replicas if r not in training]
+        starting = max(0, expected - len(training)) if running else 0
+        leaving = max(0, len(training) - expected) if running else 0
+        return ReplicaSet(training, left, starting, leaving)
 
     def column(self, replica: int, key: str) -> list[float]:
         """``key``'s values of ``replica``'s messages, in arrival order (NaN where a message lacked it)."""
@@ -125,6 +142,29 @@ class MetricSeries:
 
 
 @dataclass(frozen=True)
+class ReplicaSet:
+    """A job's replicas as the monitor shows them.
+
+    ``training``: those whose latest message was not their last (while the job
+    runs); ``left``: the others (all of them once the job has ended);
+    ``starting``: replicas asked for that have sent nothing yet; ``leaving``:
+    replicas told to leave that have not sent their last message.
+    """
+
+    training: list[int]
+    left: list[int]
+    starting: int
+    leaving: int
+
+    def describe(self) -> str:
+        """``3 replica(s): 2 training, 1 starting`` (the count is what the job asked for)."""
+        parts = [f"{len(self.training)} training"]
+        parts += [f"{self.starting} starting"] if self.starting else []
+        parts += [f"{self.leaving} leaving"] if self.leaving else []
+        return f"{len(self.training) + self.starting - self.leaving} replica(s): {', '.join(parts)}"
+
+
+@dataclass(frozen=True)
 class Progress:
     """How far a job is: ``step`` of ``target`` global steps, moving at ``rate`` steps per second (0 if unknown)."""
 
@@ -155,12 +195,29 @@ class Progress:
 
 
 def thin(xs: Sequence[float], ys: Sequence[float], limit: int = MAX_POINTS) -> tuple[list[float], list[float]]:
-    """At most ``limit`` evenly spaced points of a curve, its first and last always among them."""
+    """At most ``limit`` evenly spaced points of a curve, its first and last (the latest) always among them."""
     if len(xs) <= limit:
         return list(xs), list(ys)
     last = len(xs) - 1
     keep = [round(i * last / (limit - 1)) for i in range(limit)]
     return [xs[i] for i in keep], [ys[i] for i in keep]
+
+
+def tick_format(lo: float, hi: float, log: bool = False) -> str:
+    """A d3 format for axis ticks between ``lo`` and ``hi``, at any magnitude: enough significant digits to tell
+    neighbouring ticks apart (``.3~g`` for 0.0019 to 0.0025, ``.6~g`` for 1.0001 to 1.0005), trailing zeros trimmed.
+
+    bqplot's own choice fails below 1 (``invalid format: .undefinedg``), which leaves the axis without labels and
+    the figure without updates: the monitor always sets one. A log axis has a tick per decade (and its multiples).
+    """
+    if log:
+        return f".{MIN_DIGITS}~g"
+    magnitude = max(abs(lo), abs(hi))
+    if not math.isfinite(magnitude) or magnitude == 0:
+        return f".{MIN_DIGITS + 1}~g"
+    span = hi - lo if math.isfinite(hi - lo) and hi > lo else magnitude
+    digits = math.ceil(math.log10(magnitude * TICKS / span)) + 1
+    return f".{min(MAX_DIGITS, max(MIN_DIGITS + 1, digits))}~g"
 
 
 def stragglers(rates: Mapping[int, float], margin: float = STRAGGLER_MARGIN) -> list[int]:

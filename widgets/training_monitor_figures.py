@@ -7,6 +7,7 @@ mark (``hold_sync``), and only when it changed.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,16 +15,22 @@ import bqplot as bq
 import ipywidgets as widgets
 import numpy as np
 
-from .training_monitor_data import thin
+from .training_monitor_data import thin, tick_format
 
 # Tableau 10: one colour per replica, in order, reused past ten.
 PALETTE = (
     "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
     "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
 )  # fmt: skip
-NORMAL, STRAGGLER = "#4e79a7", "#e15759"
+NORMAL, STRAGGLER, STARTING = "#4e79a7", "#e15759", "#bab0ac"
 BYTES_IN, BYTES_OUT = "#4e79a7", "#f28e2b"
+# bqplot's toolbar (shown on hover) sits in the top margin: the title is above the figure, in HTML, out of its way.
 MARGIN = {"top": 30, "bottom": 40, "left": 60, "right": 15}
+# Two figures to a row, sharing it; one to a row when the output area is narrower than two minimums.
+COLUMN = widgets.Layout(flex="1 1 320px", min_width="280px")
+HEAD = widgets.Layout(justify_content="space-between", align_items="center", min_height="28px")
+# A replica that left the job: its line stays, faint.
+LEFT_OPACITY = 0.35
 
 
 # d3's SI format ("12k", "450M") for axes of large counts (steps, bytes), whose full numbers run into each other.
@@ -31,7 +38,6 @@ COUNT_FORMAT = ".3~s"
 
 
 def _figure(
-    title: str,
     x: bq.Scale,
     y: bq.Scale,
     x_label: str,
@@ -39,75 +45,137 @@ def _figure(
     marks: Sequence[bq.Mark] = (),
     x_format: str | None = None,
     y_format: str | None = None,
-    **kwargs: Any,
 ) -> bq.Figure:
     axes = [
         bq.Axis(scale=x, label=x_label, side="bottom", tick_format=x_format),
         bq.Axis(scale=y, label=y_label, side="left", tick_format=y_format),
     ]
     return bq.Figure(
-        title=title,
-        marks=list(marks),
-        axes=axes,
-        fig_margin=MARGIN,
-        # Two to a row, sharing it; one to a row when the output area is narrower than two minimums.
-        layout=widgets.Layout(flex="1 1 320px", min_width="280px", height="260px"),
-        **kwargs,
+        marks=list(marks), axes=axes, fig_margin=MARGIN, layout=widgets.Layout(width="100%", height="260px")
     )
 
 
-def close_figure(figure: bq.Figure) -> None:
-    """Close a figure and the marks, axes and scales it holds (their comms stay open otherwise)."""
+def _titled(header: widgets.HTML, figure: bq.Figure, *more: widgets.Widget) -> widgets.VBox:
+    """The figure below a line of HTML (its title and key) and any controls, in a column of a row."""
+    return widgets.VBox([widgets.HBox([header, *more], layout=HEAD), figure], layout=COLUMN)
+
+
+def _swatch(colour: str, text: str, opacity: float = 1.0, bar: bool = False) -> str:
+    size = "width:10px;height:10px" if bar else "width:14px;height:3px"
+    return (
+        f'<span style="white-space:nowrap;opacity:{opacity:g}"><i style="display:inline-block;{size};'
+        f'vertical-align:middle;background:{colour}"></i> {html.escape(text)}</span>'
+    )
+
+
+def close_figure(figure: bq.Figure, *scales: bq.Scale) -> None:
+    """Close a figure and the marks, axes and scales it holds (their comms stay open otherwise), and ``scales``."""
     for mark in figure.marks:
         for scale in mark.scales.values():
             scale.close()
         mark.close()
     for axis in figure.axes:
         axis.close()
+    for scale in scales:
+        scale.close()
     figure.close()
 
 
 class CurveFigure:
-    """One line per replica of a metric against the global step."""
+    """One line per replica of a metric against the global step, titled and keyed above the plot.
 
-    def __init__(self, title: str, y_label: str) -> None:
-        self.x_scale, self.y_scale = bq.LinearScale(), bq.LinearScale()
-        self.figure = _figure(
-            title,
-            self.x_scale,
-            self.y_scale,
-            "global step",
-            y_label,
-            x_format=COUNT_FORMAT,
-            legend_location="top-right",
-        )
+    The title and the legend are HTML above the figure, not bqplot's: its
+    legend box sits on the curves, and its toolbar on the title. With
+    ``log_option`` a "log scale" box switches the y axis to a log scale.
+    """
+
+    def __init__(self, title: str, y_label: str, log_option: bool = False) -> None:
+        self.x_scale, self.linear, self.log = bq.LinearScale(), bq.LinearScale(), bq.LogScale()
+        self.y_scale: bq.Scale = self.linear
+        self.figure = _figure(self.x_scale, self.y_scale, "global step", y_label, x_format=COUNT_FORMAT)
+        self.title = title
+        self.header = widgets.HTML()
+        self.log_scale = widgets.Checkbox(value=False, description="log scale", indent=False, layout={"width": "auto"})
+        self.log_scale.observe(lambda _: self._switch_scale(), names="value")
+        self.widget = _titled(self.header, self.figure, *([self.log_scale] if log_option else []))
         self.lines: dict[int, bq.Lines] = {}
+        self._curves: dict[int, tuple[Sequence[float], Sequence[float]]] = {}
+        self._left: set[int] = set()
+        self._legend()
 
-    def draw(self, curves: Mapping[int, tuple[Sequence[float], Sequence[float]]]) -> None:
-        """Set each replica's ``(steps, values)``; a replica seen for the first time gets a line of its own."""
+    def draw(self, curves: Mapping[int, tuple[Sequence[float], Sequence[float]]], left: Sequence[int] = ()) -> None:
+        """Set each replica's ``(steps, values)``; a replica seen for the first time gets a line of its own.
+
+        Replicas in ``left`` have left the job: their lines stay (faint), and the legend says so.
+        """
+        self._curves = {**self._curves, **curves}
+        self._left = set(left)
         for replica in sorted(curves):
             if replica not in self.lines:
                 self.lines[replica] = bq.Lines(
-                    x=[],
-                    y=[],
-                    scales={"x": self.x_scale, "y": self.y_scale},
-                    colors=[PALETTE[replica % len(PALETTE)]],
-                    labels=[f"replica {replica}"],
-                    display_legend=True,
+                    x=[], y=[], scales={"x": self.x_scale, "y": self.y_scale}, colors=[_colour(replica)]
                 )
                 self.figure.marks = [self.lines[r] for r in sorted(self.lines)]
-            x, y = thin(*curves[replica])
-            line = self.lines[replica]
-            with line.hold_sync():
-                line.x, line.y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+            self._set_line(replica)
+        self._set_ticks()
+        self._legend()
+
+    def _set_line(self, replica: int) -> None:
+        xs, ys = self._curves[replica]
+        if self.y_scale is self.log:  # a log axis has no place for zero or less
+            kept = [(x, y) for x, y in zip(xs, ys, strict=True) if y > 0]
+            xs, ys = [x for x, _ in kept], [y for _, y in kept]
+        x, y = thin(xs, ys)
+        line = self.lines[replica]
+        with line.hold_sync():
+            line.x, line.y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+            line.opacities = [LEFT_OPACITY if replica in self._left else 1.0]
+
+    def _set_ticks(self) -> None:
+        values = [float(v) for line in self.lines.values() for v in line.y]
+        low, high = (min(values), max(values)) if values else (0.0, 0.0)
+        self.figure.axes[1].tick_format = tick_format(low, high, log=self.y_scale is self.log)
+
+    def _switch_scale(self) -> None:
+        self.y_scale = self.log if self.log_scale.value else self.linear
+        with self.figure.hold_sync():
+            for replica, line in self.lines.items():
+                line.scales = {"x": self.x_scale, "y": self.y_scale}
+                self._set_line(replica)
+            self.figure.axes[1].scale = self.y_scale
+            self._set_ticks()
+        self._legend()
+
+    def _legend(self) -> None:
+        keys = [
+            _swatch(_colour(r), f"replica {r} (left)", LEFT_OPACITY)
+            if r in self._left
+            else _swatch(_colour(r), f"replica {r}")
+            for r in sorted(self.lines)
+        ]
+        dropped = 0
+        if self.y_scale is self.log:
+            dropped = sum(1 for _, ys in self._curves.values() for y in ys if not y > 0)
+        note = (
+            f' <i style="color:#888">{dropped} point(s) at or below 0 not drawn on the log scale</i>' if dropped else ""
+        )
+        self.header.value = f"<b>{html.escape(self.title)}</b> &nbsp; {' '.join(keys)}{note}"
 
     def retitle(self, title: str, y_label: str) -> None:
-        self.figure.title = title
+        self.title = title
         self.figure.axes[1].label = y_label
+        self._legend()
+
+    def close(self) -> None:
+        close_figure(self.figure, self.linear, self.log)
+
+
+def _colour(replica: int) -> str:
+    return PALETTE[replica % len(PALETTE)]
 
 
 class RateFigure:
-    """A bar per replica: its own steps per second, stragglers in red."""
+    """A bar per replica of the job: its own steps per second, stragglers in red, one starting in grey."""
 
     def __init__(self) -> None:
         self.bars = bq.Bars(
@@ -119,16 +187,22 @@ class RateFigure:
             label_display=True,
             label_display_format=".3g",
         )
-        self.figure = _figure(
-            "step rate per replica", self.bars.scales["x"], self.bars.scales["y"], "", "steps / s", marks=[self.bars]
-        )
+        self.figure = _figure(self.bars.scales["x"], self.bars.scales["y"], "", "steps / s", marks=[self.bars])
+        self.header = widgets.HTML("<b>step rate per replica</b>")
+        self.widget = _titled(self.header, self.figure)
 
-    def draw(self, rates: Mapping[int, float], slow: Sequence[int]) -> None:
+    def draw(self, rates: Mapping[int, float], slow: Sequence[int], starting: int = 0) -> None:
+        """A bar per replica of ``rates``, those in ``slow`` red; then ``starting`` empty bars for those to come."""
         replicas = sorted(rates)
         with self.bars.hold_sync():
-            self.bars.x = [f"replica {r}" for r in replicas]
-            self.bars.y = np.asarray([rates[r] for r in replicas], dtype=np.float64)
-            self.bars.colors = [STRAGGLER if r in slow else NORMAL for r in replicas] or [NORMAL]
+            self.bars.x = [f"replica {r}" for r in replicas] + [f"starting {i + 1}" for i in range(starting)]
+            self.bars.y = np.asarray([rates[r] for r in replicas] + [0.0] * starting, dtype=np.float64)
+            colours = [STRAGGLER if r in slow else NORMAL for r in replicas] + [STARTING] * starting
+            self.bars.colors = colours or [NORMAL]
+        keys = [_swatch(NORMAL, "keeps pace", bar=True)]
+        keys += [_swatch(STRAGGLER, "straggler", bar=True)] if slow else []
+        keys += [_swatch(STARTING, "starting (no step yet)", bar=True)] if starting else []
+        self.header.value = f"<b>step rate per replica</b> &nbsp; {' '.join(keys)}"
 
 
 class ShardFigure:
@@ -143,11 +217,13 @@ class ShardFigure:
             type="stacked",
             colors=[BYTES_IN, BYTES_OUT],
         )
-        # Said in the title: bqplot's legend box for stacked bars shows one entry only.
-        title = "PS bytes per shard: in (blue), out (orange)"
         self.figure = _figure(
-            title, self.bars.scales["x"], self.bars.scales["y"], "", "bytes", [self.bars], y_format=COUNT_FORMAT
+            self.bars.scales["x"], self.bars.scales["y"], "", "bytes", [self.bars], y_format=COUNT_FORMAT
         )
+        # The key in HTML: bqplot's legend box for stacked bars shows one entry only.
+        keys = f"{_swatch(BYTES_IN, 'in', bar=True)} {_swatch(BYTES_OUT, 'out', bar=True)}"
+        self.header = widgets.HTML(f"<b>PS bytes per shard</b> &nbsp; {keys}")
+        self.widget = _titled(self.header, self.figure)
 
     def draw(self, stats: Sequence[Mapping[str, Any]]) -> None:
         with self.bars.hold_sync():

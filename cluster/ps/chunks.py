@@ -26,6 +26,7 @@ True
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -116,19 +117,30 @@ class TensorAssembler:
         A new array by default.
     """
 
-    def __init__(self, spec: VariableSpec, what: str | None = None, out: np.ndarray | None = None) -> None:
+    def __init__(
+        self, spec: VariableSpec, what: str | None = None, out: np.ndarray | None = None, *, adopt: bool = False
+    ) -> None:
         self.spec = spec
         self.what = what or f"tensor '{spec.name}'"
-        if out is None:
-            out = np.empty(spec.shape, dtype=spec.dtype)
-        elif out.shape != spec.shape or out.dtype != spec.dtype or not out.flags.c_contiguous:
+        if out is not None and (out.shape != spec.shape or out.dtype != spec.dtype or not out.flags.c_contiguous):
             raise ValueError(f"out must be a C-contiguous {spec.dtype.name} array of shape {fmt(spec.shape)}")
-        self.array = out
-        self._bytes = byte_view(self.array)
+        # Made at the first chunk that needs it: a whole tensor in one chunk may be adopted instead.
+        self.array: np.ndarray | None = out
+        self._bytes: np.ndarray | None = None
+        self._adopt = adopt and out is None
+        self.total = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
         # Received byte ranges, sorted by start; they never overlap.
         self._starts: list[int] = []
         self._stops: list[int] = []
         self.received = 0
+
+    def _buffer(self) -> np.ndarray:
+        """The flat bytes written into (the array made now if it was not yet)."""
+        if self._bytes is None:
+            if self.array is None:
+                self.array = np.empty(self.spec.shape, dtype=self.spec.dtype)
+            self._bytes = byte_view(self.array)
+        return self._bytes
 
     def add(self, chunk: tensor_pb2.TensorChunk, content: bytes | memoryview | None = None) -> None:
         """Check ``chunk`` against the spec and the chunks so far, then write it in place.
@@ -149,7 +161,7 @@ class TensorAssembler:
             raise ParameterServerError(
                 f"chunk of {what} says shape {fmt(shape)}, the variable's is {fmt(spec.shape)}", "INVALID_ARGUMENT"
             )
-        start, size, total = chunk.offset, memoryview(content).nbytes, self._bytes.size
+        start, size, total = chunk.offset, memoryview(content).nbytes, self.total
         stop = start + size
         if start < 0 or stop > total:
             raise ParameterServerError(
@@ -166,10 +178,22 @@ class TensorAssembler:
                 "INVALID_ARGUMENT",
             )
         if size:
-            self._bytes[start:stop] = np.frombuffer(content, dtype=np.uint8)
+            if not self._adopt or not self._take_whole(content, start, size):
+                self._buffer()[start:stop] = np.frombuffer(content, dtype=np.uint8)
             self._starts.insert(where, start)
             self._stops.insert(where, stop)
         self.received += size
+
+    def _take_whole(self, content: bytes | memoryview, start: int, size: int) -> bool:
+        """Adopt a chunk that is the whole tensor as the array itself, a read-only view of the received
+        bytes (no copy), when it is aligned for the dtype; whether it was."""
+        if self.array is not None or start != 0 or size != self.total:
+            return False
+        view = np.frombuffer(content, dtype=self.spec.dtype).reshape(self.spec.shape)
+        if not view.flags.aligned:
+            return False
+        self.array = view
+        return True
 
     def missing(self) -> list[tuple[int, int]]:
         """The byte ranges not received yet."""
@@ -178,8 +202,8 @@ class TensorAssembler:
             if start > at:
                 gaps.append((at, start))
             at = stop
-        if at < self._bytes.size:
-            gaps.append((at, int(self._bytes.size)))
+        if at < self.total:
+            gaps.append((at, self.total))
         return gaps
 
     def finish(self) -> np.ndarray:
@@ -188,13 +212,15 @@ class TensorAssembler:
         if gaps:
             shown = ", ".join(f"[{a}, {b})" for a, b in gaps[:3]) + (", ..." if len(gaps) > 3 else "")
             raise ParameterServerError(
-                f"{self.what} is incomplete: bytes {shown} of {self._bytes.size} never arrived", "INVALID_ARGUMENT"
+                f"{self.what} is incomplete: bytes {shown} of {self.total} never arrived", "INVALID_ARGUMENT"
             )
+        if self.array is None:  # a tensor of no bytes
+            self.array = np.empty(self.spec.shape, dtype=self.spec.dtype)
         return self.array
 
     def release(self) -> None:
         """Drop the buffer now (a cancelled or refused stream): nothing must wait for the cycle collector."""
-        self.array = self._bytes = np.empty(0, np.uint8)
+        self.array = self._bytes = None
 
 
 def release_all(assemblers: dict[str, TensorAssembler]) -> None:

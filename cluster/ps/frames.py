@@ -52,6 +52,8 @@ M = TypeVar("M", bound=Message)
 _CHUNK = tensor_pb2.TensorChunk.DESCRIPTOR
 _CONTENT = _CHUNK.fields_by_name["content"].number
 _LENGTH_DELIMITED = 2
+# Messages up to this size are parsed by protobuf whole (see parse_framed).
+SMALL_MESSAGE_BYTES = 64 * 1024
 
 
 def varint(n: int) -> bytes:
@@ -206,12 +208,33 @@ def _strip(data: memoryview, at: int, end: int, descriptor: Descriptor, contents
     return kept
 
 
+def _chunk_contents(message: Message, contents: list[memoryview]) -> None:
+    """Append the contents of every chunk in a parsed ``message``, depth first in field order."""
+    if message.DESCRIPTOR is _CHUNK:
+        contents.append(memoryview(message.content))  # type: ignore[attr-defined]
+        return
+    nested = chunk_fields(message.DESCRIPTOR)  # type: ignore[arg-type]
+    if not nested:
+        return
+    for field, value in message.ListFields():
+        if field.number in nested:
+            for item in value if field.is_repeated else (value,):
+                _chunk_contents(item, contents)
+
+
 def parse_framed(data: bytes, message: type[M]) -> Framed[M]:
     """Parse ``data`` as ``message``, cutting every chunk's content out as a view (see ``Framed``).
 
+    A message of at most ``SMALL_MESSAGE_BYTES`` is parsed by protobuf as it
+    is: copying its few contents costs less than walking its bytes in Python.
     Raises ``DecodeError`` when the bytes are no valid message of the type.
     """
+    if len(data) <= SMALL_MESSAGE_BYTES:
+        parsed = message.FromString(data)
+        contents: list[memoryview] = []
+        _chunk_contents(parsed, contents)
+        return Framed(parsed, contents)
     view = memoryview(data)
-    contents: list[memoryview] = []
+    contents = []
     kept = _strip(view, 0, view.nbytes, message.DESCRIPTOR, contents)  # type: ignore[arg-type]
     return Framed(message.FromString(b"".join(kept)), contents)

@@ -16,8 +16,6 @@ its time is up (``Deadlines``).
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import os
 import queue
 import threading
@@ -43,8 +41,8 @@ _MORE = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["more"].number << 3) + b
 _PULL = pb.StepRequest.DESCRIPTOR.fields_by_name["pull"].number
 # A step whose gradients (and their chunks' headers) fit in this many bytes is one message.
 ONE_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
-# How often the deadline watchdog looks at the steps in flight, at the least.
-WATCHDOG_TICK_S = 0.5
+# How often the deadline watchdog looks at the steps in flight.
+WATCHDOG_TICK_S = 0.1
 
 _END = object()  # closes a stream's request iterator
 
@@ -56,21 +54,26 @@ def step_frames(
     wait_s: float,
     max_chunk: int,
 ) -> list[bytes]:
-    """A step's StepRequest frames: one message when the push fits, else the push in pieces (``more``)."""
+    """A step's StepRequest frames: the header, the gradients' chunks packed into messages of up to about
+    ``ONE_MESSAGE_BYTES`` (``more`` set on all but the last), and the pull on the last one."""
     last = pb.StepRequest(wait_s=wait_s)
     if pull is not None:
         last.pull.CopyFrom(pull)
     tail = last.SerializeToString()
-    head = length_delimited(_HEADER, [header.SerializeToString()]) if header is not None else []
-    chunks = [
-        length_delimited(_CHUNKS, parts) for spec, piece in pieces for parts in chunk_parts(spec.name, piece, max_chunk)
-    ]
-    total = sum(piece.nbytes for _, piece in pieces) + 256 * len(chunks)
-    if total <= ONE_MESSAGE_BYTES:
-        return [b"".join([*head, *(p for c in chunks for p in c), tail])]
-    frames = [b"".join([*head, _MORE])]
-    frames += [b"".join([*chunk, _MORE]) for chunk in chunks]
-    return [*frames, tail]
+    frames: list[bytes] = []
+    parts: list[Any] = length_delimited(_HEADER, [header.SerializeToString()]) if header is not None else []
+    size = 0
+    for spec, piece in pieces:
+        for chunk in chunk_parts(spec.name, piece, max_chunk):
+            field = length_delimited(_CHUNKS, chunk)
+            nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in field)
+            if size and size + nbytes > ONE_MESSAGE_BYTES:
+                frames.append(b"".join([*parts, _MORE]))
+                parts, size = [], 0
+            parts += field
+            size += nbytes
+    frames.append(b"".join([*parts, tail]))
+    return frames
 
 
 class StepTimeout(grpc.RpcError):
@@ -98,40 +101,39 @@ class StreamEnded(grpc.RpcError):
 
 
 class Deadlines:
-    """One watchdog thread per process that cancels the call of a step past its deadline."""
+    """One watchdog thread per process that cancels the call of a step past its deadline.
+
+    A step in flight costs a set insertion and removal; the watchdog looks
+    every ``WATCHDOG_TICK_S`` (a deadline is kept to within that).
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Condition()
-        self._heap: list[tuple[float, int, HeldStream]] = []
-        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        self._in_flight: set[HeldStream] = set()
         self._pid = -1
 
-    def arm(self, stream: HeldStream, seconds: float) -> int:
-        """Cancel ``stream``'s call in ``seconds`` unless disarmed; return the ticket to disarm it."""
-        ticket = next(self._counter)
+    def arm(self, stream: HeldStream, seconds: float) -> None:
+        """Cancel ``stream``'s call in ``seconds`` unless disarmed first."""
+        stream.deadline = time.monotonic() + seconds
         with self._lock:
             if self._pid != os.getpid():  # a forked child has no watchdog thread: start its own
-                self._pid, self._heap = os.getpid(), []
+                self._pid, self._in_flight = os.getpid(), set()
                 threading.Thread(target=self._watch, name="cellgraph-psclient-deadlines", daemon=True).start()
-            heapq.heappush(self._heap, (time.monotonic() + seconds, ticket, stream))
-            stream.ticket = ticket
-            if self._heap[0][1] == ticket:
-                self._lock.notify()
-        return ticket
+            self._in_flight.add(stream)
 
     def disarm(self, stream: HeldStream) -> None:
-        stream.ticket = -1  # the heap entry is left to expire harmlessly
+        with self._lock:
+            self._in_flight.discard(stream)
 
     def _watch(self) -> None:
         while True:
+            time.sleep(WATCHDOG_TICK_S)
+            now = time.monotonic()
             with self._lock:
-                now = time.monotonic()
-                while self._heap and self._heap[0][0] <= now:
-                    _, ticket, stream = heapq.heappop(self._heap)
-                    if stream.ticket == ticket:
-                        stream.expire()
-                wait = self._heap[0][0] - now if self._heap else WATCHDOG_TICK_S
-                self._lock.wait(min(max(wait, 0.001), WATCHDOG_TICK_S))
+                late = [stream for stream in self._in_flight if stream.deadline <= now]
+                self._in_flight.difference_update(late)
+            for stream in late:
+                stream.expire()
 
 
 DEADLINES = Deadlines()
@@ -143,7 +145,7 @@ class HeldStream:
     def __init__(self, method: grpc.StreamStreamMultiCallable, metadata: Any) -> None:
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.call = method(iter(self._requests.get, _END), metadata=metadata)
-        self.ticket = -1
+        self.deadline = 0.0  # time.monotonic() by which the step in flight must be answered
         self.expired = False
         self.broken = False
 

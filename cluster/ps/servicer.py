@@ -241,7 +241,8 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         check_chunk_size(content.nbytes, self.max_chunk_bytes, what)
         assembler = assemblers.get(spec.name)
         if assembler is None:
-            assembler = assemblers[spec.name] = TensorAssembler(spec, what)
+            # adopt: a whole tensor in one aligned chunk is used where it lies in the received bytes, no copy.
+            assembler = assemblers[spec.name] = TensorAssembler(spec, what, adopt=True)
         assembler.add(chunk, content)
         self.counters.add(bytes_in=content.nbytes)
 
@@ -350,7 +351,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                     f"for step {header.step}; this shard holds: {listed(store.specs, quote=False)}",
                     "NOT_FOUND",
                 )
-            assembler = assemblers[chunk.name] = TensorAssembler(spec, f"gradient for {quoted(chunk.name)}")
+            assembler = assemblers[chunk.name] = TensorAssembler(spec, f"gradient for {quoted(chunk.name)}", adopt=True)
         check_chunk_size(content.nbytes, self.max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
         assembler.add(chunk, content)
         self.counters.add(bytes_in=content.nbytes)

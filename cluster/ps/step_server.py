@@ -40,11 +40,57 @@ _CHUNK = pb.PullMessage.DESCRIPTOR.fields_by_name["chunk"].number
 _MESSAGE_SLACK = 1024
 
 
-async def _next(requests: AsyncIterator[Any], idle_s: float, mid_push: bool) -> Framed[pb.StepRequest] | None:
+class _IdleLimit:
+    """Ends a stream's wait for its next message after ``limit`` seconds of silence.
+
+    One lazy timer per stream, moved only when it fires: a message costs an
+    attribute write, not a timer made and cancelled (``asyncio.timeout`` per
+    message was a good part of a small step's time on the server).
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.limit = 0.0
+        self.since = 0.0
+        self.waiting = False
+        self.fired = False
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self, limit: float) -> None:
+        """A wait for a message starts now, for at most ``limit`` seconds."""
+        self.limit, self.since, self.waiting = limit, self.loop.time(), True
+        due = self.since + limit
+        if self._handle is not None and self._handle.when() > due:  # a shorter limit than the one scheduled
+            self._handle.cancel()
+            self._handle = None
+        if self._handle is None:
+            self._handle = self.loop.call_at(due, self._check)
+
+    def _check(self) -> None:
+        self._handle = None
+        due = self.since + self.limit
+        if self.waiting and self.loop.time() >= due and self.task is not None:
+            self.fired = True
+            self.task.cancel()
+        elif self.waiting:  # a message came and a new wait began since: check again when that one is due
+            self._handle = self.loop.call_at(due, self._check)
+        # Not waiting (the step is being served): the next start() schedules a check.
+
+    def close(self) -> None:
+        self.limit, self.waiting = 0.0, False
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+async def _next(
+    requests: AsyncIterator[Any], idle: _IdleLimit, idle_s: float, mid_push: bool
+) -> Framed[pb.StepRequest] | None:
     """The next request, or None when the replica closed the stream; silence longer than ``idle_s`` ends it."""
+    idle.start(idle_s)
     try:
-        async with asyncio.timeout(idle_s):
-            return decoded(await anext(requests))  # type: ignore[no-any-return]
+        return decoded(await anext(requests))  # type: ignore[no-any-return]
     except StopAsyncIteration:
         if mid_push:
             raise ParameterServerError(
@@ -53,13 +99,19 @@ async def _next(requests: AsyncIterator[Any], idle_s: float, mid_push: bool) -> 
                 "INVALID_ARGUMENT",
             ) from None
         return None
-    except TimeoutError:
+    except asyncio.CancelledError:
+        if not idle.fired:
+            raise  # the call itself was cancelled
+        if idle.task is not None:
+            idle.task.uncancel()
         where = "in the middle of a push" if mid_push else "between steps"
         raise ParameterServerError(
             f"the Step stream sent nothing for {idle_s:g} s {where} (this server's idle limit); "
             "it was ended and what it had sent of the step was dropped",
             "DEADLINE_EXCEEDED",
         ) from None
+    finally:
+        idle.waiting = False
 
 
 async def serve_steps(
@@ -69,10 +121,12 @@ async def serve_steps(
     iterator = aiter(requests)
     assemblers: dict[str, TensorAssembler] = {}
     header: pb.PushHeader | None = None
+    idle = _IdleLimit()
     try:
         while True:
             mid_push = header is not None
-            framed = await _next(iterator, servicer.stream_idle_s if mid_push else servicer.held_idle_s, mid_push)
+            limit = servicer.stream_idle_s if mid_push else servicer.held_idle_s
+            framed = await _next(iterator, idle, limit, mid_push)
             if framed is None:
                 return
             request = framed.message
@@ -113,6 +167,7 @@ async def serve_steps(
                 yield frame
             servicer.counters.add(bytes_out=sum(value.nbytes for _, value in values.values()))
     finally:
+        idle.close()
         release_all(assemblers)
 
 

@@ -30,6 +30,7 @@ from cellgraph.widgets import kernel_loop as kernel_loop_module
 from cellgraph.widgets.kernel_loop import Throttle, Ticker, in_kernel, kernel_loop
 from cellgraph.widgets.reprs import job_bundle, job_text
 from cellgraph.widgets.training_monitor_data import MetricSeries, Progress, stragglers, thin
+from cellgraph.widgets.training_monitor_events import fold_checkpoints
 from cellgraph.widgets.training_monitor_figures import NORMAL, STRAGGLER, RateFigure, close_figure
 
 TIMEOUT = 120.0
@@ -269,7 +270,10 @@ def test_the_monitor_shows_what_the_job_reports(cluster: Cluster, data: digits.S
             [s["bytes_out"] for s in stats],
         ]
         assert stats[0]["address"] in monitor.ps_table.value and stats[0]["bytes_in"] > 0
-        for event in job.events:
+        folded = fold_checkpoints(job.events)  # checkpoints are one line: how many, the latest, how often
+        assert folded.checkpoints >= 3 and html.escape(str(folded.summary)) in monitor.events_html.value
+        assert f"{folded.checkpoints} written, latest {job.checkpoints[-1]} (final)" in monitor.events_html.value
+        for event in folded.others:
             assert html.escape(event) in monitor.events_html.value
         assert "finished at global step 300" in monitor.events_html.value
         assert monitor.stop_button.disabled and monitor.scale_button.disabled  # nothing to stop or scale now

@@ -1,0 +1,210 @@
+"""Issue 18, items 6 to 9: what the TrainingMonitor shows must be true, checked on its widgets' state.
+
+A ``RecordedJob`` holds metrics and events in the job's own formats: a resumed
+job's losses near 0.002, an hour of metrics, a scale to three replicas, a flood
+of checkpoints. The browser test (test_monitor_browser.py) looks at the same
+cases drawn in JupyterLab.
+"""
+
+from __future__ import annotations
+
+import doctest
+import math
+from collections.abc import Iterator
+
+import bqplot as bq
+import pytest
+
+from cellgraph.testing import recorded_job
+from cellgraph.testing.recorded_job import RecordedJob
+from cellgraph.widgets import TrainingMonitor, training_monitor_events
+from cellgraph.widgets.training_monitor_data import MAX_POINTS, MetricSeries, tick_format
+from cellgraph.widgets.training_monitor_events import MAX_EVENTS, events_html, fold_checkpoints
+from cellgraph.widgets.training_monitor_figures import NORMAL, STARTING, STRAGGLER, CurveFigure
+
+
+@pytest.fixture
+def job() -> RecordedJob:
+    return RecordedJob(replicas=2, steps=100_000)
+
+
+@pytest.fixture
+def monitor(job: RecordedJob) -> Iterator[TrainingMonitor]:
+    shown = TrainingMonitor(job)
+    yield shown
+    shown.close()
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Ticks as d3's linear scale picks them: a step of 1, 2 or 5 times a power of ten."""
+    raw = (high - low) / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = min((m * power for m in (1, 2, 5, 10) if m * power >= raw), default=10 * power)
+    first = math.ceil(low / step)
+    return [(first + i) * step for i in range(int((high - first * step) / step + 1e-9) + 1)]
+
+
+@pytest.mark.parametrize(
+    ("low", "high"), [(0.0019, 0.0025), (1.0001, 1.0005), (0.0, 2.5), (1e-7, 3e-7), (10.0, 5000.0), (-3.0, 4.0)]
+)
+def test_tick_labels_tell_every_tick_apart_at_any_magnitude(low: float, high: float) -> None:
+    fmt = tick_format(low, high)
+    digits = int(fmt[1:-2])  # ".3~g": d3's g with trailing zeros trimmed, as Python's g writes it
+    ticks = nice_ticks(low, high)
+    labels = [f"{t:.{digits}g}" for t in ticks]
+    assert len(set(labels)) == len(ticks) >= 3, (fmt, labels)
+    assert all(math.isclose(float(label), t, rel_tol=1e-9, abs_tol=1e-12) for label, t in zip(labels, ticks))
+
+
+def test_a_resumed_job_s_tiny_losses_get_a_tick_format(job: RecordedJob, monitor: TrainingMonitor) -> None:
+    # bqplot's own choice below 1 is '.undefinedg': no labels, and the figure stops updating.
+    job.play(0, range(5000, 6000, 10), loss=lambda s: 0.0025 - s * 1e-7)
+    monitor.refresh()
+    axis = monitor.loss.figure.axes[1]
+    assert axis.tick_format == tick_format(0.0025 - 5990e-7, 0.0025 - 5000e-7) == ".4~g"  # 0.00191, 0.00192
+
+
+def test_the_loss_has_a_log_scale_option(job: RecordedJob, monitor: TrainingMonitor) -> None:
+    job.play(0, range(0, 1000, 10), loss=lambda s: 2.0 * 0.99**s)
+    job.play(1, range(0, 30, 10), loss=lambda s: 0.0)  # a loss of zero: no place on a log axis
+    monitor.refresh()
+    loss = monitor.loss
+    assert isinstance(loss.figure.axes[1].scale, bq.LinearScale) and len(loss.lines[1].y) == 3
+    loss.log_scale.value = True
+    assert isinstance(loss.figure.axes[1].scale, bq.LogScale)
+    assert all(isinstance(line.scales["y"], bq.LogScale) for line in loss.lines.values())
+    assert len(loss.lines[0].y) == 100 and len(loss.lines[1].y) == 0
+    assert "3 point(s) at or below 0 not drawn on the log scale" in loss.header.value
+    job.play(0, range(1000, 1100, 10), loss=lambda s: 2.0 * 0.99**s)
+    monitor.refresh()  # new points go on the log scale too
+    assert len(loss.lines[0].y) == 110 and isinstance(loss.lines[0].scales["y"], bq.LogScale)
+    loss.log_scale.value = False
+    assert isinstance(loss.figure.axes[1].scale, bq.LinearScale) and len(loss.lines[1].y) == 3
+    assert "not drawn" not in loss.header.value
+
+
+def test_after_scale_down_and_stop_no_replica_that_left_is_a_straggler(
+    job: RecordedJob, monitor: TrainingMonitor
+) -> None:
+    job.replicas = 3
+    job.play(0, range(0, 100, 10), loss=lambda s: 1.0, rate=10.0)
+    job.play(1, range(0, 100, 10), loss=lambda s: 1.0, rate=10.0)
+    job.play(2, range(0, 50, 10), loss=lambda s: 1.0, rate=2.0, final=True)  # slow, then scaled away
+    job.replicas = 2
+    monitor.refresh()
+    assert list(monitor.rates.bars.x) == ["replica 0", "replica 1"]
+    assert monitor.rates.bars.colors == [NORMAL, NORMAL] and "straggler" not in monitor.rates_label.value
+    assert "2 replica(s): 2 training" in monitor.title.value
+    assert "replica 2 (left)" in monitor.loss.header.value
+    job.play(0, [100], loss=lambda s: 1.0, final=True)
+    job.play(1, [100], loss=lambda s: 1.0, final=True)
+    job.stop()
+    monitor.refresh()
+    assert STRAGGLER not in monitor.rates.bars.colors and "straggler" not in monitor.rates_label.value
+    assert monitor.rates_label.value == "the job has ended: each replica's last rate, none compared"
+    assert "(left)" not in monitor.loss.header.value  # an ended job: every line is drawn alike
+
+
+def test_a_straggler_among_active_replicas_still_shows(job: RecordedJob, monitor: TrainingMonitor) -> None:
+    for replica, rate in [(0, 10.0), (1, 2.0), (2, 9.0)]:
+        job.play(replica, range(0, 100, 10), loss=lambda s: 1.0, rate=rate)
+    job.replicas = 3
+    monitor.refresh()
+    assert monitor.rates.bars.colors == [NORMAL, STRAGGLER, NORMAL]
+    assert "straggler: replica 1" in monitor.rates_label.value
+
+
+def test_after_scale_up_the_header_and_charts_show_the_same_replica_set(
+    job: RecordedJob, monitor: TrainingMonitor
+) -> None:
+    job.play(0, range(0, 100, 10), loss=lambda s: 1.0)
+    job.play(1, range(0, 100, 10), loss=lambda s: 1.0)
+    monitor.refresh()
+    job.scale(3)
+    monitor.refresh()  # no new metrics: the new replica has not sent its first message
+    assert "3 replica(s): 2 training, 1 starting" in monitor.title.value
+    assert list(monitor.rates.bars.x) == ["replica 0", "replica 1", "starting 1"]
+    assert monitor.rates.bars.colors == [NORMAL, NORMAL, STARTING] and "starting" in monitor.rates.header.value
+    job.play(2, [100], loss=lambda s: 1.0)
+    monitor.refresh()
+    assert "3 replica(s): 3 training" in monitor.title.value
+    assert list(monitor.rates.bars.x) == ["replica 0", "replica 1", "replica 2"]
+    assert sorted(monitor.loss.lines) == [0, 1, 2] and "replica 2" in monitor.loss.header.value
+
+
+def test_replica_set_counts_those_leaving() -> None:
+    series = MetricSeries()
+    series.extend({"replica": r, "step": 1, "steps": 1, "time": 1.0} for r in (0, 1, 2))
+    assert series.replica_set(expected=2, running=True).describe() == "2 replica(s): 3 training, 1 leaving"
+    assert series.replica_set(expected=2, running=False).left == [0, 1, 2]
+
+
+def test_an_hour_of_metrics_keeps_between_200_and_max_points_and_the_latest(
+    job: RecordedJob, monitor: TrainingMonitor
+) -> None:
+    job.play(0, range(0, 360_000, 10), loss=lambda s: 1.0 / (1 + s))  # 36,000 messages
+    monitor.refresh()
+    line = monitor.loss.lines[0]
+    assert 200 <= len(line.x) <= MAX_POINTS
+    assert float(line.x[-1]) == 359_990.0 and float(line.y[-1]) == 1.0 / (1 + 359_990)
+    job.play(0, [360_000], loss=lambda s: 0.5)  # one more: the newest point is drawn at once
+    monitor.refresh()
+    assert float(line.x[-1]) == 360_000.0 and float(line.y[-1]) == 0.5 and len(line.x) <= MAX_POINTS
+
+
+def test_legends_and_titles_are_above_the_figures(job: RecordedJob, monitor: TrainingMonitor) -> None:
+    job.play(0, range(0, 100, 10), loss=lambda s: 1.0)
+    monitor.refresh()
+    for figure in (monitor.loss, monitor.metric, monitor.rates, monitor.shards):
+        assert figure.figure.title == "" and figure.figure.legend_location  # bqplot draws neither
+        assert not any(getattr(mark, "display_legend", False) for mark in figure.figure.marks)
+        assert figure.widget.children[-1] is figure.figure  # the HTML line with title and key comes first
+    assert "<b>loss</b>" in monitor.loss.header.value and "replica 0" in monitor.loss.header.value
+    assert "<b>PS bytes per shard</b>" in monitor.shards.header.value
+
+
+CKPT = "checkpoint ckpt-{:010d} written (every 100 steps) in /tmp/ckpts"
+
+
+def test_checkpoints_fold_into_one_line_that_updates(job: RecordedJob, monitor: TrainingMonitor) -> None:
+    job.event("scaled to 3 replica(s): replica(s) 2 start on tcp://127.0.0.1:4001", at="12:00:00")
+    for i in range(1, 301):  # 300 checkpoints, 3 a second: more than the panel keeps
+        job.event(CKPT.format(100 * i), at=f"12:{(i // 3) // 60:02d}:{(i // 3) % 60:02d}")
+        if i == 150:
+            job.event("replica 1 failed: ValueError: boom", at="12:00:50")
+    monitor.refresh()
+    shown = monitor.events_html.value
+    assert shown.count("ckpt-") == 1  # the summary line names the latest only
+    assert (
+        "12:01:40 checkpoints: 300 written, latest ckpt-0000030000 (every 100 steps), about one every 0.33 s, "
+        "in /tmp/ckpts" in shown
+    )
+    assert "scaled to 3 replica(s)" in shown and "replica 1 failed: ValueError: boom" in shown
+    assert "events (2, newest first; 300 checkpoint(s) in one line)" in shown
+    job.event(CKPT.format(30100), at="12:01:41")
+    monitor.refresh()
+    assert "301 written, latest ckpt-0000030100" in monitor.events_html.value
+
+
+def test_other_events_past_the_limit_are_counted() -> None:
+    events = [f"12:00:00 worker {i} joined" for i in range(MAX_EVENTS + 5)]
+    assert "5 earlier event(s) not shown" in events_html(events)
+    assert fold_checkpoints(events).summary is None
+
+
+def test_a_failed_checkpoint_stays_a_line_of_its_own() -> None:
+    events = ["12:00:01 " + CKPT.format(100), "12:00:02 checkpoint (final) failed: disk full"]
+    folded = fold_checkpoints(events)
+    assert folded.checkpoints == 1 and folded.others == ["12:00:02 checkpoint (final) failed: disk full"]
+
+
+def test_curve_figure_closes_both_scales() -> None:
+    figure = CurveFigure("loss", "loss", log_option=True)
+    figure.close()
+    assert figure.linear.comm is None and figure.log.comm is None and figure.figure.comm is None
+
+
+@pytest.mark.parametrize("module", [recorded_job, training_monitor_events])
+def test_docstring_examples(module: object) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
+    assert result.failed == 0 and result.attempted > 0
