@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .kernel_loop import in_kernel
 from .training_monitor_data import MetricSeries, format_bytes, stragglers
+from .training_monitor_events import fold_checkpoints
 
 if TYPE_CHECKING:
     from cellgraph.cluster.cluster import Cluster
@@ -69,14 +70,16 @@ def job_text(job: MonitoredJob) -> str:
     """
     series = MetricSeries()
     series.extend(list(job.metrics))
+    running = job.status == "running"
+    replica_set = series.replica_set(job.replicas, running)
     lines = [
-        f"Job {job.job_id}: {job.status}, {job.replicas} replica(s)",
+        f"Job {job.job_id}: {job.status}, " + (replica_set.describe() if running else f"{job.replicas} replica(s)"),
         "  " + series.progress(job.steps).describe(running=job.status == "running"),
     ]
     if series.replicas:
         losses = ", ".join(f"replica {r} {_last(series.curve(r, 'loss')[1])}" for r in series.replicas)
         rates = series.rates()
-        slow = stragglers(rates)
+        slow = stragglers({r: rates[r] for r in replica_set.training})  # only replicas still training compare
         lines.append(f"  loss: {losses}")
         lines.append(
             "  step rate: "
@@ -87,10 +90,10 @@ def job_text(job: MonitoredJob) -> str:
         lines.append("  no metrics yet")
     if job.checkpoints:
         lines.append(f"  checkpoints: {len(job.checkpoints)}, latest {job.checkpoints[-1]}")
-    events = list(job.events)
-    if events:
-        lines.append(f"  events: {len(events)}, latest:")
-        lines += [f"    {e}" for e in events[-LATEST_EVENTS:]]
+    folded = fold_checkpoints(list(job.events))  # checkpoints in one line: they would push the rest out
+    if folded.summary or folded.others:
+        lines.append(f"  events: {len(folded.others)}, latest:")
+        lines += [f"    {e}" for e in ([folded.summary] if folded.summary else []) + folded.others[-LATEST_EVENTS:]]
     return "\n".join(lines)
 
 

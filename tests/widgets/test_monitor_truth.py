@@ -18,6 +18,7 @@ import pytest
 from cellgraph.testing import recorded_job
 from cellgraph.testing.recorded_job import RecordedJob
 from cellgraph.widgets import TrainingMonitor, training_monitor_events
+from cellgraph.widgets.reprs import job_text
 from cellgraph.widgets.training_monitor_data import MAX_POINTS, MetricSeries, tick_format
 from cellgraph.widgets.training_monitor_events import MAX_EVENTS, events_html, fold_checkpoints
 from cellgraph.widgets.training_monitor_figures import NORMAL, STARTING, STRAGGLER, CurveFigure
@@ -208,3 +209,17 @@ def test_curve_figure_closes_both_scales() -> None:
 def test_docstring_examples(module: object) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_the_text_summary_compares_only_training_replicas_and_folds_checkpoints(job: RecordedJob) -> None:
+    job.play(0, range(0, 100, 10), loss=lambda s: 1.0, rate=10.0)
+    job.play(1, range(0, 100, 10), loss=lambda s: 1.0, rate=10.0)
+    job.play(2, range(0, 50, 10), loss=lambda s: 1.0, rate=2.0, final=True)  # slow, then scaled away
+    job.event("scaled to 2 replica(s): replica(s) 2 leave after their step", at="12:00:00")
+    for i in range(1, 21):
+        job.event(CKPT.format(100 * i), at=f"12:00:{i:02d}")
+    text = job_text(job)
+    assert text.startswith("Job job-recorded: running, 2 replica(s): 2 training\n")
+    assert "straggler" not in text
+    assert "    12:00:20 checkpoints: 20 written, latest ckpt-0000002000 (every 100 steps), about one every 1 s" in text
+    assert "    12:00:00 scaled to 2 replica(s)" in text and text.count("ckpt-") == 1
