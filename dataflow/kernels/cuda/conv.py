@@ -1,15 +1,16 @@
 """2-D convolution and pooling (NHWC input, HWIO filter) on the GPU.
 
-Every kernel that writes an image-shaped result *gathers*: one thread per
-output element walks the window taps that reach it, so no two threads write
-the same element and no atomics are needed (sums come out in one fixed
-order). Consecutive threads differ in the channel, the innermost NHWC and HWIO
-dim, so their loads of a filter or gradient row are coalesced. The filter
-gradient sums over every image and output pixel: it is the matrix product
-patches(x)^T @ dy, computed in shared-memory tiles as ``matmul.py`` does, the
-patch matrix read from x on the fly (an implicit GEMM). The max-pool gradients
-first record each window's first maximum (taps in row-major order, as the CPU
-kernels and the reference keep it), then route through it.
+The three convolutions are implicit GEMMs on the register-blocked tiles of
+``gemm.py``, the operands gathered from the image, filter and gradient on the
+fly (never formed in memory): the forward pass is patches(x) @ f, the input
+gradient gathers, for each input pixel, the output gradients whose taps read it
+(dy @ f^T, with no scatter and no atomics), and the filter gradient is
+patches(x)^T @ dy. Each output element is one thread's register, summed in one
+fixed order. Pooling *gathers*: one thread per output element walks the window
+taps that reach it; consecutive threads differ in the channel, the innermost
+NHWC dim, so their loads are coalesced. The max-pool gradients first record
+each window's first maximum (taps in row-major order, as the CPU kernels and the
+reference keep it), then route through it.
 
 Geometry (output size, leading pad) follows TensorFlow's SAME/VALID rules via
 ``kernels.cpu.conv.window``; padded pixels are never read.
@@ -17,17 +18,15 @@ Geometry (output size, leading pad) follows TensorFlow's SAME/VALID rules via
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from functools import cache
 from typing import Any
 
 import numpy as np
-from numba import cuda, from_dtype
+from numba import cuda
 
 from ..cpu.conv import window
-from . import launch
-from .matmul import PADDED, TILE
+from . import flat, launch
+from .gemm import Operand, gemm
 
 HW = tuple[int, int]
 
@@ -58,110 +57,89 @@ def _first_window(pos, pad, k, stride, out_size):  # type: ignore[no-untyped-def
 
 
 # ---------------------------------------------------------------- convolution
-@cuda.jit
-def _conv2d(x, f, out, sh, sw, pt, pl, zero):  # type: ignore[no-untyped-def]
-    i = cuda.grid(1)
-    if i < out.size:
-        n, oi, oj, o = _unravel(i, out.shape)
-        _, h, w, c = x.shape
-        kh, kw = f.shape[0], f.shape[1]
-        acc = zero
-        for p in range(kh):
-            ih = oi * sh - pt + p
-            if 0 <= ih < h:
-                for q in range(kw):
-                    iw = oj * sw - pl + q
-                    if 0 <= iw < w:
-                        for ch in range(c):
-                            acc += x[n, ih, iw, ch] * f[p, q, ch, o]
-        out[n, oi, oj, o] = acc
+# Each convolution is one GEMM (gemm.py) whose operands are gathered on the fly.
+# geo = (h, w, c, kw, sh, sw, pt, pl, oh, ow, o): input size and channels, filter
+# width, strides, leading pads, output size and channels. A "patch" row is one
+# output pixel (image, row, column); its columns are the taps and input channels
+# (filter row, filter column, channel), in HWIO order.
+@cuda.jit(device=True, inline=True)
+def _patch(pix, tap_ch, geo):  # type: ignore[no-untyped-def]
+    """Flat index into x of patch element (output pixel, tap and channel); -1 in the padding."""
+    h, w, c, kw, sh, sw, pt, pl, oh, ow, _ = geo
+    oj, rest = pix % ow, pix // ow
+    oi, b = rest % oh, rest // oh
+    ch, tap = tap_ch % c, tap_ch // c
+    ih, iw = oi * sh - pt + tap // kw, oj * sw - pl + tap % kw
+    if 0 <= ih < h and 0 <= iw < w:
+        return ((b * h + ih) * w + iw) * c + ch
+    return -1
 
 
-@cuda.jit
-def _conv2d_input_grad(dy, f, dx, sh, sw, pt, pl, zero):  # type: ignore[no-untyped-def]
-    i = cuda.grid(1)
-    if i < dx.size:
-        n, ih, iw, ch = _unravel(i, dx.shape)
-        _, oh, ow, o = dy.shape
-        kh, kw = f.shape[0], f.shape[1]
-        acc = zero
-        for p in range(kh):
-            t = ih + pt - p  # = output row * sh, if that output's tap p reads row ih
-            if t >= 0 and t % sh == 0 and t // sh < oh:
-                for q in range(kw):
-                    u = iw + pl - q
-                    if u >= 0 and u % sw == 0 and u // sw < ow:
-                        for oc in range(o):
-                            acc += dy[n, t // sh, u // sw, oc] * f[p, q, ch, oc]
-        dx[n, ih, iw, ch] = acc
+@cuda.jit(device=True, inline=True)
+def _patch_transposed(tap_ch, pix, geo):  # type: ignore[no-untyped-def]
+    return _patch(pix, tap_ch, geo)
 
 
-@cache
-def _conv2d_filter_grad(dtype: np.dtype) -> Any:
-    acc_type = from_dtype(dtype)
+@cuda.jit(device=True, inline=True)
+def _by_out_channel(j, kk, geo):  # type: ignore[no-untyped-def]
+    """Element (kk, j) of a row-major (K, o) matrix: the filter as (taps * c, o), or dy as (pixels, o)."""
+    return kk * geo[10] + j
 
-    @cuda.jit
-    def run(x, dy, df, sh, sw, pt, pl):  # type: ignore[no-untyped-def]
-        # df as a (taps * in channels, out channels) matrix: patches(x)^T @ dy,
-        # the patch matrix read from x on the fly (an implicit GEMM).
-        sa = cuda.shared.array((TILE, PADDED), acc_type)  # sa[tap and channel, pixel]
-        sb = cuda.shared.array((TILE, PADDED), acc_type)  # sb[pixel, out channel]
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
-        _, h, w, c = x.shape
-        n, oh, ow, o = dy.shape
-        kw = df.shape[1]
-        rows, pixels = df.shape[0] * kw * c, n * oh * ow
-        kk = row0 + tx  # the tap and channel this thread loads
-        ch, q, p = kk % c, (kk // c) % kw, kk // (c * kw)
-        acc = acc_type(0)
-        for m0 in range(0, pixels, TILE):
-            m = m0 + ty  # the output pixel this thread loads
-            oj, oi, b = m % ow, (m // ow) % oh, m // (ow * oh)
-            ih, iw = oi * sh - pt + p, oj * sw - pl + q
-            inside = kk < rows and m < pixels and 0 <= ih < h and 0 <= iw < w
-            sa[tx, ty] = x[b, ih, iw, ch] if inside else acc_type(0)
-            sb[ty, tx] = dy[b, oi, oj, col0 + tx] if m < pixels and col0 + tx < o else acc_type(0)
-            cuda.syncthreads()
-            for j in range(TILE):
-                acc += sa[ty, j] * sb[j, tx]
-            cuda.syncthreads()
-        if row0 + ty < rows and col0 + tx < o:
-            r = row0 + ty
-            df[r // (c * kw), (r // c) % kw, r % c, col0 + tx] = acc
 
-    return run
+@cuda.jit(device=True, inline=True)
+def _dy_tap(pix, tap_oc, geo):  # type: ignore[no-untyped-def]
+    """Flat index into dy of the output gradient that input pixel ``pix`` receives through (tap, out channel)."""
+    h, w, _, kw, sh, sw, pt, pl, oh, ow, o = geo
+    iw, rest = pix % w, pix // w
+    ih, b = rest % h, rest // h
+    oc, tap = tap_oc % o, tap_oc // o
+    t, u = ih + pt - tap // kw, iw + pl - tap % kw  # = output row * sh (column * sw) if that output's tap reads here
+    if t >= 0 and u >= 0 and t % sh == 0 and u % sw == 0 and t // sh < oh and u // sw < ow:
+        return ((b * oh + t // sh) * ow + u // sw) * o + oc
+    return -1
+
+
+@cuda.jit(device=True, inline=True)
+def _filter_transposed(ch, tap_oc, geo):  # type: ignore[no-untyped-def]
+    """Filter element (tap, ch, out channel): the filter as a (taps * o, c) matrix."""
+    c, o = geo[2], geo[10]
+    return ((tap_oc // o) * c + ch) * o + tap_oc % o
+
+
+def _geo(x_shape: tuple[int, ...], f_shape: tuple[int, ...], strides: HW, padding: str) -> tuple[int, ...]:
+    _, h, w, c = x_shape
+    kh, kw, _, o = f_shape
+    oh, ow, pt, pl = _geometry(h, w, (kh, kw), strides, padding)
+    return h, w, c, kw, strides[0], strides[1], pt, pl, oh, ow, o
 
 
 def conv2d(x: Any, f: Any, strides: HW, padding: str) -> Any:
-    n, h, w, _ = x.shape
-    kh, kw, _, o = f.shape
-    oh, ow, pt, pl = _geometry(h, w, (kh, kw), strides, padding)
-    out = cuda.device_array((n, oh, ow, o), x.dtype)
-    if out.size:
-        blocks, threads = launch(out.size)
-        _conv2d[blocks, threads](x, f, out, *strides, pt, pl, x.dtype.type(0))
+    """out[pixel, o] = patches(x) @ f as (taps * c, o)."""
+    geo = _geo(x.shape, f.shape, strides, padding)
+    kh, kw, c, o = f.shape
+    out = cuda.device_array((x.shape[0], geo[8], geo[9], o), x.dtype)
+    patches = Operand(flat(x), _patch, fast=False)  # channels (along K) are adjacent
+    gemm(patches, Operand(flat(f), _by_out_channel, fast=True), out.reshape(out.size // o, o), kh * kw * c, geo)
     return out
 
 
 def conv2d_input_grad(like: Any, f: Any, dy: Any, strides: HW, padding: str) -> Any:
-    _, h, w, _ = like.shape
-    _, _, pt, pl = _geometry(h, w, (f.shape[0], f.shape[1]), strides, padding)
+    """dx[pixel, c] = gathered dy @ f as (taps * o, c): each input pixel sums the outputs whose taps read it."""
+    geo = _geo(like.shape, f.shape, strides, padding)
+    kh, kw, c, o = f.shape
     dx = cuda.device_array(like.shape, dy.dtype)
-    if dx.size:
-        blocks, threads = launch(dx.size)
-        _conv2d_input_grad[blocks, threads](dy, f, dx, *strides, pt, pl, dy.dtype.type(0))
+    left, right = Operand(flat(dy), _dy_tap, fast=False), Operand(flat(f), _filter_transposed, fast=False)
+    gemm(left, right, dx.reshape(dx.size // c, c), kh * kw * o, geo)
     return dx
 
 
 def conv2d_filter_grad(x: Any, like: Any, dy: Any, strides: HW, padding: str) -> Any:
-    _, h, w, _ = x.shape
-    _, _, pt, pl = _geometry(h, w, (like.shape[0], like.shape[1]), strides, padding)
+    """df as (taps * c, o) = patches(x)^T @ dy as (pixels, o)."""
+    geo = _geo(x.shape, like.shape, strides, padding)
+    kh, kw, c, o = like.shape
     df = cuda.device_array(like.shape, dy.dtype)
-    if df.size:
-        kh, kw, c, o = like.shape
-        blocks = (math.ceil(o / TILE), math.ceil(kh * kw * c / TILE))
-        _conv2d_filter_grad(np.dtype(dy.dtype))[blocks, (TILE, TILE)](x, dy, df, *strides, pt, pl)
+    patches = Operand(flat(x), _patch_transposed, fast=True)  # channels (along M) are adjacent
+    gemm(patches, Operand(flat(dy), _by_out_channel, fast=True), df.reshape(kh * kw * c, o), dy.size // o, geo)
     return df
 
 

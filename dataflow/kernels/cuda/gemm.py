@@ -1,0 +1,211 @@
+"""The register-blocked GEMM every matrix product on the GPU runs: MatMul and the convolutions.
+
+``out[i, j] = sum_kk A[i, kk] * B[kk, j]`` for a C-contiguous ``(m, n)`` output.
+The operands are never formed: each is a flat device array plus an *index
+function* ``index(i, kk, geo)`` (``i`` along M for A, along N for B) giving the
+flat position of an element, or -1 for an implicit zero. MatMul's index
+functions read a row-major or transposed matrix; the convolutions' gather a
+patch of the image on the fly (an implicit GEMM, ``conv.py``).
+
+How a launch is laid out (``Tiles``): a block computes a ``bm x bn`` tile of
+the output with ``(bm / tm) * (bn / tn)`` threads, each thread a ``tm x tn``
+block held in registers. The inner dimension is walked ``bk`` at a time
+through two shared-memory buffers: while the block multiplies out of one, each
+thread fetches its share of the next tile from global memory into registers,
+then writes it to the other buffer, so one barrier per tile suffices and the
+global loads overlap the arithmetic. A thread owns rows ``ty + i * (bm / tm)``
+and columns ``tx + j * (bn / tn)`` (strided, not a contiguous block), so a
+warp's reads of a shared row hit consecutive banks or broadcast, and its
+writes of the output are coalesced. Shared rows are padded by ``PAD`` so that
+k-major stores (a row-major A) spread over the banks too.
+
+Numba has no unroll pragma, and a local array indexed in a loop it does not
+unroll lives in slow local memory; so the kernel's source is generated with
+the ``tm * tn`` accumulators and the ``tm + tn`` operand values as named
+scalars (registers), like ``fusion.py`` generates its fused kernels. Numba
+exposes no vector loads (float4), so global loads are scalar; the tile
+loads of each warp still touch consecutive addresses along the operand's
+contiguous dimension (``rows_fast`` says which that is).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+PAD = 4  # shared-memory row padding: a k-major store of 8 k values by 4 rows hits 32 banks
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """A block's output tile (``bm x bn``), its step along K (``bk``) and each thread's block (``tm x tn``)."""
+
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def __post_init__(self) -> None:
+        if self.bm % self.tm or self.bn % self.tn:
+            raise ValueError(f"Tiles: the thread block {self.tm}x{self.tn} must divide the tile {self.bm}x{self.bn}")
+        if (self.bm * self.bk) % self.threads or (self.bk * self.bn) % self.threads:
+            raise ValueError(f"Tiles: {self.threads} threads cannot share the loads of a {self.bk}-deep tile evenly")
+
+
+# 64 outputs a thread on 128x128 tiles: the most work per byte loaded, for float32 products that fill the GPU.
+LARGE = Tiles(bm=128, bn=128, bk=8, tm=8, tn=8)
+# 16 outputs a thread on 64x64 tiles: four times the blocks for small products, and half the registers for float64.
+SMALL = Tiles(bm=64, bn=64, bk=8, tm=4, tn=4)
+# A GPU has about a hundred multiprocessors: below this many large tiles it would sit partly idle.
+LARGE_MIN_BLOCKS = 128
+
+
+def choose_tiles(m: int, n: int, dtype: np.dtype) -> Tiles:
+    """LARGE for float32 products big enough to fill a GPU with its tiles, else SMALL."""
+    if np.dtype(dtype) == np.float32 and (m // LARGE.bm) * (n // LARGE.bn) >= LARGE_MIN_BLOCKS:
+        return LARGE
+    return SMALL
+
+
+def _fetcher(index: Callable[..., int], rows_fast: bool, span: int, depth: int, dtype: np.dtype) -> Any:
+    """Device function: the value of tile element ``e`` (of ``span x depth``) at ``(base, k0)``, 0 outside."""
+    from numba import cuda, from_dtype
+
+    zero_type = from_dtype(dtype)
+
+    @cuda.jit(device=True, inline=True)
+    def fetch(x, e, base, k0, limit, k, geo):  # type: ignore[no-untyped-def]
+        if rows_fast:
+            i, kk = base + e % span, k0 + e // span
+        else:
+            i, kk = base + e // depth, k0 + e % depth
+        if i < limit and kk < k:
+            at = index(i, kk, geo)
+            if at >= 0:
+                return x[at]
+        return zero_type(0)
+
+    return fetch
+
+
+def _putter(rows_fast: bool, span: int, depth: int) -> Any:
+    """Device function: store tile element ``e`` into shared buffer ``buf`` as ``s[buf, kk, i]``."""
+    from numba import cuda
+
+    @cuda.jit(device=True, inline=True)
+    def put(s, buf, e, value):  # type: ignore[no-untyped-def]
+        if rows_fast:
+            s[buf, e // span, e % span] = value
+        else:
+            s[buf, e % depth, e // depth] = value
+
+    return put
+
+
+def kernel_source(tiles: Tiles) -> str:
+    """Python source of ``gemm(a, b, out, m, n, k, geo)`` for ``tiles``, registers as named scalars."""
+    t = tiles
+    rows, cols = t.bm // t.tm, t.bn // t.tn  # threads down and across the block
+    loads_a, loads_b = t.bm * t.bk // t.threads, t.bk * t.bn // t.threads
+    acc = [[f"c{i}_{j}" for j in range(t.tn)] for i in range(t.tm)]
+
+    def stage(k0: str, indent: str) -> list[str]:
+        return [
+            *(f"{indent}ra{r} = fetch_a(a, tid + {r * t.threads}, row0, {k0}, m, k, geo)" for r in range(loads_a)),
+            *(f"{indent}rb{r} = fetch_b(b, tid + {r * t.threads}, col0, {k0}, n, k, geo)" for r in range(loads_b)),
+        ]
+
+    def store(buf: str, indent: str) -> list[str]:
+        return [
+            *(f"{indent}put_a(sa, {buf}, tid + {r * t.threads}, ra{r})" for r in range(loads_a)),
+            *(f"{indent}put_b(sb, {buf}, tid + {r * t.threads}, rb{r})" for r in range(loads_b)),
+        ]
+
+    lines = [
+        "def gemm(a, b, out, m, n, k, geo):",
+        f"    sa = cuda.shared.array((2, {t.bk}, {t.bm + PAD}), DT)",
+        f"    sb = cuda.shared.array((2, {t.bk}, {t.bn + PAD}), DT)",
+        "    tid = cuda.threadIdx.x",
+        f"    ty, tx = tid // {cols}, tid % {cols}",
+        f"    row0, col0 = cuda.blockIdx.y * {t.bm}, cuda.blockIdx.x * {t.bn}",
+        *(f"    {name} = DT(0)" for row in acc for name in row),
+        *stage("0", "    "),
+        *store("0", "    "),
+        "    cuda.syncthreads()",
+        f"    tiles = (k + {t.bk - 1}) // {t.bk}",
+        "    for kt in range(tiles):",
+        "        cur = kt % 2",
+        "        more = kt + 1 < tiles",
+        "        if more:",
+        *stage(f"(kt + 1) * {t.bk}", "            "),
+        f"        for kk in range({t.bk}):",
+        *(f"            a{i} = sa[cur, kk, ty + {i * rows}]" for i in range(t.tm)),
+        *(f"            b{j} = sb[cur, kk, tx + {j * cols}]" for j in range(t.tn)),
+        *(f"            {acc[i][j]} += a{i} * b{j}" for i in range(t.tm) for j in range(t.tn)),
+        "        if more:",
+        *store("1 - cur", "            "),
+        "        cuda.syncthreads()",
+    ]
+    for i in range(t.tm):
+        lines += [f"    r = row0 + ty + {i * rows}", "    if r < m:"]
+        for j in range(t.tn):
+            lines += [
+                f"        c = col0 + tx + {j * cols}",
+                "        if c < n:",
+                f"            out[r, c] = {acc[i][j]}",
+            ]
+    return "\n".join(lines) + "\n"
+
+
+@cache
+def gemm_kernel(tiles: Tiles, dtype: np.dtype, a_index: Any, a_rows_fast: bool, b_index: Any, b_cols_fast: bool) -> Any:
+    """The compiled GEMM for ``tiles`` and ``dtype`` whose operands ``index`` functions place.
+
+    ``a_rows_fast``: A's elements along M are adjacent in memory (a transposed
+    matrix, a patch of one image position's channels); else along K.
+    ``b_cols_fast``: B's elements along N are adjacent; else along K.
+    """
+    from numba import cuda, from_dtype
+
+    namespace: dict[str, Any] = {
+        "cuda": cuda,
+        "DT": from_dtype(dtype),
+        "fetch_a": _fetcher(a_index, a_rows_fast, tiles.bm, tiles.bk, dtype),
+        "fetch_b": _fetcher(b_index, b_cols_fast, tiles.bn, tiles.bk, dtype),
+        "put_a": _putter(a_rows_fast, tiles.bm, tiles.bk),
+        "put_b": _putter(b_cols_fast, tiles.bn, tiles.bk),
+    }
+    source = kernel_source(tiles)
+    exec(compile(source, f"<gemm {tiles}>", "exec"), namespace)  # noqa: S102
+    return cuda.jit(namespace["gemm"])
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A GEMM operand: a flat device array and how to find element ``(i, kk)`` in it."""
+
+    data: Any
+    index: Any  # a ``cuda.jit(device=True)`` function (i, kk, geo) -> flat position, -1 for zero
+    fast: bool  # True when consecutive i (not kk) are adjacent in memory
+
+
+def gemm(a: Operand, b: Operand, out: Any, k: int, geo: tuple[int, ...], tiles: Tiles | None = None) -> Any:
+    """Fill the C-contiguous 2-D device array ``out`` with ``A @ B`` (inner dimension ``k``); return ``out``."""
+    m, n = out.shape
+    if m == 0 or n == 0:
+        return out
+    tiles = tiles or choose_tiles(m, n, out.dtype)
+    run = gemm_kernel(tiles, np.dtype(out.dtype), a.index, a.fast, b.index, b.fast)
+    blocks = (math.ceil(n / tiles.bn), math.ceil(m / tiles.bm))
+    run[blocks, tiles.threads](a.data, b.data, out, m, n, k, tuple(int(v) for v in geo))
+    return out
