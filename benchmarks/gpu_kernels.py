@@ -1,9 +1,12 @@
 """CUDA kernels on a real GPU: matmul vs cuBLAS, a fused elementwise chain vs copy bandwidth.
 
 - Matmul: 4096 x 4096 float32, ``a @ b`` as a cellgraph plan on a GPU device
-  (the tiled shared-memory MatMul kernel), against CuPy's ``matmul`` (cuBLAS,
-  full float32: ``CUPY_TF32=0``). CuPy is optional: without it the script
-  says how to install it and reports cellgraph's figure alone.
+  (the register-blocked GEMM of ``dataflow/kernels/cuda/gemm.py``; cuBLAS
+  backs no cellgraph op), against CuPy's ``matmul`` (cuBLAS, full float32:
+  ``CUPY_TF32=0``) in the same run. CuPy is optional: without it the script
+  says how to install it and reports cellgraph's figure alone. Each tile shape
+  of ``gemm.py`` is timed on the same product too (``matmul_tiles``), so a
+  run on a GPU says which shape ``choose_tiles`` should pick.
 - Fused chain: ``max(exp(max(x * 0.5 + b, 0) - 0.25) * d, -0.5) + 1.0`` on
   64M float32 elements, 8 elementwise ops fused into one generated CUDA
   kernel (``dataflow/kernels/cuda/fusion.py``), as a cellgraph plan called
@@ -16,13 +19,15 @@
 Every timing is wall-clock over a block of back-to-back calls, the device
 synchronised before and after, so plan dispatch and output allocation count.
 
-    python benchmarks/gpu_kernels.py [--quick]
+    python benchmarks/gpu_kernels.py [--quick] [--simulate]
 
 The last line of stdout is one JSON object with ``matmul_tflops``,
 ``cublas_tflops`` (null without CuPy), ``matmul_ratio`` (target: at least
 0.5), ``fused_gb_per_s``, ``copy_gb_per_s``, ``fused_ratio`` (target: at
 least 0.7) and ``gpu``. Without a GPU (or on Numba's simulator) it says so,
-prints ``{"gpu": null, "skipped": "no CUDA GPU"}`` and exits 0.
+prints ``{"gpu": null, "skipped": "no CUDA GPU"}`` and exits 0. ``--simulate``
+runs every step on Numba's CUDA simulator instead, on tiny shapes and without
+cuBLAS: it checks the script (``tests/test_gpu_check.py``), it measures nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ TARGET_MATMUL = 0.5
 TARGET_FUSED = 0.7
 CUPY_HINT = "pip install cupy-cuda12x"
 CHAIN = "max(exp(max(x * 0.5 + b, 0) - 0.25) * d, -0.5) + 1.0"
+SIMULATED_MATMUL_N = 40  # the simulator runs every CUDA thread as a Python thread
+SIMULATED_SIZE = 512
 
 
 def gpu_seconds(fn: Callable[[], Any], cuda: Any, *, repeats: int, number: int) -> float:
@@ -67,7 +74,7 @@ def plan(cg: Any, out: Any, feeds: list[Any], fuse: bool = True) -> Any:
     return Plan(out.graph, [out], [], feeds, VariableStore(), device="cuda", fuse=fuse)
 
 
-def bench_matmul(cg: Any, np: Any, cuda: Any, n: int, repeats: int, number: int) -> dict[str, Any]:
+def bench_matmul(cg: Any, np: Any, cuda: Any, n: int, repeats: int, number: int, simulate: bool) -> dict[str, Any]:
     """cellgraph's MatMul kernel on ``n`` x ``n`` float32, and cuBLAS through CuPy if installed."""
     g = cg.Graph()
     with g.as_default():
@@ -86,6 +93,10 @@ def bench_matmul(cg: Any, np: Any, cuda: Any, n: int, repeats: int, number: int)
     seconds = gpu_seconds(lambda: matmul(a_dev, b_dev), cuda, repeats=repeats, number=number)
     result: dict[str, Any] = {"matmul_tflops": flop / seconds / 1e12, "cublas_tflops": None, "matmul_ratio": None}
     print(f"matmul {n}x{n} float32, cellgraph: {seconds * 1e3:8.3f} ms  {result['matmul_tflops']:.2f} TFLOP/s")
+    result.update(bench_tiles(np, cuda, a_dev, b_dev, repeats, number))
+    if simulate:
+        result["cublas_skipped"] = "the simulator has no cuBLAS"
+        return result
     try:
         import cupy
     except ImportError:
@@ -101,6 +112,23 @@ def bench_matmul(cg: Any, np: Any, cuda: Any, n: int, repeats: int, number: int)
     result["cupy"] = cupy.__version__
     print(f"matmul {n}x{n} float32, cuBLAS:    {cublas * 1e3:8.3f} ms  {result['cublas_tflops']:.2f} TFLOP/s")
     return result
+
+
+def bench_tiles(np: Any, cuda: Any, a: Any, b: Any, repeats: int, number: int) -> dict[str, Any]:
+    """TFLOP/s of ``a @ b`` on each tile shape of ``gemm.py``, and the shape ``choose_tiles`` picks."""
+    from cellgraph.dataflow.kernels.cuda import gemm
+    from cellgraph.dataflow.kernels.cuda.matmul import matmul
+
+    m, k = a.shape
+    flop = 2.0 * m * k * b.shape[1]
+    figures = {}
+    for tiles in (gemm.LARGE, gemm.SMALL):
+        name = f"{tiles.bm}x{tiles.bn}x{tiles.bk}, {tiles.tm}x{tiles.tn} a thread"
+        seconds = gpu_seconds(lambda t=tiles: matmul(a, b, False, False, t), cuda, repeats=repeats, number=number)
+        figures[name] = flop / seconds / 1e12
+        print(f"  tiles {name:>28}: {seconds * 1e3:8.3f} ms  {figures[name]:.2f} TFLOP/s")
+    chosen = gemm.choose_tiles(m, b.shape[1], np.dtype(np.float32))
+    return {"matmul_tiles": figures, "matmul_kernel": f"numba gemm.py, {chosen.bm}x{chosen.bn} tiles by default"}
 
 
 def build_chain(cg: Any, size: int) -> tuple[Any, list[Any]]:
@@ -162,29 +190,34 @@ def bench_fused(cg: Any, np: Any, cuda: Any, size: int, repeats: int, number: in
 
 
 def main() -> None:
-    args = parser(__doc__.splitlines()[0]).parse_args()
+    cli = parser(__doc__.splitlines()[0])
+    cli.add_argument("--simulate", action="store_true", help="Numba's CUDA simulator, tiny shapes: checks the script")
+    args = cli.parse_args()
     setup_threads(args.threads)
+    if args.simulate:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # read once, when numba.cuda is first imported
     os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS in full float32, like cellgraph's kernel
     started = time.perf_counter()
 
     import numpy as np
     from numba import cuda
 
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or not cuda.is_available():
+    if not args.simulate and (os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or not cuda.is_available()):
         print("no CUDA GPU is present (numba.cuda sees none, or runs the simulator): nothing to measure")
         emit({"gpu": None, "skipped": "no CUDA GPU"})
         return
 
     import cellgraph as cg
 
-    name = cuda.get_current_device().name
+    name = "Numba's CUDA simulator" if args.simulate else cuda.get_current_device().name
     gpu = name.decode() if isinstance(name, bytes) else str(name)
     print(f"GPU: {gpu}")
-    repeats, number = (3, 2) if args.quick else (7, 5)
-    result: dict[str, Any] = {"benchmark": "gpu_kernels", "gpu": gpu, "quick": args.quick}
-    result.update(bench_matmul(cg, np, cuda, MATMUL_N, repeats, number))
-    repeats, number = (5, 10) if args.quick else (15, 40)
-    result.update(bench_fused(cg, np, cuda, SIZE, repeats, number))
+    matmul_n, size = (SIMULATED_MATMUL_N, SIMULATED_SIZE) if args.simulate else (MATMUL_N, SIZE)
+    repeats, number = (1, 1) if args.simulate else (3, 2) if args.quick else (7, 5)
+    result: dict[str, Any] = {"benchmark": "gpu_kernels", "gpu": gpu, "quick": args.quick, "simulated": args.simulate}
+    result.update(bench_matmul(cg, np, cuda, matmul_n, repeats, number, args.simulate))
+    repeats, number = (1, 1) if args.simulate else (5, 10) if args.quick else (15, 40)
+    result.update(bench_fused(cg, np, cuda, size, repeats, number))
     matmul_met = result["matmul_ratio"] is not None and result["matmul_ratio"] >= TARGET_MATMUL
     fused_met = result["fused_ratio"] >= TARGET_FUSED
     if result["matmul_ratio"] is not None:
@@ -195,8 +228,8 @@ def main() -> None:
         {
             "chain": CHAIN,
             "ops": OPS,
-            "size": SIZE,
-            "matmul_n": MATMUL_N,
+            "size": size,
+            "matmul_n": matmul_n,
             "dtype": "float32",
             "target_matmul_ratio": TARGET_MATMUL,
             "target_fused_ratio": TARGET_FUSED,
