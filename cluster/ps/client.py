@@ -53,6 +53,7 @@ from .chunks import MAX_CHUNK_BYTES
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
 from .frames import serialize, tensor_chunk_frames
 from .held import PullPlan, StreamPool, rows, step_frames
+from .malloc import tune_malloc
 from .messages import (
     optimizer_from_proto,
     optimizer_to_proto,
@@ -241,6 +242,7 @@ class ParameterClient:
     ) -> None:
         if not addresses:
             raise ParameterServerError("a ParameterClient needs the address of at least one server", "INVALID_ARGUMENT")
+        tune_malloc()  # this process moves tensors in 4 MiB messages: keep their buffers (malloc.py)
         self.addresses = list(addresses)
         self.tls = tls
         self.timeout = timeout
@@ -318,8 +320,8 @@ class ParameterClient:
                 "Is it running, and is the address right?",
                 code,
             )
-        if code == "DEADLINE_EXCEEDED" and "waited" not in details:
-            details = f"no answer within the {timeout:g} s deadline"
+        if code == "DEADLINE_EXCEEDED" and details.lower() in ("deadline exceeded", code.lower()):
+            details = f"no answer within the {timeout:g} s deadline"  # gRPC's own words say less
         return ParameterServerError(f"{where} refused {what}: {details}", code if code in STATUS_CODES else "UNKNOWN")
 
     def _each_shard(self, shards: Sequence[int], work: Callable[[int], T]) -> dict[int, T]:

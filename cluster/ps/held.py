@@ -77,17 +77,14 @@ def step_frames(
 
 
 class StepTimeout(grpc.RpcError):
-    """A step that ran past its deadline (the watchdog cancelled its stream): reported as DEADLINE_EXCEEDED."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"no answer within the {seconds:g} s deadline")
-        self.seconds = seconds
+    """A step that ran past its deadline (the watchdog cancelled its stream): DEADLINE_EXCEEDED, in gRPC's
+    own words, which the client replaces with the call's deadline."""
 
     def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.DEADLINE_EXCEEDED
 
     def details(self) -> str:
-        return f"no answer within the {self.seconds:g} s deadline"
+        return "Deadline Exceeded"
 
 
 class StreamEnded(grpc.RpcError):
@@ -163,7 +160,7 @@ class HeldStream:
                     raise StreamEnded() from None
                 except grpc.RpcError as err:
                     if self.expired and err.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
-                        raise StepTimeout(seconds) from None
+                        raise StepTimeout() from None
                     raise
                 yield answer
                 if answer.message.last:

@@ -39,6 +39,7 @@ from .auth import AsyncTokenAuthInterceptor, ServerTLS
 from .chunks import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES
 from .door import lenient
 from .frames import chunk_fields, serialize
+from .malloc import tune_malloc
 from .servicer import (
     DEFAULT_HELD_IDLE_S,
     DEFAULT_INIT_WAIT_S,
@@ -177,6 +178,7 @@ def create_server(
     >>> server.stop(None).wait()
     True
     """
+    tune_malloc()  # this process moves tensors in 4 MiB messages: keep their buffers (malloc.py)
     auth = AsyncTokenAuthInterceptor(token) if token is not None else None
     servicer = ParameterServicer(
         checkpoint_dir=checkpoint_dir,

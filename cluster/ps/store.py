@@ -24,6 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ...dataflow.kernels.cpu.training import all_finite
 from ...dataflow.shapes import fmt
 from ..errors import ParameterServerError
 from .config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec, listed, quoted
@@ -277,6 +278,8 @@ class ParameterStore:
     def _nonfinite(self, replica_id: int, step: int, grads: Mapping[str, np.ndarray]) -> str | None:
         """What is wrong with the first gradient holding NaN or Inf, or None; called under the lock."""
         for name in self.specs:
+            if all_finite(grads[name].reshape(-1)):
+                continue
             finite = np.isfinite(grads[name])
             if not finite.all():
                 nans = int(np.count_nonzero(np.isnan(grads[name])))

@@ -14,6 +14,16 @@ from . import kernel
 
 
 @kernel
+def all_finite(x):  # type: ignore[no-untyped-def]
+    # One pass that stops at the first NaN or Inf and allocates nothing (np.isfinite(x).all() makes a bool
+    # array as big as x): the parameter server checks every gradient it receives.
+    for i in range(x.size):
+        if not math.isfinite(x[i]):
+            return False
+    return True
+
+
+@kernel
 def sgd(var, lr, grad):  # type: ignore[no-untyped-def]
     for i in range(var.size):
         var[i] -= lr * grad[i]

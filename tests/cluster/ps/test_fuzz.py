@@ -71,8 +71,20 @@ pulls = st.builds(
     replica_id=st.integers(-2, 4),
     max_chunk_bytes=st.integers(-5, 64),
 )
+step_messages = st.lists(
+    st.builds(
+        pb.StepRequest,
+        header=st.one_of(st.none(), headers),
+        chunks=st.lists(chunks, max_size=3),
+        more=st.booleans(),
+        pull=st.one_of(st.none(), pulls),
+        wait_s=st.sampled_from([0.05, -1.0, float("nan")]),
+    ),
+    max_size=4,
+)
 requests = st.one_of(
     st.tuples(st.just("Push"), push_messages),
+    st.tuples(st.just("Step"), step_messages),
     st.tuples(st.just("Init"), init_messages),
     st.tuples(st.just("Pull"), pulls),
     st.tuples(st.just("Register"), st.builds(pb.RegisterRequest, replica_id=st.integers(-3, 4))),
@@ -81,9 +93,23 @@ requests = st.one_of(
 )
 
 
-def send(channel: grpc.Channel, stub: pb_grpc.ParameterServiceStub, metadata: Any, kind: str, payload: Any) -> str:
-    """Send one request; return "OK" or the status name."""
+def send(
+    channel: grpc.Channel,
+    stub: pb_grpc.ParameterServiceStub,
+    metadata: Any,
+    kind: str,
+    payload: Any,
+    applied: Counter[str],
+) -> str:
+    """Send one request; return "OK" or the status name. Pushes a Step stream applied are counted in ``applied``."""
+
+    def step() -> None:
+        for answer in stub.Step(iter(payload), timeout=CALL_TIMEOUT, metadata=metadata):
+            if answer.HasField("push") and answer.push.status == pb.PushResponse.APPLIED:
+                applied["Step"] += 1
+
     calls = {
+        "Step": step,
         "Push": lambda: stub.Push(iter(payload), timeout=CALL_TIMEOUT, metadata=metadata),
         "Init": lambda: stub.Init(iter(payload), timeout=CALL_TIMEOUT, metadata=metadata),
         "Pull": lambda: list(stub.Pull(payload, timeout=CALL_TIMEOUT, metadata=metadata)),
@@ -119,12 +145,13 @@ def test_malformed_requests_leave_the_server_answering_and_intact(fuzz_target: t
     metadata = token_metadata(ps.token)
     before = ps.client().pull()
     outcomes: Counter[tuple[str, str]] = Counter()
+    step_pushes: Counter[str] = Counter()
 
     @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(st.lists(requests, min_size=1, max_size=8))
     def fuzz(batch: list[tuple[str, Any]]) -> None:
         for kind, payload in batch:
-            status = send(channel, stub, metadata, kind, payload)
+            status = send(channel, stub, metadata, kind, payload, step_pushes)
             outcomes[kind, status] += 1
             assert status == "OK" or status in REFUSALS, (
                 kind,
@@ -141,6 +168,6 @@ def test_malformed_requests_leave_the_server_answering_and_intact(fuzz_target: t
     for name, value in before.values.items():
         np.testing.assert_array_equal(after.values[name], value)
     # Only well-formed pushes (if the fuzzer found any) were applied, each exactly once.
-    applied = outcomes["Push", "OK"]
+    applied = outcomes["Push", "OK"] + step_pushes["Step"]
     assert stats.pushes_applied == applied and after.global_step == applied
     assert all(v.version == applied for v in stats.variables)
