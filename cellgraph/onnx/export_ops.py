@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cellgraph.dataflow.graph import Node
+from cellgraph.dataflow.kernels.cpu.activations import GELU_CUBIC, SELU_ALPHA, SELU_SCALE, SQRT_2_OVER_PI, SQRT_HALF
 
 from .common import DTYPE_TO_ONNX, INT64_MAX, INT64_MIN
 
@@ -208,6 +209,96 @@ def _xent(e: Emitter, node: Node) -> None:
     e.node("Sub", [e.node("Softmax", [logits], axis=1)[0], onehot], [backprop])
 
 
+def _chain(*steps: tuple[str, dict[str, Any]]) -> Row:
+    """Unary ONNX ops applied one after another (``Reciprocal(Sqrt(x))``)."""
+
+    def row(e: Emitter, node: Node) -> None:
+        x = e.ins(node)[0]
+        for i, (op_type, attrs) in enumerate(steps):
+            x = e.node(op_type, [x], e.outs(node) if i == len(steps) - 1 else None, **attrs)[0]
+
+    return row
+
+
+def _scalar(e: Emitter, node: Node, value: float) -> str:
+    """A scalar constant of the node's first input dtype."""
+    return e.const(np.array(value, np.dtype(node.inputs[0].dtype)))
+
+
+def _plus_one(op_type: str, inner_first: bool) -> Row:
+    # ONNX has no Expm1 / Log1p: exp(x) - 1 and log(1 + x) lose the last digits near 0.
+    def row(e: Emitter, node: Node) -> None:
+        x, one = e.ins(node)[0], _scalar(e, node, 1.0)
+        if inner_first:
+            e.node("Sub", [e.node(op_type, [x])[0], one], e.outs(node))
+        else:
+            e.node(op_type, [e.node("Add", [x, one])[0]], e.outs(node))
+
+    return row
+
+
+def _clip(e: Emitter, node: Node) -> None:
+    x, low, high = e.ins(node)
+    e.node("Min", [e.node("Max", [x, low])[0], high], e.outs(node))
+
+
+def _floor_div(e: Emitter, node: Node) -> None:
+    a, b = e.ins(node)
+    dtype = node.inputs[0].dtype
+    if dtype in ("float32", "float64"):
+        e.node("Floor", [e.node("Div", [a, b])[0]], e.outs(node))
+        return
+    # Integers: floor of the float64 quotient, exact while |a| < 2**53 (every int32).
+    f64 = DTYPE_TO_ONNX["float64"]
+    q = e.node("Div", [e.node("Cast", [a], to=f64)[0], e.node("Cast", [b], to=f64)[0]])[0]
+    e.node("Cast", [e.node("Floor", [q])[0]], e.outs(node), to=DTYPE_TO_ONNX[dtype])
+
+
+def _floor_mod(e: Emitter, node: Node) -> None:
+    a, b = e.ins(node)
+    if node.inputs[0].dtype in ("float32", "float64"):
+        # a - floor(a / b) * b: the sign of the divisor, as Python's %.
+        q = e.node("Floor", [e.node("Div", [a, b])[0]])[0]
+        e.node("Sub", [a, e.node("Mul", [q, b])[0]], e.outs(node))
+    else:
+        e.node("Mod", [a, b], e.outs(node), fmod=0)
+
+
+def _gelu(tanh_form: bool) -> Row:
+    def row(e: Emitter, node: Node) -> None:
+        x = e.ins(node)[0]
+        if tanh_form:  # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+            cube = e.node("Mul", [e.node("Mul", [x, x])[0], x])[0]
+            inner = e.node("Add", [x, e.node("Mul", [cube, _scalar(e, node, GELU_CUBIC)])[0]])[0]
+            t = e.node("Tanh", [e.node("Mul", [inner, _scalar(e, node, SQRT_2_OVER_PI)])[0]])[0]
+        else:  # 0.5 x (1 + erf(x / sqrt(2)))
+            t = e.node("Erf", [e.node("Mul", [x, _scalar(e, node, SQRT_HALF)])[0]])[0]
+        half_x = e.node("Mul", [x, _scalar(e, node, 0.5)])[0]
+        e.node("Mul", [half_x, e.node("Add", [t, _scalar(e, node, 1.0)])[0]], e.outs(node))
+
+    return row
+
+
+def _silu(e: Emitter, node: Node) -> None:
+    x = e.ins(node)[0]
+    e.node("Mul", [x, e.node("Sigmoid", [x])[0]], e.outs(node))
+
+
+def _relu6(e: Emitter, node: Node) -> None:
+    x = e.ins(node)[0]
+    e.node("Clip", [x, _scalar(e, node, 0.0), _scalar(e, node, 6.0)], e.outs(node))
+
+
+def _is_finite(e: Emitter, node: Node) -> None:
+    x = e.ins(node)[0]
+    bad = e.node("Or", [e.node("IsInf", [x])[0], e.node("IsNaN", [x])[0]])[0]
+    e.node("Not", [bad], e.outs(node))
+
+
+def _alpha(op_type: str) -> Row:
+    return lambda e, node: e.node(op_type, e.ins(node), e.outs(node), alpha=float(node.attrs["alpha"]))
+
+
 # One row per cellgraph op, aligned: op -> how ONNX computes it.
 EXPORTERS: dict[str, Row] = {
     "Add":          same("Add"),
@@ -255,4 +346,39 @@ EXPORTERS: dict[str, Row] = {
     "MaxPool":      _pool("MaxPool"),
     "AvgPool":      _pool("AveragePool", count_include_pad=0),
     "SparseSoftmaxCrossEntropyWithLogits": _xent,
+    # math_unary.py, logic.py, activations.py
+    "Abs":          same("Abs"),
+    "Sign":         same("Sign"),
+    "Ceil":         same("Ceil"),
+    "Floor":        same("Floor"),
+    "Round":        same("Round"),  # both round half to even
+    "Sin":          same("Sin"),
+    "Cos":          same("Cos"),
+    "Tan":          same("Tan"),
+    "Erf":          same("Erf"),
+    "Expm1":        _plus_one("Exp", inner_first=True),
+    "Log1p":        _plus_one("Log", inner_first=False),
+    "Rsqrt":        _chain(("Sqrt", {}), ("Reciprocal", {})),
+    "ClipByValue":  _clip,
+    "FloorDiv":     _floor_div,
+    "FloorMod":     _floor_mod,
+    "Where":        same("Where"),
+    "StopGradient": same("Identity"),
+    "NotEqual":     lambda e, node: e.node("Not", [e.node("Equal", e.ins(node))[0]], e.outs(node)),
+    "LogicalAnd":   same("And"),
+    "LogicalOr":    same("Or"),
+    "LogicalXor":   same("Xor"),
+    "LogicalNot":   same("Not"),
+    "IsNan":        same("IsNaN"),
+    "IsFinite":     _is_finite,
+    "LeakyRelu":    _alpha("LeakyRelu"),
+    "Elu":          _alpha("Elu"),
+    "Selu":         same("Selu", alpha=SELU_ALPHA, gamma=SELU_SCALE),
+    "Gelu":         _gelu(tanh_form=False),
+    "GeluTanh":     _gelu(tanh_form=True),
+    "Softplus":     same("Softplus"),
+    "Softsign":     same("Softsign"),
+    "Silu":         _silu,
+    "Relu6":        _relu6,
+    "HardSigmoid":  same("HardSigmoid", alpha=1.0 / 6.0, beta=0.5),
 }  # fmt: skip

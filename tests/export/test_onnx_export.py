@@ -11,6 +11,9 @@ import onnxruntime as ort
 import pytest
 
 import cellgraph as cg
+from cellgraph.dataflow.ops import activations as act
+from cellgraph.dataflow.ops import logic
+from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.onnx import OnnxError
 from cellgraph.onnx.export_ops import EXPORTERS
 
@@ -141,6 +144,41 @@ CASES: dict[str, Case] = {
     "MaxPool":      lambda: (lambda x: ([x], cg.max_pool(x, 3, 2, "SAME") * 1.0 + cg.max_pool(x, 2, 1, "VALID")[:, :4, :3]))(_x((None, 7, 6, 2))),
     "AvgPool":      lambda: (lambda x: ([x], cg.avg_pool(x, 3, 2, "SAME")))(_x((None, 7, 6, 2))),
     "SparseSoftmaxCrossEntropyWithLogits": _xent,
+    "Abs":          _unary(mu.abs),
+    "Sign":         _unary(lambda x: mu.sign(mu.round(x))),
+    "Ceil":         _unary(mu.ceil),
+    "Floor":        _unary(mu.floor),
+    "Round":        _unary(lambda x: mu.round(x * 4.0)),
+    "Sin":          _unary(mu.sin),
+    "Cos":          _unary(mu.cos),
+    "Tan":          _unary(mu.tan),
+    "Erf":          _unary(mu.erf),
+    "Expm1":        _unary(mu.expm1),
+    "Log1p":        _unary(lambda x: mu.log1p(cg.exp(x))),
+    "Rsqrt":        _unary(lambda x: mu.rsqrt(cg.exp(x))),
+    "ClipByValue":  _binary(lambda a, b: mu.clip_by_value(a, -0.5, b)),
+    "FloorDiv":     lambda: (lambda n: ([n], mu.floordiv(n, cg.constant(np.array([3, -2, 5, -7], np.int32)))))(_x((None, 4), "n", "int32")),
+    "FloorMod":     lambda: (lambda n, x: ([n, x], cg.cast(mu.mod(n, cg.constant(np.array([3, -2, 5, -7], np.int32))), F)
+                                          + mu.mod(x, 0.75)))(_x((None, 4), "n", "int32"), _x((None, 4))),
+    "Where":        _binary(lambda a, b: mu.where(cg.less(a, b), a, b * 2.0)),
+    "StopGradient": _unary(mu.stop_gradient),
+    "NotEqual":     _binary(lambda a, b: cg.cast(logic.not_equal(cg.less(a, 0.0), cg.less(b, 0.0)), F)),
+    "LogicalAnd":   _binary(lambda a, b: cg.cast(logic.logical_and(cg.less(a, b), cg.less(b, 0.0)), F)),
+    "LogicalOr":    _binary(lambda a, b: cg.cast(logic.logical_or(cg.less(a, b), cg.less(b, 0.0)), F)),
+    "LogicalXor":   _binary(lambda a, b: cg.cast(logic.logical_xor(cg.less(a, b), cg.less(b, 0.0)), F)),
+    "LogicalNot":   _unary(lambda x: cg.cast(logic.logical_not(cg.less(x, 0.0)), F)),
+    "IsNan":        _unary(lambda x: cg.cast(logic.is_nan(cg.sqrt(x)), F)),
+    "IsFinite":     _unary(lambda x: cg.cast(logic.is_finite(cg.log(x) / x), F)),
+    "LeakyRelu":    _unary(lambda x: act.leaky_relu(x, 0.1)),
+    "Elu":          _unary(lambda x: act.elu(x, 0.7)),
+    "Selu":         _unary(act.selu),
+    "Gelu":         _unary(act.gelu),
+    "GeluTanh":     _unary(lambda x: act.gelu(x, approximate=True)),
+    "Softplus":     _unary(act.softplus),
+    "Softsign":     _unary(act.softsign),
+    "Silu":         _unary(act.silu),
+    "Relu6":        _unary(lambda x: act.relu6(x * 4.0)),
+    "HardSigmoid":  _unary(lambda x: act.hard_sigmoid(x * 4.0)),
 }  # fmt: skip
 
 
@@ -148,6 +186,8 @@ def _feed(t: cg.Tensor, rows: int) -> np.ndarray:
     shape = tuple(rows if d is None else d for d in t.shape)
     if t.name == "i:0":
         return np.array([3, 0, -1, 4, 1][: shape[0]], np.int32) if t.shape[0] is None else np.array([2, 0], np.int32)
+    if t.name == "n:0":
+        return RNG.integers(-20, 20, size=shape).astype(np.int32)
     if t.name == "labels:0":
         return RNG.integers(0, 5, size=shape).astype(np.int32)
     return RNG.normal(size=shape).astype(t.dtype)
@@ -181,7 +221,7 @@ def test_an_op_without_an_onnx_equivalent_is_named_with_its_node(tmp_path: Path)
         dx = cg.dataflow.ops.nn.relu_grad(x, cg.relu(x), name="backward")
     with pytest.raises(
         OnnxError,
-        match=r"ReluGrad has no ONNX equivalent \(node 'backward', test_onnx_export.py:\d+\): ONNX export covers Add, ArgMax",
+        match=r"ReluGrad has no ONNX equivalent \(node 'backward', test_onnx_export.py:\d+\): ONNX export covers Abs, Add, ArgMax",
     ):
         cg.onnx.export(tmp_path / "m.onnx", x, dx, cg.Session(g))
     assert not (tmp_path / "m.onnx").exists()
