@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 import grpc.experimental
@@ -51,6 +51,7 @@ from ..errors import STATUS_CODES, ParameterServerError
 from .auth import ClientTLS, token_metadata
 from .chunks import MAX_CHUNK_BYTES
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
+from .fanout import CANCEL_WAIT_S, FAN_OUT, Cancellable, Cancelled, FanOut, current_fan_out
 from .frames import serialize, tensor_chunk_frames
 from .held import PullPlan, StreamPool, rows, step_frames
 from .malloc import tune_malloc
@@ -71,103 +72,17 @@ _INIT_CHUNK_FIELD = pb.InitMessage.DESCRIPTOR.fields_by_name["chunk"].number
 
 
 class _Stub(pb_grpc.ParameterServiceStub):
-    """The generated stub, except that Init and Push also send frames serialized by hand (``tensor_chunk_frames``)."""
+    """The generated stub, except that Init sends frames serialized by hand (``tensor_chunk_frames``)."""
 
     def __init__(self, channel: grpc.Channel) -> None:
         super().__init__(channel)
         self.Init = channel.stream_unary(  # type: ignore[misc]
             f"/{SERVICE_NAME}/Init", request_serializer=serialize, response_deserializer=pb.InitResponse.FromString
         )
-        self.Push = channel.stream_unary(  # type: ignore[misc]
-            f"/{SERVICE_NAME}/Push", request_serializer=serialize, response_deserializer=pb.PushResponse.FromString
-        )
         # Every call of a fan-out over shards goes through _Cancellable, so a failed shard can cancel the others'.
-        for name in ("Init", "Push", "Register", "PushPull", "Save", "Restore", "Reconfigure", "Stats"):
-            setattr(self, name, _Cancellable(getattr(self, name)))
-        self.Pull = _CancellableStream(self.Pull)  # type: ignore[misc,has-type]
-
-
-class _FanOut:
-    """The calls of one fan-out over shards: the first failure is kept, and the other calls are cancelled."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.failed = threading.Event()
-        self.error: BaseException | None = None
-        self.calls: set[grpc.Call] = set()
-
-    def track(self, call: grpc.Call) -> None:
-        with self.lock:
-            self.calls.add(call)
-        if self.failed.is_set():
-            call.cancel()
-
-    def untrack(self, call: grpc.Call) -> None:
-        with self.lock:
-            self.calls.discard(call)
-
-    def fail(self, error: BaseException) -> None:
-        with self.lock:
-            if self.error is not None:
-                return  # a later failure, or a cancelled call's: the first one is the news
-            self.error, calls = error, list(self.calls)
-            self.failed.set()
-        for call in calls:
-            call.cancel()
-
-
-# The fan-out the current thread is working for (None outside one: a single-shard call runs on the caller's thread).
-_fan_out = threading.local()
-
-
-def _current_fan_out() -> _FanOut | None:
-    return getattr(_fan_out, "scope", None)
-
-
-class _Cancellable:
-    """A unary-response multi-callable that a fan-out can cancel: inside one, the call runs as a future."""
-
-    def __init__(self, method: grpc.UnaryUnaryMultiCallable | grpc.StreamUnaryMultiCallable) -> None:
-        self.method = method
-
-    def __call__(self, request: object, *, timeout: float, metadata: object) -> object:
-        scope = _current_fan_out()
-        if scope is None:
-            return self.method(request, timeout=timeout, metadata=metadata)
-        future = self.method.future(request, timeout=timeout, metadata=metadata)
-        scope.track(future)
-        try:
-            return future.result()
-        except grpc.FutureCancelledError:
-            raise _Cancelled() from None
-        finally:
-            scope.untrack(future)
-
-
-class _CancellableStream:
-    """A unary-stream multi-callable whose calls a fan-out can cancel."""
-
-    def __init__(self, method: grpc.UnaryStreamMultiCallable) -> None:
-        self.method = method
-
-    def __call__(self, request: object, *, timeout: float, metadata: object) -> Iterator[object]:
-        scope = _current_fan_out()
-        call = self.method(request, timeout=timeout, metadata=metadata)
-        if scope is None:
-            return call  # type: ignore[no-any-return]
-        return self._tracked(scope, call)
-
-    @staticmethod
-    def _tracked(scope: _FanOut, call: Any) -> Iterator[object]:
-        scope.track(call)
-        try:
-            yield from call
-        finally:
-            scope.untrack(call)
-
-
-class _Cancelled(Exception):
-    """A shard's call cancelled because another shard of the same fan-out failed (its error is the one raised)."""
+        # (Push, Pull and PushPull are not used: steps go over the held Step stream, held.py.)
+        for name in ("Init", "Register", "Save", "Restore", "Reconfigure", "Stats"):
+            setattr(self, name, Cancellable(getattr(self, name)))
 
 
 _STATUS_NAMES = {
@@ -301,9 +216,9 @@ class ParameterClient:
                 code = err.code()  # type: ignore[attr-defined]
                 retry_now = retry and code == grpc.StatusCode.UNAVAILABLE and attempt < self.retries
                 if retry_now and time.monotonic() + delay < deadline:
-                    scope = _current_fan_out()
+                    scope = current_fan_out()
                     if scope is not None and scope.failed.wait(delay):
-                        raise _Cancelled() from None  # another shard failed meanwhile: its error is the news
+                        raise Cancelled() from None  # another shard failed meanwhile: its error is the news
                     if scope is None:
                         time.sleep(delay)
                     delay = min(2 * delay, 2.0)
@@ -339,17 +254,17 @@ class ParameterClient:
             if self._pool is None:
                 self._pool = futures.ThreadPoolExecutor(len(self.addresses), thread_name_prefix="cellgraph-psclient")
             pool = self._pool
-        scope = _FanOut()
+        scope = FanOut()
 
         def run(shard: int) -> T:
-            _fan_out.scope = scope
+            FAN_OUT.scope = scope
             try:
                 return work(shard)
             except BaseException as err:
                 scope.fail(err)
                 raise
             finally:
-                _fan_out.scope = None
+                FAN_OUT.scope = None
 
         running = {shard: pool.submit(run, shard) for shard in shards}
         futures.wait(running.values(), return_when=futures.FIRST_EXCEPTION)
@@ -539,7 +454,7 @@ class ParameterClient:
             frames = step_frames(pieces, header, request, 0.9 * left, self.max_chunk_bytes)
             pool = self._pools[shard]
             stream = pool.take(self._metadata)
-            scope = _current_fan_out()
+            scope = current_fan_out()
             if scope is not None:
                 scope.track(stream.call)
             pushed, receiver = None, plan.receiver(shard) if plan is not None and request is not None else None
@@ -551,7 +466,7 @@ class ParameterClient:
                         receiver.add(framed, framed.message.values)
             except grpc.RpcError as err:
                 if scope is not None and scope.failed.is_set() and err.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
-                    raise _Cancelled() from None  # another shard failed: its error is the news
+                    raise Cancelled() from None  # another shard failed: its error is the news
                 raise
             finally:
                 if scope is not None:
@@ -671,10 +586,6 @@ class ParameterClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# How long a failed fan-out waits for the other shards' cancelled calls to end before it raises, at most.
-CANCEL_WAIT_S = 1.0
 
 
 def _push_result(answers: Mapping[int, pb.PushResponse]) -> PushResult:

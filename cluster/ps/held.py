@@ -12,12 +12,24 @@ its time is up (``Deadlines``).
 
 ``PullPlan`` receives pulled chunks straight into the destination arrays
 (new ones, or the caller's ``out=``), one copy from the received bytes.
+
+Examples
+--------
+>>> import numpy as np
+>>> from cellgraph.cluster.ps.config import VariableSpec
+>>> w = VariableSpec("w", np.dtype("float32"), (4,))
+>>> header = pb.PushHeader(replica_id=0, step=3)
+>>> [frame] = step_frames([(w, np.ones(4, np.float32))], header, pb.PullRequest(names=["w"]), 1.0, 1 << 20)
+>>> request = pb.StepRequest.FromString(frame)
+>>> request.header.step, request.chunks[0].name, request.more, list(request.pull.names)
+(3, 'w', False, ['w'])
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import struct
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,6 +51,7 @@ _HEADER = pb.StepRequest.DESCRIPTOR.fields_by_name["header"].number
 _CHUNKS = pb.StepRequest.DESCRIPTOR.fields_by_name["chunks"].number
 _MORE = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["more"].number << 3) + b"\x01"
 _PULL = pb.StepRequest.DESCRIPTOR.fields_by_name["pull"].number
+_WAIT = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["wait_s"].number << 3 | 1)  # a double: 8 bytes follow
 # A step whose gradients (and their chunks' headers) fit in this many bytes is one message.
 ONE_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 # How often the deadline watchdog looks at the steps in flight.
@@ -56,10 +69,10 @@ def step_frames(
 ) -> list[bytes]:
     """A step's StepRequest frames: the header, the gradients' chunks packed into messages of up to about
     ``ONE_MESSAGE_BYTES`` (``more`` set on all but the last), and the pull on the last one."""
-    last = pb.StepRequest(wait_s=wait_s)
-    if pull is not None:
-        last.pull.CopyFrom(pull)
-    tail = last.SerializeToString()
+    # The last message's own fields, joined by hand: a copy of the pull into a StepRequest and its
+    # serialization cost more than the rest of a small step's framing.
+    tail = b"".join([*(length_delimited(_PULL, [pull.SerializeToString()]) if pull is not None else []), _WAIT])
+    tail += struct.pack("<d", wait_s)
     frames: list[bytes] = []
     parts: list[Any] = length_delimited(_HEADER, [header.SerializeToString()]) if header is not None else []
     size = 0

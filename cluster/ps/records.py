@@ -3,6 +3,13 @@
 Plain records, apart from ``Waiter`` (a call awaiting a step, settled from any
 thread on its event loop) and ``Replica`` (what the store has seen of one
 replica). ``store.py`` holds the rules that produce them.
+
+Examples
+--------
+>>> replica = Replica()
+>>> replica.saw_push(0); replica.saw_push(1)
+>>> replica.stats(7).pushes, replica.stats(7).last_step
+(2, 1)
 """
 
 from __future__ import annotations

@@ -11,6 +11,15 @@ limit; a stream idle between steps, after ``held_idle_s``.
 Answers are framed by hand (``frames``): the pulled chunks' contents are
 views of the store's read-only snapshot until the one join that makes each
 message.
+
+Examples
+--------
+>>> import numpy as np
+>>> values = {"w": (2, np.arange(3, dtype=np.float32))}
+>>> [frame] = _answer_frames(pb.PushResponse(status=pb.PushResponse.APPLIED), 5, values, 1 << 20)
+>>> answer = pb.StepResponse.FromString(frame)
+>>> answer.last, answer.values[0].global_step, answer.values[0].version, answer.values[0].chunk.name
+(True, 5, 2, 'w')
 """
 
 from __future__ import annotations

@@ -3,6 +3,13 @@
 The same update functions as the executor's ``Apply*`` kernels, with the
 scalars cast the same way, so a variable trained on a server moves exactly as
 it would locally.
+
+Examples
+--------
+>>> var = np.ones(3, np.float32)
+>>> UPDATES["sgd"](var, {}, np.full(3, 2.0, np.float32), OptimizerConfig("sgd", learning_rate=0.25))
+>>> var
+array([0.5, 0.5, 0.5], dtype=float32)
 """
 
 from __future__ import annotations
