@@ -59,7 +59,8 @@ def _fusable(node: Node) -> bool:
     if opdef.elementwise is None or len(node.specs) != 1 or node.control_inputs:
         return False
     dtype = node.specs[0].dtype
-    return dtype in ("float32", "float64") and all(t.dtype == dtype for t in node.inputs)
+    # A bool input (Where's condition) is read as it is; every other input has the output's dtype.
+    return dtype in ("float32", "float64") and all(t.dtype in (dtype, "bool") for t in node.inputs)
 
 
 def is_constant(node: Node) -> bool:

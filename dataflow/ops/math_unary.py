@@ -312,6 +312,7 @@ def _grad_where(node: Node, dys: Dys) -> list[Tensor | None]:
 register_op(OpDef(
     name="Where", family=FAMILY, infer=_infer_where,
     reference=lambda attrs, c, a, b: np.where(c, a, b), grad=_grad_where, broadcasts=True,
+    elementwise="({1} if {0} else {2})",
     kernels={"cpu": elementwise_kernel(mk.where), "cuda": cuda_kernel("elementwise", "ternary_op", "Where")},
 ))  # fmt: skip
 

@@ -248,3 +248,38 @@ def test_new_float_ops_fuse_into_one_cuda_kernel() -> None:
     assert len([s for s in fused.steps if not s.constant]) == 1
     (got,), (want,) = fused(cuda.to_device(value)), plain(cuda.to_device(value))
     np.testing.assert_allclose(got.copy_to_host(), want.copy_to_host(), rtol=2e-5, atol=2e-6)
+
+
+def _where_chain() -> tuple[cg.Tensor, cg.Tensor, cg.Tensor, dict[str, np.ndarray]]:
+    x, c = ph(None, 4), ph(None, None, dtype="bool", name="c")
+    out = cg.sin(cg.where(c, x, x * 0.5) * 2.0) + 1.0  # Where reads a bool; x * 0.5 is read once
+    rng = np.random.default_rng(5)
+    return out, x, c, {"x": rng.normal(size=(3, 4)).astype(np.float32), "c": rng.random((3, 4)) > 0.5}
+
+
+def test_where_joins_a_fused_loop_with_its_bool_condition() -> None:
+    out, x, c, values = _where_chain()
+    feeds = {x: values["x"], c: values["c"]}
+    fused = cg.Session(cg.get_default_graph())
+    want = np.sin(np.where(values["c"], values["x"], values["x"] * 0.5) * 2.0) + 1.0
+    np.testing.assert_allclose(fused.run(out, feeds), want, rtol=1e-6, atol=1e-6)
+    calls = [s for s in fused.make_callable([out], [x, c]).steps if not s.constant]
+    assert [n.op for n in calls[-1].nodes] == ["Mul", "Where", "Mul", "Sin", "Add"]
+    # A condition holding one value is read once, before the loop.
+    one = {x: values["x"], c: np.array([[True]])}
+    np.testing.assert_allclose(fused.run(out, one), np.sin(values["x"] * 2.0) + 1.0, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.cuda
+def test_where_joins_a_fused_cuda_kernel() -> None:
+    from numba import cuda
+
+    from cellgraph.dataflow.executor import Plan
+    from cellgraph.dataflow.variables import VariableStore
+
+    out, x, c, values = _where_chain()
+    fused, plain = (Plan(out.graph, [out], [], [x, c], VariableStore(), device="cuda", fuse=f) for f in (True, False))
+    assert [len(s.nodes) for s in fused.steps if not s.constant] == [5]
+    args = [cuda.to_device(values["x"]), cuda.to_device(values["c"])]
+    (got,), (want,) = fused(*args), plain(*args)
+    np.testing.assert_allclose(got.copy_to_host(), want.copy_to_host(), rtol=2e-6)
