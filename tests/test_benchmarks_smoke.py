@@ -59,7 +59,15 @@ CASES = {
     ),
     "ps_latency": (
         ["ps_latency.py"],
-        ["p50_ms", "p99_ms", "two_calls_p50_ms", "grpc_unary_p50_ms", "grpc_unary_p99_ms"],
+        [
+            "p50_ms",
+            "p99_ms",
+            "two_calls_p50_ms",
+            "grpc_unary_p50_ms",
+            "grpc_unary_p99_ms",
+            "p50_ratio_vs_unary",
+            "p99_ratio_vs_unary",
+        ],
     ),
     # first_metrics_empty_cache_s is null in --quick (every kernel compiling takes about 80 s here).
     "scaling": (
