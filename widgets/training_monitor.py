@@ -124,7 +124,10 @@ class TrainingMonitor(widgets.VBox):
         self.loss = CurveFigure("loss", "loss", log_option=True)
         self.metric = CurveFigure(METRICS["examples_per_s"], METRICS["examples_per_s"])
         self.metric_choice = widgets.Dropdown(
-            options=[(label, key) for key, label in METRICS.items()], value="examples_per_s", description="metric"
+            options=[(label, key) for key, label in METRICS.items()],
+            value="examples_per_s",
+            description="metric",
+            layout={"width": "230px"},
         )
         self.metric_choice.observe(lambda _: self._draw_metric(), names="value")
         self.rates = RateFigure()
@@ -141,7 +144,8 @@ class TrainingMonitor(widgets.VBox):
         self.scale_button.on_click(lambda _: self.scale(self.scale_input.value))
         self.message = widgets.HTML()
         row = {"width": "100%", "flex_flow": "row wrap"}
-        self.metric.widget.children = (self.metric_choice, *self.metric.widget.children)
+        head = self.metric.widget.children[0]  # the metric's title and key, then its choice
+        head.children = (*head.children, self.metric_choice)
         return [
             self.title,
             widgets.HBox([self.progress, self.progress_label]),

@@ -203,21 +203,40 @@ def thin(xs: Sequence[float], ys: Sequence[float], limit: int = MAX_POINTS) -> t
     return [xs[i] for i in keep], [ys[i] for i in keep]
 
 
-def tick_format(lo: float, hi: float, log: bool = False) -> str:
+def tick_format(lo: float, hi: float) -> str:
     """A d3 format for axis ticks between ``lo`` and ``hi``, at any magnitude: enough significant digits to tell
     neighbouring ticks apart (``.3~g`` for 0.0019 to 0.0025, ``.6~g`` for 1.0001 to 1.0005), trailing zeros trimmed.
 
     bqplot's own choice fails below 1 (``invalid format: .undefinedg``), which leaves the axis without labels and
-    the figure without updates: the monitor always sets one. A log axis has a tick per decade (and its multiples).
+    the figure without updates: the monitor always sets one. On a log axis too: over less than a decade its ticks
+    are a linear axis's, and over several, 1 to 9 times each power of ten, which these digits also tell apart.
     """
-    if log:
-        return f".{MIN_DIGITS}~g"
     magnitude = max(abs(lo), abs(hi))
     if not math.isfinite(magnitude) or magnitude == 0:
         return f".{MIN_DIGITS + 1}~g"
     span = hi - lo if math.isfinite(hi - lo) and hi > lo else magnitude
     digits = math.ceil(math.log10(magnitude * TICKS / span)) + 1
     return f".{min(MAX_DIGITS, max(MIN_DIGITS + 1, digits))}~g"
+
+
+def nice_ticks(lo: float, hi: float, count: int = TICKS) -> list[float]:
+    """About ``count`` round tick values within ``[lo, hi]``: a step of 1, 2 or 5 times a power of ten.
+
+    >>> nice_ticks(0.0019, 0.00202)
+    [0.0019, 0.00192, 0.00194, 0.00196, 0.00198, 0.002, 0.00202]
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return [lo] if math.isfinite(lo) else []
+    raw = (hi - lo) / count
+    power = 10.0 ** math.floor(math.log10(raw))
+    error = raw / power  # d3's rule: the multiple of the power of ten nearest (geometrically) the raw step
+    step = power * (
+        10 if error >= math.sqrt(50) else 5 if error >= math.sqrt(10) else 2 if error >= math.sqrt(2) else 1
+    )
+    first = math.ceil(lo / step - 1e-9)
+    # Rounded to the step's digits: 0.0019 + 0.00002 is 0.0019200000000000000001 in binary.
+    digits = max(0, -math.floor(math.log10(step)) + 1)
+    return [round(k * step, digits) for k in range(first, math.floor(hi / step + 1e-9) + 1)]
 
 
 def stragglers(rates: Mapping[int, float], margin: float = STRAGGLER_MARGIN) -> list[int]:

@@ -15,7 +15,7 @@ import bqplot as bq
 import ipywidgets as widgets
 import numpy as np
 
-from .training_monitor_data import thin, tick_format
+from .training_monitor_data import nice_ticks, thin, tick_format
 
 # Tableau 10: one colour per replica, in order, reused past ten.
 PALETTE = (
@@ -25,9 +25,9 @@ PALETTE = (
 NORMAL, STRAGGLER, STARTING = "#4e79a7", "#e15759", "#bab0ac"
 BYTES_IN, BYTES_OUT = "#4e79a7", "#f28e2b"
 # bqplot's toolbar (shown on hover) sits in the top margin: the title is above the figure, in HTML, out of its way.
-MARGIN = {"top": 30, "bottom": 40, "left": 60, "right": 15}
+MARGIN = {"top": 30, "bottom": 40, "left": 72, "right": 15}
 # Two figures to a row, sharing it; one to a row when the output area is narrower than two minimums.
-COLUMN = widgets.Layout(flex="1 1 320px", min_width="280px")
+COLUMN = widgets.Layout(flex="1 1 320px", min_width="280px", margin="0 12px 0 0")
 HEAD = widgets.Layout(justify_content="space-between", align_items="center", min_height="28px")
 # A replica that left the job: its line stays, faint.
 LEFT_OPACITY = 0.35
@@ -48,7 +48,8 @@ def _figure(
 ) -> bq.Figure:
     axes = [
         bq.Axis(scale=x, label=x_label, side="bottom", tick_format=x_format),
-        bq.Axis(scale=y, label=y_label, side="left", tick_format=y_format),
+        # As many ticks as tick_format tells apart; the label clear of the widest tick labels ("0.00202").
+        bq.Axis(scale=y, label=y_label, side="left", tick_format=y_format, label_offset="58px"),
     ]
     return bq.Figure(
         marks=list(marks), axes=axes, fig_margin=MARGIN, layout=widgets.Layout(width="100%", height="260px")
@@ -112,9 +113,7 @@ class CurveFigure:
         self._left = set(left)
         for replica in sorted(curves):
             if replica not in self.lines:
-                self.lines[replica] = bq.Lines(
-                    x=[], y=[], scales={"x": self.x_scale, "y": self.y_scale}, colors=[_colour(replica)]
-                )
+                self.lines[replica] = self._new_line(replica)
                 self.figure.marks = [self.lines[r] for r in sorted(self.lines)]
             self._set_line(replica)
         self._set_ticks()
@@ -134,17 +133,37 @@ class CurveFigure:
     def _set_ticks(self) -> None:
         values = [float(v) for line in self.lines.values() for v in line.y]
         low, high = (min(values), max(values)) if values else (0.0, 0.0)
-        self.figure.axes[1].tick_format = tick_format(low, high, log=self.y_scale is self.log)
+        axis = self.figure.axes[1]
+        with axis.hold_sync():
+            axis.tick_format = tick_format(low, high)
+            # Round values, a few: bqplot's own are a dozen on 260 pixels. A log axis keeps d3's (its decades).
+            axis.tick_values = None if self.y_scale is self.log else np.asarray(nice_ticks(low, high), dtype=float)
 
     def _switch_scale(self) -> None:
+        """New lines and a new y axis on the other scale: bqplot's front end does not follow a mark's or an
+        axis's change of scale (the axis keeps the old domain)."""
         self.y_scale = self.log if self.log_scale.value else self.linear
+        old_lines, old_axis = list(self.lines.values()), self.figure.axes[1]
+        self.lines = {}
+        for replica in sorted(self._curves):
+            self.lines[replica] = self._new_line(replica)
+            self._set_line(replica)
+        axis = bq.Axis(
+            scale=self.y_scale,
+            label=old_axis.label,
+            side="left",
+            label_offset=old_axis.label_offset,
+        )
         with self.figure.hold_sync():
-            for replica, line in self.lines.items():
-                line.scales = {"x": self.x_scale, "y": self.y_scale}
-                self._set_line(replica)
-            self.figure.axes[1].scale = self.y_scale
+            self.figure.marks = [self.lines[r] for r in sorted(self.lines)]
+            self.figure.axes = [self.figure.axes[0], axis]
             self._set_ticks()
+        for widget in [*old_lines, old_axis]:
+            widget.close()
         self._legend()
+
+    def _new_line(self, replica: int) -> bq.Lines:
+        return bq.Lines(x=[], y=[], scales={"x": self.x_scale, "y": self.y_scale}, colors=[_colour(replica)])
 
     def _legend(self) -> None:
         keys = [

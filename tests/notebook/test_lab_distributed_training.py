@@ -312,8 +312,9 @@ def drive(
     # The loss curve grows while the job trains: a few more points (one per metrics message, two a second).
     monitor.scroll_into_view_if_needed()
     figure = monitor.locator(".bqplot.figure").first
-    heading = figure.locator(".mainheading").text_content()
-    assert heading == "loss", f"expected the monitor's first figure to be the loss curve, saw the title {heading!r}"
+    # Each figure's title is the line of HTML above it (with its key), out of the curves' and the toolbar's way.
+    heading = monitor.locator(".widget-html-content", has=page.locator("b", has_text="loss")).first.inner_text()
+    assert heading.startswith("loss"), f"expected the monitor's first figure to be the loss curve, saw {heading!r}"
     first = loss_points(figure)
     assert len(first) == 2 and min(first) >= 1, (
         f"expected a loss line with points for each of 2 replicas, saw lines of {first} point(s)"

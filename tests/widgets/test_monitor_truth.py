@@ -19,7 +19,7 @@ from cellgraph.testing import recorded_job
 from cellgraph.testing.recorded_job import RecordedJob
 from cellgraph.widgets import TrainingMonitor, training_monitor_events
 from cellgraph.widgets.reprs import job_text
-from cellgraph.widgets.training_monitor_data import MAX_POINTS, MetricSeries, tick_format
+from cellgraph.widgets.training_monitor_data import MAX_POINTS, MetricSeries, nice_ticks, tick_format
 from cellgraph.widgets.training_monitor_events import MAX_EVENTS, events_html, fold_checkpoints
 from cellgraph.widgets.training_monitor_figures import NORMAL, STARTING, STRAGGLER, CurveFigure
 
@@ -34,15 +34,6 @@ def monitor(job: RecordedJob) -> Iterator[TrainingMonitor]:
     shown = TrainingMonitor(job)
     yield shown
     shown.close()
-
-
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Ticks as d3's linear scale picks them: a step of 1, 2 or 5 times a power of ten."""
-    raw = (high - low) / count
-    power = 10 ** math.floor(math.log10(raw))
-    step = min((m * power for m in (1, 2, 5, 10) if m * power >= raw), default=10 * power)
-    first = math.ceil(low / step)
-    return [(first + i) * step for i in range(int((high - first * step) / step + 1e-9) + 1)]
 
 
 @pytest.mark.parametrize(
@@ -62,7 +53,9 @@ def test_a_resumed_job_s_tiny_losses_get_a_tick_format(job: RecordedJob, monitor
     job.play(0, range(5000, 6000, 10), loss=lambda s: 0.0025 - s * 1e-7)
     monitor.refresh()
     axis = monitor.loss.figure.axes[1]
-    assert axis.tick_format == tick_format(0.0025 - 5990e-7, 0.0025 - 5000e-7) == ".4~g"  # 0.00191, 0.00192
+    low, high = 0.0025 - 5990e-7, 0.0025 - 5000e-7
+    assert axis.tick_format == tick_format(low, high) == ".4~g"  # 0.00192, 0.00194 ...
+    assert list(axis.tick_values) == nice_ticks(low, high) == [0.00192, 0.00194, 0.00196, 0.00198, 0.002]
 
 
 def test_the_loss_has_a_log_scale_option(job: RecordedJob, monitor: TrainingMonitor) -> None:
@@ -72,7 +65,7 @@ def test_the_loss_has_a_log_scale_option(job: RecordedJob, monitor: TrainingMoni
     loss = monitor.loss
     assert isinstance(loss.figure.axes[1].scale, bq.LinearScale) and len(loss.lines[1].y) == 3
     loss.log_scale.value = True
-    assert isinstance(loss.figure.axes[1].scale, bq.LogScale)
+    assert isinstance(loss.figure.axes[1].scale, bq.LogScale) and loss.figure.axes[1].tick_values is None
     assert all(isinstance(line.scales["y"], bq.LogScale) for line in loss.lines.values())
     assert len(loss.lines[0].y) == 100 and len(loss.lines[1].y) == 0
     assert "3 point(s) at or below 0 not drawn on the log scale" in loss.header.value
