@@ -295,12 +295,14 @@ def _train(
         staleness = 0
         try:
             with _naming(spec, f"step {step}"):
+                # The step's values are used up by now: the next ones are pulled into the same buffers.
                 pushed, pulled = link.client.push_pull(
                     grads,
                     step=step,
                     replica_id=spec.replica_id,
                     min_step=step + 1 if sync else None,
                     names=spec.graph.variables,
+                    out=values,
                 )
             staleness = pushed.staleness
         except ParameterServerError as err:
@@ -309,7 +311,9 @@ def _train(
                 # lost, or a rerun replica's second push): wait for the step like any other pusher.
                 try:
                     with _naming(spec, f"step {step}"):
-                        pulled = link.client.pull(spec.graph.variables, min_step=step + 1, replica_id=spec.replica_id)
+                        pulled = link.client.pull(
+                            spec.graph.variables, min_step=step + 1, replica_id=spec.replica_id, out=values
+                        )
                 except ParameterServerError as waited:
                     rejoined = link.rejoin(waited, step, stop)
                     if rejoined is None:
