@@ -29,6 +29,9 @@ import numpy as np
 
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
+from cellgraph.dataflow.ops import activations as act
+from cellgraph.dataflow.ops import logic
+from cellgraph.dataflow.ops import math_unary as mu
 
 from .common import ONNX_TO_DTYPE
 from .import_windows import check_avg_pool, check_conv, check_max_pool, conv, pool
@@ -46,6 +49,9 @@ class ImportRow:
     attrs: dict[str, Any] = field(default_factory=dict)  # understood attributes and their defaults
     static: tuple[int, ...] = ()  # inputs whose values must be known at build time
     check: Check | None = None
+    # The oldest version of the op whose meaning the row follows. Older versions that only
+    # differ in attributes need nothing here: their attributes are refused by name.
+    since: int = 1
 
 
 # ------------------------------------------------------------------ helpers
@@ -176,11 +182,6 @@ def _check_argmax(n: NodeInfo) -> str | None:
 
 def _softmax(fn: Callable[..., Tensor]) -> Build:
     return lambda b, n: [fn(b.ins(n)[0], axis=int(n.attrs["axis"]))]
-
-
-def _check_softmax(n: NodeInfo) -> str | None:
-    # Before opset 13 Softmax flattened the input to 2-D around the axis.
-    return None if n.opset >= 13 else f"{n.op} before opset 13 (it flattened around the axis)"
 
 
 def _cast(b: Builder, n: NodeInfo) -> list[Tensor]:
@@ -365,6 +366,60 @@ def _check_dropout(n: NodeInfo) -> str | None:
     return None
 
 
+def _clip_op(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x = b.ins(n)[0]
+    low, high = (n.inputs[i] if len(n.inputs) > i and n.inputs[i] else None for i in (1, 2))
+    y = x if low is None else cg.maximum(x, b.tensor(low))
+    return [cg.identity(y) if high is None else cg.minimum(y, b.tensor(high))]
+
+
+def _mod(b: Builder, n: NodeInfo) -> list[Tensor]:
+    a, c = b.ins(n, 2)
+    if not n.attrs["fmod"]:
+        return [mu.mod(a, c)]  # Python's %: the divisor's sign
+    # C's fmod, the dividend's sign: a - c * trunc(a / c), in float64 for integers
+    # (exact for every int32), trunc(q) being sign(q) * floor(|q|).
+    x, y = (a, c) if a.dtype in ("float32", "float64") else (cg.cast(a, "float64"), cg.cast(c, "float64"))
+    q = x / y
+    r = x - y * (mu.sign(q) * mu.floor(mu.abs(q)))
+    return [r if r.dtype == a.dtype else cg.cast(r, a.dtype)]
+
+
+def _is_inf(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x = b.ins(n)[0]
+    inf = logic.logical_not(logic.logical_or(logic.is_finite(x), logic.is_nan(x)))
+    if not n.attrs["detect_positive"]:
+        inf = logic.logical_and(inf, cg.less(x, cg.zeros_like(x)))
+    if not n.attrs["detect_negative"]:
+        inf = logic.logical_and(inf, logic.greater(x, cg.zeros_like(x)))
+    return [inf]
+
+
+def _selu(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x, alpha, gamma = b.ins(n)[0], float(n.attrs["alpha"]), float(n.attrs["gamma"])
+    return [mu.where(logic.greater(x, cg.zeros_like(x)), x * gamma, mu.expm1(x) * (alpha * gamma))]
+
+
+def _hard_sigmoid(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x = b.ins(n)[0]
+    return [mu.clip_by_value(x * float(n.attrs["alpha"]) + float(n.attrs["beta"]), 0.0, 1.0)]
+
+
+def _hard_swish(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x = b.ins(n)[0]
+    return [x * act.hard_sigmoid(x)]
+
+
+def _gelu(b: Builder, n: NodeInfo) -> list[Tensor]:
+    approximate = n.attrs["approximate"]
+    approximate = approximate.decode() if isinstance(approximate, bytes) else str(approximate)
+    return [act.gelu(b.ins(n)[0], approximate=approximate == "tanh")]
+
+
+def _alpha_act(fn: Callable[..., Tensor]) -> Build:
+    return lambda b, n: [fn(b.ins(n)[0], float(n.attrs["alpha"]))]
+
+
 _WINDOW = {"auto_pad": "NOTSET", "dilations": None, "kernel_shape": None, "pads": None, "strides": None}
 _REDUCE = {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}
 
@@ -399,8 +454,9 @@ IMPORTERS: dict[str, ImportRow] = {
     "ReduceMax":      ImportRow(_reduce(cg.reduce_max), _REDUCE, (1,), _check_reduce),
     "ArgMax":         ImportRow(_argmax, {"axis": 0, "keepdims": 1, "select_last_index": 0},
                                 check=_check_argmax),
-    "Softmax":        ImportRow(_softmax(cg.softmax), {"axis": -1}, check=_check_softmax),
-    "LogSoftmax":     ImportRow(_softmax(cg.log_softmax), {"axis": -1}, check=_check_softmax),
+    # Before version 13 these flattened the input to 2-D around the axis.
+    "Softmax":        ImportRow(_softmax(cg.softmax), {"axis": -1}, since=13),
+    "LogSoftmax":     ImportRow(_softmax(cg.log_softmax), {"axis": -1}, since=13),
     "Reshape":        ImportRow(_reshape, {"allowzero": 0}, (1,), _check_reshape),
     "Flatten":        ImportRow(_flatten, {"axis": 1}, check=_check_flatten),
     "Concat":         ImportRow(lambda b, n: [cg.concat(b.ins(n), int(n.attrs["axis"]))], {"axis": None}),
@@ -413,7 +469,35 @@ IMPORTERS: dict[str, ImportRow] = {
     "Conv":           ImportRow(conv, {**_WINDOW, "group": 1}, check=check_conv),
     "MaxPool":        ImportRow(pool, {**_WINDOW, "ceil_mode": 0, "storage_order": 0}, check=check_max_pool),
     "AveragePool":    ImportRow(pool, {**_WINDOW, "ceil_mode": 0, "count_include_pad": 0}, check=check_avg_pool),
-    "Dropout":        ImportRow(_dropout, {"seed": None}, (1, 2), _check_dropout),
+    "Dropout":        ImportRow(_dropout, {"seed": None, "ratio": None}, (1, 2), _check_dropout),
     "Constant":       ImportRow(_constant, dict.fromkeys(("value", "value_float", "value_floats", "value_int",
                                 "value_ints", "sparse_value", "value_string", "value_strings")), check=_check_constant),
+    # math_unary.py, logic.py, activations.py
+    "Abs":            ImportRow(_unary(mu.abs)),
+    "Sign":           ImportRow(_unary(mu.sign)),
+    "Ceil":           ImportRow(_unary(mu.ceil)),
+    "Floor":          ImportRow(_unary(mu.floor)),
+    "Round":          ImportRow(_unary(mu.round)),
+    "Sin":            ImportRow(_unary(mu.sin)),
+    "Cos":            ImportRow(_unary(mu.cos)),
+    "Tan":            ImportRow(_unary(mu.tan)),
+    "Erf":            ImportRow(_unary(mu.erf)),
+    "Reciprocal":     ImportRow(_unary(lambda x: 1.0 / x)),
+    "Clip":           ImportRow(_clip_op),
+    "Mod":            ImportRow(_mod, {"fmod": 0}),
+    "Where":          ImportRow(lambda b, n: [mu.where(*b.ins(n, 3))]),
+    "And":            ImportRow(_binary(logic.logical_and)),
+    "Or":             ImportRow(_binary(logic.logical_or)),
+    "Xor":            ImportRow(_binary(logic.logical_xor)),
+    "Not":            ImportRow(_unary(logic.logical_not)),
+    "IsNaN":          ImportRow(_unary(logic.is_nan)),
+    "IsInf":          ImportRow(_is_inf, {"detect_negative": 1, "detect_positive": 1}),
+    "LeakyRelu":      ImportRow(_alpha_act(act.leaky_relu), {"alpha": 0.01}),
+    "Elu":            ImportRow(_alpha_act(act.elu), {"alpha": 1.0}),
+    "Selu":           ImportRow(_selu, {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
+    "Gelu":           ImportRow(_gelu, {"approximate": "none"}),
+    "Softplus":       ImportRow(_unary(act.softplus)),
+    "Softsign":       ImportRow(_unary(act.softsign)),
+    "HardSigmoid":    ImportRow(_hard_sigmoid, {"alpha": 0.2, "beta": 0.5}),
+    "HardSwish":      ImportRow(_hard_swish),
 }  # fmt: skip

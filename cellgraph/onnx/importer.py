@@ -45,9 +45,6 @@ from ..saved_model import LoadedModel
 from .common import ONNX_TO_DTYPE, OnnxError, onnx_dtype_name
 from .import_ops import IMPORTERS
 
-# The oldest default-domain opset whose op semantics (axes as inputs, Softmax per axis) the rows follow.
-MIN_IMPORT_OPSET = 13
-
 ImportedModel = LoadedModel
 
 
@@ -155,11 +152,6 @@ def plan(
 ) -> tuple[list[NodeInfo], dict[str, np.ndarray]]:
     """Every node of ``model`` checked and resolved, or an ``OnnxError`` for the first one cellgraph cannot express."""
     opset = _default_opset(model)
-    if opset < MIN_IMPORT_OPSET:
-        raise OnnxError(
-            f"the ONNX model uses opset {opset}; cellgraph imports opset {MIN_IMPORT_OPSET} or newer "
-            "(convert it with onnx.version_converter.convert_version)"
-        )
     graph = model.graph
     known: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     for name, value in (static_inputs or {}).items():
@@ -187,6 +179,14 @@ def _check_node(
         raise OnnxError(
             f"ONNX op {node.op_type!r} has no cellgraph equivalent ({info.describe()}); "
             f"cellgraph imports {', '.join(sorted(IMPORTERS))}"
+        )
+    try:
+        version = int(onnx.defs.get_schema(node.op_type, opset, "").since_version)
+    except onnx.defs.SchemaError:
+        raise _unsupported(f"ONNX op {node.op_type!r}, which opset {opset} does not define,", info) from None
+    if version < row.since:
+        raise _unsupported(
+            f"version {version} of ONNX op {node.op_type!r} (cellgraph reads {row.since} or newer)", info
         )
     attrs = dict(row.attrs)
     for a in node.attribute:

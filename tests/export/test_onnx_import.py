@@ -76,7 +76,7 @@ def test_an_unknown_op_is_refused_naming_it_the_node_and_opset_before_building()
     before = _graphs_made()
     with pytest.raises(
         OnnxError,
-        match=r"ONNX op 'Einsum' has no cellgraph equivalent \(Einsum node 'mix', opset 17\); cellgraph imports Add, ArgMax",
+        match=r"ONNX op 'Einsum' has no cellgraph equivalent \(Einsum node 'mix', opset 17\); cellgraph imports Abs, Add, And, ArgMax",
     ):
         cg.onnx.import_model(model)
     # Only the graph this check made exists: the import built none.
@@ -113,11 +113,13 @@ def test_a_dtype_cellgraph_lacks_and_an_old_opset_are_refused() -> None:
         OnnxError, match=r"dtype FLOAT16 of value 'x' has no cellgraph equivalent \(Relu node 'half', opset 17\)"
     ):
         cg.onnx.import_model(model)
-    model, _, _ = _dense_model()
-    model.opset_import[0].version = 11
+    node = helper.make_node("Softmax", ["x"], ["y"], name="old")
+    model = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], opset=11)  # fmt: skip
     with pytest.raises(
         OnnxError,
-        match=r"the ONNX model uses opset 11; cellgraph imports opset 13 or newer \(convert it with onnx.version_converter",
+        match=r"version 11 of ONNX op 'Softmax' \(cellgraph reads 13 or newer\) has no cellgraph equivalent "
+        r"\(Softmax node 'old', opset 11\)",
     ):
         cg.onnx.import_model(model)
 
