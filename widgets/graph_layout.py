@@ -1,33 +1,30 @@
 """GraphView's model: which scopes are open, and the layered layout of what is visible.
 
-Each open container (the root, an expanded scope, an unfolded series) is laid
-out on its own: its children are boxes, an open child's box being as large as
-its own layout. So opening a scope lays out that scope alone (then re-stacks
-its ancestors, whose other children come from the cache), and the browser only
-ever receives the visible part: a 10,000-node graph with its scopes closed is a
-few dozen boxes.
-
-Each container's drawing is a layered layout (graph_layered: grandalf's
-Sugiyama layout), cached by the container and what is open inside it.
+Each container (the root, a scope, a folded series) is laid out once, with
+every child closed (graph_layered: grandalf's Sugiyama layout, or a plain
+layering when large); an open child's box is as large as its own layout, and
+its container's base layout is re-stacked around it (``restack``). The browser
+gets every container's base layout up front (``structure``) and does the same
+re-stacking, so opening or closing a scope needs no answer from the kernel,
+which may be busy running a cell; ``scene()`` is what it draws, for the tests
+and for Python users.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cellgraph.dataflow.graph import Graph
 from cellgraph.dataflow.shapes import fmt
 
-from .graph_layered import Box, Size, layered
+from .graph_layered import Box, Size, layered, restack
 from .graph_style import Style
 from .graph_tree import ROOT, Item, ScopeTree
 
 if TYPE_CHECKING:
     from cellgraph.dataflow.placement import Placement
 
-CACHE_SIZE = 512
 CHAR_W = 7.2  # 12px monospace, which the ES module draws with
 NODE_H, SCOPE_H = 28, 40
 PAD, HEADER = 12, 26
@@ -74,7 +71,7 @@ class GraphModel:
         ] + [Link(c.name, node.name, -1) for node in graph for c in node.control_inputs if c.name in self.tree.chains]
         self.local = self._local_edges()
         self.expanded: set[str] = set()
-        self._cache: OrderedDict[tuple[str, frozenset[str]], Box] = OrderedDict()
+        self._bases: dict[str, Box] = {}
         self.hits: set[str] = set()  # node names matching the search
 
     # ---------------------------------------------------------- open/close
@@ -115,30 +112,80 @@ class GraphModel:
                 local.setdefault(cu[k - 1] if k else ROOT, set()).add((cu[k], cv[k]))
         return local
 
-    def _size(self, item_id: str) -> Size:
+    def _closed(self, item_id: str) -> Size:
         item = self.tree.items[item_id]
-        if item_id in self.expanded:
-            box = self._layout(item_id)
-            return max(box.w + 2 * PAD, _text_w(item.label) + 40), box.h + HEADER + PAD
         if item.kind == "node":
             return max(48.0, _text_w(item.label) + 20), NODE_H
         return max(72.0, _text_w(item.label) + 40), SCOPE_H
 
-    def _layout(self, container: str) -> Box:
-        # The layout depends on which containers inside are open (they size the boxes).
-        inner = frozenset(e for e in self.expanded if container == ROOT or container in self.tree.ancestors(e))
-        key = (container, inner)
-        box = self._cache.get(key)
+    def _size(self, item_id: str) -> Size:
+        if item_id in self.expanded:
+            box = self._layout(item_id)
+            return max(box.w + 2 * PAD, _text_w(self.tree.items[item_id].label) + 40), box.h + HEADER + PAD
+        return self._closed(item_id)
+
+    def _base(self, container: str) -> Box:
+        """The container's layout with every child closed: computed once, kept for the model's life."""
+        box = self._bases.get(container)
         if box is None:
             children = self.tree.items[container].children
-            sizes = {c: self._size(c) for c in children}
-            box = layered(children, sizes, self.local.get(container, set()))
-            self._cache[key] = box
-            if len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(key)
+            box = self._bases[container] = layered(
+                children, {c: self._closed(c) for c in children}, self.local.get(container, set())
+            )
         return box
+
+    def _layout(self, container: str) -> Box:
+        """The container's layout as it is drawn: its base, re-stacked around the children that are open."""
+        children = self.tree.items[container].children
+        return restack(
+            self._base(container), {c: self._closed(c) for c in children}, {c: self._size(c) for c in children}
+        )
+
+    def structure(self) -> dict[str, Any]:
+        """Everything the browser needs to draw any set of open scopes without asking: every item (its box
+        closed, its place in its container's base layout, its colours), the graph's edges, the legend.
+
+        Columns (one list per field, an item's index in each), to keep a 10,000-node graph's message small.
+        """
+        ids = [i for i in self.tree.items if i != ROOT]
+        index = {item_id: k for k, item_id in enumerate(ids)}
+        columns: dict[str, list[Any]] = {
+            k: [] for k in ("id", "kind", "name", "label", "sub", "parent", "x", "y", "w", "h", "ow", "own", "color")
+        }
+        mix: dict[int, Any] = {}
+        for k, item_id in enumerate(ids):
+            item = self.tree.items[item_id]
+            x, y = self._base(item.parent).pos[item_id]
+            w, h = self._closed(item_id)
+            for key, value in (
+                ("id", item_id), ("kind", item.kind), ("name", item.name), ("label", item.label),
+                ("sub", _sub(item)), ("parent", index.get(item.parent, -1)), ("x", round(x, 3)), ("y", round(y, 3)),
+                ("w", round(w, 3)), ("h", round(h, 3)), ("ow", round(_text_w(item.label) + 40, 3)), ("own", self.tree.by_name.get(item.name) == item_id),
+            ):  # fmt: skip
+                columns[key].append(value)
+            paint = self.style.paint(item_id)
+            columns["color"].append(paint["color"])
+            if "mix" in paint:
+                mix[k] = paint["mix"]
+        keys = sorted(set(self.style.key_of.values()))
+        key_index = {key: k for k, key in enumerate(keys)}
+        tensors: dict[tuple[str, int], int] = {}
+        links = []
+        for link in self.links:
+            tensor = -1 if link.index < 0 else tensors.setdefault((link.src, link.index), len(tensors))
+            links.append([index["n:" + link.src], index["n:" + link.dst], tensor])
+        return {
+            **columns,
+            "mix": mix,
+            "links": links,
+            "shapes": [fmt(self.graph.node(src).specs[i].shape) for src, i in tensors],
+            "keys": keys,
+            "key": [key_index[self.style.key_of[self.tree.items[i].name]] if i.startswith("n:") else -1 for i in ids],
+            "mode": self.style.mode,
+            "legend": self.style.legend(),
+            "total": len(self.tree.chains),
+            "metrics": {"pad": PAD, "header": HEADER},
+        }
 
     # --------------------------------------------------------------- scene
     def representatives(self) -> dict[str, str]:
@@ -190,10 +237,8 @@ class GraphModel:
                 "h": round(h, 1),
                 **self.style.paint(child),
             }
-            if item.kind == "node":
-                entry["sub"] = item.op
-            else:
-                entry["sub"] = f"{item.size:,} nodes" if item.size != 1 else "1 node"
+            entry["sub"] = _sub(item)
+            if item.kind != "node":
                 entry["open"] = child in self.expanded
             out.append(entry)
             if child in self.expanded:
@@ -221,6 +266,13 @@ class GraphModel:
                 edge["cross"] = [list(pair) for pair in crossing[:4]]
             edges.append(edge)
         return edges
+
+
+def _sub(item: Item) -> str:
+    """A box's second line: a node's op, or how many nodes a scope or fold holds."""
+    if item.kind == "node":
+        return item.op
+    return f"{item.size:,} nodes" if item.size != 1 else "1 node"
 
 
 def _text_w(text: str) -> float:

@@ -1,8 +1,9 @@
 """Colours for GraphView: by device in placement mode, else by op family, with a legend.
 
-A collapsed scope holds many nodes; its box takes the colour most of them
-have and carries thin stripes for the rest, so a scope split across devices
-shows it without being opened.
+A collapsed scope holds many nodes; a scope whose nodes all share a colour
+takes it, and a mixed one (half its ops on the worker, half on the parameter
+server) is drawn in bands of each colour as wide as their share, so the mix
+shows without opening it. The box's own colour stays the most common one.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ FAMILY_COLORS = {
     "transfer": "#d9d9d9",
 }
 OTHER_COLOR = "#e0e0e0"
-MAX_STRIPES = 4
+MAX_BANDS = 4  # the most common colours of a mixed scope; the rest share one grey band
 
 
 def check_placement(graph: Graph, placement: Placement | None) -> None:
@@ -90,15 +91,18 @@ class Style:
         return self.colors.get(key, OTHER_COLOR)
 
     def paint(self, item_id: str) -> dict[str, Any]:
-        """``{"color": ..., "stripes": [[color, share], ...]}`` for one item."""
+        """``{"color": ...}`` for one item; a scope of several colours adds ``"mix"``: ``[[color, share, label,
+        count], ...]``, most common first, the shares adding up to 1 (past ``MAX_BANDS``, the rest as "other")."""
         if item_id.startswith("n:"):
             return {"color": self.color(self.key_of[item_id[2:]])}
         counts = self.counts[item_id]
-        top = counts.most_common(MAX_STRIPES)
-        out: dict[str, Any] = {"color": self.color(top[0][0])}
-        if len(counts) > 1:
+        ranked = counts.most_common()
+        out: dict[str, Any] = {"color": self.color(ranked[0][0])}
+        if len(ranked) > 1:
             total = sum(counts.values())
-            out["stripes"] = [[self.color(key), round(n / total, 3)] for key, n in top]
+            if len(ranked) > MAX_BANDS:
+                ranked = [*ranked[: MAX_BANDS - 1], ("other", sum(n for _, n in ranked[MAX_BANDS - 1 :]))]
+            out["mix"] = [[self.color(key), round(n / total, 4), key, n] for key, n in ranked]
         return out
 
     def legend(self) -> list[dict[str, Any]]:

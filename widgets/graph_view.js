@@ -1,12 +1,14 @@
-// GraphView's browser half: draws the scene Python laid out, and sends requests back.
+// GraphView's browser half: draws the graph's visible part, opens and closes scopes itself, and asks the
+// kernel for the rest.
 //
 // Pan: drag, or the wheel; zoom: Ctrl/Cmd + wheel, or pinch; "fit" shows it all.
 //
-// Python owns the graph and the layout; this module only draws `scene` (the
-// visible part) as SVG and asks Python, by custom message, to open or close a
-// scope, select an item, search, or reveal a match. Everything drawn comes from
-// synced traits, so a page exported with widget state renders the last view
-// without a kernel. Each finished drawing leaves a performance mark
+// Python sends `structure` once: every item's box, its place in its container's layout with every child
+// closed, and the graph's edges. Opening or closing a scope is done here (re-stacking the layouts around the
+// open boxes, as graph_layout.py's scene() does), so it does not wait for a kernel that is running a cell;
+// the new `expanded` goes to Python as a trait change. Selecting, searching and revealing are asked of
+// Python by custom message. Everything drawn comes from synced traits, so a page exported with widget state
+// renders (and opens scopes) without a kernel. Each finished drawing leaves a performance mark
 // ("cellgraph-graphview-paint") that the benchmark reads.
 
 const STYLE_ID = "cellgraph-graphview-style";
@@ -21,6 +23,7 @@ const CSS = `
 .cgv-svg { flex: 1; min-width: 0; background: #fcfcfc; cursor: grab; user-select: none; touch-action: none; }
 .cgv-svg text { font: 12px monospace; pointer-events: none; }
 .cgv-svg .cgv-sub { font-size: 10px; fill: #333; }
+.cgv-svg .cgv-halo { paint-order: stroke; stroke: #fffc; stroke-width: 3px; stroke-linejoin: round; }
 .cgv-svg .cgv-elabel { font-size: 10px; fill: #666; }
 .cgv-svg [data-id] { cursor: pointer; }
 .cgv-svg .cgv-edge { fill: none; stroke: #888; stroke-width: 1.2; }
@@ -54,7 +57,8 @@ function textColor(hex) {
 function box(n, selected) {
   const cls = ["cgv-item", n.hit ? "cgv-hit" : "", n.name === selected ? "cgv-sel" : ""].join(" ");
   const head = `<g class="${cls}" data-id="${esc(n.id)}" data-kind="${n.kind}"${n.kind === "node" ? "" : ` data-open="${n.open ? 1 : 0}"`} transform="translate(${n.x},${n.y})">`;
-  const title = `<title>${esc(n.name)}${n.sub ? " · " + esc(n.sub) : ""}</title>`;
+  const mix = n.mix ? "\n" + n.mix.map(([, share, key, count]) => `${count} on ${key} (${Math.round(share * 100)}%)`).join("\n") : "";
+  const title = `<title>${esc(n.name)}${n.sub ? " · " + esc(n.sub) : ""}${esc(mix)}</title>`;
   // Drawn over the box, so the search-hit and selection outlines (CSS) stay visible.
   const outline = `<rect class="cgv-ol" width="${n.w}" height="${n.h}" rx="${n.kind === "node" ? n.h / 2 : 4}" fill="none" stroke="none"/>`;
   if (n.open) {
@@ -64,7 +68,10 @@ function box(n, selected) {
       `<text x="8" y="17">▾ ${esc(n.label)}</text><text class="cgv-sub" x="${n.w - 8}" y="17" text-anchor="end">${esc(n.sub)}</text>${outline}${title}</g>`
     );
   }
-  const fg = textColor(n.color);
+  // A mixed scope: bands of each colour as wide as their share, its text dark on a light halo over them.
+  const mixed = n.kind !== "node" && n.mix;
+  const fg = mixed ? "#111" : textColor(n.color);
+  const halo = mixed ? ` class="cgv-halo"` : "";
   let shape;
   if (n.kind === "node") {
     shape =
@@ -72,19 +79,19 @@ function box(n, selected) {
       `<text x="${n.w / 2}" y="${n.h / 2 + 4}" text-anchor="middle" fill="${fg}">${esc(n.label)}</text>`;
   } else {
     const stack = n.kind === "fold" ? `<rect x="4" y="-4" width="${n.w}" height="${n.h}" rx="4" fill="${n.color}" stroke="#0005"/>` : "";
-    let stripes = "";
-    if (n.stripes) {
+    let bands = "";
+    if (mixed) {
       let x = 0;
-      for (const [c, share] of n.stripes) {
-        stripes += `<rect x="${x}" y="${n.h - 5}" width="${share * n.w}" height="5" fill="${c}" stroke="none"/>`;
+      for (const [c, share, key, count] of n.mix) {
+        bands += `<rect class="cgv-band" data-key="${esc(key)}" data-count="${count}" x="${x}" y="0" width="${share * n.w}" height="${n.h}" fill="${c}" stroke="none"/>`;
         x += share * n.w;
       }
     }
     shape =
       stack +
-      `<rect width="${n.w}" height="${n.h}" rx="4" fill="${n.color}" stroke="#0007" stroke-width="1.5"/>${stripes}` +
-      `<text x="8" y="16" fill="${fg}">⊕ ${esc(n.label)}</text>` +
-      `<text class="cgv-sub" x="8" y="31" fill="${fg}" style="fill:${fg}">${esc(n.sub)}</text>`;
+      `<rect width="${n.w}" height="${n.h}" rx="4" fill="${n.color}" stroke="#0007" stroke-width="1.5"/>${bands}` +
+      `<text x="8" y="16" fill="${fg}"${halo}>⊕ ${esc(n.label)}</text>` +
+      `<text class="cgv-sub${mixed ? " cgv-halo" : ""}" x="8" y="31" fill="${fg}" style="fill:${fg}">${esc(n.sub)}</text>`;
   }
   return head + shape + outline + title + "</g>";
 }
@@ -110,6 +117,136 @@ function edge(e, at) {
     out += `<text class="cgv-sr" x="${x2 + 3}" y="${y2 - 4}">Recv</text>`;
   }
   return out;
+}
+
+const EPSILON = 1e-6; // as graph_layered.py: a box that ends where another starts is before it
+
+// The structure's columns, indexed once: children of each container (-1 is the root), names of what opens.
+function indexStructure(S) {
+  const n = S.id.length;
+  const kids = new Map([[-1, []]]);
+  const byName = new Map();
+  const nodeIndex = new Map();
+  for (let i = 0; i < n; i++) {
+    if (!kids.has(S.parent[i])) kids.set(S.parent[i], []);
+    kids.get(S.parent[i]).push(i);
+    if (S.kind[i] === "node") nodeIndex.set(S.name[i], i);
+    else byName.set(S.name[i], i);
+  }
+  return { S, n, kids, byName, nodeIndex };
+}
+
+// Each start moves by the growth of every box that ends at or before it: graph_layered.restack's rule.
+function shifts(start, length, growth) {
+  const ends = start.map((s, i) => [s + length[i], growth[i]]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const sums = [0];
+  for (const [, g] of ends) sums.push(sums[sums.length - 1] + g);
+  return start.map((s) => {
+    let lo = 0;
+    let hi = ends.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (ends[mid][0] <= s + EPSILON) lo = mid + 1;
+      else hi = mid;
+    }
+    return sums[lo];
+  });
+}
+
+// The scene Python's GraphModel.scene() would send for `open` (item indices) and `hits` (node names).
+function computeScene(T, open, hits) {
+  const { S, kids } = T;
+  const { pad, header } = S.metrics;
+  const boxes = new Map();
+  const size = (i) => {
+    if (!open.has(i)) return [S.w[i], S.h[i]];
+    const box = layout(i);
+    return [Math.max(box.w + 2 * pad, S.ow[i]), box.h + header + pad];
+  };
+  function layout(c) {
+    if (boxes.has(c)) return boxes.get(c);
+    const ch = kids.get(c) || [];
+    const sizes = ch.map(size);
+    let xs = ch.map((i) => S.x[i]);
+    let ys = ch.map((i) => S.y[i]);
+    if (ch.some((i, k) => sizes[k][0] !== S.w[i] || sizes[k][1] !== S.h[i])) {
+      const dx = shifts(xs, ch.map((i) => S.w[i]), ch.map((i, k) => sizes[k][0] - S.w[i]));
+      const dy = shifts(ys, ch.map((i) => S.h[i]), ch.map((i, k) => sizes[k][1] - S.h[i]));
+      xs = xs.map((x, k) => x + dx[k]);
+      ys = ys.map((y, k) => y + dy[k]);
+    }
+    const box = { ch, xs, ys, sizes, w: 0, h: 0 };
+    ch.forEach((_, k) => {
+      box.w = Math.max(box.w, xs[k] + sizes[k][0]);
+      box.h = Math.max(box.h, ys[k] + sizes[k][1]);
+    });
+    boxes.set(c, box);
+    return box;
+  }
+  const r1 = (v) => Math.round(v * 10) / 10;
+  const nodes = [];
+  function place(c, ox, oy) {
+    const box = layout(c);
+    box.ch.forEach((i, k) => {
+      const x = ox + box.xs[k];
+      const y = oy + box.ys[k];
+      const [w, h] = box.sizes[k];
+      const entry = { id: S.id[i], kind: S.kind[i], name: S.name[i], label: S.label[i], x: r1(x), y: r1(y), w: r1(w), h: r1(h), color: S.color[i], sub: S.sub[i] };
+      if (S.mix[i]) entry.mix = S.mix[i];
+      if (S.kind[i] !== "node") entry.open = open.has(i);
+      nodes.push(entry);
+      if (open.has(i)) place(i, x + pad, y + header);
+    });
+  }
+  const root = layout(-1);
+  place(-1, 0, 0);
+  // Each node's visible item: itself, or the outermost closed container around it.
+  const repOf = new Map();
+  const rep = (i) => {
+    if (repOf.has(i)) return repOf.get(i);
+    const chain = [];
+    for (let p = S.parent[i]; p !== -1; p = S.parent[p]) chain.push(p);
+    let r = i;
+    for (let k = chain.length - 1; k >= 0; k--) {
+      if (!open.has(chain[k])) {
+        r = chain[k];
+        break;
+      }
+    }
+    repOf.set(i, r);
+    return r;
+  };
+  const hitIds = new Set();
+  for (const name of hits) {
+    const i = T.nodeIndex.get(name);
+    if (i !== undefined) hitIds.add(S.id[rep(i)]);
+  }
+  for (const entry of nodes) if (hitIds.has(entry.id)) entry.hit = true;
+  const merged = new Map();
+  for (const link of S.links) {
+    const a = rep(link[0]);
+    const b = rep(link[1]);
+    if (a === b) continue;
+    const key = a + ":" + b;
+    if (!merged.has(key)) merged.set(key, { a, b, links: [] });
+    merged.get(key).links.push(link);
+  }
+  const edges = [];
+  for (const { a, b, links } of merged.values()) {
+    const tensors = [...new Set(links.filter((l) => l[2] >= 0).map((l) => l[2]))];
+    const edge = { s: S.id[a], t: S.id[b], n: links.length };
+    if (!tensors.length) edge.ctl = true;
+    else if (tensors.length === 1) edge.label = S.shapes[tensors[0]];
+    else edge.label = `${tensors.length} tensors`;
+    const crossing = [
+      ...new Set(
+        links.filter((l) => S.key[l[0]] !== S.key[l[1]]).map((l) => JSON.stringify([S.keys[S.key[l[0]]], S.keys[S.key[l[1]]]])),
+      ),
+    ].sort();
+    if (S.mode === "device" && crossing.length) edge.cross = crossing.slice(0, 4).map((p) => JSON.parse(p));
+    edges.push(edge);
+  }
+  return { width: Math.round(root.w), height: Math.round(root.h), nodes, edges, mode: S.mode, legend: S.legend, total: S.total };
 }
 
 function infoHtml(info) {
@@ -172,7 +309,7 @@ function render({ model, el }) {
   };
   const apply = () => vp.setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`);
   const fit = (readable = false) => {
-    const scene = model.get("scene") || {};
+    const scene = shownScene;
     const w = svg.clientWidth || 800;
     const h = svg.clientHeight || model.get("height");
     const k = Math.min(1.5, (w - 20) / Math.max(1, scene.width || 1), (h - 20) / Math.max(1, scene.height || 1));
@@ -183,8 +320,40 @@ function render({ model, el }) {
     apply();
   };
 
+  // The structure, indexed; the scene drawn last (what a click finds its boxes in).
+  let T = null;
+  let structureSeen = null;
+  const currentScene = () => {
+    const S = model.get("structure");
+    if (!S || !S.id) return model.get("scene") || {};
+    if (S !== structureSeen) {
+      T = indexStructure(S);
+      structureSeen = S;
+    }
+    const open = new Set();
+    for (const name of model.get("expanded") || []) if (T.byName.has(name)) open.add(T.byName.get(name));
+    return computeScene(T, open, model.get("hits") || []);
+  };
+  let shownScene = {};
+
+  // Open or close a scope here, at once; Python hears of it as a change of `expanded` (and of `selected`).
+  function toggleHere(n) {
+    const i = T.byName.get(n.name);
+    const names = new Set(model.get("expanded") || []);
+    if (n.open) names.delete(n.name);
+    else for (let p = i; p !== -1; p = T.S.parent[p]) names.add(T.S.name[p]);
+    model.set("expanded", [...names].sort());
+    if (T.S.own[i]) model.set("selected", n.name);
+    try {
+      model.save_changes();
+    } catch (err) {
+      // A static page: it opens the scope all the same, and has no kernel to tell.
+    }
+  }
+
   function draw() {
-    const scene = model.get("scene") || {};
+    const scene = currentScene();
+    shownScene = scene;
     const nodes = scene.nodes || [];
     const selected = model.get("selected");
     at = new Map(nodes.map((n) => [n.id, n]));
@@ -238,7 +407,8 @@ function render({ model, el }) {
     // An open container toggles only from its header (HEADER = 26 in graph_layout.py), so clicks inside it reach its children.
     const top = svg.getBoundingClientRect().top;
     if (n.open && (ev.clientY - top - view.y) / view.k - n.y > 26) return;
-    send({ type: n.kind === "node" ? "select" : "toggle", id: n.id });
+    if (n.kind !== "node" && T && T.byName.get(n.name) !== undefined && model.get("structure")) toggleHere(n);
+    else send({ type: n.kind === "node" ? "select" : "toggle", id: n.id });
   });
   $(".cgv-matches").addEventListener("click", (ev) => {
     const m = ev.target.closest("[data-match]");
@@ -310,6 +480,9 @@ function render({ model, el }) {
   };
   const handlers = [
     ["change:scene", redraw],
+    ["change:structure", redraw],
+    ["change:expanded", redraw],
+    ["change:hits", redraw],
     ["change:selected", redraw],
     ["change:height", redraw],
     ["change:info", panel],

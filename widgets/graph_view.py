@@ -1,10 +1,13 @@
 """GraphView: a dataflow graph in the notebook, with its scopes collapsed and its placement coloured.
 
 The Python side owns the model (graph_layout.GraphModel) and sends the browser
-only the visible part, already laid out, as the ``scene`` trait. The ES module
-(graph_view.js) draws the scene as SVG and sends requests back as custom
-messages (open or close a scope, select, search); the answers land in synced
-traits, so a notebook saved with widget state shows the last view statically.
+every container's layout once, as the ``structure`` trait; the ES module
+(graph_view.js) draws the open scopes (``expanded``) from it, and opens or
+closes a scope on a click by itself, so that it never waits for a kernel busy
+running a cell; ``expanded`` then syncs back. Selecting and searching are sent
+as custom messages; the answers land in synced traits, so a notebook saved
+with widget state shows the last view statically. ``scene`` is the visible part,
+laid out as the browser draws it, for Python users and the tests.
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ class GraphView(anywidget.AnyWidget):
 
     _esm = Path(__file__).with_name("graph_view.js")
 
+    structure = traitlets.Dict(help="every item and container layout: what the browser draws from").tag(sync=True)
     scene = traitlets.Dict(help="the visible, laid-out part of the graph (what the browser draws)").tag(sync=True)
+    hits = traitlets.List(traitlets.Unicode(), help="node names matching the query (all of them)").tag(sync=True)
     expanded = traitlets.List(traitlets.Unicode(), help="names of the open scopes and folded series").tag(sync=True)
     selected = traitlets.Unicode("", help="name of the selected node or scope ('' for none)").tag(sync=True)
     info = traitlets.Dict(help="the info panel's content for the selection").tag(sync=True)
@@ -63,6 +68,7 @@ class GraphView(anywidget.AnyWidget):
         model = GraphModel(graph, placement)  # checks both arguments before any widget exists
         super().__init__()
         self._model = model
+        self.structure = model.structure()
         self.scene = model.scene()
         self.on_msg(self._on_message)
 
@@ -108,6 +114,7 @@ class GraphView(anywidget.AnyWidget):
         self._model.hits = set(found)
         with self.hold_sync():
             self.query = query
+            self.hits = found
             self.matches = found[:MAX_MATCHES]
             self.scene = self._model.scene()
         return found
@@ -120,6 +127,7 @@ class GraphView(anywidget.AnyWidget):
         keep = [n for n in self.expanded if _exists(model, n, openable=True)]
         self._model = model
         with self.hold_sync():
+            self.structure = model.structure()
             if self.selected and not _exists(model, self.selected):
                 self.selected = ""  # first: the new scene's info panel must not look for it
             self.expanded = keep

@@ -136,8 +136,10 @@ class CurveFigure:
         axis = self.figure.axes[1]
         with axis.hold_sync():
             axis.tick_format = tick_format(low, high)
-            # Round values, a few: bqplot's own are a dozen on 260 pixels. A log axis keeps d3's (its decades).
-            axis.tick_values = None if self.y_scale is self.log else np.asarray(nice_ticks(low, high), dtype=float)
+            # Round values, a few: bqplot's own are a dozen on 260 pixels. A log axis over a decade or more keeps
+            # d3's (1 to 9 times each power of ten); under one, d3 lists every hundredth.
+            decades = self.y_scale is self.log and low > 0 and high >= 10 * low
+            axis.tick_values = None if decades else np.asarray(nice_ticks(low, high), dtype=float)
 
     def _switch_scale(self) -> None:
         """New lines and a new y axis on the other scale: bqplot's front end does not follow a mark's or an

@@ -13,7 +13,7 @@ from cellgraph.examples.models import mini_inception, mlp
 from cellgraph.widgets import graph_layout, graph_synthetic, graph_view
 from cellgraph.widgets.graph_layered import GRANDALF_MAX, layered
 from cellgraph.widgets.graph_layout import GraphModel
-from cellgraph.widgets.graph_style import DEVICE_COLORS
+from cellgraph.widgets.graph_style import DEVICE_COLORS, OTHER_COLOR
 from cellgraph.widgets.graph_synthetic import WORKERS, synthetic_graph
 from cellgraph.widgets.graph_tree import GraphViewError, series_of
 
@@ -191,9 +191,29 @@ def test_device_colours_and_cross_device_edges_from_a_real_placement() -> None:
     # The variable on the PS feeds the matmul on the worker: a Send/Recv pair.
     assert edge(scene, "n:hidden/kernel", "n:hidden/matmul")["cross"] == [[PS, WORKER]]
     assert "cross" not in edge(scene, "n:hidden/matmul", "n:hidden/bias_add")
-    # A closed scope split across devices shows both in stripes.
-    adam = nodes["s:Adam"]
-    assert {c for c, _ in adam["stripes"]} == {DEVICE_COLORS[0], DEVICE_COLORS[1]}
+    # A closed scope split across devices shows its mix: a band per device, as wide as its share of the ops.
+    logits = by_id(model.scene())["s:logits"]
+    devices = [placement.device_of[n.name] for n in graph if n.name.startswith("logits/")]
+    assert sorted(logits["mix"], key=lambda band: band[2]) == [
+        [DEVICE_COLORS[0], devices.count(PS) / len(devices), PS, devices.count(PS)],
+        [DEVICE_COLORS[1], devices.count(WORKER) / len(devices), WORKER, devices.count(WORKER)],
+    ]
+    assert devices.count(PS) == devices.count(WORKER)  # half on each: the box's one colour alone would hide that
+    assert "mix" not in nodes["n:hidden/kernel"]
+
+
+def test_a_scope_of_many_devices_shows_its_four_largest_shares_and_the_rest() -> None:
+    devices = [f"/job:worker/task:{i}/device:cpu:0" for i in range(6)]
+    graph = cg.Graph()
+    with graph.as_default(), cg.name_scope("spread"):
+        for i, device in enumerate(devices):
+            with cg.device(device):
+                for j in range(6 - i):  # 6 ops on task 0, 5 on task 1, ... 1 on task 5
+                    cg.constant(1.0, name=f"c{i}_{j}")
+    placement = cg.placement.place(graph, devices)
+    mix = by_id(GraphModel(graph, placement).scene())["s:spread"]["mix"]
+    assert [(band[2], band[3]) for band in mix] == [(devices[0], 6), (devices[1], 5), (devices[2], 4), ("other", 6)]
+    assert mix[-1][0] == OTHER_COLOR and sum(band[1] for band in mix) == pytest.approx(1.0)
 
 
 def test_a_placement_for_another_graph_is_refused() -> None:
@@ -231,17 +251,29 @@ def test_a_non_graph_is_refused_with_a_hint() -> None:
         GraphModel("model")  # type: ignore[arg-type]
 
 
-def test_layout_is_cached_per_open_scope() -> None:
+def test_each_container_is_laid_out_once_and_restacked_around_open_scopes() -> None:
     model = GraphModel(mini_inception().graph)
     model.expand("inception")
     first = model.scene()
-    cached = dict(model._cache)
+    bases = dict(model._bases)
     model.expand("gradients")
+    no_overlap(model.scene())
     model.collapse("gradients")
-    # Reopening the same state is served from the cache: same boxes, same layout objects.
+    # Reopening the same state gives the same boxes, from the same base layouts (never laid out again).
     assert model.scene() == first
-    for key, box in cached.items():
-        assert model._cache[key] is box
+    for key, box in bases.items():
+        assert model._bases[key] is box
+    # An open scope pushes what is right of it right, and what is below it down, by its growth.
+    closed = by_id(GraphModel(mini_inception().graph).scene())
+    opened = by_id(first)
+    grow_w = opened["s:inception"]["w"] - closed["s:inception"]["w"]
+    grow_h = opened["s:inception"]["h"] - closed["s:inception"]["h"]
+    for item_id, box in closed.items():
+        inception = closed["s:inception"]
+        right = box["x"] >= inception["x"] + inception["w"] - 0.1
+        below = box["y"] >= inception["y"] + inception["h"] - 0.1
+        assert opened[item_id]["x"] == pytest.approx(box["x"] + (grow_w if right else 0), abs=0.11)
+        assert opened[item_id]["y"] == pytest.approx(box["y"] + (grow_h if below else 0), abs=0.11)
 
 
 def test_cycles_between_collapsed_scopes_are_laid_out() -> None:

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 import cellgraph as cg
-from cellgraph.examples.models import mlp
+from cellgraph.examples.models import mini_inception, mlp
 from cellgraph.widgets import graph_view
 from cellgraph.widgets.graph_style import DEVICE_COLORS
+from cellgraph.widgets.graph_synthetic import WORKERS, synthetic_graph
 from cellgraph.widgets.graph_view import GraphView
 
 CHROMIUM = shutil.which("chromium")
@@ -52,7 +53,19 @@ window.cgModel = {
     if (window.cgStatic) throw new Error("no kernel");
     window.cgSent.push(msg);
   },
+  set: (key, value) => {
+    state[key] = value;
+    window.cgChanged[key] = value;
+    for (const fn of listeners["change:" + key] || []) fn();
+  },
+  save_changes: () => {
+    if (window.cgStatic) throw new Error("no kernel");
+    window.cgSaved.push({ ...window.cgChanged });
+    window.cgChanged = {};
+  },
 };
+window.cgChanged = {};
+window.cgSaved = [];
 window.cgPush = (patch) => {
   Object.assign(state, patch);
   for (const key of Object.keys(patch)) for (const fn of listeners["change:" + key] || []) fn();
@@ -85,11 +98,14 @@ def open_view(browser: Any, view: GraphView, static: bool = False) -> Any:
 
 
 def round_trip(page: Any, view: GraphView) -> list[dict[str, Any]]:
-    """Hand what the page sent to the widget, as the kernel would, and push its new state back."""
+    """Hand what the page sent (messages, and trait changes it saved) to the widget, as the kernel would, and
+    push its new state back; return the messages."""
+    for changes in page.evaluate("window.cgSaved.splice(0)"):
+        view.set_state(changes)
     sent = page.evaluate("window.cgSent.splice(0)")
     for msg in sent:
         view._handle_msg({"content": {"data": {"method": "custom", "content": msg}}, "buffers": []})
-    keys = ("scene", "expanded", "selected", "info", "query", "matches", "error")
+    keys = ("scene", "expanded", "selected", "info", "query", "matches", "hits", "error")
     page.evaluate("(patch) => window.cgPush(patch)", {k: view.get_state()[k] for k in keys})
     return sent
 
@@ -127,10 +143,11 @@ def test_click_expands_and_selects_through_the_widget(browser: Any) -> None:
     page = open_view(browser, view)
     assert page.locator('[data-id="s:logits"]').get_attribute("data-open") == "0"
     click(page, "s:logits")
-    assert round_trip(page, view) == [{"type": "toggle", "id": "s:logits"}]
-    assert view.expanded == ["logits"]
+    # Opened in the page at once, before the kernel hears of it: no message, a change of expanded (and selected).
     page.wait_for_selector('[data-id="s:logits"][data-open="1"]')
     assert page.locator('[data-id="n:logits/matmul"]').count() == 1
+    assert round_trip(page, view) == []
+    assert view.expanded == ["logits"] and view.selected == "logits"
 
     click(page, "n:logits/matmul")
     assert round_trip(page, view) == [{"type": "select", "id": "n:logits/matmul"}]
@@ -182,6 +199,120 @@ def test_a_static_page_shows_the_last_state_without_a_kernel(browser: Any) -> No
     page = open_view(browser, view, static=True)
     assert page.locator('[data-id="s:gradients"]').get_attribute("data-open") == "1"
     assert "gradients/mul" in page.locator(".cgv-info").inner_text()
-    click(page, "s:hidden")
+    click(page, "s:hidden")  # a scope opens without a kernel too
+    page.wait_for_selector('[data-id="s:hidden"][data-open="1"]')
+    click(page, "n:hidden/matmul")  # a node's details need the kernel
     assert "static (no kernel)" in page.locator(".cgv-error").inner_text()
     page.close()
+
+
+DRAWN = """els => els.map((g) => {
+    const m = g.getAttribute('transform').match(/translate\\(([-\\d.]+),([-\\d.]+)\\)/);
+    const r = g.querySelector('rect');
+    return [g.dataset.id, +m[1], +m[2], +r.getAttribute('width'), +r.getAttribute('height'), g.dataset.open || ''];
+})"""
+
+
+def drawn(page: Any) -> dict[str, tuple[float, ...]]:
+    return {row[0]: tuple(row[1:]) for row in page.locator(".cgv-svg g[data-id]").evaluate_all(DRAWN)}
+
+
+def assert_drawn_as_python_lays_out(page: Any, view: GraphView) -> None:
+    boxes = drawn(page)
+    expected = {n["id"]: n for n in view.scene["nodes"]}
+    assert sorted(boxes) == sorted(expected)
+    for item_id, (x, y, w, h, is_open) in boxes.items():
+        n = expected[item_id]
+        assert (x, y, w, h) == pytest.approx((n["x"], n["y"], n["w"], n["h"]), abs=0.11), item_id
+        assert is_open == ("" if n["kind"] == "node" else str(int(n["open"])))
+    labels = sorted(page.locator(".cgv-elabel").evaluate_all("els => els.map((e) => e.textContent)"))
+    assert labels == sorted(e["label"] for e in view.scene["edges"] if e.get("label"))
+    assert page.locator("path.cgv-edge").count() == len(view.scene["edges"])
+    assert page.locator("path.cgv-cross").count() == sum(1 for e in view.scene["edges"] if e.get("cross"))
+
+
+@pytest.mark.parametrize(
+    ("model", "opened"),
+    [
+        ("mini_inception", ["inception", "gradients", "inception/b3x3", "Adam", "Adam/inception"]),
+        ("mlp", ["hidden", "Adam", "gradients"]),
+    ],
+)
+def test_the_page_draws_what_python_lays_out_as_scopes_open_and_close(
+    browser: Any, model: str, opened: list[str]
+) -> None:
+    graph = (mini_inception if model == "mini_inception" else mlp)().graph
+    view = GraphView(graph, placement=cg.placement.place(graph, [PS, WORKER]) if model == "mlp" else None)
+    page = open_view(browser, view)
+    assert_drawn_as_python_lays_out(page, view)
+    for name in opened:  # each opened in the page, by a click on its box; Python told afterwards
+        item = view._model.tree.resolve(name, openable=True)
+        page.locator(".cgv-fit").click()  # all of it in view: what grew may have pushed the box out
+        click(page, item.id)
+        page.wait_for_selector(f'[data-id="{item.id}"][data-open="1"]')
+        round_trip(page, view)
+        assert name in view.expanded
+        assert_drawn_as_python_lays_out(page, view)
+    first = view._model.tree.resolve(opened[0], openable=True).id
+    page.locator(".cgv-fit").click()
+    page.locator(f'[data-id="{first}"] > text').first.click(force=True)  # an open scope closes from its header
+    page.wait_for_selector(f'[data-id="{first}"][data-open="0"]')
+    round_trip(page, view)
+    assert opened[0] not in view.expanded
+    assert_drawn_as_python_lays_out(page, view)
+    page.close()
+
+
+def test_a_scope_opens_and_closes_with_no_answer_from_the_kernel(browser: Any) -> None:
+    # The kernel busy running a cell: nothing the page sends is answered, and nothing is pushed to it.
+    graph = synthetic_graph()
+    view = GraphView(graph, placement=cg.placement.place(graph, WORKERS))
+    page = open_view(browser, view)
+    times = []
+    for stage in ("s:stage03", "s:stage08"):
+        for item_id, state in ((stage, "1"), (f"{stage}/block04", "1"), (stage, "0")):
+            page.locator(".cgv-fit").click()
+            page.evaluate("window.cgT0 = performance.now()")
+            target = page.locator(f'.cgv-svg [data-id="{item_id}"]').first
+            (target.locator("text").first if state == "0" else target).click(force=True)
+            page.wait_for_selector(f'.cgv-svg [data-id="{item_id}"][data-open="{state}"]')
+            page.wait_for_function(
+                "performance.getEntriesByName('cellgraph-graphview-paint').at(-1).startTime > window.cgT0"
+            )
+            times.append(
+                page.evaluate(
+                    "performance.getEntriesByName('cellgraph-graphview-paint').at(-1).startTime - window.cgT0"
+                )
+            )
+    assert page.evaluate("window.cgSent.length") == 0  # nothing asked of the kernel
+    print(f"open/close with the kernel silent, click to painted frame (ms): {[round(t, 1) for t in times]}")
+    round_trip(page, view)  # the kernel, idle again, hears of what is open, and lays out the same
+    assert view.expanded == ["stage03/block04", "stage08/block04"]  # closed stages remember their open blocks
+    assert_drawn_as_python_lays_out(page, view)
+    page.close()
+
+
+def test_a_mixed_scope_shows_its_mix(browser: Any) -> None:
+    graph = mlp().graph
+    placement = cg.placement.place(graph, [PS, WORKER])
+    view = GraphView(graph, placement=placement)
+    page = open_view(browser, view)
+    bands = page.locator('[data-id="s:logits"] rect.cgv-band').evaluate_all(
+        "els => els.map((r) => [getComputedStyle(r).fill, +r.getAttribute('width'), r.dataset.key])"
+    )
+    width = float(page.locator('[data-id="s:logits"] > rect').first.get_attribute("width"))
+    devices = [placement.device_of[n.name] for n in graph if n.name.startswith("logits/")]
+    assert {key for _, _, key in bands} == {PS, WORKER}
+    for fill, band_width, key in bands:  # each device's colour, as wide as its share of the scope's ops
+        assert fill == rgb(DEVICE_COLORS[0] if key == PS else DEVICE_COLORS[1])
+        assert band_width == pytest.approx(width * devices.count(key) / len(devices), abs=0.5)
+    # A scope on one device alone is one colour, with no bands.
+    assert page.locator('[data-id="s:gradients"] rect.cgv-band').count() == 0
+    tip = page.locator('[data-id="s:logits"] > title').text_content()
+    assert f"{devices.count(PS)} on {PS} (50%)" in tip and f"{devices.count(WORKER)} on {WORKER} (50%)" in tip
+    page.close()
+
+
+def rgb(hex_colour: str) -> str:
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"

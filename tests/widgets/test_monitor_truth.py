@@ -65,7 +65,7 @@ def test_the_loss_has_a_log_scale_option(job: RecordedJob, monitor: TrainingMoni
     loss = monitor.loss
     assert isinstance(loss.figure.axes[1].scale, bq.LinearScale) and len(loss.lines[1].y) == 3
     loss.log_scale.value = True
-    assert isinstance(loss.figure.axes[1].scale, bq.LogScale) and loss.figure.axes[1].tick_values is None
+    assert isinstance(loss.figure.axes[1].scale, bq.LogScale) and loss.figure.axes[1].tick_values is None  # decades
     assert all(isinstance(line.scales["y"], bq.LogScale) for line in loss.lines.values())
     assert len(loss.lines[0].y) == 100 and len(loss.lines[1].y) == 0
     assert "3 point(s) at or below 0 not drawn on the log scale" in loss.header.value
