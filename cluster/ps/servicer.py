@@ -59,6 +59,7 @@ INIT_POLL_S = 0.01
 # The longest job id and checkpoint name taken: both are repeated in messages.
 MAX_ID_CHARS = 200
 
+_PUSH_STATUS = {name.lower(): value for name, value in pb.PushResponse.Status.items()}
 _PULL_CHUNK_FIELD = pb.PullMessage.DESCRIPTOR.fields_by_name["chunk"].number
 
 
@@ -364,7 +365,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         outcome = store.push(header.replica_id, header.step, grads)
         self._checkpoint_if_due(store)
         return pb.PushResponse(
-            status=pb.PushResponse.Status.Value(outcome.status.upper()),
+            status=_PUSH_STATUS[outcome.status],
             global_step=outcome.global_step,
             staleness=outcome.staleness,
         )

@@ -172,9 +172,12 @@ async def serve_steps(
                 continue
             wait_s = request.wait_s if request.wait_s > 0 else servicer.max_wait_s
             step, values, limit = await servicer.snapshot(store, request.pull, min(wait_s, servicer.max_wait_s))
+            servicer.counters.add(bytes_out=sum(value.nbytes for _, value in values.values()))
             for frame in _answer_frames(pushed, step, values, limit):
                 yield frame
-            servicer.counters.add(bytes_out=sum(value.nbytes for _, value in values.values()))
+            # Let go of the store's read-only views now: held until the next step, they would make its update
+            # copy every tensor (copy on write) for nothing.
+            del values
     finally:
         idle.close()
         release_all(assemblers)
