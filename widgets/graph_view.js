@@ -329,6 +329,7 @@ function render({ model, el }) {
     if (S !== structureSeen) {
       T = indexStructure(S);
       structureSeen = S;
+      el.dataset.structure = "1"; // from now on scopes open here, without the kernel
     }
     const open = new Set();
     for (const name of model.get("expanded") || []) if (T.byName.has(name)) open.add(T.byName.get(name));

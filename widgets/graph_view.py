@@ -12,6 +12,8 @@ laid out as the browser draws it, for Python users and the tests.
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +23,16 @@ import traitlets
 from .graph_info import MAX_MATCHES, describe, search
 from .graph_layout import GraphModel
 from .graph_tree import GraphViewError
+from .kernel_loop import in_kernel
 
 if TYPE_CHECKING:
     from cellgraph.dataflow.graph import Graph
     from cellgraph.dataflow.placement import Placement
 
 __all__ = ["GraphView", "GraphViewError"]
+
+# The first drawing's messages go out before the layouts are computed (they share the interpreter).
+STRUCTURE_DELAY_S = 0.1
 
 
 class GraphView(anywidget.AnyWidget):
@@ -68,8 +74,10 @@ class GraphView(anywidget.AnyWidget):
         model = GraphModel(graph, placement)  # checks both arguments before any widget exists
         super().__init__()
         self._model = model
-        self.structure = model.structure()
         self.scene = model.scene()
+        self.layout_thread: threading.Thread | None = None
+        """In a kernel, the thread computing ``structure`` (None once it was computed here)."""
+        self._send_structure(model)
         self.on_msg(self._on_message)
 
     @property
@@ -126,14 +134,34 @@ class GraphView(anywidget.AnyWidget):
         model = GraphModel(self.graph, self.placement)
         keep = [n for n in self.expanded if _exists(model, n, openable=True)]
         self._model = model
+        self._send_structure(model)
         with self.hold_sync():
-            self.structure = model.structure()
             if self.selected and not _exists(model, self.selected):
                 self.selected = ""  # first: the new scene's info panel must not look for it
             self.expanded = keep
             self.search(self.query)  # redraws the scene from the new model, hits included
             if self.selected:
                 self.info = describe(model, model.tree.resolve(self.selected))
+
+    def _send_structure(self, model: GraphModel) -> None:
+        """Set ``structure`` (every container's layout, for the browser to open scopes by itself).
+
+        In a kernel it is computed on a thread: for 10,000 nodes that takes about a second, and the first
+        drawing (``scene``) must not wait for it; until it arrives, a click asks the kernel as before. The
+        kernel's IOPub channel takes messages from any thread.
+        """
+        if not in_kernel():
+            self.structure = model.structure()
+            return
+
+        def compute() -> None:
+            time.sleep(STRUCTURE_DELAY_S)
+            structure = model.structure()
+            if model is self._model:  # not replaced by a refresh meanwhile
+                self.structure = structure
+
+        self.layout_thread = threading.Thread(target=compute, name="cellgraph-graphview-layout", daemon=True)
+        self.layout_thread.start()
 
     # ----------------------------------------------------------- validation
     @traitlets.validate("expanded")

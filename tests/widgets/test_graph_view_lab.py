@@ -138,6 +138,8 @@ def check(page: Any, lab: Any, shots: Path, flag: Path) -> None:
     wait_ran(page, 0, 2 * STEP_TIMEOUT_MS)
     view = output(page, 0).locator(".cgv")
     view.locator('.cgv-svg [data-id="s:stage03"]').wait_for(timeout=STEP_TIMEOUT_MS)
+    # The layouts of every scope follow the first drawing, computed on a thread of the kernel.
+    output(page, 0).locator('.cgv[data-structure="1"]').wait_for(timeout=STEP_TIMEOUT_MS)
 
     # Item 11: the placement view shows a mixed scope's mix.
     run_cell(page, 1)
