@@ -211,7 +211,8 @@ class TrainingMonitor(widgets.VBox):
         progress = self.series.progress(self.job.steps, max((s["global_step"] for s in self._ps), default=0))
         running = status == "running"
         replica_set = self.series.replica_set(self.job.replicas, running)
-        self.title.value = f"<b>Job {html.escape(self.job.job_id)}</b> · {status} · {replica_set.describe()}"
+        replicas = replica_set.describe() if running else f"{self.job.replicas} replica(s)"  # none trains now
+        self.title.value = f"<b>Job {html.escape(self.job.job_id)}</b> · {status} · {replicas}"
         with self.progress.hold_sync():
             self.progress.value = min(progress.step, self.progress.max)
             self.progress.bar_style = STATUS_STYLE.get(status, "")

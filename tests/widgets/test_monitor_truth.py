@@ -96,6 +96,7 @@ def test_after_scale_down_and_stop_no_replica_that_left_is_a_straggler(
     monitor.refresh()
     assert STRAGGLER not in monitor.rates.bars.colors and "straggler" not in monitor.rates_label.value
     assert monitor.rates_label.value == "the job has ended: each replica's last rate, none compared"
+    assert monitor.title.value.endswith("· stopped · 2 replica(s)")
     assert "(left)" not in monitor.loss.header.value  # an ended job: every line is drawn alike
 
 
