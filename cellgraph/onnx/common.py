@@ -8,7 +8,21 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
 from cellgraph.inference import ExportError
+
+if TYPE_CHECKING:
+    from cellgraph.dataflow.graph import Tensor
+
+    from .importer import Builder, NodeInfo
+
+Build = Callable[["Builder", "NodeInfo"], "list[Tensor]"]
+Check = Callable[["NodeInfo"], "str | None"]
 
 # cellgraph dtype name <-> onnx.TensorProto.DataType value (the enum's numbers are ONNX's spec).
 DTYPE_TO_ONNX: dict[str, int] = {"float32": 1, "int32": 6, "int64": 7, "bool": 9, "float64": 11}
@@ -33,3 +47,18 @@ def onnx_dtype_name(code: int) -> str:
         return str(onnx.TensorProto.DataType.Name(code))
     except ValueError:
         return f"data type {code}"
+
+
+@dataclass(frozen=True)
+class ImportRow:
+    """How one ONNX op comes into cellgraph (a row of ``import_ops.IMPORTERS``)."""
+
+    build: Build
+    attrs: dict[str, Any] = field(default_factory=dict)  # understood attributes and their defaults
+    static: tuple[int, ...] = ()  # inputs whose values must be known at build time
+    check: Check | None = None
+    # The value of output 0 when it is known before the graph runs (a Constant, a static Shape).
+    fold: Callable[[NodeInfo], np.ndarray | None] | None = None
+    # The oldest version of the op whose meaning the row follows. Older versions that only
+    # differ in attributes need nothing here: their attributes are refused by name.
+    since: int = 1

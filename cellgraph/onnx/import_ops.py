@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from onnx import numpy_helper
 
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
@@ -33,25 +33,12 @@ from cellgraph.dataflow.ops import activations as act
 from cellgraph.dataflow.ops import logic
 from cellgraph.dataflow.ops import math_unary as mu
 
-from .common import ONNX_TO_DTYPE
+from .common import ONNX_TO_DTYPE, Build, Check, ImportRow
+from .import_normalization import NORMALIZATION
 from .import_windows import check_avg_pool, check_conv, check_max_pool, conv, pool
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
-
-Build = Callable[["Builder", "NodeInfo"], list[Tensor]]
-Check = Callable[["NodeInfo"], "str | None"]
-
-
-@dataclass(frozen=True)
-class ImportRow:
-    build: Build
-    attrs: dict[str, Any] = field(default_factory=dict)  # understood attributes and their defaults
-    static: tuple[int, ...] = ()  # inputs whose values must be known at build time
-    check: Check | None = None
-    # The oldest version of the op whose meaning the row follows. Older versions that only
-    # differ in attributes need nothing here: their attributes are refused by name.
-    since: int = 1
 
 
 # ------------------------------------------------------------------ helpers
@@ -339,16 +326,38 @@ def _comparison(fn: Callable[[Tensor, Tensor], Tensor], swap: bool = False) -> B
     return build
 
 
-def _constant(b: Builder, n: NodeInfo) -> list[Tensor]:
+def _known_output(b: Builder, n: NodeInfo) -> list[Tensor]:
     return [b.tensor(n.outputs[0])]
 
 
+def _constant_value(n: NodeInfo) -> np.ndarray | None:
+    for key, kind in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
+                      ("value_ints", np.int64)):  # fmt: skip
+        if n.attrs.get(key) is not None:
+            return np.array(n.attrs[key], kind)
+    value = n.attrs.get("value")
+    return None if value is None else numpy_helper.to_array(value)
+
+
 def _check_constant(n: NodeInfo) -> str | None:
-    value = n.static_output
-    if value is None:
+    if _constant_value(n) is None:
         set_attrs = [k for k, v in n.attrs.items() if v is not None]
         return f"Constant given as {', '.join(set_attrs) or 'nothing'}"
     return None
+
+
+def _shape_value(n: NodeInfo) -> np.ndarray | None:
+    shape = n.shape(0)
+    if shape is None or None in shape:
+        return None
+    rank = len(shape)
+    start, end = int(n.attrs["start"]), n.attrs["end"]
+    end = rank if end is None else int(end)
+    return np.array(shape[start + rank if start < 0 else start : end + rank if end < 0 else end], np.int64)
+
+
+def _check_shape(n: NodeInfo) -> str | None:
+    return "Shape of an input whose shape is unknown until the graph runs" if _shape_value(n) is None else None
 
 
 def _dropout(b: Builder, n: NodeInfo) -> list[Tensor]:
@@ -470,8 +479,10 @@ IMPORTERS: dict[str, ImportRow] = {
     "MaxPool":        ImportRow(pool, {**_WINDOW, "ceil_mode": 0, "storage_order": 0}, check=check_max_pool),
     "AveragePool":    ImportRow(pool, {**_WINDOW, "ceil_mode": 0, "count_include_pad": 0}, check=check_avg_pool),
     "Dropout":        ImportRow(_dropout, {"seed": None, "ratio": None}, (1, 2), _check_dropout),
-    "Constant":       ImportRow(_constant, dict.fromkeys(("value", "value_float", "value_floats", "value_int",
-                                "value_ints", "sparse_value", "value_string", "value_strings")), check=_check_constant),
+    "Constant":       ImportRow(_known_output, dict.fromkeys(("value", "value_float", "value_floats", "value_int",
+                                "value_ints", "sparse_value", "value_string", "value_strings")), check=_check_constant,
+                                fold=_constant_value),
+    "Shape":          ImportRow(_known_output, {"start": 0, "end": None}, check=_check_shape, fold=_shape_value),
     # math_unary.py, logic.py, activations.py
     "Abs":            ImportRow(_unary(mu.abs)),
     "Sign":           ImportRow(_unary(mu.sign)),
@@ -500,4 +511,5 @@ IMPORTERS: dict[str, ImportRow] = {
     "Softsign":       ImportRow(_unary(act.softsign)),
     "HardSigmoid":    ImportRow(_hard_sigmoid, {"alpha": 0.2, "beta": 0.5}),
     "HardSwish":      ImportRow(_hard_swish),
+    **NORMALIZATION,
 }  # fmt: skip

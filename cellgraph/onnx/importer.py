@@ -119,21 +119,6 @@ def _default_opset(model: onnx.ModelProto) -> int:
     raise OnnxError("the ONNX model imports no default-domain (ai.onnx) opset")
 
 
-def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
-    for a in node.attribute:
-        if a.name == "value":
-            return numpy_helper.to_array(a.t)
-        if a.name == "value_float":
-            return np.array(a.f, np.float32)
-        if a.name == "value_floats":
-            return np.array(list(a.floats), np.float32)
-        if a.name == "value_int":
-            return np.array(a.i, np.int64)
-        if a.name == "value_ints":
-            return np.array(list(a.ints), np.int64)
-    return None
-
-
 def _unsupported(what: str, info: NodeInfo) -> OnnxError:
     return OnnxError(f"{what} has no cellgraph equivalent ({info.describe()})")
 
@@ -161,10 +146,6 @@ def plan(
     for node in graph.node:
         info = _check_node(node, opset, known, types)
         infos.append(info)
-        if node.op_type == "Constant" and info.static_output is None:
-            value = _constant_value(node)
-            if value is not None:
-                known[node.output[0]] = value
     return infos, known
 
 
@@ -194,10 +175,6 @@ def _check_node(
             raise _unsupported(f"attribute {a.name!r} of ONNX op {node.op_type!r}", info)
         attrs[a.name] = onnx.helper.get_attribute_value(a)
     info.attrs = attrs
-    if node.op_type == "Constant":
-        value = _constant_value(node)
-        if value is not None:
-            known[node.output[0]] = value
     for position in row.static:
         if position < len(node.input) and node.input[position] and node.input[position] not in known:
             raise OnnxError(
@@ -215,6 +192,10 @@ def _check_node(
     reason = row.check(info) if row.check is not None else None
     if reason is not None:
         raise _unsupported(reason, info)
+    # A value known now (a Constant, the Shape of a static shape) can feed inputs that must be known.
+    folded = row.fold(info) if row.fold is not None else None
+    if folded is not None:
+        known[node.output[0]] = folded
     return info
 
 
@@ -236,7 +217,8 @@ class Builder:
             if name in self.initializers:
                 self.tensors[name] = self._variable(name, self.initializers[name])
             elif name in self.known:
-                self.tensors[name] = cg.constant(self.known[name], name=cell_name(name))
+                value = np.asarray(self.known[name])  # its own dtype: cg.constant would narrow int64
+                self.tensors[name] = cg.constant(value, dtype=value.dtype.name, name=cell_name(name))
             else:
                 raise OnnxError(f"ONNX value {name!r} is read before any node makes it")
         return self.tensors[name]

@@ -1,0 +1,133 @@
+"""Import rows of ONNX ops that cellgraph computes as a few of its own ops: normalizations,
+global pools, ReduceMin and Mean.
+
+BatchNormalization normalizes with the running mean and variance
+(``training_mode=0``), or with the batch's own statistics, giving the updated
+running values as its other outputs (``training_mode=1``); its four parameter
+tensors become variables, so a fine-tuned model updates scale and bias like any weight.
+
+Examples
+--------
+>>> import numpy as np
+>>> from onnx import TensorProto, helper, numpy_helper
+>>> import cellgraph as cg
+>>> params = [numpy_helper.from_array(np.array(v, np.float32), n)
+...           for n, v in (("s", [2.0]), ("b", [1.0]), ("m", [3.0]), ("v", [4.0]))]
+>>> node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=0.0)
+>>> graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2])],
+...                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], params)
+>>> model = cg.onnx.import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+>>> model(np.array([[[3.0, 5.0]]], np.float32))
+array([[[1., 3.]]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import cellgraph as cg
+from cellgraph.dataflow.graph import Tensor
+
+from .common import ImportRow
+
+if TYPE_CHECKING:
+    from .importer import Builder, NodeInfo
+
+
+def _per_channel(t: Tensor, rank: int) -> Tensor:
+    """A (C,) parameter shaped to broadcast over NC... (channels on axis 1)."""
+    return cg.reshape(t, (-1, *([1] * (rank - 2))))
+
+
+def _batch_norm(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x, scale, bias, mean, var = b.ins(n, 5)
+    rank = len(x.shape)
+    eps = float(n.attrs["epsilon"])
+    if not n.attrs["training_mode"]:
+        factor = _per_channel(scale, rank) / cg.sqrt(_per_channel(var, rank) + eps)
+        return [(x - _per_channel(mean, rank)) * factor + _per_channel(bias, rank)]
+    # Training mode: the batch's own statistics (population variance) normalize, and the
+    # running values move toward them by (1 - momentum).
+    axes = (0, *range(2, rank))
+    batch_mean = cg.reduce_mean(x, axis=axes, keepdims=True)
+    centered = x - batch_mean
+    batch_var = cg.reduce_mean(centered * centered, axis=axes, keepdims=True)
+    y = centered * (_per_channel(scale, rank) / cg.sqrt(batch_var + eps)) + _per_channel(bias, rank)
+    momentum = float(n.attrs["momentum"])
+    flat_mean, flat_var = cg.reshape(batch_mean, (-1,)), cg.reshape(batch_var, (-1,))
+    return [y, mean * momentum + flat_mean * (1.0 - momentum), var * momentum + flat_var * (1.0 - momentum)]
+
+
+def _check_batch_norm(n: NodeInfo) -> str | None:
+    if not n.attrs["training_mode"] and len([o for o in n.outputs if o]) > 1:
+        return "BatchNormalization's running mean and variance outputs outside training mode"
+    if n.rank(0) is None or n.rank(0) < 2:  # type: ignore[operator]
+        return "BatchNormalization of an input of unknown rank or without channels"
+    return None
+
+
+def _layer_norm(b: Builder, n: NodeInfo) -> list[Tensor]:
+    ins = b.ins(n)
+    x, scale = ins[0], ins[1]
+    rank = len(x.shape)
+    axis = int(n.attrs["axis"]) % rank
+    axes = tuple(range(axis, rank))
+    mean = cg.reduce_mean(x, axis=axes, keepdims=True)
+    centered = x - mean
+    inv_std = 1.0 / cg.sqrt(cg.reduce_mean(centered * centered, axis=axes, keepdims=True) + float(n.attrs["epsilon"]))
+    y = centered * inv_std * scale
+    if len(ins) > 2:
+        y = y + ins[2]
+    return [y, mean, inv_std]
+
+
+def _check_layer_norm(n: NodeInfo) -> str | None:
+    if n.rank(0) is None:
+        return "LayerNormalization of an input of unknown rank"
+    if int(n.attrs["stash_type"]) != 1:
+        return f"LayerNormalization with stash_type {n.attrs['stash_type']} (cellgraph computes in the input's dtype)"
+    return None
+
+
+def _global_pool(fn: object) -> object:
+    def build(b: Builder, n: NodeInfo) -> list[Tensor]:
+        x = b.ins(n)[0]
+        return [fn(x, axis=tuple(range(2, len(x.shape))), keepdims=True)]  # type: ignore[operator]
+
+    return build
+
+
+def _reduce_min(b: Builder, n: NodeInfo) -> list[Tensor]:
+    # min(x) = -max(-x), exactly.
+    x = b.ins(n)[0]
+    axes = None
+    if n.attrs.get("axes") is not None:
+        axes = [int(a) for a in n.attrs["axes"]]
+    elif len(n.inputs) > 1 and n.inputs[1]:
+        axes = [int(a) for a in b.static(n.inputs[1]).reshape(-1)]
+    if not axes and n.attrs["noop_with_empty_axes"]:
+        return [cg.identity(x)]
+    # bools as 0 and 1: their min is their "all".
+    t = cg.cast(x, "int32") if x.dtype == "bool" else x
+    y = cg.neg(cg.reduce_max(cg.neg(t), axis=axes or None, keepdims=bool(n.attrs["keepdims"])))
+    return [cg.cast(y, "bool") if x.dtype == "bool" else y]
+
+
+def _mean(b: Builder, n: NodeInfo) -> list[Tensor]:
+    ins = b.ins(n)
+    total = ins[0]
+    for t in ins[1:]:
+        total = total + t
+    return [total / float(len(ins))]
+
+
+NORMALIZATION: dict[str, ImportRow] = {
+    "BatchNormalization": ImportRow(_batch_norm, {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0},
+                                    check=_check_batch_norm, since=9),
+    "LayerNormalization": ImportRow(_layer_norm, {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+                                    check=_check_layer_norm),
+    "GlobalAveragePool":  ImportRow(_global_pool(cg.reduce_mean)),  # type: ignore[arg-type]
+    "GlobalMaxPool":      ImportRow(_global_pool(cg.reduce_max)),  # type: ignore[arg-type]
+    "ReduceMin":          ImportRow(_reduce_min, {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}, (1,)),
+    "Mean":               ImportRow(_mean),
+}  # fmt: skip
