@@ -104,6 +104,7 @@ def named_graphs(shell: InteractiveShell | None = None) -> dict[str, Graph]:
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics and the cell tracker (``%load_ext cellgraph``); loading twice does nothing more."""
     from .magics_cluster import ClusterMagics
+    from .magics_export import ExportMagics
     from .magics_graph import GraphMagics
     from .magics_train import TrainMagics
 
@@ -111,6 +112,7 @@ def load_ipython_extension(ipython: Any) -> None:
     if ext.loaded:
         return
     ext.magics = [GraphMagics(ipython, ext), ClusterMagics(ipython, ext), TrainMagics(ipython, ext)]
+    ext.magics.append(ExportMagics(ipython, ext))
     for magics in ext.magics:
         ipython.register_magics(magics)
     ext.tracker.register()
