@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 import cellgraph as cg
+from cellgraph.dataflow.ops import activations
 
 from .rows import BROADCAST, TAILS, ZERO, Row, fixed, pos, x
 
@@ -28,6 +29,13 @@ MASK = np.array([[True], [False], [True]])
 def _floor_divide(a: Any, b: Any) -> Any:
     """torch's floor division, detached: it has no derivative (nor has cellgraph's FloorDiv)."""
     return torch.floor_divide(a.detach(), b.detach())
+
+
+def _gelu_slope(a: Any) -> Any:
+    """d gelu / dx by torch's autograd, kept differentiable (create_graph) for the second derivative."""
+    leaf = a if a.requires_grad else a.detach().requires_grad_()
+    (slope,) = torch.autograd.grad(F.gelu(leaf).sum(), leaf, create_graph=True)
+    return slope
 
 
 def _unary(op: str, cg_fn: Any, torch_fn: Any, low: float = -1.0, high: float = 1.0, **kw: Any) -> Row:
@@ -76,6 +84,8 @@ ELEMENTWISE_ROWS: list[Row] = [
     _unary("Elu",       lambda a: cg.elu(a, 0.5),     lambda a: F.elu(a, 0.5),         id="alpha"),
     _unary("Selu",      lambda a: cg.selu(a),         lambda a: F.selu(a),             low=-3, high=3),
     _unary("Gelu",      lambda a: cg.gelu(a),         lambda a: F.gelu(a),             low=-4, high=4),
+    Row("GeluGrad", lambda g, a: activations.gelu_grad(g, a), lambda g, a: g * _gelu_slope(a),
+        [x("n", 4), x("n", 4, low=-4, high=4)], variants=ZERO),
     _unary("GeluTanh",  lambda a: cg.gelu(a, approximate="tanh"), lambda a: F.gelu(a, approximate="tanh"),
            low=-4, high=4),
     _unary("Softplus",  lambda a: cg.softplus(a),     lambda a: F.softplus(a),         low=-4, high=4),

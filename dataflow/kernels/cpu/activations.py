@@ -19,6 +19,7 @@ SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
 SQRT_2_OVER_PI = 0.7978845608028654
+INV_SQRT_2PI = 0.3989422804014327  # the standard normal density at 0
 GELU_CUBIC = 0.044715
 
 
@@ -60,6 +61,17 @@ def gelu(x):  # type: ignore[no-untyped-def]
         v = src[i]
         out[i] = 0.5 * v * math.erfc(-v * SQRT_HALF)  # 1 + erf(v / sqrt 2), without its cancellation
     return out.reshape(x.shape)
+
+
+@kernel
+def gelu_grad(dy, x):  # type: ignore[no-untyped-def]
+    g = np.ascontiguousarray(dy).ravel()
+    src = np.ascontiguousarray(x).ravel()
+    out = np.empty_like(g)
+    for i in range(src.size):
+        v = src[i]  # d/dx x Phi(x) = Phi(x) + x phi(x)
+        out[i] = g[i] * (0.5 * math.erfc(-v * SQRT_HALF) + v * math.exp(-0.5 * v * v) * INV_SQRT_2PI)
+    return out.reshape(dy.shape)
 
 
 @kernel

@@ -16,7 +16,7 @@ import numpy as np
 from numba import cuda
 
 from . import broadcast_strides, device_math, flat, launch
-from .scalar import UNARY_MORE
+from .scalar import UNARY_MORE, gelu_grad
 
 math = device_math()  # IEEE results (inf, NaN) on the simulator too
 
@@ -55,6 +55,7 @@ BINARY = {
     "LogicalAnd": _device(lambda a, b: a and b),
     "LogicalOr": _device(lambda a, b: a or b),
     "LogicalXor": _device(lambda a, b: a != b),
+    "GeluGrad": gelu_grad,
 }  # fmt: skip
 UNARY = {
     "Neg": _device(lambda x, c: -x),

@@ -14,7 +14,7 @@ from typing import Any
 
 from numba import cuda
 
-from ..cpu.activations import GELU_CUBIC, SELU_ALPHA, SELU_SCALE, SQRT_2_OVER_PI, SQRT_HALF
+from ..cpu.activations import GELU_CUBIC, INV_SQRT_2PI, SELU_ALPHA, SELU_SCALE, SQRT_2_OVER_PI, SQRT_HALF
 from . import device_math
 
 math = device_math()  # IEEE results (inf, NaN) on the simulator too
@@ -54,6 +54,11 @@ def _logistic(x):  # type: ignore[no-untyped-def]
 def _hard_sigmoid(x, c):  # type: ignore[no-untyped-def]
     u = x / 6.0 + 0.5
     return 0.0 if u <= 0 else (1.0 if u >= 1 else u)
+
+
+@cuda.jit(device=True)
+def gelu_grad(dy, x):  # type: ignore[no-untyped-def]
+    return dy * (0.5 * math.erfc(-x * SQRT_HALF) + x * math.exp(-0.5 * x * x) * INV_SQRT_2PI)
 
 
 UNARY_MORE = {

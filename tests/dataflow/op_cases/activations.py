@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import cellgraph as cg
+from cellgraph.dataflow.ops import activations
 
 from . import OpCase, rand
 
@@ -20,6 +21,8 @@ CASES = [
     OpCase("Selu", lambda t: cg.selu(t), [x]),
     OpCase("Gelu", lambda t: cg.gelu(t), [x]),
     OpCase("Gelu", lambda t: cg.gelu(t), [TAILS], grad=False, id="tails"),
+    OpCase("GeluGrad", lambda g, t: activations.gelu_grad(g, t), [rand(3, 4, seed=52), x]),
+    OpCase("GeluGrad", lambda g, t: activations.gelu_grad(g, t), [rand(8, seed=53), TAILS], grad=False, id="tails"),
     OpCase("GeluTanh", lambda t: cg.gelu(t, approximate=True), [x]),
     OpCase("GeluTanh", lambda t: cg.gelu(t, approximate="tanh"), [TAILS], grad=False, id="tails"),
     OpCase("Softplus", lambda t: cg.softplus(t), [x]),
