@@ -191,6 +191,29 @@ class GraphView(anywidget.AnyWidget):
         self.info = describe(self._model, self._model.tree.resolve(name)) if name else {}
 
     # ------------------------------------------------------ browser requests
+    def set_state(self, sync_data: dict[str, Any]) -> None:
+        """Changes from the browser (a scope it opened or closed, and its selection), read against the graph
+        as it is now: a cell re-run since may have removed what it names. Those names are dropped and said in
+        ``error``, never raised: there is no cell to raise into."""
+        if "expanded" not in sync_data and "selected" not in sync_data:
+            super().set_state(sync_data)
+            return
+        self.refresh()
+        data = dict(sync_data)
+        gone = [n for n in data.get("expanded", []) if not _exists(self._model, n, openable=True)]
+        if gone:
+            data["expanded"] = [n for n in data["expanded"] if n not in gone]
+        if data.get("selected") and not _exists(self._model, data["selected"]):
+            gone.append(data.pop("selected"))
+        with self.hold_sync():
+            super().set_state(data)
+            self.error = (
+                f"{', '.join(map(repr, gone))}: no longer in this graph (was its cell re-run?); "
+                "the view shows the graph as it is now"
+                if gone
+                else ""
+            )
+
     def _on_message(self, _widget: Any, content: dict[str, Any], _buffers: list[Any]) -> None:
         """One request from the browser; a bad one is answered in ``error`` and changes nothing."""
         try:

@@ -183,6 +183,25 @@ def test_refresh_after_a_cell_is_rerun_keeps_what_still_exists() -> None:
     assert "n:tail/matmul" in visible(view) and "s:head" not in visible(view)
 
 
+def test_scopes_the_browser_opened_are_read_against_the_graph_as_it_is_now() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 4), name="x")
+        with cg.cell_scope("c1"):
+            cg.layers.dense(x, 8, name="head")
+    view = GraphView(g)
+    view.set_state({"expanded": ["head"], "selected": "head"})  # what the page sends once it opened a scope
+    assert view.expanded == ["head"] and view.selected == "head" and view.error == ""
+    assert "n:head/matmul" in visible(view)
+    with g.as_default(), cg.cell_scope("c1"):  # the cell, re-run with another layer: head is gone
+        cg.layers.dense(x, 8, name="tail")
+    view.set_state({"expanded": ["head", "tail"], "selected": "tail"})  # a page that had not seen the re-run
+    assert view.expanded == ["tail"] and view.selected == "tail"
+    assert view.error == "'head': no longer in this graph (was its cell re-run?); the view shows the graph as it is now"
+    assert "n:tail/matmul" in visible(view) and "s:head" not in visible(view)
+    assert [n for n in view.structure["name"] if n.startswith(("head", "tail"))][0].startswith("tail")
+
+
 def test_graph_repr_outside_a_kernel_is_a_text_summary() -> None:
     graph = mlp().graph
     bundle = graph._repr_mimebundle_()
