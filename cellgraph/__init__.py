@@ -163,11 +163,9 @@ from cellgraph.dataflow.ops.training import (
 
 __version__ = "0.1.0"
 
-# The conveniences over the ops; imported last, they use the names above.
-from cellgraph import init, layers, losses, metrics, optim  # noqa: E402
-
-# Models out and in: a saved-model folder, and ONNX (the onnx package is imported on first use).
-from cellgraph import onnx  # noqa: E402
+# The conveniences over the ops, and models out and in (a saved-model folder, and ONNX, whose
+# onnx package is imported on first use); imported last, they use the names above.
+from cellgraph import init, layers, losses, metrics, onnx, optim  # noqa: E402
 from cellgraph.saved_model import load_model, save_model  # noqa: E402
 
 
