@@ -30,6 +30,7 @@ array([0.5, 0.5], dtype=float32)
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -52,8 +53,8 @@ from .auth import ClientTLS, token_metadata
 from .chunks import MAX_CHUNK_BYTES
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
 from .fanout import CANCEL_WAIT_S, FAN_OUT, Cancellable, Cancelled, FanOut, current_fan_out
-from .frames import serialize, tensor_chunk_frames
-from .held import PullPlan, StreamPool, rows, step_frames
+from .frames import Framed, serialize, tensor_chunk_frames
+from .held import PullPlan, StepCancelled, StreamPool, rows, step_frames
 from .malloc import tune_malloc
 from .messages import (
     optimizer_from_proto,
@@ -182,7 +183,7 @@ class ParameterClient:
                 self._pid, self._pool = os.getpid(), None
                 self._channels = [self._open(a) for a in self.addresses]
                 self._stubs = [_Stub(c) for c in self._channels]
-                self._pools = [StreamPool(c, SERVICE_NAME) for c in self._channels]
+                self._pools = [StreamPool(functools.partial(self._open_aio, a), SERVICE_NAME) for a in self.addresses]
             return self._stubs[shard]
 
     def _open(self, address: str) -> grpc.Channel:
@@ -195,6 +196,18 @@ class ParameterClient:
         if self.tls is None:
             return grpc.insecure_channel(address, options=options)
         return grpc.secure_channel(address, self.tls.credentials(), options=options + list(self.tls.channel_options()))
+
+    def _open_aio(self, address: str) -> grpc.aio.Channel:
+        """The asyncio channel of ``address``'s held Step streams (made on the step loop, held.py)."""
+        options: list[tuple[str, int | str]] = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
+        if self.tls is None:
+            return grpc.aio.insecure_channel(address, options=options)
+        return grpc.aio.secure_channel(
+            address, self.tls.credentials(), options=options + list(self.tls.channel_options())
+        )
 
     def _call(
         self,
@@ -454,24 +467,22 @@ class ParameterClient:
             frames = step_frames(pieces, header, request, 0.9 * left, self.max_chunk_bytes)
             pool = self._pools[shard]
             stream = pool.take(self._metadata)
-            scope = current_fan_out()
-            if scope is not None:
-                scope.track(stream.call)
-            pushed, receiver = None, plan.receiver(shard) if plan is not None and request is not None else None
+            receiver = plan.receiver(shard) if plan is not None and request is not None else None
+            answered: list[pb.PushResponse] = []
+
+            def on_answer(framed: Framed[pb.StepResponse]) -> None:  # on the step loop, as each message arrives
+                if framed.message.HasField("push"):
+                    answered.append(framed.message.push)
+                if receiver is not None and framed.message.values:
+                    receiver.add(framed, framed.message.values)
+
             try:
-                for framed in stream.exchange(frames, left):
-                    if framed.message.HasField("push"):
-                        pushed = framed.message.push
-                    if receiver is not None and framed.message.values:
-                        receiver.add(framed, framed.message.values)
-            except grpc.RpcError as err:
-                if scope is not None and scope.failed.is_set() and err.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
-                    raise Cancelled() from None  # another shard failed: its error is the news
-                raise
+                stream.step(frames, on_answer, left, current_fan_out())
+            except StepCancelled:
+                raise Cancelled() from None  # another shard failed: its error is the news
             finally:
-                if scope is not None:
-                    scope.untrack(stream.call)
                 pool.give_back(stream)
+            pushed = answered[0] if answered else None
             return pushed, receiver.finish() if receiver is not None else None
 
         # An async push that reached the server before the connection broke may have been applied: retrying

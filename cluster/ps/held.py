@@ -6,9 +6,10 @@ request frames on a stream and reads the answer; the stream stays open for
 the next step, so a step costs no call setup. A stream that failed is
 dropped and the next step opens a new one.
 
-The stream itself has no deadline (it lives across steps); each step has
-one, kept by one watchdog thread per process that cancels a step's call when
-its time is up (``Deadlines``).
+Every held stream of a process runs on one event loop thread (``StepLoop``,
+grpc.aio): a step is a coroutine handed to it. The stream itself has no
+deadline (it lives across steps); each step has one: the caller waits for the
+step's result that long, then cancels it.
 
 ``PullPlan`` receives pulled chunks straight into the destination arrays
 (new ones, or the caller's ``out=``), one copy from the received bytes.
@@ -27,13 +28,14 @@ Examples
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import os
-import queue
 import struct
 import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -54,10 +56,9 @@ _PULL = pb.StepRequest.DESCRIPTOR.fields_by_name["pull"].number
 _WAIT = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["wait_s"].number << 3 | 1)  # a double: 8 bytes follow
 # A step whose gradients (and their chunks' headers) fit in this many bytes is one message.
 ONE_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
-# How often the deadline watchdog looks at the steps in flight.
-WATCHDOG_TICK_S = 0.1
-
-_END = object()  # closes a stream's request iterator
+# How long closing a client waits for its Step channels to close.
+CLOSE_WAIT_S = 1.0
+T = TypeVar("T")
 
 
 def step_frames(
@@ -90,8 +91,8 @@ def step_frames(
 
 
 class StepTimeout(grpc.RpcError):
-    """A step that ran past its deadline (the watchdog cancelled its stream): DEADLINE_EXCEEDED, in gRPC's
-    own words, which the client replaces with the call's deadline."""
+    """A step that ran past its deadline (its exchange was cancelled): DEADLINE_EXCEEDED, in gRPC's own
+    words, which the client replaces with the call's deadline."""
 
     def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.DEADLINE_EXCEEDED
@@ -110,105 +111,144 @@ class StreamEnded(grpc.RpcError):
         return "the server closed the Step stream in the middle of a step"
 
 
-class Deadlines:
-    """One watchdog thread per process that cancels the call of a step past its deadline.
+class StreamFinished(grpc.RpcError):
+    """A held stream the server had already ended (an idle limit, a refused step): its status, raised
+    when the next step tries to write on it."""
 
-    A step in flight costs a set insertion and removal; the watchdog looks
-    every ``WATCHDOG_TICK_S`` (a deadline is kept to within that).
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class StepCancelled(Exception):
+    """A step cancelled from outside (another shard of the same call failed)."""
+
+
+class StepLoop:
+    """The process's one event loop thread, on which every held Step stream of the process runs (grpc.aio).
+
+    A synchronous stream would need a thread of its own per stream to send
+    (gRPC's request iterator): a process with many replica threads (the
+    fan-in benchmark runs 256) spent its time switching between them. Here a
+    step is a coroutine handed to the loop; the caller waits for its result
+    with the step's deadline and cancels it when the deadline passes.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._in_flight: set[HeldStream] = set()
         self._pid = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def arm(self, stream: HeldStream, seconds: float) -> None:
-        """Cancel ``stream``'s call in ``seconds`` unless disarmed first."""
-        stream.deadline = time.monotonic() + seconds
+    def get(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            if self._pid != os.getpid():  # a forked child has no watchdog thread: start its own
-                self._pid, self._in_flight = os.getpid(), set()
-                threading.Thread(target=self._watch, name="cellgraph-psclient-deadlines", daemon=True).start()
-            self._in_flight.add(stream)
+            if self._pid != os.getpid() or self._loop is None:  # a forked child has no loop thread: start its own
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="cellgraph-psclient-steps", daemon=True).start()
+                self._pid, self._loop = os.getpid(), loop
+            return self._loop
 
-    def disarm(self, stream: HeldStream) -> None:
-        with self._lock:
-            self._in_flight.discard(stream)
+    def run(self, coroutine: Coroutine[Any, Any, T], seconds: float, scope: Any = None) -> T:
+        """Run ``coroutine`` on the loop; its result, or StepTimeout after ``seconds`` (the step is cancelled).
 
-    def _watch(self) -> None:
-        while True:
-            time.sleep(WATCHDOG_TICK_S)
-            now = time.monotonic()
-            with self._lock:
-                late = [stream for stream in self._in_flight if stream.deadline <= now]
-                self._in_flight.difference_update(late)
-            for stream in late:
-                stream.expire()
+        ``scope`` (a client fan-out) may cancel the step from another thread:
+        then StepCancelled.
+        """
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.get())
+        if scope is not None:
+            scope.track(future)
+        try:
+            return future.result(seconds)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise StepTimeout() from None
+        except concurrent.futures.CancelledError:
+            raise StepCancelled() from None
+        finally:
+            if scope is not None:
+                scope.untrack(future)
 
 
-DEADLINES = Deadlines()
+STEP_LOOP = StepLoop()
 
 
 class HeldStream:
-    """One open Step stream to one shard."""
+    """One open Step stream to one shard; its call lives on ``STEP_LOOP``."""
 
-    def __init__(self, method: grpc.StreamStreamMultiCallable, metadata: Any) -> None:
-        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.call = method(iter(self._requests.get, _END), metadata=metadata)
-        self.deadline = 0.0  # time.monotonic() by which the step in flight must be answered
-        self.expired = False
+    def __init__(self, pool: StreamPool, metadata: Any) -> None:
+        self.pool = pool
+        self.metadata = metadata
+        self.call: Any = None  # grpc.aio.StreamStreamCall, made on the loop at the first step
         self.broken = False
 
-    def exchange(self, frames: Sequence[bytes], seconds: float) -> Iterator[Framed[pb.StepResponse]]:
-        """Send one step's frames and yield its answer's messages, the last one marked ``last``."""
+    def step(
+        self, frames: Sequence[bytes], on_answer: Callable[[Framed[pb.StepResponse]], None], seconds: float, scope: Any
+    ) -> None:
+        """Send one step's frames and hand each message of its answer to ``on_answer`` (on the loop thread)."""
         self.broken = True  # until the step's answer is read through
-        DEADLINES.arm(self, seconds)
+        STEP_LOOP.run(self._exchange(frames, on_answer), seconds, scope)
+        self.broken = False
+
+    async def _exchange(self, frames: Sequence[bytes], on_answer: Callable[[Framed[pb.StepResponse]], None]) -> None:
+        if self.call is None:
+            self.call = self.pool.method()(metadata=self.metadata)
+        call = self.call
         try:
             for frame in frames:
-                self._requests.put(frame)
-            while True:
                 try:
-                    answer: Framed[pb.StepResponse] = next(self.call)
-                except StopIteration:
-                    raise StreamEnded() from None
-                except grpc.RpcError as err:
-                    if self.expired and err.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
-                        raise StepTimeout() from None
-                    raise
-                yield answer
+                    await call.write(frame)
+                except asyncio.InvalidStateError:  # the server ended the stream between steps: say why
+                    raise StreamFinished(await call.code(), await call.details() or "") from None
+            while True:
+                answer = await call.read()
+                if answer is grpc.aio.EOF:
+                    raise StreamEnded()
+                on_answer(answer)
                 if answer.message.last:
-                    self.broken = False
                     return
-        finally:
-            DEADLINES.disarm(self)
-
-    def expire(self) -> None:
-        self.expired = True
-        self.call.cancel()
+        except BaseException:
+            call.cancel()  # refused, cancelled or past its deadline: this stream is done
+            raise
 
     def close(self) -> None:
-        self._requests.put(_END)
-        self.call.cancel()
+        call, self.call = self.call, None
+        if call is not None:
+            STEP_LOOP.get().call_soon_threadsafe(call.cancel)
 
 
 class StreamPool:
     """A shard's idle held streams: a step takes one (or opens one) and gives it back when it went well."""
 
-    def __init__(self, channel: grpc.Channel, service: str) -> None:
-        self._method = channel.stream_stream(
-            f"/{service}/Step",
-            request_serializer=lambda frame: frame,
-            response_deserializer=lambda data: parse_framed(data, pb.StepResponse),
-        )
+    def __init__(self, open_channel: Callable[[], grpc.aio.Channel], service: str) -> None:
+        self._open_channel = open_channel
+        self._service = service
+        self._channel: grpc.aio.Channel | None = None  # made on the loop, at the first step
+        self._method: Any = None
         self._lock = threading.Lock()
         self._idle: list[HeldStream] = []
         self._closed = False
+
+    def method(self) -> Any:
+        """The Step multi-callable of this shard's aio channel (opened now if need be); on the loop thread."""
+        if self._method is None:
+            self._channel = self._open_channel()
+            self._method = self._channel.stream_stream(
+                f"/{self._service}/Step",
+                request_serializer=lambda frame: frame,
+                response_deserializer=lambda data: parse_framed(data, pb.StepResponse),
+            )
+        return self._method
 
     def take(self, metadata: Any) -> HeldStream:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return HeldStream(self._method, metadata)
+        return HeldStream(self, metadata)
 
     def give_back(self, stream: HeldStream) -> None:
         with self._lock:
@@ -223,6 +263,11 @@ class StreamPool:
             idle, self._idle = self._idle, []
         for stream in idle:
             stream.close()
+        channel, self._channel, self._method = self._channel, None, None
+        if channel is not None:
+            closing = asyncio.run_coroutine_threadsafe(channel.close(), STEP_LOOP.get())
+            with contextlib.suppress(concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+                closing.result(CLOSE_WAIT_S)
 
 
 class PullPlan:
