@@ -32,6 +32,7 @@ cuBLAS: it checks the script (``tests/test_gpu_check.py``), it measures nothing.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
@@ -122,11 +123,14 @@ def bench_tiles(np: Any, cuda: Any, a: Any, b: Any, repeats: int, number: int) -
     m, k = a.shape
     flop = 2.0 * m * k * b.shape[1]
     figures = {}
-    for tiles in (gemm.LARGE, gemm.SMALL):
+    for tiles in (gemm.LARGE, gemm.LARGE_CAPPED, gemm.SMALL):
         name = f"{tiles.bm}x{tiles.bn}x{tiles.bk}, {tiles.tm}x{tiles.tn} a thread"
-        seconds = gpu_seconds(lambda t=tiles: matmul(a, b, False, False, t), cuda, repeats=repeats, number=number)
+        name += f", at most {tiles.max_registers} registers" if tiles.max_registers else ""
+        seconds = gpu_seconds(
+            functools.partial(matmul, a, b, False, False, tiles), cuda, repeats=repeats, number=number
+        )
         figures[name] = flop / seconds / 1e12
-        print(f"  tiles {name:>28}: {seconds * 1e3:8.3f} ms  {figures[name]:.2f} TFLOP/s")
+        print(f"  tiles {name:>50}: {seconds * 1e3:8.3f} ms  {figures[name]:.2f} TFLOP/s")
     chosen = gemm.choose_tiles(m, b.shape[1], np.dtype(np.float32))
     return {"matmul_tiles": figures, "matmul_kernel": f"numba gemm.py, {chosen.bm}x{chosen.bn} tiles by default"}
 

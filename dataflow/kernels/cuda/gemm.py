@@ -22,7 +22,11 @@ k-major stores (a row-major A) spread over the banks too.
 Numba has no unroll pragma, and a local array indexed in a loop it does not
 unroll lives in slow local memory; so the kernel's source is generated with
 the ``tm * tn`` accumulators and the ``tm + tn`` operand values as named
-scalars (registers), like ``fusion.py`` generates its fused kernels. Numba
+scalars (registers), like ``fusion.py`` generates its fused kernels, and the
+``bk`` steps of a tile written out one by one, so every shared-memory read
+is a per-thread base plus a constant. The thread index is taken unsigned:
+Numba wraps negative indices around, and only an index the compiler can see
+is non-negative loses that check (and the registers it costs). Numba
 exposes no vector loads (float4), so global loads are scalar; the tile
 loads of each warp still touch consecutive addresses along the operand's
 contiguous dimension (``rows_fast`` says which that is).
@@ -38,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from . import simulator
+
 PAD = 4  # shared-memory row padding: a k-major store of 8 k values by 4 rows hits 32 banks
 
 
@@ -50,6 +56,7 @@ class Tiles:
     bk: int
     tm: int
     tn: int
+    max_registers: int | None = None  # a cap for the compiler: more blocks an SM, at the price of spills
 
     @property
     def threads(self) -> int:
@@ -66,6 +73,9 @@ class Tiles:
 LARGE = Tiles(bm=128, bn=128, bk=8, tm=8, tn=8)
 # 16 outputs a thread on 64x64 tiles: four times the blocks for small products, and half the registers for float64.
 SMALL = Tiles(bm=64, bn=64, bk=8, tm=4, tn=4)
+# LARGE compiles to 146 registers a thread for sm_90 (one block an SM); capped at 128, two blocks fit
+# and ptxas spills 20 bytes. Which is faster is for a GPU to say: gpu_kernels.py times both.
+LARGE_CAPPED = Tiles(bm=128, bn=128, bk=8, tm=8, tn=8, max_registers=128)
 # A GPU has about a hundred multiprocessors: below this many large tiles it would sit partly idle.
 LARGE_MIN_BLOCKS = 128
 
@@ -131,12 +141,21 @@ def kernel_source(tiles: Tiles) -> str:
             *(f"{indent}put_b(sb, {buf}, tid + {r * t.threads}, rb{r})" for r in range(loads_b)),
         ]
 
+    def multiply(kk: int) -> list[str]:
+        """Step ``kk`` of a tile: the thread's column of A and row of B from shared memory, tm x tn FMAs."""
+        return [
+            *(f"        a{i} = sa[cur, {kk}, ty + {i * rows}]" for i in range(t.tm)),
+            *(f"        b{j} = sb[cur, {kk}, tx + {j * cols}]" for j in range(t.tn)),
+            *(f"        {acc[i][j]} += a{i} * b{j}" for i in range(t.tm) for j in range(t.tn)),
+        ]
+
     lines = [
         "def gemm(a, b, out, m, n, k, geo):",
         f"    sa = cuda.shared.array((2, {t.bk}, {t.bm + PAD}), DT)",
         f"    sb = cuda.shared.array((2, {t.bk}, {t.bn + PAD}), DT)",
         "    tid = cuda.threadIdx.x",
-        f"    ty, tx = tid // {cols}, tid % {cols}",
+        # Unsigned only for the shared-memory reads: the operands' index functions subtract (padding).
+        f"    ty, tx = U32(tid) // {cols}, U32(tid) % {cols}",
         f"    row0, col0 = cuda.blockIdx.y * {t.bm}, cuda.blockIdx.x * {t.bn}",
         *(f"    {name} = DT(0)" for row in acc for name in row),
         *stage("0", "    "),
@@ -144,14 +163,11 @@ def kernel_source(tiles: Tiles) -> str:
         "    cuda.syncthreads()",
         f"    tiles = (k + {t.bk - 1}) // {t.bk}",
         "    for kt in range(tiles):",
-        "        cur = kt % 2",
+        "        cur = kt & 1",
         "        more = kt + 1 < tiles",
         "        if more:",
         *stage(f"(kt + 1) * {t.bk}", "            "),
-        f"        for kk in range({t.bk}):",
-        *(f"            a{i} = sa[cur, kk, ty + {i * rows}]" for i in range(t.tm)),
-        *(f"            b{j} = sb[cur, kk, tx + {j * cols}]" for j in range(t.tn)),
-        *(f"            {acc[i][j]} += a{i} * b{j}" for i in range(t.tm) for j in range(t.tn)),
+        *(line for kk in range(t.bk) for line in multiply(kk)),
         "        if more:",
         *store("1 - cur", "            "),
         "        cuda.syncthreads()",
@@ -175,10 +191,12 @@ def gemm_kernel(tiles: Tiles, dtype: np.dtype, a_index: Any, a_rows_fast: bool, 
     matrix, a patch of one image position's channels); else along K.
     ``b_cols_fast``: B's elements along N are adjacent; else along K.
     """
+    import numba
     from numba import cuda, from_dtype
 
     namespace: dict[str, Any] = {
         "cuda": cuda,
+        "U32": numba.uint32,
         "DT": from_dtype(dtype),
         "fetch_a": _fetcher(a_index, a_rows_fast, tiles.bm, tiles.bk, dtype),
         "fetch_b": _fetcher(b_index, b_cols_fast, tiles.bn, tiles.bk, dtype),
@@ -187,7 +205,10 @@ def gemm_kernel(tiles: Tiles, dtype: np.dtype, a_index: Any, a_rows_fast: bool, 
     }
     source = kernel_source(tiles)
     exec(compile(source, f"<gemm {tiles}>", "exec"), namespace)  # noqa: S102
-    return cuda.jit(namespace["gemm"])
+    # A register cap means nothing to the simulator, whose jit refuses the option.
+    capped = tiles.max_registers is not None and not simulator()
+    options = {"max_registers": tiles.max_registers} if capped else {}
+    return cuda.jit(**options)(namespace["gemm"])
 
 
 @dataclass(frozen=True)
