@@ -63,6 +63,13 @@ def _strides(n: NodeInfo) -> Pair:
     return (1, int(s[0])) if _one_d(n) else (int(s[0]), int(s[1]))
 
 
+def _dilations(n: NodeInfo) -> Pair:
+    d = n.attrs.get("dilations")
+    if d is None:
+        return (1, 1)
+    return (1, int(d[0])) if _one_d(n) else (int(d[0]), int(d[1]))
+
+
 def _hw(n: NodeInfo) -> tuple[int | None, int | None] | None:
     shape = n.shape(0)
     if shape is None:
@@ -83,7 +90,8 @@ def _explicit_pads(n: NodeInfo) -> list[int] | None:
     if hw is None or kernel is None or None in hw:
         return None
     before, after = [], []
-    for size, k, s in zip(hw, kernel, _strides(n), strict=True):
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, _dilations(n), strict=True)]
+    for size, k, s in zip(hw, spans, _strides(n), strict=True):
         total = max((-(-size // s) - 1) * s + k - size, 0)  # type: ignore[operator]
         small = total // 2
         before.append(small if pad == "SAME_UPPER" else total - small)
@@ -118,9 +126,12 @@ def _window_check(n: NodeInfo) -> str | None:
     rank = n.rank(0)
     if not _native(n):
         if n.op == "Conv":
-            if rank in (3, 4):
-                return f"Conv with dilations {list(n.attrs['dilations'])}"
-            return f"Conv over a rank-{rank} input (cellgraph convolves 1-D and 2-D images)"
+            if rank not in (3, 4):
+                return f"Conv over a rank-{rank} input (cellgraph convolves 1-D and 2-D images)"
+            hw = _hw(n)
+            if hw is None or None in hw or _kernel(n) is None:
+                return "Conv with dilations over an input whose height or width is unknown until the graph runs"
+            return None
         return _check_sliced(n)
     if n.attrs.get("ceil_mode"):
         if n.op == "AveragePool" and n.attrs["count_include_pad"]:
@@ -137,7 +148,9 @@ def _window_check(n: NodeInfo) -> str | None:
 
 def check_conv(n: NodeInfo) -> str | None:
     if int(n.attrs["group"]) != 1:
-        return f"Conv with group={n.attrs['group']} (cellgraph's conv2d is not grouped)"
+        shape = n.shape(0)
+        if shape is None or shape[1] is None:
+            return f"Conv with group={n.attrs['group']} over an input whose channels are unknown"
     return _window_check(n)
 
 
@@ -181,10 +194,37 @@ def conv(b: Builder, n: NodeInfo) -> list[Tensor]:
     x = _to_nhwc(n, b.ins(n)[0])
     w = b.filter_hwio(n.inputs[1])
     x, padding = _padded(n, x, 0.0)
-    y = cg.conv2d(x, w, strides=_strides(n), padding=padding)
+    groups = int(n.attrs["group"])
+    if groups == 1:
+        y = _conv_one(n, x, w, padding)
+    else:
+        # A grouped convolution is one convolution per group of channels, concatenated.
+        c, o = int(x.shape[3]) // groups, int(w.shape[3]) // groups  # type: ignore[arg-type]
+        y = cg.concat(
+            [_conv_one(n, x[..., g * c : (g + 1) * c], w[..., g * o : (g + 1) * o], padding) for g in range(groups)],
+            axis=3,
+        )
     if len(n.inputs) > 2 and n.inputs[2]:
         y = cg.bias_add(y, b.tensor(n.inputs[2]))
     return [_from_nhwc(n, y)]
+
+
+def _conv_one(n: NodeInfo, x: Tensor, w: Tensor, padding: str) -> Tensor:
+    """NHWC ``x`` (already padded) convolved with HWIO ``w``: cellgraph's conv2d, or by slices when dilated."""
+    if _dilations(n) == (1, 1):
+        return cg.conv2d(x, w, strides=_strides(n), padding=padding)
+    # Dilated: one strided slice of the input per kernel offset, times that offset's (in, out) matrix.
+    (kh, kw), (dh, dw), (sh, sw) = _kernel(n), _dilations(n), _strides(n)  # type: ignore[misc]
+    height, width, channels = (int(d) for d in x.shape[1:])  # type: ignore[arg-type]
+    oh, ow = (height - (kh - 1) * dh - 1) // sh + 1, (width - (kw - 1) * dw - 1) // sw + 1
+    total: Tensor | None = None
+    for a in range(kh):
+        for c in range(kw):
+            part = x[:, a * dh : a * dh + (oh - 1) * sh + 1 : sh, c * dw : c * dw + (ow - 1) * sw + 1 : sw, :]
+            term = cg.matmul(cg.reshape(part, (-1, channels)), w[a, c])
+            total = term if total is None else total + term
+    assert total is not None
+    return cg.reshape(total, (-1, oh, ow, int(w.shape[3])))  # type: ignore[arg-type]
 
 
 def pool(b: Builder, n: NodeInfo) -> list[Tensor]:

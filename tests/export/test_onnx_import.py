@@ -84,15 +84,17 @@ def test_an_unknown_op_is_refused_naming_it_the_node_and_opset_before_building()
 
 
 def test_an_attribute_without_an_equivalent_is_refused_naming_it() -> None:
-    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="dilated", dilations=[2, 2], kernel_shape=[3, 3])
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="volume", kernel_shape=[3, 3, 3])
     model = _model(
         [conv],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 9, 9])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 5, 5, 5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.ones((2, 1, 3, 3), np.float32), "w")],
+        [numpy_helper.from_array(np.ones((2, 1, 3, 3, 3), np.float32), "w")],
     )
     with pytest.raises(
-        OnnxError, match=r"Conv with dilations \[2, 2\] has no cellgraph equivalent \(Conv node 'dilated', opset 17\)"
+        OnnxError,
+        match=r"Conv over a rank-5 input \(cellgraph convolves 1-D and 2-D images\) has no cellgraph equivalent "
+        r"\(Conv node 'volume', opset 17\)",
     ):
         cg.onnx.import_model(model)
     odd = helper.make_node("Relu", ["x"], ["y"], name="odd", alpha=0.5)
@@ -177,3 +179,36 @@ def test_conformance_cases_in_cellgraphs_dtypes_pass(results: dict[str, conforma
             below[op] = sorted(r.unsupported.values())
     assert sorted(below) == ["Dropout"], below
     assert all("training mode" in why or "opset 11" in why for why in below["Dropout"])
+
+
+# ------------------------------------------- convolutions beyond cellgraph's conv2d, against ONNX Runtime
+CONVS = {
+    "grouped": ({"group": 2, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (2, 4, 7, 6), (6, 2, 3, 3)),
+    "depthwise": ({"group": 4, "kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}, (2, 4, 7, 6), (4, 1, 3, 3)),
+    "dilated": ({"dilations": [2, 2], "kernel_shape": [3, 3], "pads": [2, 2, 2, 2]}, (2, 3, 9, 8), (5, 3, 3, 3)),
+    "dilated_grouped_strided": ({"dilations": [2, 1], "strides": [2, 1], "pads": [1, 0, 2, 1], "group": 3}, (1, 6, 9, 8), (3, 2, 3, 2)),
+    "same_lower_grouped": ({"auto_pad": "SAME_LOWER", "strides": [2, 2], "group": 3}, (1, 6, 9, 8), (6, 2, 2, 3)),
+    "dilated_1d": ({"dilations": [3], "kernel_shape": [3], "pads": [1, 2]}, (2, 3, 11), (4, 3, 3)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CONVS))
+def test_grouped_and_dilated_convolutions_match_onnx_runtime(case: str) -> None:
+    import onnxruntime as ort
+
+    attrs, x_shape, w_shape = CONVS[case]
+    inits = [
+        numpy_helper.from_array(RNG.normal(size=w_shape).astype(np.float32), "w"),
+        numpy_helper.from_array(RNG.normal(size=w_shape[0]).astype(np.float32), "b"),
+    ]
+    model = _model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], name=case, **attrs)],  # type: ignore[arg-type]
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", *x_shape[1:]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    x = RNG.normal(size=x_shape).astype(np.float32)
+    [want] = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = cg.onnx.import_model(model)(x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
