@@ -212,3 +212,72 @@ def test_grouped_and_dilated_convolutions_match_onnx_runtime(case: str) -> None:
     got = cg.onnx.import_model(model)(x)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _mobile_block() -> onnx.ModelProto:
+    """A small MobileNet-style network as PyTorch would export it: conv-BN-relu, a depthwise and a pointwise
+    conv, global average pooling, flatten and a Gemm head."""
+
+    def init(name: str, *shape: int, scale: float = 0.3) -> onnx.TensorProto:
+        return numpy_helper.from_array((RNG.normal(size=shape) * scale).astype(np.float32), name)
+
+    bn = [init(f"bn_{k}", 8) for k in ("scale", "bias", "mean")]
+    bn.append(numpy_helper.from_array(RNG.uniform(0.5, 2.0, size=8).astype(np.float32), "bn_var"))
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="stem", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "bn_scale", "bn_bias", "bn_mean", "bn_var"], ["b1"], name="bn"),
+        helper.make_node("Relu", ["b1"], ["r1"], name="relu1"),
+        helper.make_node(
+            "Conv",
+            ["r1", "wd", "bd"],
+            ["d1"],
+            name="depthwise",
+            group=8,
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[1, 1, 1, 1],
+        ),  # fmt: skip
+        helper.make_node("Clip", ["d1", "zero", "six"], ["r2"], name="relu6"),
+        helper.make_node("Conv", ["r2", "wp"], ["p1"], name="pointwise", kernel_shape=[1, 1]),
+        helper.make_node("GlobalAveragePool", ["p1"], ["g1"], name="gap"),
+        helper.make_node("Flatten", ["g1"], ["f1"], name="flatten"),
+        helper.make_node("Gemm", ["f1", "wf", "bf"], ["logits"], name="head", transB=1),
+    ]
+    inits = [
+        init("w1", 8, 1, 3, 3), *bn, init("wd", 8, 1, 3, 3), init("bd", 8), init("wp", 16, 8, 1, 1),
+        init("wf", 10, 16), init("bf", 10),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"), numpy_helper.from_array(np.array(6.0, np.float32), "six"),
+    ]  # fmt: skip
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
+        inits,
+    )
+
+
+def test_a_mobilenet_style_model_imports_exports_again_and_fine_tunes(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from cellgraph.examples import digits
+
+    model = _mobile_block()
+    data = digits.load()
+    x = data.images(data.x_test).transpose(0, 3, 1, 2).copy()  # NCHW, as the ONNX model takes it
+    [want] = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    imported = cg.onnx.import_model(model)
+    assert np.abs(imported(x) - want).max() <= 1e-4
+    # Out again, through cellgraph's own exporter, and into ONNX Runtime.
+    again = cg.onnx.export(tmp_path / "again.onnx", imported.inputs, imported.outputs, imported.session)
+    [back] = ort.InferenceSession(again.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert np.abs(back - want).max() <= 1e-4
+    # Fine-tuning: every float initializer is a trainable variable, and a few steps lower the loss.
+    with imported.graph.as_default():
+        labels = cg.placeholder((None,), "int32", name="labels")
+        loss = cg.losses.sparse_softmax_cross_entropy(imported.outputs[0], labels)
+        step = cg.optim.Adam(1e-2).minimize(loss)
+    feeds = {imported.inputs[0]: x[:64], labels: data.y_test[:64]}
+    first = float(imported.session.run(loss, feeds))
+    for _ in range(10):
+        imported.session.run(step, feeds)
+    assert float(imported.session.run(loss, feeds)) < first
