@@ -44,3 +44,36 @@ def test_a_job_and_its_checkpoint_folder_export_the_parameter_servers_values(
     # The job's last checkpoint (written as it finished) holds the same values.
     from_folder = cg.load_model(cg.save_model(tmp_path / "from-ckpt", model.x, model.logits, tmp_path / "ckpt"))
     assert np.abs(from_folder(data.x_test) - want).max() <= 1e-4
+
+
+@pytest.mark.slow
+def test_an_imported_onnx_model_fine_tunes_on_a_cluster(data: digits.Split, tmp_path: Path) -> None:
+    # The mlp, trained 3 steps here, leaves as ONNX and comes back in as a new graph of variables.
+    model = models.mlp()
+    session = cg.Session(model.graph)
+    for i in range(3):
+        rows = slice(i * 64, (i + 1) * 64)
+        session.run(model.train_op, {model.x: data.x_train[rows], model.y: data.y_train[rows]})
+    cg.onnx.export(tmp_path / "mlp.onnx", model.x, model.logits, session)
+    imported = cg.onnx.import_model(tmp_path / "mlp.onnx")
+    with imported.graph.as_default():
+        labels = cg.placeholder((None,), "int32", name="labels")
+        loss = cg.losses.sparse_softmax_cross_entropy(imported.outputs[0], labels)
+    before = imported.session.variable_values()
+    with Cluster.local(workers=1, ps=1) as cluster:
+        job = cg.train(
+            loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
+            replicas=1, batch_size=64, steps=40, checkpoint_every=None,
+        )  # fmt: skip
+        try:
+            job.wait(TIMEOUT)
+            assert job.status == "finished"
+            logits = job.evaluate(imported.outputs[0], {imported.inputs[0]: data.x_test})
+            trained = job.variables()
+        finally:
+            job.close()
+    assert sorted(trained) == sorted(before)
+    assert all(not np.array_equal(trained[k], before[k]) for k in before)
+    start = imported(data.x_test)
+    accuracy = float((logits.argmax(1) == data.y_test).mean())
+    assert accuracy > float((start.argmax(1) == data.y_test).mean()) and accuracy >= 0.9
