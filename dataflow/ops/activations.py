@@ -8,6 +8,17 @@ that elementwise fusion uses; ``{alpha!r}`` in it is the node's attr.
 ``clip(x / 6 + 0.5, 0, 1)``; TensorFlow 1's Keras used ``clip(0.2 x + 0.5, 0, 1)``.
 ``gelu`` is exact (with ``erf``) unless ``approximate=True`` (PyTorch's
 ``approximate="tanh"`` is accepted too), which builds ``GeluTanh``.
+
+Examples
+--------
+>>> import numpy as np
+>>> import cellgraph as cg
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((3,), name="x")
+...     y = cg.relu6(x)
+>>> cg.Session(g).run(y, {x: np.array([-1.0, 2.0, 9.0], np.float32)})
+array([0., 2., 6.], dtype=float32)
 """
 
 from __future__ import annotations

@@ -3,6 +3,17 @@
 None is differentiable: a bool has no gradient. ``&``, ``|``, ``^`` and ``~``
 on tensors are these connectives, on bool tensors only (cellgraph has no
 bitwise integer ops), as PyTorch's and NumPy's are on bool arrays.
+
+Examples
+--------
+>>> import numpy as np
+>>> import cellgraph as cg
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((3,), name="x")
+...     bad = cg.logical_not(cg.is_finite(x))
+>>> cg.Session(g).run(bad, {x: np.array([1.0, np.nan, np.inf], np.float32)})
+array([False,  True,  True])
 """
 
 from __future__ import annotations

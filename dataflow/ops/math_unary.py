@@ -12,6 +12,17 @@ Round rounds half to even (``round(2.5) == 2``), as NumPy and TensorFlow do.
 FloorDiv and FloorMod follow Python's ``//`` and ``%`` (TensorFlow's
 ``floordiv`` and ``floormod``): the quotient is floored, the remainder has
 the divisor's sign.
+
+Examples
+--------
+>>> import numpy as np
+>>> import cellgraph as cg
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((3,), name="x")
+...     y = cg.floordiv(x, 2.0), cg.mod(x, 2.0)
+>>> cg.Session(g).run(list(y), {x: np.array([-3.0, 3.0, 4.0], np.float32)})
+[array([-2.,  1.,  2.], dtype=float32), array([1., 1., 0.], dtype=float32)]
 """
 
 from __future__ import annotations

@@ -5,6 +5,17 @@ Each entry names the dunder and the op function it builds: ``x < y`` is
 ``logical_and(m, n)`` (bool tensors only). ``==`` and ``!=`` stay identity
 comparisons, as in TensorFlow 1: tensors are dict keys (feeds, fetches);
 use ``cg.equal`` and ``cg.not_equal``.
+
+Examples
+--------
+>>> import numpy as np
+>>> import cellgraph as cg
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((3,), name="x")
+...     y = abs(x) ** 2 // 2
+>>> cg.Session(g).run(y, {x: np.array([-3.0, 1.0, 2.0], np.float32)})
+array([4., 0., 2.], dtype=float32)
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ the input's dtype and storing into an output of that dtype. An attr (leaky
 relu's and elu's ``alpha``) comes in as an argument. Every formula keeps NaN
 as NaN: a comparison with NaN is false, so it falls through to arithmetic
 on the NaN itself.
+
+Examples
+--------
+>>> import numpy as np
+>>> leaky_relu(np.array([-2.0, 3.0]), 0.5)
+array([-1.,  3.])
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ broadcast as NumPy does. A constant that must keep a float32 tensor float32
 (a Python float would make the expression float64) comes in as an argument
 of the tensor's dtype, from the kernel factory. ``erf`` has no NumPy ufunc,
 so it loops over the flat buffer with ``math.erf``.
+
+Examples
+--------
+>>> import numpy as np
+>>> round_half_even(np.array([0.5, 1.5, 2.5, -0.5]))
+array([ 0.,  2.,  2., -0.])
 """
 
 from __future__ import annotations
