@@ -89,7 +89,6 @@ from cellgraph.dataflow.ops.logic import (
 )
 from cellgraph.dataflow.ops.math import (
     add,
-    argmax,
     cast,
     div,
     equal,
@@ -142,6 +141,16 @@ from cellgraph.dataflow.ops.nn import (
     softmax,
     sparse_softmax_cross_entropy,
     tanh,
+)
+from cellgraph.dataflow.ops.reductions import (
+    argmax,
+    argmin,
+    moments,
+    reduce_all,
+    reduce_any,
+    reduce_logsumexp,
+    reduce_min,
+    reduce_prod,
 )
 
 # Every public op function, from every family, as cg.<name>.

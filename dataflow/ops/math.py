@@ -13,7 +13,7 @@ from ..dtypes import as_dtype, is_float
 from ..graph import Node, Tensor
 from ..kernels.cpu import elementwise as ew
 from ..kernels.cpu.matmul import matmul as matmul_kernel
-from ..kernels.cpu.reduce import empty_argmax, empty_value, lowest, reducer
+from ..kernels.cpu.reduce import empty_value, lowest, reducer
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, OpDef, TensorSpec, not_differentiable, register_op, simple_kernel
 from ..shapes import fmt, normalize_axes
@@ -257,10 +257,6 @@ def _infer_reduce_float(ctx: InferContext) -> TensorSpec:
     return _infer_reduce(ctx)
 
 
-def _infer_argmax(ctx: InferContext) -> TensorSpec:
-    return TensorSpec(_reduced_shape(ctx), "int32")
-
-
 def _grad_reduce_sum(node: Node, dys: Dys) -> list[Tensor | None]:
     return [broadcast_like(dys[0], node.inputs[0], node.attrs["axes"], node.attrs["keepdims"])]
 
@@ -284,24 +280,17 @@ def _reduce_kernel(kind: str) -> Any:
 # Over an empty axis the references give what the kernels give, as TensorFlow and
 # ONNX define it (kernels/cpu/reduce.py holds the definitions): sum 0, mean NaN
 # (NumPy's 0 / 0), max the identity of max (-inf, the int's min, False) where
-# np.max raises; argmax has no index to give, so the run fails naming the node.
+# np.max raises. The other reductions (min, prod, argmax, ...) are in reductions.py.
 def _ref_reduce_mean(a: dict[str, Any], x: np.ndarray) -> np.ndarray:
     total = np.sum(x, axis=a["axes"], keepdims=a["keepdims"])
     count = prod(x.shape[i] for i in a["axes"])
     return np.asarray(total / count if count else np.full_like(total, empty_value("mean", x.dtype)), x.dtype)
 
 
-def _ref_argmax(a: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    if x.shape[a["axes"][0]] == 0:
-        raise empty_argmax(x.shape, a["axes"])
-    return np.argmax(x, axis=a["axes"][0]).astype(np.int32)
-
-
 _REDUCE: list[tuple[Any, ...]] = [
     ("ReduceSum",  "sum",    _infer_reduce,       lambda a, x: np.sum(x, axis=a["axes"], keepdims=a["keepdims"]), _grad_reduce_sum),
     ("ReduceMean", "mean",   _infer_reduce_float, _ref_reduce_mean,                                               _grad_reduce_mean),
     ("ReduceMax",  "max",    _infer_reduce,       lambda a, x: np.max(x, axis=a["axes"], keepdims=a["keepdims"], initial=lowest(x.dtype)), _grad_reduce_max),
-    ("ArgMax",     "argmax", _infer_argmax,       _ref_argmax,                                                    not_differentiable),
 ]  # fmt: skip
 for _name, _kind, _infer, _ref, _grad in _REDUCE:
     register_op(OpDef(
@@ -338,11 +327,6 @@ def reduce_max(
     x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_max"
 ) -> Tensor:
     return _reduce("ReduceMax", x, axis, keepdims, name)
-
-
-def argmax(x: TensorLike, axis: int = -1, name: str = "argmax") -> Tensor:
-    """Index of the largest value along ``axis``, as int32."""
-    return _reduce("ArgMax", x, axis, False, name)
 
 
 # ------------------------------------------ autodiff plumbing (internal ops)
@@ -443,7 +427,7 @@ def zeros_like(x: TensorLike, name: str = "zeros_like") -> Tensor:
 
 
 __all__ = [
-    "add", "argmax", "cast", "div", "equal", "exp", "greater_equal", "less", "less_equal", "log", "matmul",
+    "add", "cast", "div", "equal", "exp", "greater_equal", "less", "less_equal", "log", "matmul",
     "maximum", "minimum", "mul", "neg", "ones_like", "pow", "reduce_max", "reduce_mean", "reduce_sum",
     "sqrt", "square", "sub", "zeros_like",
 ]  # fmt: skip

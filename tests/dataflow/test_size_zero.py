@@ -223,6 +223,7 @@ NO_VARIANT = {
 # The words of the error an op documents for inputs its reference rejects.
 ERROR_WORDS = {
     "ArgMax": "argmax over an empty axis",
+    "ArgMin": "argmin over an empty axis",
     "Gather": "is out of range [0, 0)",
     "ScatterAddLike": "is out of range [0, 0)",
     "SparseSoftmaxCrossEntropyWithLogits": "is outside the valid range [0, 0)",

@@ -491,5 +491,6 @@ NO_ORACLE_ROW: dict[str, str] = {}
 
 # The second set of elementwise ops has its rows in a file of its own.
 from .rows_elementwise import ELEMENTWISE_ROWS  # noqa: E402
+from .rows_reductions import REDUCTION_ROWS  # noqa: E402
 
-ROWS += ELEMENTWISE_ROWS
+ROWS += ELEMENTWISE_ROWS + REDUCTION_ROWS

@@ -3,13 +3,18 @@
 The reduced axes are made one contiguous block (transposing only when they
 are not already), so a kernel only ever reduces the middle axis of a 3-D view.
 
-Over an empty set (a reduced axis of size 0), sum and max give their identity,
-as TensorFlow and ONNX define them: sum 0, max the dtype's lowest value (-inf,
-the int's min, False) where NumPy raises. mean is 0 / 0 = NaN, NumPy's answer.
-argmax has no index to give and raises. The kernels never see an empty reduced
-axis (max and argmax start from its first element): ``reducer`` answers for
-them, and the CUDA kernels and the ops' NumPy references use the same
-definitions, from the functions here.
+Over an empty set (a reduced axis of size 0), sum, prod, max and min give
+their identity, as TensorFlow and ONNX define them: sum 0, prod 1, max the
+dtype's lowest value (-inf, the int's min, False), min its highest (+inf, the
+int's max, True) where NumPy raises; logsumexp is log(0) = -inf. mean is
+0 / 0 = NaN, NumPy's answer. argmax and argmin have no index to give and raise.
+The kernels never see an empty reduced axis (max, min and the arg kernels start
+from its first element): ``reducer`` answers for them, and the CUDA kernels and
+the ops' NumPy references use the same definitions, from the functions here.
+
+logsumexp is computed stably, as ``m + log(sum(exp(x - m)))`` with ``m`` the
+maximum of the reduced elements (0 where that is infinite, so that a set of
+-inf gives -inf and one +inf gives +inf rather than NaN).
 """
 
 from __future__ import annotations
@@ -64,6 +69,61 @@ def _argmax_mid(x):  # type: ignore[no-untyped-def]
     return out
 
 
+@kernel
+def _min_mid(x):  # type: ignore[no-untyped-def]
+    outer, mid, inner = x.shape
+    out = np.empty((outer, inner), x.dtype)
+    for o in range(outer):
+        for i in range(inner):
+            out[o, i] = x[o, 0, i]
+        for m in range(1, mid):
+            for i in range(inner):
+                if x[o, m, i] < out[o, i]:
+                    out[o, i] = x[o, m, i]
+    return out
+
+
+@kernel
+def _argmin_mid(x):  # type: ignore[no-untyped-def]
+    outer, mid, inner = x.shape
+    out = np.zeros((outer, inner), np.int32)
+    for o in range(outer):
+        for i in range(inner):
+            best = x[o, 0, i]
+            for m in range(1, mid):
+                if x[o, m, i] < best:
+                    best = x[o, m, i]
+                    out[o, i] = m
+    return out
+
+
+@kernel
+def _prod_mid(x):  # type: ignore[no-untyped-def]
+    outer, mid, inner = x.shape
+    out = np.ones((outer, inner), x.dtype)
+    for o in range(outer):
+        for m in range(mid):
+            for i in range(inner):
+                out[o, i] *= x[o, m, i]
+    return out
+
+
+@kernel
+def _logsumexp_mid(x):  # type: ignore[no-untyped-def]
+    outer, mid, inner = x.shape
+    shift = _max_mid(x)
+    for o in range(outer):
+        for i in range(inner):
+            if not np.isfinite(shift[o, i]):
+                shift[o, i] = 0  # all -inf, or a +inf: exp(x - 0) says it without NaN
+    out = np.zeros((outer, inner), x.dtype)
+    for o in range(outer):
+        for m in range(mid):
+            for i in range(inner):
+                out[o, i] += np.exp(x[o, m, i] - shift[o, i])
+    return np.log(out) + shift
+
+
 def _as_3d(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """``x`` viewed as (outer, reduced, inner) with ``axes`` in the middle."""
     rank = x.ndim
@@ -86,6 +146,16 @@ def _out_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) ->
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
+def highest(dtype: Any) -> Any:
+    """The min of an empty set of ``dtype``: the identity of min (+inf, the int's max, True)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype.type(np.inf)
+    if dtype.kind == "b":
+        return np.True_
+    return dtype.type(np.iinfo(dtype).max)
+
+
 def lowest(dtype: Any) -> Any:
     """The max of an empty set of ``dtype``: the identity of max (-inf, the int's min, False)."""
     dtype = np.dtype(dtype)
@@ -97,27 +167,36 @@ def lowest(dtype: Any) -> Any:
 
 
 def empty_value(kind: str, dtype: Any) -> Any:
-    """What reduction ``kind`` (sum, mean or max) gives over an empty set of ``dtype``."""
+    """What reduction ``kind`` (sum, mean, prod, max, min, logsumexp) gives over an empty set of ``dtype``."""
     if kind == "max":
         return lowest(dtype)
-    return np.dtype(dtype).type(np.nan if kind == "mean" else 0)
+    if kind == "min":
+        return highest(dtype)
+    value = {"sum": 0, "mean": np.nan, "prod": 1, "logsumexp": -np.inf}[kind]
+    return np.dtype(dtype).type(value)
 
 
-def empty_argmax(shape: tuple[int, ...], axes: tuple[int, ...]) -> ValueError:
-    """The error of an argmax over an empty axis: there is no index to give."""
+INDEX_KINDS = ("argmax", "argmin")
+
+
+def empty_index(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> ValueError:
+    """The error of an argmax or argmin (``kind``) over an empty axis: there is no index to give."""
     axis = next(a for a in axes if shape[a] == 0)
-    return ValueError(f"argmax over an empty axis: axis {axis} of {tuple(shape)} has no elements to pick from")
+    return ValueError(f"{kind} over an empty axis: axis {axis} of {tuple(shape)} has no elements to pick from")
 
 
 def reducer(kind: str, axes: tuple[int, ...], keepdims: bool) -> Callable[[np.ndarray], np.ndarray]:
-    """A kernel reducing ``axes`` with ``kind`` in {sum, mean, max, argmax}."""
-    mid_kernel = {"sum": _sum_mid, "mean": _sum_mid, "max": _max_mid, "argmax": _argmax_mid}[kind]
+    """A kernel reducing ``axes`` with ``kind`` in {sum, mean, prod, max, min, logsumexp, argmax, argmin}."""
+    mid_kernel = {
+        "sum": _sum_mid, "mean": _sum_mid, "prod": _prod_mid, "max": _max_mid, "min": _min_mid,
+        "logsumexp": _logsumexp_mid, "argmax": _argmax_mid, "argmin": _argmin_mid,
+    }[kind]  # fmt: skip
 
     def run(x: np.ndarray) -> np.ndarray:
         out_shape = _out_shape(x.shape, axes, keepdims)
         if any(x.shape[a] == 0 for a in axes):
-            if kind == "argmax":
-                raise empty_argmax(x.shape, axes)
+            if kind in INDEX_KINDS:
+                raise empty_index(kind, x.shape, axes)
             return np.full(out_shape, empty_value(kind, x.dtype), x.dtype)
         x3 = _as_3d(x, axes)
         out = mid_kernel(x3)

@@ -18,20 +18,46 @@ from typing import Any
 import numpy as np
 from numba import cuda, from_dtype, int32
 
-from ..cpu.reduce import empty_argmax, empty_value
-from . import MAX_THREADS, flat, launch
+from ..cpu.reduce import INDEX_KINDS, empty_index, empty_value
+from . import MAX_THREADS, device_math, flat, launch
 from .elementwise import fill, offset
 
 # Blocks loop over outputs beyond this many (a grid-stride loop).
 MAX_BLOCKS = 4096
 
 
+@cuda.jit(device=True, inline=True)
+def _fold(vals, idxs, t, nt, keeps_best, wants_low, multiplies):  # type: ignore[no-untyped-def]
+    """Halve a block's partial results in shared memory until ``vals[0]`` (and ``idxs[0]``) hold the block's."""
+    s = nt // 2
+    while s > 0:
+        if t < s:
+            if keeps_best:
+                other, mine = vals[t + s], vals[t]
+                better = other < mine if wants_low else other > mine
+                if better or (other == mine and idxs[t + s] < idxs[t]):
+                    vals[t] = other
+                    idxs[t] = idxs[t + s]
+            elif multiplies:
+                vals[t] *= vals[t + s]
+            else:
+                vals[t] += vals[t + s]
+        cuda.syncthreads()
+        s //= 2
+
+
 @cache
 def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
     acc_type = from_dtype(dtype)
-    keeps_max = kind in ("max", "argmax")
-    gives_index = kind == "argmax"
+    keeps_best = kind in ("max", "argmax", "min", "argmin", "logsumexp")
+    wants_low = kind in ("min", "argmin")
+    gives_index = kind in INDEX_KINDS
     divides = kind == "mean"
+    multiplies = kind == "prod"
+    log_sum = kind == "logsumexp"
+    start = acc_type(1) if multiplies else acc_type(0)
+    inf = acc_type(np.inf) if log_sum else acc_type(0)
+    math = device_math()  # IEEE log(0) = -inf on the simulator too
 
     @cuda.jit
     def run(x, out, kept_shape, kept_strides, red_shape, red_strides, count):  # type: ignore[no-untyped-def]
@@ -42,37 +68,45 @@ def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
         for o in range(cuda.blockIdx.x, out.size, cuda.gridDim.x):
             base = offset(o, kept_shape, kept_strides)
             # Each thread's share: elements t, t + nt, t + 2 nt, ... in order, so
-            # among equal values the first index is kept (NumPy's argmax).
+            # among equal values the first index is kept (NumPy's argmax and argmin).
             first = min(t, count - 1)
             best = first
-            acc = x[base + offset(first, red_shape, red_strides)] if keeps_max else acc_type(0)
+            shift = start
+            acc = x[base + offset(first, red_shape, red_strides)] if keeps_best else start
             for r in range(t, count, nt):
                 v = x[base + offset(r, red_shape, red_strides)]
-                if keeps_max:
-                    if v > acc:
+                if keeps_best:
+                    if (v < acc) if wants_low else (v > acc):
                         acc = v
                         best = r
+                elif multiplies:
+                    acc *= v
                 else:
                     acc += v
             vals[t] = acc
             idxs[t] = best
             cuda.syncthreads()
-            s = nt // 2
-            while s > 0:
-                if t < s:
-                    if keeps_max:
-                        if vals[t + s] > vals[t] or (vals[t + s] == vals[t] and idxs[t + s] < idxs[t]):
-                            vals[t] = vals[t + s]
-                            idxs[t] = idxs[t + s]
-                    else:
-                        vals[t] += vals[t + s]
+            _fold(vals, idxs, t, nt, keeps_best, wants_low, multiplies)
+            if log_sum:
+                # Second pass: sum exp(x - m) with m the maximum just found (0 where it is
+                # infinite, as kernels/cpu/reduce.py says), then m + log(sum).
+                shift = vals[0]
+                if not (-inf < shift < inf):
+                    shift = start
+                cuda.syncthreads()  # every thread has read vals[0] before it is overwritten
+                acc = start
+                for r in range(t, count, nt):
+                    acc += math.exp(x[base + offset(r, red_shape, red_strides)] - shift)
+                vals[t] = acc
                 cuda.syncthreads()
-                s //= 2
+                _fold(vals, idxs, t, nt, False, False, False)
             if t == 0:
                 if gives_index:
                     out[o] = idxs[0]
                 elif divides:
                     out[o] = vals[0] / count
+                elif log_sum:
+                    out[o] = math.log(vals[0]) + shift
                 else:
                     out[o] = vals[0]
             cuda.syncthreads()  # shared memory is reused for the next output
@@ -88,7 +122,7 @@ def _dims(shape: tuple[int, ...], strides: tuple[int, ...], picked: list[int]) -
 
 
 def reduce(kind: str, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
-    """Reduce device array ``x`` over ``axes`` with ``kind`` in {sum, mean, max, argmax}."""
+    """Reduce device array ``x`` over ``axes`` with ``kind`` in {sum, mean, prod, max, min, logsumexp, argmax, argmin}."""
     shape, rank = tuple(x.shape), len(x.shape)
     axes = tuple(sorted({a % rank for a in axes})) if rank else ()
     strides = tuple(math.prod(shape[i + 1 :]) for i in range(rank))
@@ -97,11 +131,11 @@ def reduce(kind: str, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
         out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
     else:
         out_shape = tuple(shape[i] for i in kept)
-    dtype = np.dtype(np.int32) if kind == "argmax" else x.dtype
+    dtype = np.dtype(np.int32) if kind in INDEX_KINDS else x.dtype
     count = math.prod(shape[i] for i in axes)
     if count == 0:  # the tree kernel starts from the first element: answer for an empty set here
-        if kind == "argmax":
-            raise empty_argmax(shape, axes)
+        if kind in INDEX_KINDS:
+            raise empty_index(kind, shape, axes)
         return fill(out_shape, dtype, empty_value(kind, dtype))
     out = cuda.device_array(out_shape, dtype)
     if out.size:
