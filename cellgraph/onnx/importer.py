@@ -142,11 +142,44 @@ def plan(
     for name, value in (static_inputs or {}).items():
         known[name] = np.asarray(value)
     types = _types(model)
+    trainable = {i.name for i in graph.initializer}
     infos = []
     for node in graph.node:
+        folded = _fold(node, known, trainable)
+        if folded is not None:
+            known.update(folded)
+            continue
         info = _check_node(node, opset, known, types)
         infos.append(info)
     return infos, known
+
+
+# Ops whose result is not a function of their inputs: never computed ahead.
+_NOT_FOLDED = ("Random", "Multinomial", "Bernoulli", "Dropout")
+
+
+def _fold(node: onnx.NodeProto, known: Mapping[str, np.ndarray], trainable: set[str]) -> dict[str, np.ndarray] | None:
+    """The outputs of a node whose inputs are all known constants, computed now by ONNX's reference
+    implementation (a shape computed from a static shape, say); None when it must be built.
+
+    A node reading an initializer is built, never folded: initializers are the model's
+    trainable variables, and a folded copy would not follow them when they train.
+    """
+    inputs = [name for name in node.input if name]
+    if (
+        not inputs
+        or node.domain not in ("", "ai.onnx")
+        or node.op_type.startswith(_NOT_FOLDED)
+        or any(name not in known or name in trainable for name in inputs)
+    ):
+        return None
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        values = ReferenceEvaluator(node).run(None, {name: known[name] for name in inputs})
+    except Exception:  # an op the reference cannot run ahead: it is checked and built as any other
+        return None
+    return {name: np.asarray(v) for name, v in zip(node.output, values, strict=False) if name}
 
 
 def _check_node(
@@ -284,6 +317,8 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
             inputs = [_placeholder(v) for v in fed]
             builder.tensors.update({v.name: t for v, t in zip(fed, inputs, strict=True)})
             for info in infos:
+                if IMPORTERS[info.op].fold is not None and info.outputs[0] in known:
+                    continue  # a known value becomes a constant where a tensor reads it, if one does
                 outs = IMPORTERS[info.op].build(builder, info)
                 for name, t in zip(info.outputs, outs, strict=False):
                     if name:

@@ -281,3 +281,34 @@ def test_a_mobilenet_style_model_imports_exports_again_and_fine_tunes(tmp_path: 
     for _ in range(10):
         imported.session.run(step, feeds)
     assert float(imported.session.run(loss, feeds)) < first
+
+
+def test_a_shape_computed_from_a_static_shape_is_folded_before_building() -> None:
+    # PyTorch's export of x.reshape(x.shape[0], -1): Shape -> Gather -> Unsqueeze -> Concat -> Reshape.
+    def const(name: str, value: list[int] | int) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.int64)))
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]), const("i0", 0),
+        helper.make_node("Gather", ["s", "i0"], ["n"], axis=0), const("axes", [0]),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]), const("rest", [-1]),
+        helper.make_node("Concat", ["n1", "rest"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"], name="flat"),
+    ]  # fmt: skip
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
+    imported = cg.onnx.import_model(model)
+    x = RNG.normal(size=(2, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(imported(x), x.reshape(2, 12))
+    # Only the reshape was built: the shape arithmetic ran once, at import.
+    assert [n.op for n in imported.graph] == ["Placeholder", "Reshape", "Identity"]
+
+
+def test_a_node_reading_an_initializer_is_built_not_folded() -> None:
+    # The initializer is a variable: a transpose of it must follow it when it trains.
+    w = RNG.normal(size=(2, 3)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"]), helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])  # fmt: skip
+    imported = cg.onnx.import_model(model)
+    assert [n.op for n in imported.graph] == ["Placeholder", "Variable", "Transpose", "MatMul", "Identity"]
