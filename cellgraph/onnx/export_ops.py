@@ -73,10 +73,28 @@ def _reduce(op_type: str, axes_input_from: int) -> Row:
     return row
 
 
-def _argmax(e: Emitter, node: Node) -> None:
-    # ONNX's ArgMax gives int64; cellgraph's gives int32.
-    index = e.node("ArgMax", e.ins(node), axis=int(node.attrs["axes"][0]), keepdims=0)[0]
-    e.node("Cast", [index], e.outs(node), to=DTYPE_TO_ONNX["int32"])
+def _arg(op_type: str) -> Row:
+    # ONNX's ArgMax and ArgMin give int64; cellgraph's give int32.
+    def row(e: Emitter, node: Node) -> None:
+        index = e.node(op_type, e.ins(node), axis=int(node.attrs["axes"][0]), keepdims=0)[0]
+        e.node("Cast", [index], e.outs(node), to=DTYPE_TO_ONNX["int32"])
+
+    return row
+
+
+def _bool_reduce(op_type: str) -> Row:
+    """ReduceAny / ReduceAll: the max / min of the bools as int32 (ONNX's ReduceMax of bool is newer than 17)."""
+
+    def row(e: Emitter, node: Node) -> None:
+        x = e.node("Cast", e.ins(node), to=DTYPE_TO_ONNX["int32"])[0]
+        axes, keep = list(node.attrs["axes"]), int(bool(node.attrs["keepdims"]))
+        if e.opset >= 18:
+            y = e.node(op_type, [x, e.const(np.array(axes, np.int64))], keepdims=keep)[0]
+        else:
+            y = e.node(op_type, [x], axes=axes, keepdims=keep)[0]
+        e.node("Cast", [y], e.outs(node), to=DTYPE_TO_ONNX["bool"])
+
+    return row
 
 
 def _fill_like(value: int) -> Row:
@@ -321,7 +339,13 @@ EXPORTERS: dict[str, Row] = {
     "ReduceSum":    _reduce("ReduceSum", 13),
     "ReduceMean":   _reduce("ReduceMean", 18),
     "ReduceMax":    _reduce("ReduceMax", 18),
-    "ArgMax":       _argmax,
+    "ArgMax":       _arg("ArgMax"),
+    "ArgMin":       _arg("ArgMin"),
+    "ReduceMin":    _reduce("ReduceMin", 18),
+    "ReduceProd":   _reduce("ReduceProd", 18),
+    "ReduceLogSumExp": _reduce("ReduceLogSumExp", 18),
+    "ReduceAny":    _bool_reduce("ReduceMax"),
+    "ReduceAll":    _bool_reduce("ReduceMin"),
     "OnesLike":     _fill_like(1),
     "ZerosLike":    _fill_like(0),
     "Relu":         same("Relu"),

@@ -1,5 +1,5 @@
 """Import rows of ONNX ops that cellgraph computes as a few of its own ops: normalizations,
-global pools, ReduceMin and Mean.
+global pools, ReduceMin (of bools too) and Mean.
 
 BatchNormalization normalizes with the running mean and variance
 (``training_mode=0``), or with the batch's own statistics, giving the updated
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
+from cellgraph.dataflow.ops import reductions as red
 
 from .common import ImportRow
 
@@ -98,7 +99,6 @@ def _global_pool(fn: object) -> object:
 
 
 def _reduce_min(b: Builder, n: NodeInfo) -> list[Tensor]:
-    # min(x) = -max(-x), exactly.
     x = b.ins(n)[0]
     axes = None
     if n.attrs.get("axes") is not None:
@@ -107,10 +107,10 @@ def _reduce_min(b: Builder, n: NodeInfo) -> list[Tensor]:
         axes = [int(a) for a in b.static(n.inputs[1]).reshape(-1)]
     if not axes and n.attrs["noop_with_empty_axes"]:
         return [cg.identity(x)]
-    # bools as 0 and 1: their min is their "all".
-    t = cg.cast(x, "int32") if x.dtype == "bool" else x
-    y = cg.neg(cg.reduce_max(cg.neg(t), axis=axes or None, keepdims=bool(n.attrs["keepdims"])))
-    return [cg.cast(y, "bool") if x.dtype == "bool" else y]
+    keep = bool(n.attrs["keepdims"])
+    if x.dtype == "bool":  # the min of bools is their "all"
+        return [red.reduce_all(x, axis=axes or None, keepdims=keep)]
+    return [red.reduce_min(x, axis=axes or None, keepdims=keep)]
 
 
 def _mean(b: Builder, n: NodeInfo) -> list[Tensor]:

@@ -32,6 +32,7 @@ from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import activations as act
 from cellgraph.dataflow.ops import logic
 from cellgraph.dataflow.ops import math_unary as mu
+from cellgraph.dataflow.ops import reductions as red
 
 from .common import ONNX_TO_DTYPE, Build, Check, ImportRow
 from .import_normalization import NORMALIZATION
@@ -147,16 +148,20 @@ def _check_reduce(n: NodeInfo) -> str | None:
     return None
 
 
-def _argmax(b: Builder, n: NodeInfo) -> list[Tensor]:
+def _arg(fn: Callable[..., Tensor]) -> Build:
+    return lambda b, n: _arg_build(fn, b, n)
+
+
+def _arg_build(fn: Callable[..., Tensor], b: Builder, n: NodeInfo) -> list[Tensor]:
     x = b.ins(n)[0]
     axis = int(n.attrs["axis"]) % len(x.shape)
     if n.attrs["select_last_index"]:
-        # The last maximum is the first one of the reversed axis, counted from the end.
+        # The last extreme is the first one of the reversed axis, counted from the end.
         key = tuple(slice(None, None, -1) if i == axis else slice(None) for i in range(len(x.shape)))
         size = x.shape[axis]
-        y = (size - 1) - cg.cast(cg.argmax(x[key], axis=axis), "int64")  # type: ignore[operator]
+        y = (size - 1) - cg.cast(fn(x[key], axis=axis), "int64")  # type: ignore[operator]
     else:
-        y = cg.cast(cg.argmax(x, axis=axis), "int64")
+        y = cg.cast(fn(x, axis=axis), "int64")
     return [cg.expand_dims(y, axis % len(x.shape)) if n.attrs["keepdims"] else y]
 
 
@@ -461,8 +466,12 @@ IMPORTERS: dict[str, ImportRow] = {
     "ReduceSum":      ImportRow(_reduce(cg.reduce_sum), _REDUCE, (1,), _check_reduce),
     "ReduceMean":     ImportRow(_reduce(cg.reduce_mean), _REDUCE, (1,), _check_reduce),
     "ReduceMax":      ImportRow(_reduce(cg.reduce_max), _REDUCE, (1,), _check_reduce),
-    "ArgMax":         ImportRow(_argmax, {"axis": 0, "keepdims": 1, "select_last_index": 0},
+    "ArgMax":         ImportRow(_arg(cg.argmax), {"axis": 0, "keepdims": 1, "select_last_index": 0},
                                 check=_check_argmax),
+    "ArgMin":         ImportRow(_arg(red.argmin), {"axis": 0, "keepdims": 1, "select_last_index": 0},
+                                check=_check_argmax),
+    "ReduceProd":     ImportRow(_reduce(red.reduce_prod), _REDUCE, (1,), _check_reduce),
+    "ReduceLogSumExp": ImportRow(_reduce(red.reduce_logsumexp), _REDUCE, (1,), _check_reduce),
     # Before version 13 these flattened the input to 2-D around the axis.
     "Softmax":        ImportRow(_softmax(cg.softmax), {"axis": -1}, since=13),
     "LogSoftmax":     ImportRow(_softmax(cg.log_softmax), {"axis": -1}, since=13),

@@ -14,6 +14,7 @@ import cellgraph as cg
 from cellgraph.dataflow.ops import activations as act
 from cellgraph.dataflow.ops import logic
 from cellgraph.dataflow.ops import math_unary as mu
+from cellgraph.dataflow.ops import reductions as red
 from cellgraph.onnx import OnnxError
 from cellgraph.onnx.export_ops import EXPORTERS
 
@@ -120,6 +121,12 @@ CASES: dict[str, Case] = {
     "ReduceMean":   _unary(lambda x: cg.reduce_mean(x, axis=(1, 2), keepdims=True)),
     "ReduceMax":    _unary(lambda x: cg.reduce_max(x, axis=-1)),
     "ArgMax":       _unary(lambda x: cg.argmax(x, axis=2)),
+    "ArgMin":       _unary(lambda x: red.argmin(x, axis=1)),
+    "ReduceMin":    _unary(lambda x: red.reduce_min(x, axis=(0, 2), keepdims=True)),
+    "ReduceProd":   _unary(lambda x: red.reduce_prod(x, axis=1)),
+    "ReduceLogSumExp": _unary(lambda x: red.reduce_logsumexp(x, axis=-1)),
+    "ReduceAny":    _unary(lambda x: cg.cast(red.reduce_any(cg.less(x, -1.0), axis=1), F)),
+    "ReduceAll":    _unary(lambda x: cg.cast(red.reduce_all(cg.less(x, 1.0), axis=2, keepdims=True), F)),
     "OnesLike":     _unary(lambda x: x + cg.ones_like(x)),
     "ZerosLike":    _unary(lambda x: x * 2.0 + cg.zeros_like(x)),
     "Relu":         _unary(cg.relu),
@@ -221,7 +228,7 @@ def test_an_op_without_an_onnx_equivalent_is_named_with_its_node(tmp_path: Path)
         dx = cg.dataflow.ops.nn.relu_grad(x, cg.relu(x), name="backward")
     with pytest.raises(
         OnnxError,
-        match=r"ReluGrad has no ONNX equivalent \(node 'backward', test_onnx_export.py:\d+\): ONNX export covers Abs, Add, ArgMax",
+        match=r"ReluGrad has no ONNX equivalent \(node 'backward', test_onnx_export.py:\d+\): ONNX export covers Abs, Add, ArgMax, ArgMin",
     ):
         cg.onnx.export(tmp_path / "m.onnx", x, dx, cg.Session(g))
     assert not (tmp_path / "m.onnx").exists()
