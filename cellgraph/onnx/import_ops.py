@@ -34,7 +34,7 @@ from cellgraph.dataflow.ops import logic
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import ONNX_TO_DTYPE, Build, Check, ImportRow
+from .common import ONNX_TO_DTYPE, Build, ImportRow
 from .import_normalization import NORMALIZATION
 from .import_windows import check_avg_pool, check_conv, check_max_pool, conv, pool
 
@@ -79,16 +79,6 @@ def _pow(b: Builder, n: NodeInfo) -> list[Tensor]:
         return [_via_float64(cg.pow, x, y)]
     # ONNX lets the exponent have its own type; cellgraph's Pow takes one dtype.
     return [cg.pow(x, y if y.dtype == x.dtype else cg.cast(y, x.dtype))]
-
-
-def _rank_is(*ranks: int, what: str = "input") -> Check:
-    def check(n: NodeInfo) -> str | None:
-        rank = n.rank(0)
-        if rank is not None and rank not in ranks:
-            return f"{n.op} of a rank-{rank} {what} (cellgraph's is rank {' or '.join(map(str, ranks))})"
-        return None
-
-    return check
 
 
 def _axes_of(b: Builder, n: NodeInfo, position: int) -> list[int] | None:
