@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cellgraph.dataflow.graph import Tensor
-from cellgraph.dataflow.ops import math
+from cellgraph.dataflow.ops import math, reductions
 
 
 def accuracy(logits: Tensor, labels: Tensor, name: str = "accuracy") -> Tensor:
@@ -19,5 +19,5 @@ def accuracy(logits: Tensor, labels: Tensor, name: str = "accuracy") -> Tensor:
     >>> float(cg.Session(g).run(acc))
     0.5
     """
-    hits = math.equal(math.argmax(logits, axis=-1), math.cast(labels, "int32"))
+    hits = math.equal(reductions.argmax(logits, axis=-1), math.cast(labels, "int32"))
     return math.reduce_mean(math.cast(hits, "float32"), name=name)

@@ -25,7 +25,7 @@ import math
 import numbers
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,9 +54,9 @@ class JobSpec:
     known rows (computed on the workers, never in this process).
     """
 
-    loss: Tensor
-    graph: TrainingGraph
-    arrays: tuple[Any, ...]
+    loss: Tensor = field(repr=False)
+    graph: TrainingGraph = field(repr=False)
+    arrays: tuple[Any, ...] = field(repr=False)
     optimizer: OptimizerConfig
     training: TrainingConfig
     replicas: int

@@ -230,10 +230,14 @@ register_op(OpDef(
 def matmul(
     a: TensorLike, b: TensorLike, transpose_a: bool = False, transpose_b: bool = False, name: str = "matmul"
 ) -> Tensor:
-    """Matrix product of two rank-2 tensors, optionally transposing either."""
-    return apply(
-        "MatMul", binary_inputs(a, b, "MatMul"), {"transpose_a": transpose_a, "transpose_b": transpose_b}, name=name
-    )
+    """Matrix product, optionally transposing either operand; an operand of rank 3 or more
+    makes it a batched product over its leading dims (``batch_matmul.py``)."""
+    a, b = binary_inputs(a, b, "MatMul")
+    if len(a.shape) > 2 or len(b.shape) > 2:
+        from .batch_matmul import batch_matmul
+
+        return batch_matmul(a, b, transpose_a, transpose_b, name=name)
+    return apply("MatMul", [a, b], {"transpose_a": transpose_a, "transpose_b": transpose_b}, name=name)
 
 
 # ------------------------------------------------------------- reductions

@@ -88,6 +88,17 @@ def _matmul(node: cg.Node, shapes: Shapes) -> list[str]:
     return ["km" if node.attrs["transpose_a"] else "mk", "nk" if node.attrs["transpose_b"] else "kn"]
 
 
+def _batch_matmul(node: cg.Node, shapes: Shapes, i: int, a: int) -> Shapes | str:
+    """Batch dims broadcast (aligned from the right, as ``_broadcast``); matrix dims tie as MatMul's."""
+    batch = [s[:-2] for s in shapes]
+    if a < len(batch[i]):
+        pos = a - len(batch[i])
+        tied = [(j, len(b) + pos) for j, b in enumerate(batch) if len(b) >= -pos and (j == i or b[pos] != 1)]
+        return _zero(shapes, tied)
+    # "." marks a batch dim: never the letter of the matrix axis being emptied.
+    return _tied(lambda n, s: ["." * len(b) + w for b, w in zip(batch, _matmul(n, s))])(node, shapes, i, a)
+
+
 def _broadcast_like(node: cg.Node, shapes: Shapes) -> list[str]:
     like = "abcdefgh"[: len(shapes[1])]
     axes, keep = node.attrs["axes"], node.attrs["keepdims"]
@@ -192,6 +203,7 @@ def _scatter_add_like(node: cg.Node, shapes: Shapes) -> list[str]:
 
 RULES: dict[str, Rule] = {
     "MatMul":             _tied(_matmul),
+    "BatchMatMul":        _batch_matmul,
     "BroadcastLike":      _tied(_broadcast_like),
     "Concat":             _tied(_concat),
     "SplitLike":          _split_like,
