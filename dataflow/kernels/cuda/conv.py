@@ -119,7 +119,8 @@ def conv2d(x: Any, f: Any, strides: HW, padding: str) -> Any:
     kh, kw, c, o = f.shape
     out = cuda.device_array((x.shape[0], geo[8], geo[9], o), x.dtype)
     patches = Operand(flat(x), _patch, fast=False)  # channels (along K) are adjacent
-    gemm(patches, Operand(flat(f), _by_out_channel, fast=True), out.reshape(out.size // o, o), kh * kw * c, geo)
+    pixels = x.shape[0] * geo[8] * geo[9]  # from the shapes, not size // o: any of them may be 0
+    gemm(patches, Operand(flat(f), _by_out_channel, fast=True), out.reshape(pixels, o), kh * kw * c, geo)
     return out
 
 
@@ -129,7 +130,7 @@ def conv2d_input_grad(like: Any, f: Any, dy: Any, strides: HW, padding: str) -> 
     kh, kw, c, o = f.shape
     dx = cuda.device_array(like.shape, dy.dtype)
     left, right = Operand(flat(dy), _dy_tap, fast=False), Operand(flat(f), _filter_transposed, fast=False)
-    gemm(left, right, dx.reshape(dx.size // c, c), kh * kw * o, geo)
+    gemm(left, right, dx.reshape(like.shape[0] * geo[0] * geo[1], c), kh * kw * o, geo)
     return dx
 
 
@@ -139,7 +140,8 @@ def conv2d_filter_grad(x: Any, like: Any, dy: Any, strides: HW, padding: str) ->
     kh, kw, c, o = like.shape
     df = cuda.device_array(like.shape, dy.dtype)
     patches = Operand(flat(x), _patch_transposed, fast=True)  # channels (along M) are adjacent
-    gemm(patches, Operand(flat(dy), _by_out_channel, fast=True), df.reshape(kh * kw * c, o), dy.size // o, geo)
+    pixels = dy.shape[0] * dy.shape[1] * dy.shape[2]
+    gemm(patches, Operand(flat(dy), _by_out_channel, fast=True), df.reshape(kh * kw * c, o), pixels, geo)
     return df
 
 

@@ -29,7 +29,9 @@ Numba wraps negative indices around, and only an index the compiler can see
 is non-negative loses that check (and the registers it costs). Numba
 exposes no vector loads (float4), so global loads are scalar; the tile
 loads of each warp still touch consecutive addresses along the operand's
-contiguous dimension (``rows_fast`` says which that is).
+contiguous dimension (``Operand.fast`` says which that is). Row tiles run
+along the grid's x (up to 2**31 - 1 blocks, for the many output pixels of a
+convolution), column tiles along its y (up to 65,535).
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ def kernel_source(tiles: Tiles) -> str:
         "    tid = cuda.threadIdx.x",
         # Unsigned only for the shared-memory reads: the operands' index functions subtract (padding).
         f"    ty, tx = U32(tid) // {cols}, U32(tid) % {cols}",
-        f"    row0, col0 = cuda.blockIdx.y * {t.bm}, cuda.blockIdx.x * {t.bn}",
+        f"    row0, col0 = cuda.blockIdx.x * {t.bm}, cuda.blockIdx.y * {t.bn}",
         *(f"    {name} = DT(0)" for row in acc for name in row),
         *stage("0", "    "),
         *store("0", "    "),
@@ -227,6 +229,6 @@ def gemm(a: Operand, b: Operand, out: Any, k: int, geo: tuple[int, ...], tiles: 
         return out
     tiles = tiles or choose_tiles(m, n, out.dtype)
     run = gemm_kernel(tiles, np.dtype(out.dtype), a.index, a.fast, b.index, b.fast)
-    blocks = (math.ceil(n / tiles.bn), math.ceil(m / tiles.bm))
+    blocks = (math.ceil(m / tiles.bm), math.ceil(n / tiles.bn))
     run[blocks, tiles.threads](a.data, b.data, out, m, n, k, tuple(int(v) for v in geo))
     return out
