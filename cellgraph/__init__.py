@@ -165,9 +165,12 @@ from cellgraph.dataflow.ops.state import (
     variable,
 )
 from cellgraph.dataflow.ops.training import (
+    apply_adagrad,
     apply_adam,
+    apply_adamw,
     apply_gradient_descent,
     apply_momentum,
+    apply_rmsprop,
 )
 
 __version__ = "0.1.0"

@@ -1,7 +1,11 @@
-"""Optimizers: ``cg.optim.SGD``, ``cg.optim.Momentum``, ``cg.optim.Adam``."""
+"""Optimizers: ``cg.optim.SGD``, ``Momentum``, ``Adam``, ``AdamW``, ``RMSProp``, ``Adagrad``.
+
+Each is an entry of ``cellgraph.dataflow.optimizer_registry``, which the
+parameter servers read too.
+"""
 
 from __future__ import annotations
 
-from cellgraph.dataflow.optimizers import SGD, Adam, Momentum, Optimizer
+from cellgraph.dataflow.optimizers import SGD, Adagrad, Adam, AdamW, Momentum, Optimizer, RMSProp
 
-__all__ = ["SGD", "Adam", "Momentum", "Optimizer"]
+__all__ = ["SGD", "Adagrad", "Adam", "AdamW", "Momentum", "Optimizer", "RMSProp"]

@@ -16,7 +16,7 @@ Examples
 >>> import cellgraph as cg
 >>> from cellgraph.cluster.job_spec import optimizer_config
 >>> optimizer_config(cg.optim.Momentum(0.1, momentum=0.5))
-OptimizerConfig(kind='momentum', learning_rate=0.1, momentum=0.5, nesterov=False, beta1=0.9, beta2=0.999, epsilon=1e-08)
+OptimizerConfig(kind='momentum', learning_rate=0.1, momentum=0.5, nesterov=False)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
-from cellgraph.dataflow.optimizers import SGD, Adam, Momentum, Optimizer
+from cellgraph.dataflow.optimizers import CLASSES, Optimizer
 from cellgraph.dataflow.session import convert_feed
 
 from .cluster import Cluster
@@ -235,28 +235,19 @@ def _checkpoint_problems(checkpoint_dir: Any, resume_from: Any) -> list[str]:
 
 
 def optimizer_config(optimizer: Optimizer | OptimizerConfig | None) -> OptimizerConfig:
-    """The parameter servers' form of ``cg.optim.SGD``, ``Momentum`` or ``Adam`` (default ``Adam(1e-3)``)."""
+    """The parameter servers' form of a ``cg.optim`` optimizer (default ``Adam(1e-3)``): the same registry entry."""
     try:
         if optimizer is None:
             return OptimizerConfig("adam", 1e-3)
         if isinstance(optimizer, OptimizerConfig):
             return optimizer
-        if isinstance(optimizer, Adam):
-            return OptimizerConfig(
-                "adam", optimizer.learning_rate, beta1=optimizer.beta1, beta2=optimizer.beta2,
-                epsilon=optimizer.epsilon,
-            )  # fmt: skip
-        if isinstance(optimizer, Momentum):
-            return OptimizerConfig(
-                "momentum", optimizer.learning_rate, momentum=optimizer.momentum, nesterov=optimizer.nesterov
-            )
-        if isinstance(optimizer, SGD):
-            return OptimizerConfig("sgd", optimizer.learning_rate)
+        if isinstance(optimizer, Optimizer) and optimizer.kind in CLASSES:
+            return OptimizerConfig(optimizer.kind, optimizer.learning_rate, **optimizer.hyperparameters)
     except ParameterServerError as err:
         raise TrainingError(f"optimizer {optimizer!r}: {err}") from None
+    *others, last = (f"cg.optim.{cls.__name__}" for cls in CLASSES.values())
     raise TrainingError(
-        f"optimizer {optimizer!r} is not one the parameter servers run: use cg.optim.SGD, cg.optim.Momentum or "
-        "cg.optim.Adam"
+        f"optimizer {optimizer!r} is not one the parameter servers run: use {', '.join(others)} or {last}"
     )
 
 

@@ -1,14 +1,19 @@
-"""Optimizers: SGD, Momentum (with Nesterov) and Adam, built from update ops.
+"""Optimizers: SGD, Momentum (with Nesterov), Adam, AdamW, RMSProp and Adagrad, built from update ops.
 
 ``minimize`` = ``compute_gradients`` + ``apply_gradients``, as in TensorFlow.
 Slots (momentum accumulators, Adam moments and step count) are variables named
 after the variable they serve, so re-running a cell keeps them, and a later
 issue can place them beside their variable on a parameter server.
+
+What each kind is (slots, hyperparameters and their rules, update) lives in
+``optimizer_registry.py``; a class here is that entry's constructor with typed
+keywords.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -17,6 +22,7 @@ from .errors import GradientError, GraphError
 from .graph import Graph, Node, Tensor
 from .ops import training
 from .ops.state import assign_add, constant, group, variable
+from .optimizer_registry import OPTIMIZER_KINDS, OptimizerDef, Value
 
 
 def _trainable_inputs(loss: Tensor) -> list[Tensor]:
@@ -26,14 +32,37 @@ def _trainable_inputs(loss: Tensor) -> list[Tensor]:
 
 
 class Optimizer:
-    """Base class: subclasses say which slots they keep and which update op they apply."""
+    """Base class: a subclass names its registry entry (``kind``), whose slots it keeps and whose op it applies."""
 
     name = "Optimizer"
+    kind: ClassVar[str] = ""
 
-    def __init__(self, learning_rate: float) -> None:
+    def __init__(self, learning_rate: float, **hyperparameters: Value) -> None:
+        # Locally a rate of 0 is a mistake (nothing moves), so more than 0 here; the registry's rules follow.
         if not learning_rate > 0:
             raise ValueError(f"{self.name}: learning_rate must be positive, got {learning_rate}")
+        problem = self.definition.problem({"learning_rate": learning_rate, **hyperparameters})
+        if problem is not None:
+            raise ValueError(f"{self.name}: {problem}")
         self.learning_rate = float(learning_rate)
+        for hyper in self.definition.hyperparameters[1:]:
+            value = hyperparameters.get(hyper.name, hyper.default)
+            setattr(self, hyper.name, bool(value) if isinstance(hyper.default, bool) else float(value))
+
+    @property
+    def definition(self) -> OptimizerDef:
+        return OPTIMIZER_KINDS.lookup(self.kind)
+
+    @property
+    def hyperparameters(self) -> dict[str, Value]:
+        """Every hyperparameter but the learning rate, by its registry name: ``{"beta1": 0.9, ...}``."""
+        return {name: getattr(self, name) for name in self.definition.names()}
+
+    def __repr__(self) -> str:
+        settings = ", ".join(
+            f"{k}={v!r}" for k, v in {"learning_rate": self.learning_rate, **self.hyperparameters}.items()
+        )
+        return f"{type(self).__name__}({settings})"
 
     def compute_gradients(
         self, loss: Tensor, var_list: Sequence[Tensor] | None = None
@@ -66,7 +95,7 @@ class Optimizer:
             for _, var in pairs:
                 if var.dtype not in lrs:
                     lrs[var.dtype] = constant(self.learning_rate, dtype=var.dtype, name="learning_rate")
-                slots_of.append({slot: self._slot(graph, var, slot, scalar) for slot, scalar in self.slots})
+                slots_of.append({s.name: self._slot(graph, var, s.name, s.scalar) for s in self.definition.slots})
             # Every gradient of a step reads the values from before the step:
             # no update may run until all of them exist (b's gradient in
             # a * b reads a, so a's update must wait for it), as in PyTorch,
@@ -106,53 +135,100 @@ class Optimizer:
         shape = () if scalar else tuple(d for d in var.shape if d is not None)
         return variable(np.zeros(shape, var.dtype), dtype=var.dtype, name=f"{var.node.name}/{slot}", trainable=False)
 
-    # The optimizer's slots: (name, whether the slot is a scalar), made for each variable.
-    slots: tuple[tuple[str, bool], ...] = ()
-
     def _update(self, var: Tensor, grad: Tensor, lr: Tensor, slots: dict[str, Tensor]) -> Tensor:
-        raise NotImplementedError
+        return training.apply_optimizer(self.kind, var, slots, lr, grad, self.hyperparameters)
 
 
 class SGD(Optimizer):
     """Plain stochastic gradient descent: ``var -= learning_rate * grad``."""
 
-    name = "SGD"
+    name, kind = "SGD", "sgd"
 
-    def _update(self, var: Tensor, grad: Tensor, lr: Tensor, slots: dict[str, Tensor]) -> Tensor:
-        return training.apply_gradient_descent(var, lr, grad)
+    def __init__(self, learning_rate: float) -> None:
+        super().__init__(learning_rate)
 
 
 class Momentum(Optimizer):
     """SGD with momentum, optionally Nesterov's."""
 
-    name = "Momentum"
-    slots = (("momentum", False),)
+    name, kind = "Momentum", "momentum"
+    momentum: float
+    nesterov: bool
 
     def __init__(self, learning_rate: float, momentum: float = 0.9, nesterov: bool = False) -> None:
-        super().__init__(learning_rate)
-        if not 0 <= momentum < 1:
-            raise ValueError(f"Momentum: momentum must be in [0, 1), got {momentum}")
-        self.momentum, self.nesterov = float(momentum), bool(nesterov)
-
-    def _update(self, var: Tensor, grad: Tensor, lr: Tensor, slots: dict[str, Tensor]) -> Tensor:
-        return training.apply_momentum(var, slots["momentum"], lr, grad, self.momentum, self.nesterov)
+        super().__init__(learning_rate, momentum=momentum, nesterov=nesterov)
 
 
 class Adam(Optimizer):
-    """Adam (Kingma & Ba, 2015) with bias correction."""
+    """Adam (Kingma & Ba, 2015) with bias correction (epsilon added as TensorFlow adds it)."""
 
-    name = "Adam"
-    slots = (("m", False), ("v", False), ("t", True))
+    name, kind = "Adam", "adam"
+    beta1: float
+    beta2: float
+    epsilon: float
 
     def __init__(
         self, learning_rate: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8
     ) -> None:
-        super().__init__(learning_rate)
-        for label, beta in (("beta1", beta1), ("beta2", beta2)):
-            if not 0 <= beta < 1:
-                raise ValueError(f"Adam: {label} must be in [0, 1), got {beta}")
-        self.beta1, self.beta2, self.epsilon = float(beta1), float(beta2), float(epsilon)
+        super().__init__(learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon)
 
-    def _update(self, var: Tensor, grad: Tensor, lr: Tensor, slots: dict[str, Tensor]) -> Tensor:
-        m, v, t = slots["m"], slots["v"], slots["t"]
-        return training.apply_adam(var, m, v, t, lr, grad, self.beta1, self.beta2, self.epsilon)
+
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): ``var *= 1 - lr * weight_decay``, then Adam."""
+
+    name, kind = "AdamW", "adamw"
+    beta1: float
+    beta2: float
+    epsilon: float
+    weight_decay: float
+
+    def __init__(
+        self,
+        learning_rate: float = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        weight_decay: float = 0.01,
+    ) -> None:
+        super().__init__(learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon, weight_decay=weight_decay)
+
+
+class RMSProp(Optimizer):
+    """RMSProp as TensorFlow runs it: ``ms = decay ms + (1 - decay) g^2``, ``mom = momentum mom +
+    lr g / sqrt(ms + epsilon)``, ``var -= mom`` (both slots start at zero)."""
+
+    name, kind = "RMSProp", "rmsprop"
+    decay: float
+    momentum: float
+    epsilon: float
+
+    def __init__(
+        self, learning_rate: float = 1e-3, decay: float = 0.9, momentum: float = 0.0, epsilon: float = 1e-10
+    ) -> None:
+        super().__init__(learning_rate, decay=decay, momentum=momentum, epsilon=epsilon)
+
+
+class Adagrad(Optimizer):
+    """Adagrad (Duchi et al., 2011): ``var -= lr g / (sqrt(initial_accumulator_value + sum g^2) + epsilon)``."""
+
+    name, kind = "Adagrad", "adagrad"
+    initial_accumulator_value: float
+    epsilon: float
+
+    def __init__(
+        self, learning_rate: float = 0.01, initial_accumulator_value: float = 0.1, epsilon: float = 1e-7
+    ) -> None:
+        super().__init__(learning_rate, initial_accumulator_value=initial_accumulator_value, epsilon=epsilon)
+
+
+# The graph optimizer of each registry kind: %train --optimizer and the job's config read it.
+CLASSES: dict[str, type[Optimizer]] = {cls.kind: cls for cls in (SGD, Momentum, Adam, AdamW, RMSProp, Adagrad)}
+
+
+def optimizer_class(kind: str) -> type[Optimizer]:
+    """The graph optimizer class of registry kind ``kind`` (``"adam"`` -> ``Adam``)."""
+    OPTIMIZER_KINDS.lookup(kind)  # an unknown kind: the registry's error, listing the known ones
+    return CLASSES[kind]
+
+
+__all__ = ["CLASSES", "SGD", "Adagrad", "Adam", "AdamW", "Momentum", "Optimizer", "RMSProp", "optimizer_class"]

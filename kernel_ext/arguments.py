@@ -18,15 +18,14 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.utils.process import arg_split
 
-from cellgraph.dataflow.optimizers import SGD, Adam, Momentum, Optimizer
+from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS
+from cellgraph.dataflow.optimizers import CLASSES, Optimizer
 
 NO_CLUSTER = "no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, or bind a cg.Cluster to `cluster`"
 USAGE_WIDTH = 100  # columns of a magic's usage and help
-# ``--optimizer NAME[:RATE]``: each optimizer, with the learning rate used when no RATE is given.
+# ``--optimizer NAME[:RATE]``: each optimizer kind of the registry, with its default learning rate when no RATE is given.
 OPTIMIZERS: dict[str, tuple[type[Optimizer], float]] = {
-    "adam": (Adam, 1e-3),
-    "momentum": (Momentum, 1e-2),
-    "sgd": (SGD, 1e-2),
+    kind: (cls, float(OPTIMIZER_KINDS.lookup(kind).defaults()["learning_rate"])) for kind, cls in CLASSES.items()
 }
 
 
@@ -144,7 +143,7 @@ def lookup(namespace: Mapping[str, Any], path: str, what: str) -> Any:
 
 
 def optimizer(spec: str) -> Optimizer:
-    """``adam:1e-3`` as ``cg.optim.Adam(1e-3)``: ``sgd``, ``momentum`` or ``adam``, and a learning rate (optional).
+    """``adam:1e-3`` as ``cg.optim.Adam(1e-3)``: a kind of the optimizer registry, and a learning rate (optional).
 
     Raises ``ValueError`` naming what is wrong with ``spec``.
     """

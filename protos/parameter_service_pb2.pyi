@@ -76,6 +76,10 @@ Global___NonFinite: _TypeAlias = NonFinite  # noqa: Y015
 
 @_typing.final
 class OptimizerConfigProto(_message.Message):
+    """An optimizer of dataflow/optimizer_registry.py: each field is the hyperparameter
+    of that name; a reader takes only those its kind has.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KIND_FIELD_NUMBER: _builtins.int
@@ -85,14 +89,28 @@ class OptimizerConfigProto(_message.Message):
     BETA1_FIELD_NUMBER: _builtins.int
     BETA2_FIELD_NUMBER: _builtins.int
     EPSILON_FIELD_NUMBER: _builtins.int
+    DECAY_FIELD_NUMBER: _builtins.int
+    WEIGHT_DECAY_FIELD_NUMBER: _builtins.int
+    INITIAL_ACCUMULATOR_VALUE_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
-    """"sgd", "momentum" or "adam" """
+    """"sgd", "momentum", "adam", "rmsprop", "adagrad" or "adamw" """
     learning_rate: _builtins.float
     momentum: _builtins.float
+    """momentum, rmsprop"""
     nesterov: _builtins.bool
+    """momentum"""
     beta1: _builtins.float
+    """adam, adamw"""
     beta2: _builtins.float
+    """adam, adamw"""
     epsilon: _builtins.float
+    """adam, adamw, rmsprop, adagrad"""
+    decay: _builtins.float
+    """rmsprop"""
+    weight_decay: _builtins.float
+    """adamw"""
+    initial_accumulator_value: _builtins.float
+    """adagrad"""
     def __init__(
         self,
         *,
@@ -103,10 +121,13 @@ class OptimizerConfigProto(_message.Message):
         beta1: _builtins.float = ...,
         beta2: _builtins.float = ...,
         epsilon: _builtins.float = ...,
+        decay: _builtins.float = ...,
+        weight_decay: _builtins.float = ...,
+        initial_accumulator_value: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["beta1", b"beta1", "beta2", b"beta2", "epsilon", b"epsilon", "kind", b"kind", "learning_rate", b"learning_rate", "momentum", b"momentum", "nesterov", b"nesterov"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["beta1", b"beta1", "beta2", b"beta2", "decay", b"decay", "epsilon", b"epsilon", "initial_accumulator_value", b"initial_accumulator_value", "kind", b"kind", "learning_rate", b"learning_rate", "momentum", b"momentum", "nesterov", b"nesterov", "weight_decay", b"weight_decay"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 import numpy as np
 
+from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS, Value, kinds
+
 from ..errors import ParameterServerError
 
 Mode = Literal["sync", "async"]
-OptimizerKind = Literal["sgd", "momentum", "adam"]
+OptimizerKind = str  # a kind of dataflow/optimizer_registry.py: "sgd", "momentum", "adam", "rmsprop", ...
 NonFinite = Literal["reject", "skip_step", "apply"]
 NONFINITE: tuple[NonFinite, ...] = ("reject", "skip_step", "apply")
 
@@ -26,9 +28,11 @@ NONFINITE: tuple[NonFinite, ...] = ("reject", "skip_step", "apply")
 NAME_CHARS_SHOWN = 64
 NAMES_SHOWN = 8
 
-# The slots each optimizer keeps beside a variable, in the order its kernel takes them.
+# The slots each optimizer keeps beside a variable, from the optimizer registry.
 # Adam's "t" (its step count, for bias correction) is a scalar float64 per variable.
-SLOTS: dict[str, tuple[str, ...]] = {"sgd": (), "momentum": ("momentum",), "adam": ("m", "v", "t")}
+SLOTS: dict[str, tuple[str, ...]] = {
+    kind: tuple(slot.name for slot in OPTIMIZER_KINDS.lookup(kind).slots) for kind in kinds()
+}
 
 
 def quoted(name: str) -> str:
@@ -81,34 +85,52 @@ class VariableSpec:
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    """The update the server applies to a variable with the (averaged) gradient."""
+    """The update the server applies to a variable with the (averaged) gradient.
+
+    ``kind`` names an entry of the optimizer registry; each field is one of
+    its hyperparameters, and a field left ``None`` takes the kind's default.
+    The fields ``kind`` does not take stay ``None``; giving one is an error.
+
+    Examples
+    --------
+    >>> OptimizerConfig("rmsprop", 0.01)
+    OptimizerConfig(kind='rmsprop', learning_rate=0.01, decay=0.9, momentum=0.0, epsilon=1e-10)
+    """
 
     kind: OptimizerKind = "sgd"
-    learning_rate: float = 0.01
-    momentum: float = 0.9
-    nesterov: bool = False
-    beta1: float = 0.9
-    beta2: float = 0.999
-    epsilon: float = 1e-8
+    learning_rate: float | None = None
+    momentum: float | None = None
+    nesterov: bool | None = None
+    beta1: float | None = None
+    beta2: float | None = None
+    epsilon: float | None = None
+    decay: float | None = None
+    weight_decay: float | None = None
+    initial_accumulator_value: float | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in SLOTS:
+        if self.kind not in OPTIMIZER_KINDS:
             raise ParameterServerError(
-                f"optimizer kind {quoted(str(self.kind))} is not one of {', '.join(SLOTS)}", "INVALID_ARGUMENT"
+                f"optimizer kind {quoted(str(self.kind))} is not one of {', '.join(kinds())}", "INVALID_ARGUMENT"
             )
+        definition = OPTIMIZER_KINDS.lookup(self.kind)
+        given = {f.name: getattr(self, f.name) for f in fields(self)[1:] if getattr(self, f.name) is not None}
         # A NaN learning rate is accepted by every kernel and turns the model into NaN at the first step.
-        for name in ("learning_rate", "momentum", "epsilon"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ParameterServerError(
-                    f"{self.kind} optimizer: {name} must be a finite number, 0 or more, got {value}", "INVALID_ARGUMENT"
-                )
-        for name in ("beta1", "beta2"):
-            value = getattr(self, name)
-            if not 0 <= value < 1:  # False for NaN; beta = 1 divides by 0 in Adam's bias correction
-                raise ParameterServerError(
-                    f"{self.kind} optimizer: {name} must be in [0, 1), got {value}", "INVALID_ARGUMENT"
-                )
+        problem = definition.problem(given)
+        if problem is not None:
+            raise ParameterServerError(f"{self.kind} optimizer: {problem}", "INVALID_ARGUMENT")
+        for hyper in definition.hyperparameters:
+            if hyper.name not in given:
+                object.__setattr__(self, hyper.name, hyper.default)
+
+    @property
+    def hyperparameters(self) -> dict[str, Value]:
+        """The kind's hyperparameters but the learning rate, by name (what its update reads)."""
+        return {name: getattr(self, name) for name in OPTIMIZER_KINDS.lookup(self.kind).names()}
+
+    def __repr__(self) -> str:
+        shown = {"learning_rate": self.learning_rate, **self.hyperparameters}
+        return f"OptimizerConfig(kind={self.kind!r}, " + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import tensor_pb2
@@ -70,27 +71,15 @@ def spec_from_proto(proto: pb.VariableSpecProto) -> VariableSpec:
 
 # ------------------------------------------------------------------ optimizer and training
 def optimizer_to_proto(config: OptimizerConfig) -> pb.OptimizerConfigProto:
-    return pb.OptimizerConfigProto(
-        kind=config.kind,
-        learning_rate=config.learning_rate,
-        momentum=config.momentum,
-        nesterov=config.nesterov,
-        beta1=config.beta1,
-        beta2=config.beta2,
-        epsilon=config.epsilon,
-    )
+    # Each hyperparameter has the proto field of its name (the registry's names are the schema's).
+    return pb.OptimizerConfigProto(kind=config.kind, learning_rate=config.learning_rate, **config.hyperparameters)
 
 
 def optimizer_from_proto(proto: pb.OptimizerConfigProto) -> OptimizerConfig:
-    return OptimizerConfig(
-        kind=proto.kind,  # type: ignore[arg-type]  # checked by OptimizerConfig
-        learning_rate=proto.learning_rate,
-        momentum=proto.momentum,
-        nesterov=proto.nesterov,
-        beta1=proto.beta1,
-        beta2=proto.beta2,
-        epsilon=proto.epsilon,
-    )
+    if proto.kind not in OPTIMIZER_KINDS:
+        return OptimizerConfig(kind=proto.kind)  # refused there, naming the kinds known
+    names = OPTIMIZER_KINDS.lookup(proto.kind).names()
+    return OptimizerConfig(proto.kind, proto.learning_rate, **{name: getattr(proto, name) for name in names})
 
 
 def training_to_proto(config: TrainingConfig) -> pb.TrainingConfigProto:

@@ -1,8 +1,8 @@
-"""The optimizer updates a parameter server applies: the executor's own kernels.
+"""The optimizer updates a parameter server applies: the optimizer registry's, as the executor runs them.
 
-The same update functions as the executor's ``Apply*`` kernels, with the
-scalars cast the same way, so a variable trained on a server moves exactly as
-it would locally.
+Each kind's ``update`` (``dataflow/optimizer_registry.py``) is the function the
+executor's ``Apply*`` op calls, with the scalars cast the same way, so a
+variable trained on a server moves exactly as it would locally.
 
 Examples
 --------
@@ -18,26 +18,23 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ...dataflow.kernels.cpu import training as k
+from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS, OptimizerDef, kinds
+
 from .config import OptimizerConfig
 
 # Adam's step count is a float64 scalar per variable, whatever the variable's dtype.
 STEP_COUNT_SLOT = "t"
 STEP_COUNT_DTYPE = np.dtype(np.float64)
 
-
-def _sgd(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
-    k.sgd_update(var, opt.learning_rate, grad)
-
-
-def _momentum(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
-    k.momentum_update(var, slots["momentum"], opt.learning_rate, grad, opt.momentum, opt.nesterov)
-
-
-def _adam(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
-    m, v, t = slots["m"], slots["v"], slots[STEP_COUNT_SLOT]
-    k.adam_update(var, m, v, t, opt.learning_rate, grad, opt.beta1, opt.beta2, opt.epsilon)
-
-
 Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray, OptimizerConfig], None]
-UPDATES: dict[str, Update] = {"sgd": _sgd, "momentum": _momentum, "adam": _adam}
+
+
+def _server_update(definition: OptimizerDef) -> Update:
+    def update(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
+        assert opt.learning_rate is not None  # OptimizerConfig fills every hyperparameter of its kind
+        definition.update(var, slots, opt.learning_rate, grad, opt.hyperparameters)
+
+    return update
+
+
+UPDATES: dict[str, Update] = {kind: _server_update(OPTIMIZER_KINDS.lookup(kind)) for kind in kinds()}

@@ -2,11 +2,15 @@
 
 They are ops (not Python code around a session) so that an update runs where
 its variable lives: on a parameter server, once variables are distributed.
-Each returns the updated variable.
+Each returns the updated variable. One op per optimizer kind of
+``dataflow/optimizer_registry.py``: its inputs are the variable, the kind's
+slots, the learning rate and the gradient; its attributes are the kind's other
+hyperparameters; its CPU kernel is the kind's ``update``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -15,6 +19,7 @@ from ..graph import Node, Tensor
 from ..kernels.cpu import training as k
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op
+from ..optimizer_registry import OPTIMIZER_KINDS, OptimizerDef, Value, kinds
 from ..shapes import fmt
 from .base import apply
 
@@ -23,11 +28,14 @@ FAMILY = "training"
 
 def _infer_apply(ctx: InferContext) -> TensorSpec:
     """Variable and slots first, then the learning rate (a scalar), then the gradient."""
+    definition = _BY_OP[ctx.node.op]
+    scalars = {slot.input for slot in definition.slots if slot.scalar}
+    updated = {"var"} | {slot.input for slot in definition.slots if not slot.scalar}
     names = ctx.attrs["_inputs"]
     specs = dict(zip(names, ctx.inputs))
     var = specs["var"]
     for i, (name, spec) in enumerate(zip(names, ctx.inputs)):
-        if name in ("var", "accum", "m", "v"):
+        if name in updated:
             target = ctx.node.inputs[i].node
             if target.op != "Variable":
                 raise ctx.graph_error(f"{name} must be a variable, got {target.op} '{target.name}'")
@@ -36,7 +44,7 @@ def _infer_apply(ctx: InferContext) -> TensorSpec:
         if name == "lr":
             if spec.shape != ():
                 raise ctx.shape_error(f"learning rate must be a scalar, got shape {fmt(spec.shape)}")
-        elif name != "t" and spec.shape != var.shape and not (name == "grad" and _fits(spec.shape, var.shape)):
+        elif name not in scalars and spec.shape != var.shape and not (name == "grad" and _fits(spec.shape, var.shape)):
             raise ctx.shape_error(f"{name} has shape {fmt(spec.shape)}, the variable has {fmt(var.shape)}")
     return var
 
@@ -45,6 +53,7 @@ def _fits(shape: tuple[int | None, ...], target: tuple[int | None, ...]) -> bool
     return len(shape) == len(target) and all(a is None or a == b for a, b in zip(shape, target))
 
 
+# ------------------------------------------------------------------ NumPy references (the op table's truth)
 def _ref_sgd(attrs: dict[str, Any], var: np.ndarray, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:
     return var - lr * grad
 
@@ -68,59 +77,87 @@ def _ref_adam(
 ) -> np.ndarray:
     b1, b2, eps = attrs["beta1"], attrs["beta2"], attrs["epsilon"]
     step = float(t) + 1.0
+    var = var * (1 - lr * attrs.get("weight_decay", 0.0))
     m = b1 * m + (1 - b1) * grad
     v = b2 * v + (1 - b2) * grad * grad
     lr_t = k.adam_step_size(float(lr), b1, b2, step)
     return (var - lr_t * m / (np.sqrt(v) + eps)).astype(var.dtype)
 
 
-def _sgd_kernel(node: Node, ctx: KernelContext) -> Any:
-    def run(var: np.ndarray, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:
-        k.sgd_update(var, lr, grad)
+def _ref_rmsprop(
+    attrs: dict[str, Any], var: np.ndarray, ms: np.ndarray, mom: np.ndarray, lr: np.ndarray, grad: np.ndarray
+) -> np.ndarray:
+    ms = attrs["decay"] * ms + (1 - attrs["decay"]) * grad * grad
+    mom = attrs["momentum"] * mom + lr * grad / np.sqrt(ms + attrs["epsilon"])
+    return (var - mom).astype(var.dtype)
+
+
+def _ref_adagrad(
+    attrs: dict[str, Any], var: np.ndarray, accum: np.ndarray, lr: np.ndarray, grad: np.ndarray
+) -> np.ndarray:
+    accum = accum + grad * grad + attrs["initial_accumulator_value"]
+    return (var - lr * grad / (np.sqrt(accum) + attrs["epsilon"])).astype(var.dtype)
+
+
+def _cpu_kernel(node: Node, ctx: KernelContext) -> Any:
+    """The kind's ``update``, the parameter server's too: inputs by name, hyperparameters from the attributes."""
+    definition = _BY_OP[node.op]
+    names = node.attrs["_inputs"]
+    hyper = {name: node.attrs[name] for name in definition.names()}
+    slot_inputs = [(slot.name, names.index(slot.input)) for slot in definition.slots]
+
+    def run(*arrays: np.ndarray) -> np.ndarray:
+        var, lr, grad = arrays[0], arrays[-2], arrays[-1]
+        definition.update(var, {slot: arrays[i] for slot, i in slot_inputs}, lr, grad, hyper)
         return var
 
     return run
 
 
-def _momentum_kernel(node: Node, ctx: KernelContext) -> Any:
-    mu, nesterov = node.attrs["momentum"], node.attrs["nesterov"]
-
-    def run(var: np.ndarray, accum: np.ndarray, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:
-        k.momentum_update(var, accum, lr, grad, mu, nesterov)
-        return var
-
-    return run
-
-
-def _adam_kernel(node: Node, ctx: KernelContext) -> Any:
-    b1, b2, eps = node.attrs["beta1"], node.attrs["beta2"], node.attrs["epsilon"]
-
-    def run(
-        var: np.ndarray, m: np.ndarray, v: np.ndarray, t: np.ndarray, lr: np.ndarray, grad: np.ndarray
-    ) -> np.ndarray:
-        # The step count is a slot too, so it is saved with the others.
-        k.adam_update(var, m, v, t, lr, grad, b1, b2, eps)
-        return var
-
-    return run
-
-
-_APPLY: list[tuple[Any, ...]] = [
-    ("ApplyGradientDescent", ("var", "lr", "grad"),                    _ref_sgd,      _sgd_kernel,      "sgd_op"),
-    ("ApplyMomentum",        ("var", "accum", "lr", "grad"),           _ref_momentum, _momentum_kernel, "momentum_op"),
-    ("ApplyAdam",            ("var", "m", "v", "t", "lr", "grad"),     _ref_adam,     _adam_kernel,     "adam_op"),
-]  # fmt: skip
-for _name, _inputs, _ref, _kernel, _cuda in _APPLY:
+# op -> (NumPy reference, CUDA kernel factory in kernels/cuda/training.py)
+_KERNELS: dict[str, tuple[Any, str]] = {
+    "ApplyGradientDescent": (_ref_sgd,      "sgd_op"),
+    "ApplyMomentum":        (_ref_momentum, "momentum_op"),
+    "ApplyAdam":            (_ref_adam,     "adam_op"),
+    "ApplyRMSProp":         (_ref_rmsprop,  "rmsprop_op"),
+    "ApplyAdagrad":         (_ref_adagrad,  "adagrad_op"),
+    "ApplyAdamW":           (_ref_adam,     "adam_op"),
+}  # fmt: skip
+_BY_OP: dict[str, OptimizerDef] = {}
+INPUTS: dict[str, tuple[str, ...]] = {}
+for _kind in kinds():
+    _def = OPTIMIZER_KINDS.lookup(_kind)
+    _ref, _cuda = _KERNELS[_def.op]
+    _BY_OP[_def.op] = _def
+    INPUTS[_def.op] = ("var", *(slot.input for slot in _def.slots), "lr", "grad")
     register_op(OpDef(
-        name=_name, family=FAMILY, infer=_infer_apply, reference=_ref, grad=not_differentiable,
-        kernels={"cpu": _kernel, "cuda": cuda_kernel("training", _cuda)}, stateful=True, view=True,
+        name=_def.op, family=FAMILY, infer=_infer_apply, reference=_ref, grad=not_differentiable,
+        kernels={"cpu": _cpu_kernel, "cuda": cuda_kernel("training", _cuda)}, stateful=True, view=True,
     ))  # fmt: skip
-INPUTS = {name: inputs for name, inputs, _, _, _ in _APPLY}
+
+
+def apply_optimizer(
+    kind: str,
+    var: Tensor,
+    slots: Mapping[str, Tensor],
+    lr: Tensor,
+    grad: Tensor,
+    hyperparameters: Mapping[str, Value],
+    name: str | None = None,
+) -> Tensor:
+    """The ``Apply*`` op of optimizer ``kind``: ``slots`` by slot name, ``hyperparameters`` but the learning rate."""
+    definition = OPTIMIZER_KINDS.lookup(kind)
+    attrs: dict[str, Any] = {"_inputs": INPUTS[definition.op]}
+    for hyper in definition.hyperparameters[1:]:  # the learning rate is an input
+        value = hyperparameters.get(hyper.name, hyper.default)
+        attrs[hyper.name] = bool(value) if isinstance(hyper.default, bool) else float(value)
+    inputs = [var, *(slots[slot.name] for slot in definition.slots), lr, grad]
+    return apply(definition.op, inputs, attrs, name=name or f"apply_{kind}")
 
 
 def apply_gradient_descent(var: Tensor, lr: Tensor, grad: Tensor, name: str = "apply_gradient_descent") -> Tensor:
     """``var -= lr * grad`` in place."""
-    return apply("ApplyGradientDescent", [var, lr, grad], {"_inputs": INPUTS["ApplyGradientDescent"]}, name=name)
+    return apply_optimizer("sgd", var, {}, lr, grad, {}, name=name)
 
 
 def apply_momentum(
@@ -133,8 +170,8 @@ def apply_momentum(
     name: str = "apply_momentum",
 ) -> Tensor:
     """``accum = momentum * accum + grad; var -= lr * accum`` (or the Nesterov step)."""
-    attrs = {"_inputs": INPUTS["ApplyMomentum"], "momentum": float(momentum), "nesterov": bool(nesterov)}
-    return apply("ApplyMomentum", [var, accum, lr, grad], attrs, name=name)
+    hyper = {"momentum": momentum, "nesterov": nesterov}
+    return apply_optimizer("momentum", var, {"momentum": accum}, lr, grad, hyper, name=name)
 
 
 def apply_adam(
@@ -142,8 +179,44 @@ def apply_adam(
     beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, name: str = "apply_adam",
 ) -> Tensor:  # fmt: skip
     """One Adam step (Kingma & Ba, 2015) with bias correction; ``t`` counts steps."""
-    attrs = {"_inputs": INPUTS["ApplyAdam"], "beta1": float(beta1), "beta2": float(beta2), "epsilon": float(epsilon)}
-    return apply("ApplyAdam", [var, m, v, t, lr, grad], attrs, name=name)
+    hyper = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon}
+    return apply_optimizer("adam", var, {"m": m, "v": v, "t": t}, lr, grad, hyper, name=name)
 
 
-__all__ = ["apply_adam", "apply_gradient_descent", "apply_momentum"]
+def apply_adamw(
+    var: Tensor, m: Tensor, v: Tensor, t: Tensor, lr: Tensor, grad: Tensor,
+    beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, weight_decay: float = 0.01,
+    name: str = "apply_adamw",
+) -> Tensor:  # fmt: skip
+    """``var *= 1 - lr * weight_decay``, then one Adam step: AdamW's decoupled weight decay."""
+    hyper = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon, "weight_decay": weight_decay}
+    return apply_optimizer("adamw", var, {"m": m, "v": v, "t": t}, lr, grad, hyper, name=name)
+
+
+def apply_rmsprop(
+    var: Tensor, ms: Tensor, mom: Tensor, lr: Tensor, grad: Tensor,
+    decay: float = 0.9, momentum: float = 0.0, epsilon: float = 1e-10, name: str = "apply_rmsprop",
+) -> Tensor:  # fmt: skip
+    """TensorFlow's RMSProp: ``ms`` averages squared gradients, ``mom`` carries ``lr * g / sqrt(ms + epsilon)``."""
+    hyper = {"decay": decay, "momentum": momentum, "epsilon": epsilon}
+    return apply_optimizer("rmsprop", var, {"ms": ms, "mom": mom}, lr, grad, hyper, name=name)
+
+
+def apply_adagrad(
+    var: Tensor, accumulator: Tensor, lr: Tensor, grad: Tensor,
+    initial_accumulator_value: float = 0.1, epsilon: float = 1e-7, name: str = "apply_adagrad",
+) -> Tensor:  # fmt: skip
+    """Adagrad: ``accumulator`` sums squared gradients (from 0; the initial value is added as it is read)."""
+    hyper = {"initial_accumulator_value": initial_accumulator_value, "epsilon": epsilon}
+    return apply_optimizer("adagrad", var, {"accumulator": accumulator}, lr, grad, hyper, name=name)
+
+
+__all__ = [
+    "apply_adagrad",
+    "apply_adam",
+    "apply_adamw",
+    "apply_gradient_descent",
+    "apply_momentum",
+    "apply_optimizer",
+    "apply_rmsprop",
+]

@@ -47,13 +47,29 @@ def _torch_trajectory(make, steps: int) -> np.ndarray:  # noqa: ANN001
             lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True),
         ),
         (lambda: cg.optim.Adam(0.01), lambda p: torch.optim.Adam(p, lr=0.01, eps=1e-8)),
+        (
+            lambda: cg.optim.AdamW(0.01, weight_decay=0.1),
+            lambda p: torch.optim.AdamW(p, lr=0.01, eps=1e-8, weight_decay=0.1),
+        ),
+        (lambda: cg.optim.RMSProp(0.01), lambda p: torch.optim.RMSprop(p, lr=0.01, alpha=0.9, eps=1e-10)),
+        (
+            lambda: cg.optim.RMSProp(0.01, decay=0.8, momentum=0.5),
+            lambda p: torch.optim.RMSprop(p, lr=0.01, alpha=0.8, eps=1e-10, momentum=0.5),
+        ),
+        (
+            lambda: cg.optim.Adagrad(0.1, initial_accumulator_value=0.5, epsilon=1e-6),
+            lambda p: torch.optim.Adagrad(p, lr=0.1, initial_accumulator_value=0.5, eps=1e-6),
+        ),
     ],
-    ids=["sgd", "momentum", "nesterov", "adam"],
+    ids=["sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop", "rmsprop-momentum", "adagrad"],
 )
 def test_matches_pytorch_over_ten_steps(ours, theirs) -> None:  # noqa: ANN001
     # Adam adds epsilon after bias correction here (TensorFlow's "epsilon hat"
     # form) and before it in PyTorch: the two differ by O(epsilon) per step.
-    rtol = 1e-5 if isinstance(ours(), cg.optim.Adam) else 1e-6
+    # RMSProp adds epsilon inside the square root (TensorFlow) and PyTorch
+    # outside it: with epsilon 1e-10 against mean squares near 1 they agree to
+    # about 1e-10.
+    rtol = 1e-5 if isinstance(ours(), (cg.optim.Adam, cg.optim.AdamW)) else 1e-6
     np.testing.assert_allclose(_cellgraph_trajectory(ours(), 10), _torch_trajectory(theirs, 10), rtol=rtol, atol=1e-9)
 
 
@@ -64,6 +80,79 @@ def test_bad_hyperparameters_are_rejected() -> None:
         cg.optim.Momentum(0.1, 1.5)
     with pytest.raises(ValueError, match=r"Adam: beta2 must be in \[0, 1\), got 1.0"):
         cg.optim.Adam(0.1, beta2=1.0)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: cg.optim.SGD(float("nan")), "SGD: learning_rate must be positive, got nan"),
+        (lambda: cg.optim.Adam(float("inf")), "Adam: learning_rate must be a finite number, 0 or more, got inf"),
+        (lambda: cg.optim.Momentum(0.1, -0.5), "Momentum: momentum must be a finite number, 0 or more, got -0.5"),
+        (lambda: cg.optim.Momentum(0.1, nesterov="yes"), "Momentum: nesterov must be True or False, got 'yes'"),  # type: ignore[arg-type]
+        (lambda: cg.optim.RMSProp(0.1, decay=1.0), r"RMSProp: decay must be in \[0, 1\), got 1.0"),
+        (lambda: cg.optim.RMSProp(0.1, decay=float("nan")), r"RMSProp: decay must be in \[0, 1\), got nan"),
+        (lambda: cg.optim.RMSProp(0.1, momentum=-0.1), "RMSProp: momentum must be a finite number, 0 or more, got -0.1"),
+        (lambda: cg.optim.RMSProp(0.1, momentum=1.0), r"RMSProp: momentum must be in \[0, 1\), got 1.0"),
+        (lambda: cg.optim.RMSProp(0.1, epsilon=-1e-10), "RMSProp: epsilon must be a finite number, 0 or more, got -1e-10"),
+        (
+            lambda: cg.optim.Adagrad(0.1, initial_accumulator_value=-0.1),
+            "Adagrad: initial_accumulator_value must be a finite number, 0 or more, got -0.1",
+        ),
+        (lambda: cg.optim.Adagrad(0.1, epsilon=float("inf")), "Adagrad: epsilon must be a finite number, 0 or more, got inf"),
+        (lambda: cg.optim.AdamW(0.1, weight_decay=float("nan")), "AdamW: weight_decay must be a finite number, 0 or more, got nan"),
+        (lambda: cg.optim.AdamW(0.1, weight_decay=-0.01), "AdamW: weight_decay must be a finite number, 0 or more, got -0.01"),
+        (lambda: cg.optim.AdamW(0.1, beta1=1.5), r"AdamW: beta1 must be in \[0, 1\), got 1.5"),
+    ],
+)  # fmt: skip
+def test_every_hyperparameter_rule_names_the_hyperparameter(make, message: str) -> None:  # noqa: ANN001
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "slots"),
+    [
+        (cg.optim.RMSProp(0.1), {"RMSProp/w/ms", "RMSProp/w/mom"}),
+        (cg.optim.Adagrad(0.1), {"Adagrad/w/accumulator"}),
+        (cg.optim.AdamW(0.1), {"AdamW/w/m", "AdamW/w/v", "AdamW/w/t"}),
+    ],
+    ids=["rmsprop", "adagrad", "adamw"],
+)
+def test_new_optimizers_keep_the_registry_slots(optimizer: cg.optim.Optimizer, slots: set[str]) -> None:
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable([1.0, -2.0], name="w")
+        train = optimizer.minimize(cg.reduce_sum(w * w))
+    assert {n.name for n in g.variables()} - {"w"} == slots
+    sess = cg.Session(g)
+    sess.run(train)
+    assert (sess.run(w) != [1.0, -2.0]).all()
+
+
+def test_adagrad_accumulator_holds_the_sum_of_squared_gradients() -> None:
+    """The slot starts at zero (on a server too); the initial value is added where it is read."""
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable([1.0, -2.0], dtype="float64", name="w")
+        train = cg.optim.Adagrad(0.5, initial_accumulator_value=0.25, epsilon=0.0).minimize(cg.reduce_sum(w * w))
+    sess = cg.Session(g)
+    sess.run(train)
+    grad = np.array([2.0, -4.0])
+    np.testing.assert_allclose(sess.run(g.tensor("Adagrad/w/accumulator:0")), grad**2)
+    np.testing.assert_allclose(sess.run(w), [1.0, -2.0] - 0.5 * grad / np.sqrt(grad**2 + 0.25))
+
+
+def test_the_registry_refuses_a_second_kind_of_one_name() -> None:
+    from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS, register_optimizer
+
+    with pytest.raises(
+        cg.RegistryError, match=r"optimizer 'adam' is already registered \(at .*optimizer_registry.py:\d+\)"
+    ):
+        register_optimizer(OPTIMIZER_KINDS.lookup("adam"))
+    with pytest.raises(
+        cg.RegistryError, match=r"no optimizer named 'lamb'; known: adagrad, adam, adamw, momentum, rmsprop, sgd"
+    ):
+        OPTIMIZER_KINDS.lookup("lamb")
 
 
 def test_minimize_without_variables_is_an_error() -> None:

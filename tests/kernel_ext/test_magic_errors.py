@@ -61,8 +61,8 @@ TRAIN_CASES = [
     ("%train loss", "%train: --data is missing: name the training arrays, e.g. --data x_train,y_train"),
     ("%train loss --data X,Z", "%train: --data 'Z' is not defined in the notebook: run the cell that makes Z first"),
     (
-        "%train loss --data X,Y --optimizer rmsprop:1e-3",
-        "%train: --optimizer 'rmsprop:1e-3': unknown optimizer 'rmsprop'; known: adam, momentum, sgd (e.g. adam:1e-3)",
+        "%train loss --data X,Y --optimizer lamb:1e-3",
+        "%train: --optimizer 'lamb:1e-3': unknown optimizer 'lamb'; known: adagrad, adam, adamw, momentum, rmsprop, sgd (e.g. adam:1e-3)",
     ),
     (
         "%train loss --data X,Y --optimizer adam:fast",
@@ -340,7 +340,8 @@ def test_every_magic_has_help(shell: InteractiveShell, capsys: pytest.CaptureFix
 @pytest.mark.parametrize(
     ("spec", "kind", "rate"),
     [("adam:1e-2", cg.optim.Adam, 1e-2), ("Adam", cg.optim.Adam, 1e-3), ("sgd:0.5", cg.optim.SGD, 0.5),
-     ("momentum", cg.optim.Momentum, 1e-2)],
+     ("momentum", cg.optim.Momentum, 1e-2), ("rmsprop:0.01", cg.optim.RMSProp, 0.01),
+     ("adagrad", cg.optim.Adagrad, 1e-2), ("AdamW:3e-4", cg.optim.AdamW, 3e-4)],
 )  # fmt: skip
 def test_optimizer_specs(spec: str, kind: type, rate: float) -> None:
     opt = optimizer(spec)

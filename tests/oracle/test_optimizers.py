@@ -7,7 +7,9 @@ TensorFlow's: ``accum = mu * accum + g``, ``var -= lr * accum``, or
 ``var -= lr * (g + mu * accum)``). Adam is written out: cellgraph places
 epsilon as TensorFlow does (``lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t)``,
 ``var -= lr_t * m / (sqrt(v) + eps)``), where torch.optim.Adam adds epsilon
-to the bias-corrected ``sqrt(v_hat)``.
+to the bias-corrected ``sqrt(v_hat)``; AdamW is that Adam after
+torch.optim.AdamW's decoupled decay. RMSProp is written out in TensorFlow's
+form (epsilon inside the square root); Adagrad is torch.optim.Adagrad's.
 """
 
 from __future__ import annotations
@@ -60,10 +62,13 @@ def _logits(x: Any, p: dict[str, Any], tanh: Callable[[Any], Any]) -> Any:
 
 # ------------------------------------------------------------ the torch side
 class TFAdam:
-    """Adam with TensorFlow's epsilon placement, over torch tensors."""
+    """Adam with TensorFlow's epsilon placement, over torch tensors (AdamW with ``weight_decay``)."""
 
-    def __init__(self, params: list[Any], lr: float, beta1: float, beta2: float, eps: float) -> None:
+    def __init__(
+        self, params: list[Any], lr: float, beta1: float, beta2: float, eps: float, weight_decay: float = 0.0
+    ) -> None:
         self.params, self.lr, self.b1, self.b2, self.eps = params, lr, beta1, beta2, eps
+        self.weight_decay = weight_decay
         self.m = [torch.zeros_like(p) for p in params]
         self.v = [torch.zeros_like(p) for p in params]
         self.t = 0
@@ -73,9 +78,30 @@ class TFAdam:
         self.t += 1
         lr_t = self.lr * math.sqrt(1 - self.b2**self.t) / (1 - self.b1**self.t)
         for p, m, v in zip(self.params, self.m, self.v):
+            p.mul_(1 - self.lr * self.weight_decay)  # decoupled, before the step, as torch.optim.AdamW does
             m.mul_(self.b1).add_((1 - self.b1) * p.grad)
             v.mul_(self.b2).add_((1 - self.b2) * p.grad * p.grad)
             p.sub_(lr_t * m / (v.sqrt() + self.eps))
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+
+class TFRMSProp:
+    """RMSProp as TensorFlow writes it (epsilon inside the square root, lr inside the momentum), over torch tensors."""
+
+    def __init__(self, params: list[Any], lr: float, decay: float, momentum: float, eps: float) -> None:
+        self.params, self.lr, self.decay, self.momentum, self.eps = params, lr, decay, momentum, eps
+        self.ms = [torch.zeros_like(p) for p in params]
+        self.mom = [torch.zeros_like(p) for p in params]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, ms, mom in zip(self.params, self.ms, self.mom):
+            ms.mul_(self.decay).add_((1 - self.decay) * p.grad * p.grad)
+            mom.mul_(self.momentum).add_(self.lr * p.grad / (ms + self.eps).sqrt())
+            p.sub_(mom)
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -95,6 +121,19 @@ OPTIMIZERS: dict[str, tuple[Callable[[], Any], Callable[[list[Any]], Any]]] = {
     "adam-eps0.1": (
         lambda: cg.optim.Adam(0.02, beta1=0.8, beta2=0.99, epsilon=0.1),
         lambda ps: TFAdam(ps, 0.02, 0.8, 0.99, 0.1),
+    ),
+    "adamw": (
+        lambda: cg.optim.AdamW(0.02, weight_decay=0.3),
+        lambda ps: TFAdam(ps, 0.02, 0.9, 0.999, 1e-8, weight_decay=0.3),
+    ),
+    # A large epsilon makes its placement (inside the square root) matter.
+    "rmsprop": (
+        lambda: cg.optim.RMSProp(0.01, decay=0.8, momentum=0.6, epsilon=0.01),
+        lambda ps: TFRMSProp(ps, 0.01, 0.8, 0.6, 0.01),
+    ),
+    "adagrad": (
+        lambda: cg.optim.Adagrad(0.1, initial_accumulator_value=0.2, epsilon=1e-3),
+        lambda ps: torch.optim.Adagrad(ps, lr=0.1, initial_accumulator_value=0.2, eps=1e-3),
     ),
 }
 

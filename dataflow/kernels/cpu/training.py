@@ -40,12 +40,31 @@ def momentum(var, accum, lr, grad, mu, nesterov):  # type: ignore[no-untyped-def
 
 
 @kernel
-def adam(var, m, v, lr_t, grad, beta1, beta2, epsilon):  # type: ignore[no-untyped-def]
+def adam(var, m, v, lr_t, grad, beta1, beta2, epsilon, keep):  # type: ignore[no-untyped-def]
+    # keep = 1 - lr * weight_decay: AdamW's decoupled decay, applied before the step as PyTorch does (1 for Adam).
     for i in range(var.size):
         g = grad[i]
+        var[i] *= keep
         m[i] = beta1 * m[i] + (1.0 - beta1) * g
         v[i] = beta2 * v[i] + (1.0 - beta2) * g * g
         var[i] -= lr_t * m[i] / (math.sqrt(v[i]) + epsilon)
+
+
+@kernel
+def rmsprop(var, ms, mom, lr, grad, decay, mu, epsilon):  # type: ignore[no-untyped-def]
+    for i in range(var.size):
+        g = grad[i]
+        ms[i] = decay * ms[i] + (1.0 - decay) * g * g
+        mom[i] = mu * mom[i] + lr * g / math.sqrt(ms[i] + epsilon)
+        var[i] -= mom[i]
+
+
+@kernel
+def adagrad(var, accum, lr, grad, initial, epsilon):  # type: ignore[no-untyped-def]
+    for i in range(var.size):
+        g = grad[i]
+        accum[i] += g * g
+        var[i] -= lr * g / (math.sqrt(accum[i] + initial) + epsilon)
 
 
 def flat(x: np.ndarray) -> np.ndarray:
@@ -83,9 +102,46 @@ def adam_update(
     beta1: float,
     beta2: float,
     epsilon: float,
+    weight_decay: float = 0.0,
 ) -> None:
+    """Adam, or AdamW with ``weight_decay`` (Loshchilov & Hutter: the decay is not part of the gradient)."""
     cast = var.dtype.type
     t += 1
-    lr_t = cast(adam_step_size(float(cast(lr)), beta1, beta2, float(t)))
+    rate = cast(lr)
+    lr_t = cast(adam_step_size(float(rate), beta1, beta2, float(t)))
+    keep = cast(1) - rate * cast(weight_decay)
     g = flat(np.ascontiguousarray(grad))
-    adam(flat(var), flat(m), flat(v), lr_t, g, cast(beta1), cast(beta2), cast(epsilon))
+    adam(flat(var), flat(m), flat(v), lr_t, g, cast(beta1), cast(beta2), cast(epsilon), keep)
+
+
+def rmsprop_update(
+    var: np.ndarray,
+    ms: np.ndarray,
+    mom: np.ndarray,
+    lr: float | np.ndarray,
+    grad: np.ndarray,
+    decay: float,
+    momentum: float,
+    epsilon: float,
+) -> None:
+    """TensorFlow's RMSProp: epsilon inside the square root, the learning rate inside the momentum."""
+    cast = var.dtype.type
+    g = flat(np.ascontiguousarray(grad))
+    rmsprop(flat(var), flat(ms), flat(mom), cast(lr), g, cast(decay), cast(momentum), cast(epsilon))
+
+
+def adagrad_update(
+    var: np.ndarray,
+    accum: np.ndarray,
+    lr: float | np.ndarray,
+    grad: np.ndarray,
+    initial_accumulator_value: float,
+    epsilon: float,
+) -> None:
+    """Adagrad; ``accum`` sums the squared gradients and the initial value is added as it is read.
+
+    So the slot starts at zero like every other slot, on a parameter server too.
+    """
+    cast = var.dtype.type
+    g = flat(np.ascontiguousarray(grad))
+    adagrad(flat(var), flat(accum), cast(lr), g, cast(initial_accumulator_value), cast(epsilon))

@@ -224,7 +224,7 @@ INITS = [
     ("a shard out of range", [pb.InitMessage(config=config(shard=2, num_shards=2))], "INVALID_ARGUMENT", "shard 2 is not in [0, 2) (num_shards)"),
     ("no variables", [pb.InitMessage(config=config(variables=[]))], "INVALID_ARGUMENT", "job 'k' gives shard 0 no variables"),
     ("a negative dim", [pb.InitMessage(config=negative_dims())], "INVALID_ARGUMENT", "variable 'w': shape (-2, 4) has a negative dim"),
-    ("an unknown optimizer", [pb.InitMessage(config=config(optimizer=pb.OptimizerConfigProto(kind="rmsprop")))], "INVALID_ARGUMENT", "optimizer kind 'rmsprop' is not one of sgd, momentum, adam"),
+    ("an unknown optimizer", [pb.InitMessage(config=config(optimizer=pb.OptimizerConfigProto(kind="lamb")))], "INVALID_ARGUMENT", "optimizer kind 'lamb' is not one of sgd, momentum, adam, rmsprop, adagrad, adamw"),
     ("no training mode", [pb.InitMessage(config=config(training=pb.TrainingConfigProto()))], "INVALID_ARGUMENT", "training mode 0 is not SYNC (1) or ASYNC (2)"),
     ("a NaN learning rate", [pb.InitMessage(config=config(optimizer=pb.OptimizerConfigProto(kind="sgd", learning_rate=float("nan"))))], "INVALID_ARGUMENT", "sgd optimizer: learning_rate must be a finite number, 0 or more, got nan"),
     ("a negative learning rate", [pb.InitMessage(config=config(optimizer=pb.OptimizerConfigProto(kind="sgd", learning_rate=-1.0)))], "INVALID_ARGUMENT", "sgd optimizer: learning_rate must be a finite number, 0 or more, got -1.0"),

@@ -42,4 +42,25 @@ CASES = [
         variables=(0, 1, 2, 3),
         grad=False,
     ),
+    OpCase(
+        "ApplyAdamW",
+        lambda v, m, s, t, lr_, g: cg.apply_adamw(v, m, s, t, lr_, g, weight_decay=0.1),
+        [var, slot, np.abs(slot), np.array(3.0, np.float32), lr, grad],
+        variables=(0, 1, 2, 3),
+        grad=False,
+    ),
+    OpCase(
+        "ApplyRMSProp",
+        lambda v, ms, mom, lr_, g: cg.apply_rmsprop(v, ms, mom, lr_, g, decay=0.8, momentum=0.5, epsilon=1e-3),
+        [var, np.abs(slot), rand(3, 4, seed=4), lr, grad],
+        variables=(0, 1, 2),
+        grad=False,
+    ),
+    OpCase(
+        "ApplyAdagrad",
+        lambda v, acc, lr_, g: cg.apply_adagrad(v, acc, lr_, g, initial_accumulator_value=0.2, epsilon=1e-3),
+        [var, np.abs(slot), lr, grad],
+        variables=(0, 1),
+        grad=False,
+    ),
 ]
