@@ -1,5 +1,6 @@
 """Import rows of ONNX ops that cellgraph computes as a few of its own ops: normalizations,
-global pools, ReduceMin (of bools too) and Mean.
+global pools, the norm reductions (ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum),
+ReduceMin (of bools too), Mean and Celu.
 
 BatchNormalization normalizes with the running mean and variance
 (``training_mode=0``), or with the batch's own statistics, giving the updated
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
+from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
 from .common import ImportRow
@@ -113,6 +115,45 @@ def _reduce_min(b: Builder, n: NodeInfo) -> list[Tensor]:
     return [red.reduce_min(x, axis=axes or None, keepdims=keep)]
 
 
+def _rms_norm(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x, scale = b.ins(n, 2)
+    rank = len(x.shape)
+    axes = tuple(range(int(n.attrs["axis"]) % rank, rank))
+    mean_square = cg.reduce_mean(x * x, axis=axes, keepdims=True)
+    return [x / cg.sqrt(mean_square + float(n.attrs["epsilon"])) * scale]
+
+
+def _norm_reduce(kind: str) -> object:
+    """ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum: a map, ReduceSum, and a final step."""
+
+    def build(b: Builder, n: NodeInfo) -> list[Tensor]:
+        x = b.ins(n)[0]
+        axes = None
+        if n.attrs.get("axes") is not None:
+            axes = [int(a) for a in n.attrs["axes"]]
+        elif len(n.inputs) > 1 and n.inputs[1]:
+            axes = [int(a) for a in b.static(n.inputs[1]).reshape(-1)]
+        if not axes and n.attrs["noop_with_empty_axes"]:
+            return [cg.identity(x)]
+        mapped = {"L1": lambda t: mu.abs(t), "L2": lambda t: t * t, "SumSquare": lambda t: t * t}.get(kind, lambda t: t)
+        total = cg.reduce_sum(mapped(x), axis=axes or None, keepdims=bool(n.attrs["keepdims"]))
+        if kind == "L2":
+            return [
+                cg.sqrt(total)
+                if total.dtype in ("float32", "float64")
+                else cg.cast(cg.sqrt(cg.cast(total, "float64")), total.dtype)
+            ]
+        return [cg.log(total) if kind == "LogSum" else total]
+
+    return build
+
+
+def _celu(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x, alpha = b.ins(n)[0], float(n.attrs["alpha"])
+    zero = cg.zeros_like(x)
+    return [cg.maximum(x, zero) + cg.minimum(zero, mu.expm1(x / alpha) * alpha)]
+
+
 def _mean(b: Builder, n: NodeInfo) -> list[Tensor]:
     ins = b.ins(n)
     total = ins[0]
@@ -121,6 +162,8 @@ def _mean(b: Builder, n: NodeInfo) -> list[Tensor]:
     return [total / float(len(ins))]
 
 
+_REDUCE_ATTRS = {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}
+
 NORMALIZATION: dict[str, ImportRow] = {
     "BatchNormalization": ImportRow(_batch_norm, {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0},
                                     check=_check_batch_norm, since=9),
@@ -128,6 +171,13 @@ NORMALIZATION: dict[str, ImportRow] = {
                                     check=_check_layer_norm),
     "GlobalAveragePool":  ImportRow(_global_pool(cg.reduce_mean)),  # type: ignore[arg-type]
     "GlobalMaxPool":      ImportRow(_global_pool(cg.reduce_max)),  # type: ignore[arg-type]
-    "ReduceMin":          ImportRow(_reduce_min, {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}, (1,)),
+    "ReduceMin":          ImportRow(_reduce_min, _REDUCE_ATTRS, (1,)),
     "Mean":               ImportRow(_mean),
+    "RMSNormalization":   ImportRow(_rms_norm, {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+                                    check=lambda n: None if n.rank(0) is not None else "RMSNormalization of unknown rank"),
+    "ReduceL1":           ImportRow(_norm_reduce("L1"), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
+    "ReduceL2":           ImportRow(_norm_reduce("L2"), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
+    "ReduceSumSquare":    ImportRow(_norm_reduce("SumSquare"), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
+    "ReduceLogSum":       ImportRow(_norm_reduce("LogSum"), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
+    "Celu":               ImportRow(_celu, {"alpha": 1.0}),
 }  # fmt: skip

@@ -36,6 +36,7 @@ from cellgraph.dataflow.ops import reductions as red
 
 from .common import ONNX_TO_DTYPE, Build, ImportRow
 from .import_normalization import NORMALIZATION
+from .import_shapes import SHAPES
 from .import_windows import check_avg_pool, check_conv, check_max_pool, conv, pool
 
 if TYPE_CHECKING:
@@ -511,4 +512,5 @@ IMPORTERS: dict[str, ImportRow] = {
     "HardSigmoid":    ImportRow(_hard_sigmoid, {"alpha": 0.2, "beta": 0.5}),
     "HardSwish":      ImportRow(_hard_swish),
     **NORMALIZATION,
+    **SHAPES,
 }  # fmt: skip

@@ -147,6 +147,7 @@ def plan(
     for node in graph.node:
         folded = _fold(node, known, trainable)
         if folded is not None:
+            _check_folded(node, opset, folded, known, types)
             known.update(folded)
             continue
         info = _check_node(node, opset, known, types)
@@ -228,8 +229,24 @@ def _check_node(
     # A value known now (a Constant, the Shape of a static shape) can feed inputs that must be known.
     folded = row.fold(info) if row.fold is not None else None
     if folded is not None:
+        _check_folded(node, opset, {node.output[0]: folded}, known, types)
         known[node.output[0]] = folded
     return info
+
+
+def _check_folded(
+    node: onnx.NodeProto,
+    opset: int,
+    values: Mapping[str, np.ndarray],
+    known: Mapping[str, np.ndarray],
+    types: Mapping[str, onnx.TypeProto],
+) -> None:
+    """A value computed at import must have a dtype cellgraph can hold."""
+    for name, value in values.items():
+        code = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+        if code not in ONNX_TO_DTYPE:
+            info = NodeInfo(node, opset, {}, known, types)
+            raise _unsupported(f"dtype {onnx_dtype_name(code)} of value {name!r}", info)
 
 
 class Builder:
