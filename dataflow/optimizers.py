@@ -12,15 +12,17 @@ keywords.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 
 from .autodiff import gradients
-from .errors import GradientError, GraphError
+from .errors import DTypeError, GradientError, GraphError
 from .graph import Graph, Node, Tensor
 from .ops import training
+from .ops.math import add, div, maximum, mul, reduce_sum, sqrt, square
 from .ops.state import assign_add, constant, group, variable
 from .optimizer_registry import OPTIMIZER_KINDS, OptimizerDef, Value
 
@@ -231,4 +233,61 @@ def optimizer_class(kind: str) -> type[Optimizer]:
     return CLASSES[kind]
 
 
-__all__ = ["CLASSES", "SGD", "Adagrad", "Adam", "AdamW", "Momentum", "Optimizer", "RMSProp", "optimizer_class"]
+def clip_by_global_norm(
+    tensors: Sequence[Tensor | None], clip_norm: float, name: str = "clip_by_global_norm"
+) -> tuple[list[Tensor | None], Tensor]:
+    """Scale ``tensors`` together so that their joint L2 norm is at most ``clip_norm``; ``(clipped, global_norm)``.
+
+    ``t * clip_norm / max(global_norm, clip_norm)`` for each, with ``global_norm
+    = sqrt(sum of every element squared)``, as ``tf.clip_by_global_norm`` and
+    ``torch.nn.utils.clip_grad_norm_`` (up to its 1e-6) do. ``None`` entries
+    (a variable no gradient reaches) stay ``None``. Use it between
+    ``compute_gradients`` and ``apply_gradients``.
+
+    Examples
+    --------
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     (clipped,), norm = cg.optim.clip_by_global_norm([cg.constant([3.0, 4.0])], 1.0)
+    >>> cg.Session(g).run([clipped, norm])
+    [array([0.6, 0.8], dtype=float32), array(5., dtype=float32)]
+    """
+    present = [t for t in tensors if t is not None]
+    if not present:
+        raise GraphError(f"{name}: no tensor to clip (every entry is None)")
+    if not (math.isfinite(clip_norm) and clip_norm > 0):
+        raise ValueError(f"{name}: clip_norm must be a finite number more than 0, got {clip_norm}")
+    dtype = present[0].dtype
+    for t in present:
+        if t.dtype not in ("float16", "bfloat16", "float32", "float64"):
+            raise DTypeError(f"{name}: {t.name!r} has dtype {t.dtype}; only floating-point tensors can be clipped")
+        if t.dtype != dtype:
+            raise DTypeError(
+                f"{name}: {t.name!r} has dtype {t.dtype} and {present[0].name!r} has {dtype}; all must share one dtype"
+            )
+    graph = present[0].graph
+    with graph.atomic(), graph.name_scope(name):
+        total = reduce_sum(square(present[0]))
+        for t in present[1:]:
+            total = add(total, reduce_sum(square(t)))
+        norm = sqrt(total, name="global_norm")
+        limit = constant(clip_norm, dtype=dtype, name="clip_norm")
+        # clip_norm / max(norm, clip_norm): 1 when within the bound, and never a division by 0.
+        scale = div(limit, maximum(norm, limit), name="scale")
+        clipped = [None if t is None else mul(t, scale, name="clipped") for t in tensors]
+    return clipped, norm
+
+
+__all__ = [
+    "CLASSES",
+    "SGD",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "Momentum",
+    "Optimizer",
+    "RMSProp",
+    "clip_by_global_norm",
+    "optimizer_class",
+]

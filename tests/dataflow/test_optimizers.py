@@ -177,3 +177,69 @@ def test_global_step_counts_updates_and_slots_are_named_after_variables() -> Non
     assert sess.run(step) == 3
     assert {"Adam/w/m", "Adam/w/v", "Adam/w/t"} <= {n.name for n in g.variables()}
     assert sess.run(g.tensor("Adam/w/t:0")) == 3.0
+
+
+# ------------------------------------------------------------------ clip_by_global_norm
+def test_clip_by_global_norm_trains_as_torch_clip_grad_norm_does() -> None:
+    """SGD on clipped gradients for ten steps: torch divides by (norm + 1e-6), hence the tolerance."""
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(W0, dtype="float64", name="w")
+        b = cg.variable(np.zeros(3), dtype="float64", name="b")
+        loss = cg.reduce_mean(cg.square(cg.constant(X, "float64") @ w + b - cg.constant(Y, "float64")))
+        opt = cg.optim.SGD(0.1)
+        grads, variables = zip(*opt.compute_gradients(loss, [w, b]))
+        clipped, norm = cg.optim.clip_by_global_norm(list(grads), 0.5)
+        train = opt.apply_gradients(list(zip(clipped, variables)))
+    sess = cg.Session(g)
+    tw, tb = torch.tensor(W0, requires_grad=True), torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    topt = torch.optim.SGD([tw, tb], lr=0.1)
+    for _ in range(10):
+        _, ours = sess.run([train, norm])
+        topt.zero_grad()
+        ((torch.tensor(X) @ tw + tb - torch.tensor(Y)) ** 2).mean().backward()
+        theirs = torch.nn.utils.clip_grad_norm_([tw, tb], 0.5)
+        topt.step()
+        np.testing.assert_allclose(ours, theirs.item(), rtol=1e-6)
+        assert ours > 0.5  # every step is clipped
+    np.testing.assert_allclose(sess.run(w), tw.detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(sess.run(b), tb.detach().numpy(), rtol=1e-5)
+
+
+def test_clip_by_global_norm_scales_all_together_and_keeps_none() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        a, b = cg.constant([3.0, 4.0], "float64"), cg.constant([[12.0]], "float64")
+        (ca, none, cb), norm = cg.optim.clip_by_global_norm([a, None, b], 2.6)
+        (same,), small = cg.optim.clip_by_global_norm([a], 5.0)
+    got = cg.Session(g).run([ca, cb, norm, same, small])
+    assert none is None
+    np.testing.assert_allclose(got[0], [0.6, 0.8], rtol=1e-12)
+    np.testing.assert_allclose(got[1], [[2.4]], rtol=1e-12)
+    assert got[2] == 13.0
+    np.testing.assert_array_equal(got[3], [3.0, 4.0])  # within the bound: unchanged, bit for bit
+    assert got[4] == 5.0
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda a, i, d: ([a], 0.0), ValueError, "clip_by_global_norm: clip_norm must be a finite number more than 0, got 0.0"),
+        (lambda a, i, d: ([a], float("nan")), ValueError, "clip_by_global_norm: clip_norm must be a finite number more than 0, got nan"),
+        (lambda a, i, d: ([None, None], 1.0), cg.GraphError, r"clip_by_global_norm: no tensor to clip \(every entry is None\)"),
+        (lambda a, i, d: ([i], 1.0), cg.DTypeError, "clip_by_global_norm: 'i:0' has dtype int32; only floating-point tensors can be clipped"),
+        (lambda a, i, d: ([a, d], 1.0), cg.DTypeError, "clip_by_global_norm: 'd:0' has dtype float64 and 'a:0' has float32; all must share one dtype"),
+    ],
+    ids=["zero", "nan", "all-none", "int", "mixed"],
+)  # fmt: skip
+def test_clip_by_global_norm_refusals_name_the_problem(make, error: type, message: str) -> None:  # noqa: ANN001
+    g = cg.Graph()
+    with g.as_default():
+        a = cg.constant([1.0], "float32", name="a")
+        i = cg.constant([1], "int32", name="i")
+        d = cg.constant([1.0], "float64", name="d")
+        before = g.nodes
+        tensors, norm = make(a, i, d)
+        with pytest.raises(error, match=f"^{message}$"):
+            cg.optim.clip_by_global_norm(tensors, norm)
+        assert g.nodes == before
