@@ -233,6 +233,9 @@ class Job:
         if state.error is not None:
             raise TrainingError(str(state.error))
         for i, future in enumerate(state.futures):
+            failure = state.failure(i)
+            if failure is not None:
+                raise TrainingError(f"replica {i} of job {self.job_id} failed on {failure.worker}: {failure.error}")
             if future.status in ("error", "cancelled"):
                 raise TrainingError(f"replica {i} of job {self.job_id} failed: {future.exception()}")
         return self

@@ -30,6 +30,8 @@ from .ps import ParameterClient, TrainingConfig
 from .replica import ReplicaSpec
 
 Status = Literal["running", "finished", "failed", "stopped"]
+# The deadline of fetching a finished replica task's result from its worker.
+RESULT_TIMEOUT_S = 10.0
 
 
 @dataclass(eq=False)
@@ -65,6 +67,7 @@ class JobState:
     step: int = 0
     step_time: float = field(default_factory=time.monotonic)
     step_rate: float = 0.0
+    _failures: dict[str, ReplicaFailure | None] = field(default_factory=dict, repr=False)
 
     def event(self, text: str) -> None:
         """Add a line to ``job.events``, stamped with the time of day."""
@@ -76,8 +79,14 @@ class JobState:
         future = self.futures[i]
         if future.status != "finished":
             return None
-        result = future.result()
-        return result if isinstance(result, ReplicaFailure) else None
+        # Fetched once per task: a finished task's result comes from its worker, and status is read often.
+        if future.key not in self._failures:
+            try:
+                result = future.result(timeout=RESULT_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - the cluster closing: its result is gone, and it is not a failure
+                return None
+            self._failures[future.key] = result if isinstance(result, ReplicaFailure) else None
+        return self._failures[future.key]
 
     def ended(self) -> bool:
         """Whether every replica has ended; one whose task was lost with its worker will run again, unless the job

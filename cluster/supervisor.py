@@ -333,7 +333,14 @@ class Supervisor:
             self.thread.join(timeout=WATCHER_JOIN_S)
         if live:
             with contextlib.suppress(*CLOSE_ERRORS):
-                call_with_deadline(lambda: client.cancel(list(state.futures)), f"cancel job {state.job_id}'s replicas")
+                # Only those still running: cancelling a finished task would turn its future's status to cancelled.
+                running = [f for f in state.futures if not f.done()]
+                call_with_deadline(lambda: client.cancel(running), f"cancel job {state.job_id}'s replicas")
+            # A finished replica's result (a few numbers, already read) is pinned on its worker while its future is
+            # held; should that worker go later, Dask would run the replica again to get it back.
+            for i in range(len(state.futures)):
+                state.failure(i)  # kept for job.wait() and job.status
+                state.futures[i].release()
             for topic in (metrics_topic(state.job_id), replicas_topic(state.job_id), worker_log_topic(state.job_id)):
                 with contextlib.suppress(*CLOSE_ERRORS, ValueError):
                     client.unsubscribe_topic(topic)
