@@ -97,6 +97,7 @@ METRIC_KEYS = (
     "examples_per_s",  # rows trained on per second since the previous message (pushes and waits included)
     "step_time_s",  # mean seconds per step since the previous message (compute, push, pull, waits)
     "staleness",  # the largest staleness of the pushes since the previous message (0 in sync mode)
+    "overlap_fraction",  # mean share of each step's communication that ran while its compute ran (0 to 1)
     "ps_bytes",  # bytes of gradients pushed and values pulled by this replica so far (tensor payloads)
     "steps",  # steps this replica has done so far
     "final",  # True on the last message, sent as the replica returns
@@ -288,22 +289,28 @@ def _train(
         if stop is not None and stop.is_set():
             return True
         began = time.perf_counter()
+        # Each gradient leaves for its parameter server the moment backprop has computed it, while the rest
+        # is computed (communication hidden behind compute); the step's values are used up by the time the
+        # pull answers, so the next ones are pulled into the same buffers.
+        streamed = link.client.start_step(
+            step=step,
+            replica_id=spec.replica_id,
+            min_step=step + 1 if sync else None,
+            names=spec.graph.variables,
+            out=values,
+        )
         try:
-            loss, grads = loaded.compute(values, batches.next())
+            loss, grads = loaded.compute(values, batches.next(), on_gradient=streamed.push)
         except CellgraphError as err:
+            streamed.abort()
+            if isinstance(err, ParameterServerError):
+                raise
             raise TrainingError(f"{spec.name} failed computing step {step}: {err}") from err
-        staleness = 0
+        staleness, overlap = 0, 0.0
         try:
             with _naming(spec, f"step {step}"):
-                # The step's values are used up by now: the next ones are pulled into the same buffers.
-                pushed, pulled = link.client.push_pull(
-                    grads,
-                    step=step,
-                    replica_id=spec.replica_id,
-                    min_step=step + 1 if sync else None,
-                    names=spec.graph.variables,
-                    out=values,
-                )
+                result = streamed.finish()
+            pushed, pulled, overlap = result.pushed, result.pulled, result.overlap
             staleness = pushed.staleness
         except ParameterServerError as err:
             if err.code == "ALREADY_EXISTS":
@@ -330,7 +337,7 @@ def _train(
         link.rejoins_in_row = 0
         step, values = pulled.global_step, pulled.values
         traffic = sum(g.nbytes for g in grads.values()) + sum(v.nbytes for v in pulled.values.values())
-        meter.record(step, loss, time.perf_counter() - began, staleness, traffic)
+        meter.record(step, loss, time.perf_counter() - began, staleness, traffic, overlap)
     return False
 
 
@@ -493,6 +500,9 @@ class _Batches:
         return [array[start : self.position] for array in self.epoch]
 
 
+_RATE_KEYS = ("examples_per_s", "step_time_s", "staleness", "overlap_fraction")
+
+
 class _Meter:
     """Counts steps and sends a metrics message at most once per interval (and one at the end)."""
 
@@ -517,14 +527,18 @@ class _Meter:
         self.window_steps = 0
         self.window_time = 0.0
         self.window_staleness = 0
+        self.window_overlap = 0.0
 
-    def record(self, step: int, loss: float, seconds: float, staleness: int, ps_bytes: int = 0) -> None:
+    def record(
+        self, step: int, loss: float, seconds: float, staleness: int, ps_bytes: int = 0, overlap: float = 0.0
+    ) -> None:
         self.total_steps += 1
         self.ps_bytes += ps_bytes
         self.step, self.loss = step, loss
         self.window_steps += 1
         self.window_time += seconds
         self.window_staleness = max(self.window_staleness, staleness)
+        self.window_overlap += overlap
         if time.perf_counter() - self.last_emit >= self.spec.metrics_interval_s:
             self.flush()
 
@@ -538,10 +552,11 @@ class _Meter:
                 "examples_per_s": self.window_steps * self.spec.batch_size / max(elapsed, 1e-9),
                 "step_time_s": self.window_time / self.window_steps,
                 "staleness": self.window_staleness,
+                "overlap_fraction": self.window_overlap / self.window_steps,
             }
         elif final and self.last_message is not None:
             # Nothing new since the last message: the end repeats its rates rather than reporting zeros.
-            rates = {key: self.last_message[key] for key in ("examples_per_s", "step_time_s", "staleness")}
+            rates = {key: self.last_message[key] for key in _RATE_KEYS}
         else:
             return
         message = {

@@ -30,7 +30,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,8 +181,12 @@ class LoadedGraph:
     def __post_init__(self) -> None:
         # Variables are fed like data: the values pulled from the PS go straight to
         # the kernels, with no copy into the session's variables (measured cheaper).
-        self._run = self.session.make_callable([self.loss, *self.gradients], [*self.variables, *self.placeholders])
+        # Gradients are fetched last variable first: the plan runs its fetches' subgraphs in that order, so the
+        # output layer's gradients are computed (and, streamed, sent) while backprop goes on to the first layer's.
+        fetched = [*self.gradients][::-1]
+        self._run = self.session.make_callable([self.loss, *fetched], [*self.variables, *self.placeholders])
         self._names = [t.node.name for t in self.variables]
+        self._fetched_names = self._names[::-1]
         self._shapes = [tuple(d for d in t.shape if d is not None) for t in self.variables]  # always known
 
     def convert(self, data: Sequence[Any]) -> list[np.ndarray]:
@@ -205,18 +209,32 @@ class LoadedGraph:
         return arrays
 
     def compute(
-        self, values: Mapping[str, np.ndarray], batch: Sequence[np.ndarray]
+        self,
+        values: Mapping[str, np.ndarray],
+        batch: Sequence[np.ndarray],
+        on_gradient: Callable[[str, np.ndarray], None] | None = None,
     ) -> tuple[float, dict[str, np.ndarray]]:
         """The loss and each variable's gradient for variable ``values`` and one ``batch``.
 
         ``values`` must have the variables' dtypes and shapes (as pulled from
         a parameter server); ``batch`` those of the placeholders (``convert``).
+        ``on_gradient(name, gradient)`` is called the moment each gradient is
+        computed, while backprop goes on (a replica sends it then).
         """
         # The parameter service hands a 0-d variable back with shape (1,) (np.ascontiguousarray in
         # ParameterClient.init makes it 1-d); reshape is a view, and free when the shape already fits.
         feeds = [values[name].reshape(shape) for name, shape in zip(self._names, self._shapes)]
-        loss, *grads = self._run(*feeds, *batch)
-        return float(loss), dict(zip(self._names, grads))
+        names = self._fetched_names
+        if on_gradient is None:
+            loss, *grads = self._run(*feeds, *batch)
+        else:
+
+            def ready(i: int, value: np.ndarray) -> None:
+                if i > 0:  # fetch 0 is the loss
+                    on_gradient(names[i - 1], value)
+
+            loss, *grads = self._run.stream(ready, *feeds, *batch)
+        return float(loss), dict(zip(names, grads))
 
 
 def load(tg: TrainingGraph) -> LoadedGraph:

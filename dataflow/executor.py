@@ -85,6 +85,8 @@ class Plan:
             namespace[f"c{j}" if step.constant else f"k{j}"] = step.kernel() if step.constant else step.kernel
         exec(compile(self.source, self._filename, "exec"), namespace)  # noqa: S102 - our own generated code
         self._run: Callable[..., tuple[Any, ...]] = namespace["run"]
+        self._namespace = namespace
+        self._streaming: Callable[..., tuple[Any, ...]] | None = None  # made at the first stream()
 
     # ------------------------------------------------------------- steps
     def _steps(self, fuse: bool) -> list[Step]:
@@ -123,7 +125,9 @@ class Plan:
                 names.setdefault(_key(t), f"c{j}" if step.constant else f"v{j}_{i}")
         return names
 
-    def _generate(self) -> tuple[str, dict[int, Step]]:
+    def _generate(self, notify: bool = False) -> tuple[str, dict[int, Step]]:
+        """The plan as one Python function; with ``notify``, it calls ``_on(i, value)`` the moment fetch ``i``
+        has been computed (``stream``), not only at the end."""
         names = self._names()
         fetched = {names[_key(t)] for t in self.fetches}
         last: dict[str, int] = {}
@@ -135,7 +139,10 @@ class Plan:
             if name not in fetched and name.startswith("v"):
                 dying.setdefault(j, []).append(name)
         params = ", ".join(f"f{i}" for i in range(len(self.feeds)))
-        lines = [f"def run({params}):"]
+        lines = [f"def run({params}{', _on' if notify else ''}):"]
+        fetch_indices: dict[str, list[int]] = {}
+        for i, t in enumerate(self.fetches):
+            fetch_indices.setdefault(names[_key(t)], []).append(i)
         line_to_step: dict[int, Step] = {}
         for j, step in enumerate(self.steps):
             if step.constant:
@@ -145,6 +152,12 @@ class Plan:
             call = f"k{j}({args})"
             lines.append(f"    {', '.join(outs)} = {call}" if outs else f"    {call}")
             line_to_step[len(lines)] = step
+            if notify:
+                for i in (i for out in outs for i in fetch_indices.get(out, [])):
+                    view = self.fetches[i].node.opdef.view
+                    lines.append(
+                        f"    _on({i}, {'_copy(' + names[_key(self.fetches[i])] + ')' if view else names[_key(self.fetches[i])]})"
+                    )
             if dying.get(j):
                 lines.append(f"    del {', '.join(dying[j])}")
         results = []
@@ -163,18 +176,46 @@ class Plan:
             step = self._failed_step(exc)
             if step is None:
                 raise
-            what = step.nodes[-1].describe()
-            if len(step.nodes) > 1:
-                what += f" (fused with {len(step.nodes) - 1} elementwise ops before it)"
-            raise ExecutionError(f"{what} failed while running: {type(exc).__name__}: {exc}") from exc
+            raise ExecutionError(_failure(step, exc)) from exc
+
+    def stream(self, on_fetch: Callable[[int, Any], None], *feed_values: np.ndarray) -> tuple[Any, ...]:
+        """Run like ``__call__``, and call ``on_fetch(i, value)`` as soon as fetch ``i`` is computed.
+
+        A replica uses it to send each gradient while backprop goes on. The
+        values are the ones returned at the end (views copied once); the
+        callback runs on this thread, between kernels.
+
+        Examples
+        --------
+        >>> import cellgraph as cg
+        >>> g = cg.Graph()
+        >>> with g.as_default():
+        ...     x = cg.placeholder((2,), name="x")
+        ...     y = x * 2.0
+        ...     z = y + 1.0
+        >>> seen = []
+        >>> plan = cg.Session(g, fuse=False).make_callable([z, y], [x])
+        >>> _ = plan.stream(lambda i, v: seen.append(i), np.ones(2, np.float32))
+        >>> seen  # y (fetch 1) is ready before z (fetch 0)
+        [1, 0]
+        """
+        if self._streaming is None:
+            source, lines = self._generate(notify=True)
+            filename = f"{self._filename[:-1]} streaming>"
+            namespace = dict(self._namespace)
+            exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+            self._streaming, self._stream_source = namespace["run"], (filename, lines)
+        try:
+            return self._streaming(*feed_values, on_fetch)
+        except Exception as exc:
+            filename, lines = self._stream_source
+            step = _failed_step_in(exc, filename, lines)
+            if step is None:
+                raise
+            raise ExecutionError(_failure(step, exc)) from exc
 
     def _failed_step(self, exc: BaseException) -> Step | None:
-        tb = exc.__traceback__
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == self._filename:
-                return self._line_to_step.get(tb.tb_lineno)
-            tb = tb.tb_next
-        return None
+        return _failed_step_in(exc, self._filename, self._line_to_step)
 
     def trace(self, *feed_values: np.ndarray) -> tuple[tuple[Any, ...], int]:
         """Run node by node, unfused; return the fetches and the largest live set in bytes.
@@ -201,6 +242,23 @@ class Plan:
             for key in [k for k in owned if last.get(k, -1) <= j and k not in fetched]:
                 del owned[key]
         return tuple(env[_key(t)] for t in self.fetches), peak
+
+
+def _failure(step: Step, exc: BaseException) -> str:
+    what = step.nodes[-1].describe()
+    if len(step.nodes) > 1:
+        what += f" (fused with {len(step.nodes) - 1} elementwise ops before it)"
+    return f"{what} failed while running: {type(exc).__name__}: {exc}"
+
+
+def _failed_step_in(exc: BaseException, filename: str, line_to_step: dict[int, Step]) -> Step | None:
+    """The step of generated code ``filename`` whose line raised ``exc``, if it was one."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            return line_to_step.get(tb.tb_lineno)
+        tb = tb.tb_next
+    return None
 
 
 def _bind(node: Node, ctx: KernelContext, device: str) -> Callable[..., Any]:

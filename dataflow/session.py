@@ -54,11 +54,10 @@ class Session:
         out = [None if isinstance(resolve_fetch(self.graph, f), Node) else next(results) for f in flat]
         return rebuild(iter(out))
 
-    def make_callable(
-        self, fetches: Sequence[Fetch], feed_list: Sequence[Tensor] = ()
-    ) -> Callable[..., tuple[Any, ...]]:
+    def make_callable(self, fetches: Sequence[Fetch], feed_list: Sequence[Tensor] = ()) -> Plan:
         """A function of the feed arrays (in ``feed_list`` order) returning the fetched
-        tensors, skipping ``run``'s per-call checks; for tight training loops."""
+        tensors, skipping ``run``'s per-call checks; for tight training loops (its
+        ``stream`` also hands each fetch over the moment it is computed)."""
         feeds = [feed_tensor(self.graph, t) for t in feed_list]
         return self._plan(list(fetches), feeds, sort=False)
 

@@ -44,7 +44,6 @@ NO_EXAMPLES = {
     "cellgraph.testing.jupyterlab",
     "cellgraph.dataflow.dtypes",
     "cellgraph.dataflow.errors",
-    "cellgraph.dataflow.executor",
     "cellgraph.dataflow.fusion",
     "cellgraph.dataflow.graph",
     "cellgraph.dataflow.kernels",

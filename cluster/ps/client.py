@@ -66,6 +66,7 @@ from .messages import (
 )
 from .server import MAX_MESSAGE_BYTES, SERVICE_NAME
 from .sharding import Layout, layout_from_placement, shard_variables
+from .streaming import StreamedStep
 
 T = TypeVar("T")
 _PUSH_CHUNK_FIELD = pb.PushMessage.DESCRIPTOR.fields_by_name["chunk"].number
@@ -447,6 +448,21 @@ class ParameterClient:
         pushed = {s: a[0] for s, a in answers.items() if a[0] is not None}
         pulled = {s: a[1] for s, a in answers.items() if a[1] is not None}
         return _push_result(pushed), self._pull_result(plan, pulled)
+
+    def start_step(
+        self,
+        *,
+        step: int,
+        replica_id: int,
+        min_step: int | None = None,
+        names: Sequence[str] | None = None,
+        timeout: float | None = None,
+        out: Mapping[str, np.ndarray] | None = None,
+    ) -> StreamedStep:
+        """A ``push_pull`` whose gradients are handed over one by one as they are computed, each sent at once
+        while the caller computes the rest (``StreamedStep.push``, then ``finish``; streaming.py)."""
+        timeout = self.timeout if timeout is None else timeout
+        return StreamedStep(self, step, replica_id, min_step, names, out, timeout)
 
     def _step(
         self,

@@ -34,6 +34,7 @@ import contextlib
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -177,6 +178,11 @@ class StepLoop:
 STEP_LOOP = StepLoop()
 
 
+def put_threadsafe(queue: asyncio.Queue[Any], item: Any) -> None:
+    """Put ``item`` on ``queue``, a queue of the step loop, from any thread."""
+    STEP_LOOP.get().call_soon_threadsafe(queue.put_nowait, item)
+
+
 class HeldStream:
     """One open Step stream to one shard; its call lives on ``STEP_LOOP``."""
 
@@ -213,6 +219,47 @@ class HeldStream:
                     return
         except BaseException:
             call.cancel()  # refused, cancelled or past its deadline: this stream is done
+            raise
+
+    def start_streamed(
+        self,
+        frames: asyncio.Queue[tuple[bytes, bool]],
+        on_answer: Callable[[Framed[pb.StepResponse]], None],
+        sent: list[float],
+    ) -> concurrent.futures.Future[None]:
+        """Start a step whose frames arrive over time (``frames``: (frame, is_last), put from any thread with
+        ``STEP_LOOP.put``); each write's start time goes to ``sent``. The future ends with the answer."""
+        self.broken = True  # until the answer is read through (the caller sets it back)
+        return asyncio.run_coroutine_threadsafe(self._streamed(frames, on_answer, sent), STEP_LOOP.get())
+
+    async def _streamed(
+        self,
+        frames: asyncio.Queue[tuple[bytes, bool]],
+        on_answer: Callable[[Framed[pb.StepResponse]], None],
+        sent: list[float],
+    ) -> None:
+        if self.call is None:
+            self.call = self.pool.method()(metadata=self.metadata)
+        call = self.call
+        try:
+            while True:
+                frame, last = await frames.get()
+                sent.append(time.monotonic())
+                try:
+                    await call.write(frame)
+                except asyncio.InvalidStateError:
+                    raise StreamFinished(await call.code(), await call.details() or "") from None
+                if last:
+                    break
+            while True:
+                answer = await call.read()
+                if answer is grpc.aio.EOF:
+                    raise StreamEnded()
+                on_answer(answer)
+                if answer.message.last:
+                    return
+        except BaseException:
+            call.cancel()
             raise
 
     def close(self) -> None:

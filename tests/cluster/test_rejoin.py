@@ -9,7 +9,8 @@ import pytest
 
 from cellgraph.cluster import replica as replica_module
 from cellgraph.cluster.errors import ParameterServerError
-from cellgraph.cluster.ps import ParameterClient, TrainingConfig
+from cellgraph.cluster.ps import TrainingConfig
+from cellgraph.cluster.ps.streaming import StreamedStep
 from cellgraph.cluster.replica import ReplicaSpec, run_replica
 from cellgraph.cluster.training_graph import prepare
 
@@ -66,16 +67,18 @@ def test_a_restore_status_makes_the_replica_rejoin_at_the_servers_step(
 ) -> None:
     loss, data, _ = linear_problem()
     tg = prepare(loss)
-    push_pull = ParameterClient.push_pull
+    finish = StreamedStep.finish
     failed: list[int] = []
 
-    def restored_once(self: ParameterClient, grads: Any, **kwargs: Any) -> Any:
-        if kwargs["step"] == 5 and not failed:
-            failed.append(kwargs["step"])
-            raise ParameterServerError(f"parameter server {self.addresses[0]} (shard 0): restored to step 0", code)
-        return push_pull(self, grads, **kwargs)
+    def restored_once(self: StreamedStep) -> Any:
+        if self.step == 5 and not failed:
+            failed.append(self.step)
+            self.abort()
+            address = self.client.addresses[0]
+            raise ParameterServerError(f"parameter server {address} (shard 0): restored to step 0", code)
+        return finish(self)
 
-    monkeypatch.setattr(ParameterClient, "push_pull", restored_once)
+    monkeypatch.setattr(StreamedStep, "finish", restored_once)
     with ps_job(tg, training=TrainingConfig("async")) as (addrs, token, _):
         spec = ReplicaSpec("job", 0, tg, addrs, token, mode="async", batch_size=16, steps=20, timeout_s=TIMEOUT)
         summary = run_replica(spec, data, locate=lambda: (0, addrs))
@@ -88,10 +91,12 @@ def test_a_replica_gives_up_after_rejoining_again_and_again_naming_the_shard(mon
     loss, data, _ = linear_problem()
     tg = prepare(loss)
 
-    def always_aborted(self: ParameterClient, grads: Any, **kwargs: Any) -> Any:
-        raise ParameterServerError(f"parameter server {self.addresses[0]} (shard 0) refused PushPull: restored", code)
+    def always_aborted(self: StreamedStep) -> Any:
+        self.abort()
+        address = self.client.addresses[0]
+        raise ParameterServerError(f"parameter server {address} (shard 0) refused PushPull: restored", code)
 
-    monkeypatch.setattr(ParameterClient, "push_pull", always_aborted)
+    monkeypatch.setattr(StreamedStep, "finish", always_aborted)
     with ps_job(tg, training=TrainingConfig("async")) as (addrs, token, _):
         spec = ReplicaSpec("job", 0, tg, addrs, token, mode="async", batch_size=16, steps=20, timeout_s=TIMEOUT)
         with pytest.raises(ParameterServerError) as err:
