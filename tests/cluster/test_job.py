@@ -121,3 +121,27 @@ def test_metrics_frame_without_pandas_says_what_to_install(
             job.metrics_frame()
     finally:
         job.close()
+
+
+def test_close_lets_a_bug_through_and_can_run_again(cluster: Cluster, data: digits.Split) -> None:
+    model = models.mlp()
+    job = cg.train(model.loss, (data.x_train, data.y_train), cluster=cluster, replicas=2, batch_size=32, steps=10)
+    job.wait(TIMEOUT)
+    ps = job._state.ps
+    assert ps is not None
+    real_close = ps.close
+
+    def broken() -> None:
+        raise AttributeError("a bug in closing the parameter client")
+
+    ps.close = broken  # type: ignore[method-assign]
+    try:
+        # An AttributeError is a bug, not a sign of a closed cluster: close() raises it instead of swallowing it.
+        with pytest.raises(AttributeError, match="a bug in closing the parameter client"):
+            job.close()
+    finally:
+        ps.close = real_close  # type: ignore[method-assign]
+        real_close()
+        cluster.stop_parameter_servers(job.job_id)
+        cluster.forget_on_close(job.job_id)
+    assert cluster._jobs == {}
