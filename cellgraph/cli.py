@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from cellgraph import __version__
+from cellgraph.dataflow.optimizer_registry import kinds
 
 if TYPE_CHECKING:
     from cellgraph.examples.distributed import Settings
@@ -93,7 +94,7 @@ def _train(args: argparse.Namespace) -> int:
     settings = Settings(
         model=args.model, workers=args.workers or 2, ps=args.ps, mode=args.mode, steps=args.steps,
         batch_size=args.batch_size, replicas=args.replicas, replicas_to_aggregate=args.replicas_to_aggregate,
-        lr=args.lr, checkpoint_dir=args.checkpoint_dir, scheduler=args.scheduler,
+        optimizer=args.optimizer, lr=args.lr, checkpoint_dir=args.checkpoint_dir, scheduler=args.scheduler,
         progress=not args.no_progress, timeout_s=args.timeout,
     )  # fmt: skip
     return _run_distributed("cellgraph train", settings, args.check)
@@ -195,7 +196,10 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--replicas-to-aggregate", type=positive_int, default=None, help="sync: gradients per step (default: all)"
     )
-    train.add_argument("--lr", type=positive_float, default=None, help="Adam's learning rate (default: per model)")
+    train.add_argument("--optimizer", choices=kinds(), default="adam", help="the optimizer's kind (default adam)")
+    train.add_argument(
+        "--lr", type=positive_float, default=None, help="learning rate (default: per model for adam, else the kind's)"
+    )
     train.add_argument("--checkpoint-dir", default=None, help="default: a new temporary folder")
     train.add_argument("--scheduler", type=_scheduler_address, default=None, help="tcp://host:port of a Dask scheduler")
     train.add_argument("--timeout", type=positive_float, default=600.0, help="seconds before the job is stopped")

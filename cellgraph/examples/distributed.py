@@ -28,6 +28,8 @@ import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.job import Job, train
 from cellgraph.dataflow.errors import CellgraphError
+from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS
+from cellgraph.dataflow.optimizers import optimizer_class
 
 from . import digits, models
 from .progress import progress_bar
@@ -61,6 +63,7 @@ class Settings:
     batch_size: int = 64
     replicas: int | None = None
     replicas_to_aggregate: int | None = None
+    optimizer: str = "adam"  # a kind of the optimizer registry
     lr: float | None = None
     checkpoint_dir: str | None = None
     scheduler: str | None = None
@@ -94,7 +97,7 @@ class Outcome:
 def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
     """Train ``settings.model`` on the digits on a cluster; close everything before returning or raising."""
     data = digits.load()
-    model = models.MODELS[settings.model](optimizer=cg.optim.Adam(_lr(settings)))
+    model = models.MODELS[settings.model](optimizer=optimizer_for(settings))
     x_train = data.images(data.x_train) if model.image_input else data.x_train
     x_test = data.images(data.x_test) if model.image_input else data.x_test
     started = time.perf_counter()
@@ -106,7 +109,7 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
         steps = settings.steps or DEFAULT_STEPS[settings.model]
         try:
             job = train(
-                model.loss, (x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(_lr(settings)),
+                model.loss, (x_train, data.y_train), cluster=cluster, optimizer=optimizer_for(settings),
                 replicas=replicas, batch_size=settings.batch_size, steps=steps, mode=settings.mode,
                 replicas_to_aggregate=settings.replicas_to_aggregate, checkpoint_dir=settings.checkpoint_dir,
                 metrics_interval_s=0.5,
@@ -115,7 +118,7 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
             raise SetupError(str(err)) from err
         say(
             f"job {job.job_id}: {model.name}, {steps} steps in {settings.mode} mode, {replicas} replica(s) "
-            f"of batch {settings.batch_size}, Adam({_lr(settings):g})"
+            f"of batch {settings.batch_size}, {type(optimizer_for(settings)).__name__}({_lr(settings):g})"
         )
         began = time.perf_counter()
         _follow(job, model.name, settings)
@@ -143,7 +146,16 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
 
 
 def _lr(settings: Settings) -> float:
-    return settings.lr if settings.lr is not None else DEFAULT_LR[settings.model]
+    if settings.lr is not None:
+        return settings.lr
+    if settings.optimizer == "adam":
+        return DEFAULT_LR[settings.model]  # tuned for Adam
+    return float(OPTIMIZER_KINDS.lookup(settings.optimizer).defaults()["learning_rate"])
+
+
+def optimizer_for(settings: Settings) -> cg.optim.Optimizer:
+    """The graph optimizer ``settings`` name: its kind, with ``settings.lr`` or the default rate."""
+    return optimizer_class(settings.optimizer)(_lr(settings))
 
 
 def _open_cluster(settings: Settings) -> Cluster:

@@ -155,6 +155,10 @@ def test_an_unreachable_scheduler_fails_naming_it_and_the_connect_deadline() -> 
         (["--scheduler", "tcp://h:1", "--workers", "3"], "--workers starts local worker processes"),
         (["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
         (["--mode", "sometimes"], "argument --mode: invalid choice: 'sometimes'"),
+        (
+            ["--optimizer", "lamb"],
+            "argument --optimizer: invalid choice: 'lamb' (choose from 'sgd', 'momentum', 'adam', 'rmsprop', 'adagrad', 'adamw')",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -164,6 +168,18 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str], words: str, capsys:
     err = capsys.readouterr().err
     assert err.startswith("cellgraph train: error: ") and words in err, err
     assert err.count("\n") == 1 and err.endswith("(see cellgraph train --help)\n")
+
+
+def test_the_optimizer_and_its_rate_come_from_the_registry() -> None:
+    from cellgraph.examples.distributed import Settings, optimizer_for
+
+    assert repr(optimizer_for(Settings(model="mlp", optimizer="rmsprop", lr=0.01))) == (
+        "RMSProp(learning_rate=0.01, decay=0.9, momentum=0.0, epsilon=1e-10)"
+    )
+    assert repr(optimizer_for(Settings(model="mlp", optimizer="adagrad"))) == (
+        "Adagrad(learning_rate=0.01, initial_accumulator_value=0.1, epsilon=1e-07)"
+    )
+    assert optimizer_for(Settings(model="inception")).learning_rate == 3e-3  # Adam: the model's tuned rate
 
 
 @pytest.mark.slow
