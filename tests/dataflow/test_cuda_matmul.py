@@ -153,3 +153,39 @@ def test_gemm_module_imports_without_numba_cuda() -> None:
     # import cellgraph must not choose between GPU and simulator (kernels/cuda/__init__.py):
     # the tile engine imports numba.cuda only when it compiles a kernel.
     assert "cuda" not in vars(gemm)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("transpose_a", "transpose_b"), [(False, False), (True, True)])
+def test_batched_matmul_is_one_gemm_over_broadcast_operands(
+    transpose_a: bool, transpose_b: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from numba import cuda
+
+    from cellgraph.dataflow.kernels.cuda.matmul import batched_matmul
+
+    # 5 products read 3 matrices of a and 2 of b; batches of 2 a launch, so the
+    # last launch holds one matrix and the batch's slices of starts line up across launches.
+    monkeypatch.setattr(gemm, "MAX_BATCH", 2)
+    m, k, n = 67, 13, 65
+    a = _rand(3, k, m) if transpose_a else _rand(3, m, k)
+    b = _rand(2, n, k) if transpose_b else _rand(2, k, n)
+    a_ids, b_ids = np.array([0, 1, 2, 2, 0]), np.array([1, 0, 1, 0, 0])
+    got = batched_matmul(cuda.to_device(a), cuda.to_device(b), a_ids, b_ids, transpose_a, transpose_b).copy_to_host()
+    ops_a = np.swapaxes(a, 1, 2) if transpose_a else a
+    ops_b = np.swapaxes(b, 1, 2) if transpose_b else b
+    want = np.stack([ops_a[i].astype(np.float64) @ ops_b[j] for i, j in zip(a_ids, b_ids)])
+    assert got.shape == (5, m, n)
+    np.testing.assert_allclose(got, want, **_tol(np.float32, k))
+
+
+@pytest.mark.cuda
+def test_a_stack_of_products_without_starts_is_refused() -> None:
+    from numba import cuda
+
+    from cellgraph.dataflow.kernels.cuda.matmul import _row_major_a, _row_major_b
+
+    a, b, out = cuda.to_device(_rand(8)), cuda.to_device(_rand(8)), cuda.device_array((2, 2, 2), np.float32)
+    left, right = gemm.Operand(a, _row_major_a, fast=False), gemm.Operand(b, _row_major_b, fast=True)
+    with pytest.raises(ValueError, match=r"gemm: a stack of 2 output matrices needs the starts of their operands"):
+        gemm.gemm(left, right, out, 2, (2, 2, 2))

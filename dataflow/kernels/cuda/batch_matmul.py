@@ -1,4 +1,4 @@
-"""Batched matrix multiply on the GPU: the 2-D GEMM of ``matmul.py``, once per output matrix.
+"""Batched matrix multiply on the GPU: the GEMM of ``matmul.py``, one launch for the whole batch.
 
 Each matrix of the broadcast batch reads its operands' matrices through the
 same index maps the CPU kernel uses (``kernels/cpu/batch_matmul.py``), so a
@@ -13,11 +13,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from numba import cuda
-
 from ..cpu.batch_matmul import batch_index
 from .elementwise import fill
-from .matmul import matmul
+from .matmul import batched_matmul, matmul
 
 
 def batch_matmul(a: Any, b: Any, transpose_a: bool, transpose_b: bool) -> Any:
@@ -34,11 +32,8 @@ def batch_matmul(a: Any, b: Any, transpose_a: bool, transpose_b: bool) -> Any:
         return matmul(a.reshape(math.prod(a_shape[:-1]), k), b, False, transpose_b).reshape(shape)
     a3 = a.reshape(math.prod(a_shape[:-2]), *a_shape[-2:])
     b3 = b.reshape(math.prod(b_shape[:-2]), *b_shape[-2:])
-    out = cuda.device_array((math.prod(full), m, n), a.dtype)
     ia, ib = batch_index(a_shape[:-2], full), batch_index(b_shape[:-2], full)
-    for i in range(out.shape[0]):
-        out[i].copy_to_device(matmul(a3[int(ia[i])], b3[int(ib[i])], transpose_a, transpose_b))
-    return out.reshape(shape)
+    return batched_matmul(a3, b3, ia, ib, transpose_a, transpose_b).reshape(shape)
 
 
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

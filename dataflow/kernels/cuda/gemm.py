@@ -76,7 +76,7 @@ LARGE = Tiles(bm=128, bn=128, bk=8, tm=8, tn=8)
 # 16 outputs a thread on 64x64 tiles: four times the blocks for small products, and half the registers for float64.
 SMALL = Tiles(bm=64, bn=64, bk=8, tm=4, tn=4)
 # LARGE compiles to 146 registers a thread for sm_90 (one block an SM); capped at 128, two blocks fit
-# and ptxas spills 20 bytes. Which is faster is for a GPU to say: gpu_kernels.py times both.
+# and ptxas spills 16 bytes. Which is faster is for a GPU to say: gpu_kernels.py times both.
 LARGE_CAPPED = Tiles(bm=128, bn=128, bk=8, tm=8, tn=8, max_registers=128)
 # A GPU has about a hundred multiprocessors: below this many large tiles it would sit partly idle.
 LARGE_MIN_BLOCKS = 128
@@ -90,13 +90,14 @@ def choose_tiles(m: int, n: int, dtype: np.dtype) -> Tiles:
 
 
 def _fetcher(index: Callable[..., int], rows_fast: bool, span: int, depth: int, dtype: np.dtype) -> Any:
-    """Device function: the value of tile element ``e`` (of ``span x depth``) at ``(base, k0)``, 0 outside."""
+    """Device function: the value of tile element ``e`` (of ``span x depth``) at ``(base, k0)`` of the
+    matrix that starts at ``x[start]``; 0 outside it."""
     from numba import cuda, from_dtype
 
     zero_type = from_dtype(dtype)
 
     @cuda.jit(device=True, inline=True)
-    def fetch(x, e, base, k0, limit, k, geo):  # type: ignore[no-untyped-def]
+    def fetch(x, start, e, base, k0, limit, k, geo):  # type: ignore[no-untyped-def]
         if rows_fast:
             i, kk = base + e % span, k0 + e // span
         else:
@@ -104,7 +105,7 @@ def _fetcher(index: Callable[..., int], rows_fast: bool, span: int, depth: int, 
         if i < limit and kk < k:
             at = index(i, kk, geo)
             if at >= 0:
-                return x[at]
+                return x[start + at]
         return zero_type(0)
 
     return fetch
@@ -125,7 +126,11 @@ def _putter(rows_fast: bool, span: int, depth: int) -> Any:
 
 
 def kernel_source(tiles: Tiles) -> str:
-    """Python source of ``gemm(a, b, out, m, n, k, geo)`` for ``tiles``, registers as named scalars."""
+    """Python source of ``gemm(a, b, out, m, n, k, geo, a_starts, b_starts)`` for ``tiles``.
+
+    ``out`` is a ``(batch, m, n)`` stack; matrix ``z`` of it reads its A and B
+    from ``a[a_starts[z]:]`` and ``b[b_starts[z]:]``.
+    """
     t = tiles
     rows, cols = t.bm // t.tm, t.bn // t.tn  # threads down and across the block
     loads_a, loads_b = t.bm * t.bk // t.threads, t.bk * t.bn // t.threads
@@ -133,8 +138,14 @@ def kernel_source(tiles: Tiles) -> str:
 
     def stage(k0: str, indent: str) -> list[str]:
         return [
-            *(f"{indent}ra{r} = fetch_a(a, tid + {r * t.threads}, row0, {k0}, m, k, geo)" for r in range(loads_a)),
-            *(f"{indent}rb{r} = fetch_b(b, tid + {r * t.threads}, col0, {k0}, n, k, geo)" for r in range(loads_b)),
+            *(
+                f"{indent}ra{r} = fetch_a(a, a_at, tid + {r * t.threads}, row0, {k0}, m, k, geo)"
+                for r in range(loads_a)
+            ),
+            *(
+                f"{indent}rb{r} = fetch_b(b, b_at, tid + {r * t.threads}, col0, {k0}, n, k, geo)"
+                for r in range(loads_b)
+            ),
         ]
 
     def store(buf: str, indent: str) -> list[str]:
@@ -152,10 +163,12 @@ def kernel_source(tiles: Tiles) -> str:
         ]
 
     lines = [
-        "def gemm(a, b, out, m, n, k, geo):",
+        "def gemm(a, b, out, m, n, k, geo, a_starts, b_starts):",
         f"    sa = cuda.shared.array((2, {t.bk}, {t.bm + PAD}), DT)",
         f"    sb = cuda.shared.array((2, {t.bk}, {t.bn + PAD}), DT)",
         "    tid = cuda.threadIdx.x",
+        "    z = cuda.blockIdx.z  # the matrix of a batch",
+        "    a_at, b_at = a_starts[z], b_starts[z]",
         # Unsigned only for the shared-memory reads: the operands' index functions subtract (padding).
         f"    ty, tx = U32(tid) // {cols}, U32(tid) % {cols}",
         f"    row0, col0 = cuda.blockIdx.x * {t.bm}, cuda.blockIdx.y * {t.bn}",
@@ -180,7 +193,7 @@ def kernel_source(tiles: Tiles) -> str:
             lines += [
                 f"        c = col0 + tx + {j * cols}",
                 "        if c < n:",
-                f"            out[r, c] = {acc[i][j]}",
+                f"            out[z, r, c] = {acc[i][j]}",
             ]
     return "\n".join(lines) + "\n"
 
@@ -222,13 +235,46 @@ class Operand:
     fast: bool  # True when consecutive i (not kk) are adjacent in memory
 
 
-def gemm(a: Operand, b: Operand, out: Any, k: int, geo: tuple[int, ...], tiles: Tiles | None = None) -> Any:
-    """Fill the C-contiguous 2-D device array ``out`` with ``A @ B`` (inner dimension ``k``); return ``out``."""
-    m, n = out.shape
-    if m == 0 or n == 0:
+MAX_BATCH = 65_535  # blocks along a grid's z: a larger batch takes several launches
+
+
+@cache
+def _no_offset() -> Any:
+    """The one-matrix batch's start offsets: one device zero, made once a process."""
+    from numba import cuda
+
+    return cuda.to_device(np.zeros(1, np.int64))
+
+
+def gemm(
+    a: Operand,
+    b: Operand,
+    out: Any,
+    k: int,
+    geo: tuple[int, ...],
+    tiles: Tiles | None = None,
+    starts: tuple[Any, Any] | None = None,
+) -> Any:
+    """Fill the C-contiguous device array ``out`` with ``A @ B`` (inner dimension ``k``); return ``out``.
+
+    ``out`` is one ``(m, n)`` matrix, or a ``(batch, m, n)`` stack with
+    ``starts``: device int64 arrays of where each matrix's A and B begin in
+    ``a.data`` and ``b.data`` (an operand broadcast over the batch repeats its start).
+    """
+    stack = out if out.ndim == 3 else out.reshape(1, *out.shape)
+    batch, m, n = stack.shape
+    if batch == 0 or m == 0 or n == 0:
         return out
+    if starts is None and batch != 1:
+        raise ValueError(f"gemm: a stack of {batch} output matrices needs the starts of their operands")
+    a_starts, b_starts = starts or (_no_offset(), _no_offset())
     tiles = tiles or choose_tiles(m, n, out.dtype)
     run = gemm_kernel(tiles, np.dtype(out.dtype), a.index, a.fast, b.index, b.fast)
-    blocks = (math.ceil(m / tiles.bm), math.ceil(n / tiles.bn))
-    run[blocks, tiles.threads](a.data, b.data, out, m, n, k, tuple(int(v) for v in geo))
+    grid = (math.ceil(m / tiles.bm), math.ceil(n / tiles.bn))
+    geo = tuple(int(v) for v in geo)
+    for z0 in range(0, batch, MAX_BATCH):
+        z1 = min(z0 + MAX_BATCH, batch)
+        run[(*grid, z1 - z0), tiles.threads](
+            a.data, b.data, stack[z0:z1], m, n, k, geo, a_starts[z0:z1], b_starts[z0:z1]
+        )
     return out

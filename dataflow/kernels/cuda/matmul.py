@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from numba import cuda
 
 from . import flat
@@ -47,6 +48,24 @@ def matmul(a: Any, b: Any, transpose_a: bool, transpose_b: bool, tiles: Tiles | 
     left = Operand(flat(a), _transposed_a if transpose_a else _row_major_a, fast=transpose_a)
     right = Operand(flat(b), _transposed_b if transpose_b else _row_major_b, fast=not transpose_b)
     return gemm(left, right, out, k, (m, n, k), tiles)
+
+
+def batched_matmul(a: Any, b: Any, a_ids: np.ndarray, b_ids: np.ndarray, transpose_a: bool, transpose_b: bool) -> Any:
+    """``op(a[a_ids[z]]) @ op(b[b_ids[z]])`` for every ``z``, in one launch: a ``(len(a_ids), m, n)`` stack.
+
+    ``a`` and ``b`` are C-contiguous stacks of matrices; the ids (host integer
+    arrays) say which matrix of each stack every product reads, so an operand
+    broadcast over the batch is read in place, never copied.
+    """
+    m, k = (a.shape[2], a.shape[1]) if transpose_a else a.shape[1:]
+    n = b.shape[1] if transpose_b else b.shape[2]
+    out = cuda.device_array((len(a_ids), m, n), a.dtype)
+    left = Operand(flat(a), _transposed_a if transpose_a else _row_major_a, fast=transpose_a)
+    right = Operand(flat(b), _transposed_b if transpose_b else _row_major_b, fast=not transpose_b)
+    starts = tuple(
+        cuda.to_device(np.asarray(ids, np.int64) * (x.shape[1] * x.shape[2])) for x, ids in ((a, a_ids), (b, b_ids))
+    )
+    return gemm(left, right, out, k, (m, n, k), starts=starts)
 
 
 def matmul_op(node: Any, ctx: Any) -> Callable[[Any, Any], Any]:
