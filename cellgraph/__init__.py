@@ -142,6 +142,7 @@ from cellgraph.dataflow.ops.nn import (
     sparse_softmax_cross_entropy,
     tanh,
 )
+from cellgraph.dataflow.ops.normalization import batch_norm, layer_norm
 from cellgraph.dataflow.ops.reductions import (
     argmax,
     argmin,

@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
-from . import activations, array, batch_matmul, conv, logic, math, math_unary, nn, reductions, state, training, transfer
+from . import (
+    activations,
+    array,
+    batch_matmul,
+    conv,
+    logic,
+    math,
+    math_unary,
+    nn,
+    normalization,
+    reductions,
+    state,
+    training,
+    transfer,
+)
 from .base import atomic_op
 
-FAMILIES = (state, math, batch_matmul, math_unary, reductions, logic, nn, activations, conv, array, training, transfer)
+FAMILIES = (
+    state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, array, training,
+    transfer,
+)  # fmt: skip
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray
 # constants behind. Replacing the module attribute also covers calls between

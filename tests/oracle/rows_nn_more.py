@@ -9,11 +9,34 @@ from typing import Any
 
 import cellgraph as cg
 
-from .rows import ZERO, Row, x
+from .rows import ZERO, Row, pos, x
+
+try:
+    import torch
+    import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
+except ImportError:  # the comparisons skip (test_ops.py); the table still loads
+    torch = F = None  # type: ignore[assignment]
 
 
 def _t(a: Any) -> Any:
     return a.transpose(-1, -2)
+
+
+def _bn_train_nhwc(a: Any, w: Any, b: Any, eps: float) -> Any:
+    """torch's batch norm takes channels at dim 1: move NHWC's last dim there and back."""
+    return F.batch_norm(a.permute(0, 3, 1, 2), None, None, w, b, True, 0.0, eps).permute(0, 2, 3, 1)
+
+
+def _bn_eval(a: Any, w: Any, b: Any, mean: Any, var: Any, eps: float) -> Any:
+    # F.batch_norm's inference formula, written out: torch gives no gradient for the running statistics.
+    return (a - mean) / torch.sqrt(var + eps) * w + b
+
+
+def _batch_norm(training: Any, axis: int = -1, eps: float = 1e-3) -> Any:
+    def build(a: Any, w: Any, b: Any, mean: Any, var: Any) -> Any:
+        return cg.batch_norm(a, w, b, mean, var, training=training, epsilon=eps, axis=axis)
+
+    return build
 
 
 NN_MORE_ROWS: list[Row] = [
@@ -32,4 +55,22 @@ NN_MORE_ROWS: list[Row] = [
         [x("n", 4, 3), x(1, 4, 2)], id="ta-broadcast", variants=ZERO),
     Row("BatchMatMul", lambda a, b: cg.matmul(a, b, transpose_a=True, transpose_b=True), lambda a, b: _t(a) @ _t(b),
         [x(2, 4, 3), x(5, 4)], id="ta-tb-matrix"),
+    # ------------------------------------------------------- normalization
+    Row("LayerNorm", lambda a, w, b: cg.layer_norm(a, w, b), lambda a, w, b: F.layer_norm(a, (5,), w, b, 1e-5),
+        [x("n", 5), x(5), x(5)], variants=ZERO, rtol=1e-8, atol=1e-9),
+    Row("LayerNorm", lambda a, w, b: cg.layer_norm(a, w, b, begin_axis=1, epsilon=1e-3),
+        lambda a, w, b: F.layer_norm(a, (3, 4), w, b, 1e-3), [x("n", 3, 4), x(3, 4), x(3, 4)], id="last-two",
+        variants=ZERO, rtol=1e-8, atol=1e-9),
+    Row("LayerNorm", lambda a, w, b: cg.layer_norm(a, w, b), lambda a, w, b: F.layer_norm(a, (4,), w, b, 1e-5),
+        [x(2, "t", 4, low=50.0, high=51.0), x(4), x(4)], id="offset-rows", sizes={"t": 3}, rtol=1e-7, atol=1e-8),
+    # batch_norm is built of ReduceMean (the batch statistics), Rsqrt and elementwise arithmetic.
+    Row("ReduceMean", _batch_norm(True), lambda a, w, b, m, v: F.batch_norm(a, None, None, w, b, True, 0.0, 1e-3),
+        [x("n", 3), x(3), x(3), x(3), pos(3)], id="batch-norm-training", variables=(3, 4), sizes={"n": 4},
+        unit=False, rtol=1e-8, atol=1e-9),
+    Row("ReduceMean", _batch_norm(True), lambda a, w, b, m, v: _bn_train_nhwc(a, w, b, 1e-3),
+        [x("n", 2, 3, 4), x(4), x(4), x(4), pos(4)], id="batch-norm-training-nhwc", variables=(3, 4),
+        unit=False, rtol=1e-8, atol=1e-9),
+    Row("Rsqrt", _batch_norm(False, axis=1), lambda a, w, b, m, v: _bn_eval(a.permute(0, 2, 1), w, b, m, v, 1e-3)
+        .permute(0, 2, 1), [x("n", 3, 2), x(3), x(3), x(3), pos(3)], id="batch-norm-inference-nch",
+        variables=(3, 4), variants=ZERO),
 ]  # fmt: skip

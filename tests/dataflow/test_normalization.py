@@ -1,0 +1,155 @@
+"""ops/normalization.py: layer_norm and batch_norm errors in the words a user reads, the
+moving statistics a training step updates, inference, and the training switch as a tensor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+
+from .errors_helpers import ph, raises
+
+pytestmark = pytest.mark.usefixtures("fresh_graph")
+
+X = np.random.default_rng(5).normal(1.5, 2.0, (8, 3)).astype(np.float32)
+
+
+def _run(fetches, feeds=None):  # noqa: ANN001, ANN202
+    return cg.Session(cg.get_default_graph()).run(fetches, feeds or {})
+
+
+def _moving(channels: int = 3) -> tuple[cg.Tensor, cg.Tensor]:
+    mean = cg.variable(np.zeros(channels, np.float32), name="moving_mean", trainable=False)
+    var = cg.variable(np.ones(channels, np.float32), name="moving_variance", trainable=False)
+    return mean, var
+
+
+# ------------------------------------------------------------ layer_norm errors
+@pytest.mark.parametrize(
+    ("build", "error", "words"),
+    [
+        (lambda x, i: cg.layer_norm(x, np.ones(4, np.float32), np.zeros(4, np.float32), begin_axis=2),
+         cg.ShapeError, "LayerNorm 'layer_norm'"),
+        (lambda x, i: cg.layer_norm(x, np.ones(4, np.float32), np.zeros(4, np.float32), begin_axis=2),
+         cg.ShapeError, "begin_axis 2 is out of range for shape (3, 4)"),
+        (lambda x, i: cg.layer_norm(x, np.ones(3, np.float32), np.zeros(4, np.float32)),
+         cg.ShapeError, "gamma has shape (3,), expected (4,)"),
+        (lambda x, i: cg.layer_norm(x, np.ones((3, 4), np.float32), np.zeros(4, np.float32), begin_axis=0),
+         cg.ShapeError, "beta has shape (4,), expected (3, 4)"),
+        (lambda x, i: cg.layer_norm(i, [1, 1, 1, 1], [0, 0, 0, 0]),
+         cg.DTypeError, "expects float tensors, got int32"),
+        (lambda x, i: cg.layer_norm(x, np.ones(4, np.float32), np.zeros(4, np.float32), epsilon=-1.0),
+         ValueError, "layer_norm: epsilon must be 0 or more, got -1.0"),
+        (lambda x, i: cg.layer_norm(x, np.ones(4, np.float32), np.zeros(4, np.float32), begin_axis=(0, 1)),
+         TypeError, "layer_norm: begin_axis must be one int, got (0, 1)"),
+    ],
+)  # fmt: skip
+def test_layer_norm_errors(build, error, words) -> None:  # noqa: ANN001
+    x, i = ph(3, 4), ph(3, 4, dtype="int32", name="i")
+    before = len(cg.get_default_graph().nodes)
+    with raises(error, words):
+        build(x, i)
+    assert len(cg.get_default_graph().nodes) == before
+
+
+def test_layer_norm_with_a_gamma_of_another_dtype_names_the_dtypes() -> None:
+    gamma = ph(4, dtype="float64", name="gamma")
+    with raises(cg.DTypeError, "operands have different dtypes: float32, float64, float32"):
+        cg.layer_norm(ph(3, 4), gamma, np.zeros(4, np.float32))
+
+
+def test_layer_norm_of_constant_rows_with_epsilon_zero_is_nan_as_numpy_says() -> None:
+    x = ph(2, 3)
+    y = cg.layer_norm(x, np.ones(3, np.float32), np.zeros(3, np.float32), epsilon=0.0)
+    assert np.isnan(_run(y, {x: np.full((2, 3), 2.0, np.float32)})).all()
+
+
+def test_layer_norm_gradient_is_one_fused_op() -> None:
+    x = ph(4, 3)
+    gamma = cg.variable(np.ones(3, np.float32), name="gamma")
+    loss = cg.reduce_sum(cg.layer_norm(x, gamma, np.zeros(3, np.float32)) * np.arange(3, dtype=np.float32))
+    dx, dgamma = cg.gradients(loss, [x, gamma])
+    assert dx.node is dgamma.node and dx.node.op == "LayerNormGrad"
+
+
+# ------------------------------------------------------------ batch_norm errors
+@pytest.mark.parametrize(
+    ("build", "error", "words"),
+    [
+        (lambda x, m, v: cg.batch_norm(x, np.ones(3, np.float32), np.zeros(3, np.float32), m, v, True, axis=2),
+         cg.ShapeError, "batch_norm: axis 2 is out of range for shape (None, 3)"),
+        (lambda x, m, v: cg.batch_norm(x, np.ones(4, np.float32), np.zeros(3, np.float32), m, v, True),
+         cg.ShapeError, "batch_norm: gamma has shape (4,), expected (3,) (the channels of (None, 3))"),
+        (lambda x, m, v: cg.batch_norm(x, np.ones(3, np.float32), np.zeros(3, np.float32), np.zeros(3), v, True),
+         TypeError, "batch_norm: moving_mean must be a variable (its value is updated in training)"),
+        (lambda x, m, v: cg.batch_norm(x, np.ones(3, np.float32), np.zeros(3, np.float32), m, v, True, momentum=1.5),
+         ValueError, "batch_norm: momentum must be in [0, 1], got 1.5"),
+        (lambda x, m, v: cg.batch_norm(x, np.ones(3, np.float32), np.zeros(3, np.float32), m, v, ph(dtype="int32")),
+         TypeError, "batch_norm: training must be a bool or a scalar bool tensor, got int32 ()"),
+        (lambda x, m, v: cg.batch_norm(cg.cast(x, "int32"), [1, 1, 1], [0, 0, 0], m, v, True),
+         cg.DTypeError, "batch_norm: expects a float tensor, got int32"),
+    ],
+)  # fmt: skip
+def test_batch_norm_errors(build, error, words) -> None:  # noqa: ANN001
+    x = ph(None, 3)
+    m, v = _moving()
+    with raises(error, words):
+        build(x, m, v)
+
+
+# ------------------------------------------------------------ batch_norm semantics
+def test_training_normalizes_with_the_batch_and_moves_the_moving_statistics() -> None:
+    x = ph(None, 3)
+    m, v = _moving()
+    gamma, beta = np.array([1.0, 2.0, 0.5], np.float32), np.array([0.0, 1.0, -1.0], np.float32)
+    y = cg.batch_norm(x, gamma, beta, m, v, training=True, momentum=0.9)
+    sess = cg.Session(cg.get_default_graph())
+    got = sess.run(y, {x: X})
+    want = (X - X.mean(0)) / np.sqrt(X.var(0) + 1e-3) * gamma + beta
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sess.run(m), 0.1 * X.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(sess.run(v), 0.9 + 0.1 * X.var(0), rtol=1e-5)
+    sess.run(y, {x: X})  # a second step moves them again
+    np.testing.assert_allclose(sess.run(m), 0.19 * X.mean(0), rtol=1e-5)
+
+
+def test_inference_uses_the_moving_statistics_and_changes_nothing() -> None:
+    x = ph(None, 3)
+    m = cg.variable(np.array([1.0, 2.0, 3.0], np.float32), name="moving_mean", trainable=False)
+    v = cg.variable(np.array([4.0, 1.0, 0.25], np.float32), name="moving_variance", trainable=False)
+    y = cg.batch_norm(x, np.ones(3, np.float32), np.zeros(3, np.float32), m, v, training=False, epsilon=0.0)
+    sess = cg.Session(cg.get_default_graph())
+    np.testing.assert_allclose(sess.run(y, {x: X}), (X - [1.0, 2.0, 3.0]) / np.sqrt([4.0, 1.0, 0.25]), rtol=1e-5)
+    np.testing.assert_array_equal(sess.run(m), [1.0, 2.0, 3.0])
+    assert not [n for n in cg.get_default_graph().nodes if n.op == "Assign"]
+
+
+def test_a_training_switch_tensor_serves_training_and_evaluation_in_one_graph() -> None:
+    x, training = ph(None, 3), ph(dtype="bool", name="training")
+    m, v = _moving()
+    y = cg.batch_norm(x, np.ones(3, np.float32), np.zeros(3, np.float32), m, v, training=training, momentum=0.5)
+    sess = cg.Session(cg.get_default_graph())
+    evaluated = sess.run(y, {x: X, training: False})
+    np.testing.assert_allclose(evaluated, X / np.sqrt(1.0 + 1e-3), rtol=1e-5)
+    np.testing.assert_array_equal(sess.run(m), np.zeros(3))  # evaluation moved nothing
+    trained = sess.run(y, {x: X, training: True})
+    np.testing.assert_allclose(trained, (X - X.mean(0)) / np.sqrt(X.var(0) + 1e-3), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sess.run(m), 0.5 * X.mean(0), rtol=1e-5)
+
+
+def test_a_training_step_trains_gamma_and_updates_the_moving_mean() -> None:
+    x = ph(None, 3)
+    m, v = _moving()
+    gamma = cg.variable(np.ones(3, np.float32), name="gamma")
+    beta = cg.variable(np.zeros(3, np.float32), name="beta")
+    y = cg.batch_norm(x, gamma, beta, m, v, training=True)
+    loss = cg.reduce_mean(cg.square(y - 2.0))
+    step = cg.optim.SGD(0.1).minimize(loss)
+    sess = cg.Session(cg.get_default_graph())
+    first = sess.run(loss, {x: X})
+    for _ in range(5):
+        sess.run([step, loss], {x: X})
+    assert sess.run(loss, {x: X}) < first
+    assert not np.allclose(sess.run(m), 0.0)
+    assert not np.allclose(sess.run(beta), 0.0)  # and beta, trained
