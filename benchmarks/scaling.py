@@ -57,11 +57,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from _common import emit, machine, parser, setup_threads, source, thread_pools, time_interleaved, versions
+from ps_throughput import _descendants, cpu_s
 
 LEARNING_RATE = 0.1
 TARGET_EFFICIENCY = 0.85
 TARGET_FIRST_METRICS_S = 3.0
 WARMUP_S = 1.0  # training seconds left out of the steady state (first steps, a late compile)
+TARGET_CPU_EFFICIENCY = 0.75  # issue 15
+TARGET_OVERLAP = 0.6  # issue 15
 FIRST_JOB_STEPS = 20  # the first job on a fresh cluster: its first metrics event is what is timed
 LONGER_TRIES = 2  # a job too short to measure runs again with 4x the steps, at most this many times
 JOB_TIMEOUT_S = 180.0  # deadline of every wait on a job (the cold first job compiles every kernel)
@@ -79,6 +82,8 @@ class JobRun:
     window_sps: list[float]  # the same per metrics interval (noise within the job)
     step_time_ms: float  # median of the replicas' reported mean step times, steady state
     global_steps: int
+    samples_per_cpu_s: float = 0.0  # samples trained / CPU-s of every cluster process, cg.train to the end
+    overlap: float = 0.0  # mean overlap_fraction of the steady-state metrics
 
 
 @contextmanager
@@ -120,6 +125,7 @@ def steady_state(
 def run_job(cg: Any, cluster: Any, model: Any, data: tuple[Any, Any], replicas: int, steps: int, args: Any) -> JobRun:
     """Train ``steps`` global steps to the end (the job is not stopped early: see the module's notes), measure it."""
     began = time.perf_counter()
+    cpu_before = cpu_s(_descendants(os.getpid()))
     job = cg.train(
         model.loss, data, cluster=cluster, optimizer=cg.optim.SGD(LEARNING_RATE), replicas=replicas,
         batch_size=args.batch, steps=steps, mode="sync", checkpoint_every=None,
@@ -134,6 +140,7 @@ def run_job(cg: Any, cluster: Any, model: Any, data: tuple[Any, Any], replicas: 
             time.sleep(POLL_S)
         first = time.perf_counter() - returned
         job.wait(JOB_TIMEOUT_S)
+        cpu_used = cpu_s(_descendants(os.getpid())) - cpu_before
         metrics = list(job.metrics)
         global_steps = job.global_step()
     finally:
@@ -152,6 +159,8 @@ def run_job(cg: Any, cluster: Any, model: Any, data: tuple[Any, Any], replicas: 
         window_sps=windows,
         step_time_ms=statistics.median(m["step_time_s"] for m in steady) * 1e3 if steady else float("nan"),
         global_steps=global_steps,
+        samples_per_cpu_s=global_steps * replicas * args.batch / max(cpu_used, 1e-9),
+        overlap=statistics.fmean(m.get("overlap_fraction", 0.0) for m in steady) if steady else 0.0,
     )
 
 
@@ -303,6 +312,17 @@ def main() -> None:
         f"first_metrics_s = {first_s:.3f} s (warm; target <= {TARGET_FIRST_METRICS_S:g} s: "
         f"{'met' if first_s <= TARGET_FIRST_METRICS_S else 'NOT met'})"
     )
+    samples_per_cpu_s = median_of(2, "samples_per_cpu_s")
+    cpu_efficiency = samples_per_cpu_s / session_sps
+    overlap = statistics.fmean(run.overlap for run in runs if run.replicas == 2)
+    print(
+        f"cpu_efficiency_vs_local = {cpu_efficiency:.3f} ({samples_per_cpu_s:,.0f} samples per CPU-s of all cluster "
+        f"processes vs {session_sps:,.0f} in one process; target >= {TARGET_CPU_EFFICIENCY}: "
+        f"{'met' if cpu_efficiency >= TARGET_CPU_EFFICIENCY else 'NOT met'})"
+    )
+    print(
+        f"overlap_fraction = {overlap:.3f} (target >= {TARGET_OVERLAP}: {'met' if overlap >= TARGET_OVERLAP else 'NOT met'})"
+    )
     print(
         f"1 replica vs single process: {sps[1]:,.0f} vs {session_sps:,.0f} samples/s "
         f"(single process is {session_sps / sps[1]:.1f}x; per-step {median_of(1, 'step_time_ms'):.1f} ms "
@@ -336,6 +356,13 @@ def main() -> None:
             "replica_compute_sps": compute_sps,
             "replica_compute_ms": timings["replica_compute"]["median"] * 1e3,
             "overhead_1": session_sps / sps[1],
+            "cpu_efficiency_vs_local": cpu_efficiency,
+            "samples_per_cpu_s_2": samples_per_cpu_s,
+            "target_cpu_efficiency": TARGET_CPU_EFFICIENCY,
+            "cpu_efficiency_met": cpu_efficiency >= TARGET_CPU_EFFICIENCY,
+            "overlap_fraction": overlap,
+            "target_overlap_fraction": TARGET_OVERLAP,
+            "overlap_met": overlap >= TARGET_OVERLAP,
             "batch": args.batch,
             "optimizer": f"SGD({LEARNING_RATE})",
             "mode": "sync",

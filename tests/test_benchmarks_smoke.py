@@ -72,7 +72,16 @@ CASES = {
     # first_metrics_empty_cache_s is null in --quick (every kernel compiling takes about 80 s here).
     "scaling": (
         ["scaling.py"],
-        ["sps_1", "sps_2", "efficiency_2", "first_metrics_s", "first_metrics_cold_s", "session_sps", "overhead_1"],
+        [
+            "sps_1",
+            "sps_2",
+            "efficiency_2",
+            "first_metrics_s",
+            "first_metrics_cold_s",
+            "session_sps",
+            "overhead_1",
+            "cpu_efficiency_vs_local",
+        ],  # fmt: skip
     ),
     "ps_fanin": (["ps_fanin.py"], ["pushes_per_s_8", "pushes_per_s_256", "ratio", "pushes_8", "pushes_256"]),
     # max_steps_lost may be 0 (a kill just after a checkpoint), so it is not in the positive keys.

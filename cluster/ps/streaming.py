@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 # Gradients are sent in messages of at least this many bytes (the last one of a shard may be smaller):
 # big enough that a message's fixed cost is small beside its bytes, small enough to start early.
-FLUSH_BYTES = 64 * 1024
+FLUSH_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
