@@ -27,6 +27,12 @@ Check = Callable[["NodeInfo"], "str | None"]
 # cellgraph dtype name <-> onnx.TensorProto.DataType value (the enum's numbers are ONNX's spec).
 DTYPE_TO_ONNX: dict[str, int] = {"float32": 1, "int32": 6, "int64": 7, "bool": 9, "float64": 11}
 ONNX_TO_DTYPE: dict[int, str] = {code: name for name, code in DTYPE_TO_ONNX.items()}
+# ONNX types cellgraph has no tensors of, and the cellgraph dtype an imported model computes them in:
+# every value fits, integer results wrap back at the model's boundary as ONNX's would (modular
+# arithmetic), and float16 / bfloat16 are computed in float32 (more precisely than in the narrow type).
+WIDENED: dict[int, str] = {3: "int32", 2: "int32", 5: "int32", 4: "int32", 12: "int64", 10: "float32", 16: "float32"}
+# The cellgraph dtype each ONNX type that can be imported computes in.
+COMPUTE_DTYPE: dict[int, str] = {**ONNX_TO_DTYPE, **WIDENED}
 
 # The opsets this exporter writes and this importer reads (default domain).
 MIN_OPSET = 17
@@ -37,6 +43,22 @@ INT64_MIN = -(2**63)
 
 class OnnxError(ExportError):
     """A model cannot cross to or from ONNX: names the op, the node and (importing) the opset."""
+
+
+def onnx_code(array: np.ndarray) -> int | None:
+    """The ONNX data type of a NumPy array, or None for one ONNX has no type for."""
+    import onnx
+
+    try:
+        return int(onnx.helper.np_dtype_to_tensor_dtype(array.dtype))
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def widen(array: np.ndarray) -> np.ndarray:
+    """``array`` in the cellgraph dtype its ONNX type computes in (int8 as int32, float16 as float32, ...)."""
+    code = onnx_code(array)
+    return array.astype(WIDENED[code]) if code in WIDENED else array
 
 
 def onnx_dtype_name(code: int) -> str:

@@ -34,7 +34,7 @@ from cellgraph.dataflow.ops import logic
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import ONNX_TO_DTYPE, Build, ImportRow
+from .common import COMPUTE_DTYPE, Build, ImportRow
 from .import_normalization import NORMALIZATION
 from .import_shapes import SHAPES
 from .import_windows import check_avg_pool, check_conv, check_max_pool, conv, pool
@@ -168,12 +168,12 @@ def _softmax(fn: Callable[..., Tensor]) -> Build:
 
 
 def _cast(b: Builder, n: NodeInfo) -> list[Tensor]:
-    return [cg.cast(b.ins(n)[0], ONNX_TO_DTYPE[int(n.attrs["to"])])]
+    return [cg.cast(b.ins(n)[0], COMPUTE_DTYPE[int(n.attrs["to"])])]
 
 
 def _check_cast(n: NodeInfo) -> str | None:
     to = int(n.attrs["to"]) if n.attrs["to"] is not None else None
-    return None if to in ONNX_TO_DTYPE else f"Cast to {n.dtype_name(to)}"
+    return None if to in COMPUTE_DTYPE else f"Cast to {n.dtype_name(to)}"
 
 
 def _reshape(b: Builder, n: NodeInfo) -> list[Tensor]:

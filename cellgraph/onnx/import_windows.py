@@ -228,9 +228,17 @@ def _conv_one(n: NodeInfo, x: Tensor, w: Tensor, padding: str) -> Tensor:
 
 
 def pool(b: Builder, n: NodeInfo) -> list[Tensor]:
+    source = b.ins(n)[0]
+    if source.dtype not in ("float32", "float64"):
+        # cellgraph's pools are for floats: integers pool in float64 (exact for every int32) and come back.
+        return [cg.cast(y, source.dtype) for y in _pool(n, cg.cast(source, "float64"))]
+    return _pool(n, source)
+
+
+def _pool(n: NodeInfo, source: Tensor) -> list[Tensor]:
     if not _native(n):
-        return [_sliced_pool(n, b.ins(n)[0])]
-    x = _to_nhwc(n, b.ins(n)[0])
+        return [_sliced_pool(n, source)]
+    x = _to_nhwc(n, source)
     k, s = _kernel(n), _strides(n)
     assert k is not None
     if n.op == "MaxPool":

@@ -42,10 +42,40 @@ from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 
 from ..saved_model import LoadedModel
-from .common import ONNX_TO_DTYPE, OnnxError, onnx_dtype_name
+from .common import COMPUTE_DTYPE, WIDENED, OnnxError, onnx_code, onnx_dtype_name, widen
 from .import_ops import IMPORTERS
 
-ImportedModel = LoadedModel
+
+class ImportedModel(LoadedModel):
+    """A ``LoadedModel`` of an ONNX model: values of ONNX types cellgraph has no tensors of (int8,
+    float16, ...) cross its boundary converted, in to the dtype they compute in and out back to the
+    ONNX type (``signature["widened"]`` lists them)."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        inputs: list[Tensor],
+        outputs: list[Tensor],
+        signature: dict[str, Any],
+        output_types: list[np.dtype[Any] | None],
+    ) -> None:
+        super().__init__(graph, inputs, outputs, signature)
+        self.output_types = output_types
+
+    def __call__(self, *args: Any) -> Any:
+        fed = []
+        for t, arg in zip(self.inputs, args, strict=False):
+            array = np.asarray(arg)
+            fed.append(array.astype(t.dtype) if onnx_code(array) in WIDENED else array)
+        result = super().__call__(*fed, *args[len(self.inputs) :])
+        results = list(result) if isinstance(result, tuple) else [result]
+        # Back to the narrow type as ONNX would have it: integers wrap, a float16 past its range is inf.
+        with np.errstate(over="ignore", invalid="ignore"):
+            back = [
+                r if kind is None else np.asarray(r).astype(kind)
+                for r, kind in zip(results, self.output_types, strict=True)
+            ]
+        return back[0] if len(back) == 1 else tuple(back)
 
 
 def cell_name(name: str) -> str:
@@ -138,17 +168,16 @@ def plan(
     """Every node of ``model`` checked and resolved, or an ``OnnxError`` for the first one cellgraph cannot express."""
     opset = _default_opset(model)
     graph = model.graph
-    known: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    known: dict[str, np.ndarray] = {i.name: widen(numpy_helper.to_array(i)) for i in graph.initializer}
     for name, value in (static_inputs or {}).items():
-        known[name] = np.asarray(value)
+        known[name] = widen(np.asarray(value))
     types = _types(model)
     trainable = {i.name for i in graph.initializer}
     infos = []
     for node in graph.node:
         folded = _fold(node, known, trainable)
         if folded is not None:
-            _check_folded(node, opset, folded, known, types)
-            known.update(folded)
+            known.update(_check_folded(node, opset, folded, known, types))
             continue
         info = _check_node(node, opset, known, types)
         infos.append(info)
@@ -220,8 +249,8 @@ def _check_node(
         t = types.get(value_name)
         code = t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else None
         if value_name in known:
-            code = onnx.helper.np_dtype_to_tensor_dtype(known[value_name].dtype)
-        if code and code not in ONNX_TO_DTYPE:
+            code = onnx_code(known[value_name]) or 0
+        if code and code not in COMPUTE_DTYPE:
             raise _unsupported(f"dtype {onnx_dtype_name(code)} of value {value_name!r}", info)
     reason = row.check(info) if row.check is not None else None
     if reason is not None:
@@ -229,8 +258,7 @@ def _check_node(
     # A value known now (a Constant, the Shape of a static shape) can feed inputs that must be known.
     folded = row.fold(info) if row.fold is not None else None
     if folded is not None:
-        _check_folded(node, opset, {node.output[0]: folded}, known, types)
-        known[node.output[0]] = folded
+        known.update(_check_folded(node, opset, {node.output[0]: folded}, known, types))
     return info
 
 
@@ -240,13 +268,16 @@ def _check_folded(
     values: Mapping[str, np.ndarray],
     known: Mapping[str, np.ndarray],
     types: Mapping[str, onnx.TypeProto],
-) -> None:
-    """A value computed at import must have a dtype cellgraph can hold."""
+) -> dict[str, np.ndarray]:
+    """Values computed at import, in the dtypes cellgraph computes them in; refused naming any other."""
+    out = {}
     for name, value in values.items():
-        code = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
-        if code not in ONNX_TO_DTYPE:
+        code = onnx_code(value)
+        if code not in COMPUTE_DTYPE:
             info = NodeInfo(node, opset, {}, known, types)
-            raise _unsupported(f"dtype {onnx_dtype_name(code)} of value {name!r}", info)
+            raise _unsupported(f"dtype {onnx_dtype_name(code or 0)} of value {name!r}", info)
+        out[name] = widen(value)
+    return out
 
 
 class Builder:
@@ -304,10 +335,10 @@ class Builder:
 def _placeholder(value: onnx.ValueInfoProto) -> Tensor:
     t = value.type.tensor_type
     dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-    return cg.placeholder(dims, ONNX_TO_DTYPE[t.elem_type], name=cell_name(value.name))
+    return cg.placeholder(dims, COMPUTE_DTYPE[t.elem_type], name=cell_name(value.name))
 
 
-def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[str, Any] | None = None) -> LoadedModel:
+def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[str, Any] | None = None) -> ImportedModel:
     """A cellgraph graph computing the ONNX model ``source`` (a path or a ``ModelProto``).
 
     Initializers become variables (trainable when float), so the imported
@@ -321,11 +352,11 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
     model = source if isinstance(source, onnx.ModelProto) else _load(source)
     infos, known = plan(model, static_inputs)
     g = model.graph
-    initializers = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    initializers = {i.name: widen(numpy_helper.to_array(i)) for i in g.initializer}
     fed = [v for v in g.input if v.name not in initializers and v.name not in (static_inputs or {})]
     for v in fed:
         code = v.type.tensor_type.elem_type
-        if code not in ONNX_TO_DTYPE:
+        if code not in COMPUTE_DTYPE:
             raise OnnxError(f"graph input {v.name!r} has dtype {onnx_dtype_name(code)}, which cellgraph does not have")
     graph = Graph()
     builder = Builder(graph, initializers, known)
@@ -352,7 +383,15 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
         "outputs": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in outputs],
         "variables": sorted(t.node.name for t in builder.variables.values()),
     }
-    return LoadedModel(graph, inputs, outputs, signature)
+    types = _types(model)
+    codes = [types[v.name].tensor_type.elem_type if v.name in types else 0 for v in g.output]
+    widened = {
+        v.name: onnx_dtype_name(v.type.tensor_type.elem_type) for v in fed if v.type.tensor_type.elem_type in WIDENED
+    }
+    widened.update({v.name: onnx_dtype_name(code) for v, code in zip(g.output, codes, strict=True) if code in WIDENED})
+    signature["widened"] = widened
+    output_types = [onnx.helper.tensor_dtype_to_np_dtype(code) if code in WIDENED else None for code in codes]
+    return ImportedModel(graph, inputs, outputs, signature, output_types)
 
 
 def _load(path: str | Path) -> onnx.ModelProto:
