@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from cellgraph import init as initializers
 from cellgraph.dataflow.errors import GraphError, ShapeError
 from cellgraph.dataflow.graph import Tensor, name_scope
-from cellgraph.dataflow.ops import array, conv, math, nn
+from cellgraph.dataflow.ops import array, conv, math, nn, normalization
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
 
@@ -88,6 +88,75 @@ def conv2d(
         if use_bias:
             y = nn.bias_add(y, variable(initializers.zeros, shape=(filters,), dtype=x.dtype, name="bias"))
         return activate(y)
+
+
+def batch_norm(
+    x: Tensor,
+    training: bool | Tensor,
+    momentum: float = 0.99,
+    epsilon: float = 1e-3,
+    axis: int = -1,
+    name: str = "batch_norm",
+) -> Tensor:
+    """Batch normalization of ``x`` over every axis but ``axis`` (the channels, which must be known).
+
+    Makes ``gamma`` (ones) and ``beta`` (zeros), trained, and ``moving_mean``
+    (zeros) and ``moving_variance`` (ones), not trained: in training
+    (``training`` true, or a bool tensor holding true) the batch's statistics
+    normalize and every step that computes the output moves the moving ones
+    towards them by ``momentum``; otherwise the moving ones normalize.
+    ``training`` may be a bool placeholder, so one graph trains and evaluates.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     x = cg.constant(np.array([[1.0, 10.0], [3.0, 30.0]], np.float32))
+    ...     y = cg.layers.batch_norm(x, training=True, momentum=0.5, epsilon=0.0)
+    >>> sess = cg.Session(g)
+    >>> sess.run(y)
+    array([[-1., -1.],
+           [ 1.,  1.]], dtype=float32)
+    >>> sess.run(g.node("batch_norm/moving_mean").output(0))
+    array([ 1., 10.], dtype=float32)
+    """
+    rank = len(x.shape)
+    if not -rank <= axis < rank or x.shape[axis] is None:
+        raise ShapeError(f"batch_norm layer {name!r} needs a known channel axis {axis}, got {fmt(x.shape)}")
+    channels = x.shape[axis]
+    with x.graph.atomic(), name_scope(name):
+        gamma = variable(initializers.ones, shape=(channels,), dtype=x.dtype, name="gamma")
+        beta = variable(initializers.zeros, shape=(channels,), dtype=x.dtype, name="beta")
+        mean = variable(initializers.zeros, shape=(channels,), dtype=x.dtype, name="moving_mean", trainable=False)
+        var = variable(initializers.ones, shape=(channels,), dtype=x.dtype, name="moving_variance", trainable=False)
+        return normalization.batch_norm(x, gamma, beta, mean, var, training, momentum, epsilon, axis, name="output")
+
+
+def layer_norm(x: Tensor, begin_axis: int = -1, epsilon: float = 1e-5, name: str = "layer_norm") -> Tensor:
+    """Layer normalization of ``x`` over the axes from ``begin_axis`` on (their sizes must be known),
+    with a trained ``gamma`` (ones) and ``beta`` (zeros) of those axes' shape.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     y = cg.layers.layer_norm(cg.constant(np.array([[1.0, 3.0]], np.float32)), epsilon=0.0)
+    >>> cg.Session(g).run(y)
+    array([[-1.,  1.]], dtype=float32)
+    """
+    rank = len(x.shape)
+    normalized = x.shape[begin_axis:] if -rank <= begin_axis < rank else None
+    if normalized is None or None in normalized:
+        raise ShapeError(f"layer_norm layer {name!r} needs known sizes from axis {begin_axis} on, got {fmt(x.shape)}")
+    shape = tuple(d for d in normalized if d is not None)
+    with x.graph.atomic(), name_scope(name):
+        gamma = variable(initializers.ones, shape=shape, dtype=x.dtype, name="gamma")
+        beta = variable(initializers.zeros, shape=shape, dtype=x.dtype, name="beta")
+        return normalization.layer_norm(x, gamma, beta, begin_axis, epsilon, name="output")
 
 
 def max_pool2d(

@@ -153,3 +153,61 @@ def test_a_training_step_trains_gamma_and_updates_the_moving_mean() -> None:
     assert sess.run(loss, {x: X}) < first
     assert not np.allclose(sess.run(m), 0.0)
     assert not np.allclose(sess.run(beta), 0.0)  # and beta, trained
+
+
+# ------------------------------------------------------------ cg.layers
+def test_the_batch_norm_layer_makes_its_variables_and_trains_only_gamma_and_beta() -> None:
+    x, labels = ph(None, 4, 4, 2), ph(None, dtype="int32", name="labels")
+    training = ph(dtype="bool", name="training")
+    h = cg.layers.batch_norm(cg.layers.conv2d(x, 3, 3, name="conv"), training=training)
+    logits = cg.layers.dense(cg.layers.flatten(cg.relu(h)), 2)
+    loss = cg.reduce_mean(cg.sparse_softmax_cross_entropy(logits, labels))
+    g = cg.get_default_graph()
+    names = {n.name: n.attrs.get("trainable", True) for n in g.nodes if n.op == "Variable"}
+    assert {k: v for k, v in names.items() if k.startswith("batch_norm/")} == {
+        "batch_norm/gamma": True,
+        "batch_norm/beta": True,
+        "batch_norm/moving_mean": False,
+        "batch_norm/moving_variance": False,
+    }
+    step = cg.optim.SGD(0.5).minimize(loss)
+    rng = np.random.default_rng(6)
+    data = rng.normal(size=(16, 4, 4, 2)).astype(np.float32)
+    target = (data[:, :, :, 0].sum(axis=(1, 2)) > 0).astype(np.int32)
+    sess = cg.Session(g)
+    before = sess.run(loss, {x: data, labels: target, training: False})
+    for _ in range(20):
+        sess.run([step, loss], {x: data, labels: target, training: True})
+    moving = sess.run(g.node("batch_norm/moving_mean").output(0))
+    assert not np.allclose(moving, 0.0)
+    frozen = sess.run(loss, {x: data, labels: target, training: False})
+    np.testing.assert_array_equal(sess.run(g.node("batch_norm/moving_mean").output(0)), moving)
+    assert frozen < before
+
+
+def test_the_layer_norm_layer_normalizes_the_last_axes() -> None:
+    x = ph(None, 3, 4)
+    y = cg.layers.layer_norm(x, begin_axis=1)
+    g = cg.get_default_graph()
+    assert g.node("layer_norm/gamma").specs[0].shape == (3, 4)
+    data = np.random.default_rng(7).normal(3.0, 2.0, (2, 3, 4)).astype(np.float32)
+    got = _run(y, {x: data})
+    want = (data - data.mean((1, 2), keepdims=True)) / np.sqrt(data.var((1, 2), keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("build", "words"),
+    [
+        (lambda x: cg.layers.batch_norm(x, True), "batch_norm layer 'batch_norm' needs a known channel axis -1, got (2, None)"),
+        (lambda x: cg.layers.batch_norm(x, True, axis=3), "batch_norm layer 'batch_norm' needs a known channel axis 3, got (2, None)"),
+        (lambda x: cg.layers.layer_norm(x, name="ln"), "layer_norm layer 'ln' needs known sizes from axis -1 on, got (2, None)"),
+        (lambda x: cg.layers.layer_norm(x, begin_axis=-3), "layer_norm layer 'layer_norm' needs known sizes from axis -3 on"),
+    ],
+)  # fmt: skip
+def test_normalization_layers_need_known_sizes_and_add_nothing_when_refused(build, words) -> None:  # noqa: ANN001
+    x = ph(2, None)
+    before = len(cg.get_default_graph().nodes)
+    with raises(cg.ShapeError, words):
+        build(x)
+    assert len(cg.get_default_graph().nodes) == before
