@@ -196,30 +196,12 @@ class HeldStream:
         self, frames: Sequence[bytes], on_answer: Callable[[Framed[pb.StepResponse]], None], seconds: float, scope: Any
     ) -> None:
         """Send one step's frames and hand each message of its answer to ``on_answer`` (on the loop thread)."""
+        queue: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue()
+        for i, frame in enumerate(frames):  # the loop has not seen the queue yet: filling it here is safe
+            queue.put_nowait((frame, i == len(frames) - 1))
         self.broken = True  # until the step's answer is read through
-        STEP_LOOP.run(self._exchange(frames, on_answer), seconds, scope)
+        STEP_LOOP.run(self._exchange(queue, on_answer, []), seconds, scope)
         self.broken = False
-
-    async def _exchange(self, frames: Sequence[bytes], on_answer: Callable[[Framed[pb.StepResponse]], None]) -> None:
-        if self.call is None:
-            self.call = self.pool.method()(metadata=self.metadata)
-        call = self.call
-        try:
-            for frame in frames:
-                try:
-                    await call.write(frame)
-                except asyncio.InvalidStateError:  # the server ended the stream between steps: say why
-                    raise StreamFinished(await call.code(), await call.details() or "") from None
-            while True:
-                answer = await call.read()
-                if answer is grpc.aio.EOF:
-                    raise StreamEnded()
-                on_answer(answer)
-                if answer.message.last:
-                    return
-        except BaseException:
-            call.cancel()  # refused, cancelled or past its deadline: this stream is done
-            raise
 
     def start_streamed(
         self,
@@ -228,16 +210,17 @@ class HeldStream:
         sent: list[float],
     ) -> concurrent.futures.Future[None]:
         """Start a step whose frames arrive over time (``frames``: (frame, is_last), put from any thread with
-        ``STEP_LOOP.put``); each write's start time goes to ``sent``. The future ends with the answer."""
+        ``put_threadsafe``); each write's start time goes to ``sent``. The future ends with the answer."""
         self.broken = True  # until the answer is read through (the caller sets it back)
-        return asyncio.run_coroutine_threadsafe(self._streamed(frames, on_answer, sent), STEP_LOOP.get())
+        return asyncio.run_coroutine_threadsafe(self._exchange(frames, on_answer, sent), STEP_LOOP.get())
 
-    async def _streamed(
+    async def _exchange(
         self,
         frames: asyncio.Queue[tuple[bytes, bool]],
         on_answer: Callable[[Framed[pb.StepResponse]], None],
         sent: list[float],
     ) -> None:
+        """Write the step's frames as they come (the last one marked), then read its answer to the end."""
         if self.call is None:
             self.call = self.pool.method()(metadata=self.metadata)
         call = self.call
@@ -247,7 +230,7 @@ class HeldStream:
                 sent.append(time.monotonic())
                 try:
                     await call.write(frame)
-                except asyncio.InvalidStateError:
+                except asyncio.InvalidStateError:  # the server ended the stream between steps: say why
                     raise StreamFinished(await call.code(), await call.details() or "") from None
                 if last:
                     break
@@ -259,7 +242,7 @@ class HeldStream:
                 if answer.message.last:
                     return
         except BaseException:
-            call.cancel()
+            call.cancel()  # refused, cancelled or past its deadline: this stream is done
             raise
 
     def close(self) -> None:
