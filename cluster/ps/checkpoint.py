@@ -487,7 +487,7 @@ def read_shard_checkpoint(directory: str | Path, name: str, shard: int, num_shar
             # load() may hand out read-only views of its buffer; the store updates these in place.
             tensors={k: v if v.flags.writeable else v.copy() for k, v in loaded.items()},
             specs=specs,
-            optimizer=OptimizerConfig(**manifest["optimizer"]),
+            optimizer=OptimizerConfig.from_fields(manifest["optimizer"]),
             training=TrainingConfig(**manifest["training"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError, ParameterServerError) as exc:

@@ -8,9 +8,9 @@ protobuf messages (``protos/parameter_service.proto``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -122,6 +122,17 @@ class OptimizerConfig:
         for hyper in definition.hyperparameters:
             if hyper.name not in given:
                 object.__setattr__(self, hyper.name, hyper.default)
+
+    @classmethod
+    def from_fields(cls, values: Mapping[str, Any]) -> OptimizerConfig:
+        """The config a checkpoint manifest records, reading only the fields its kind takes.
+
+        A manifest written before the optimizer registry lists every field of
+        every kind (an sgd job's has ``momentum=0.9``, ``beta1=0.9``, ...).
+        """
+        kind = values.get("kind", "sgd")
+        known = OPTIMIZER_KINDS.lookup(kind).defaults() if kind in OPTIMIZER_KINDS else {}
+        return cls(kind, **{k: v for k, v in values.items() if k in known})
 
     @property
     def hyperparameters(self) -> dict[str, Value]:

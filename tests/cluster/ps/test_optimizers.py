@@ -9,7 +9,9 @@ on a LocalCluster.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,6 +20,7 @@ import pytest
 
 import cellgraph as cg
 from cellgraph.cluster.errors import ParameterServerError
+from cellgraph.cluster.ps.checkpoint import read_shard_checkpoint, write_shard_checkpoint
 from cellgraph.cluster.ps.config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec
 from cellgraph.cluster.ps.messages import optimizer_from_proto, optimizer_to_proto
 from cellgraph.cluster.ps.store import ParameterStore
@@ -268,3 +271,20 @@ def test_cg_train_with_rmsprop_on_a_local_cluster_matches_the_local_executor_and
     for name, want in (("w", tw), ("b", tb)):
         np.testing.assert_allclose(got[name], local[name], rtol=1e-9, atol=1e-12, err_msg=f"{name}: cluster vs local")
         np.testing.assert_allclose(got[name], want.detach().numpy(), rtol=1e-9, err_msg=f"{name}: cluster vs torch")
+
+
+def test_a_checkpoint_manifest_from_before_the_registry_still_reads(tmp_path: Path) -> None:
+    """Such a manifest lists every field of every kind: only those of its kind are read."""
+    w = np.full(4, 2.0, np.float32)
+    info = write_shard_checkpoint(
+        tmp_path, tensors={"w": w}, versions={"w": 3}, specs=[VariableSpec("w", w.dtype, w.shape)], global_step=3,
+        shard=0, num_shards=1, job_id="old", optimizer=OptimizerConfig("sgd", 0.5), training=TrainingConfig(),
+    )  # fmt: skip
+    manifest = json.loads(info.manifest_file.read_text())
+    assert manifest["optimizer"]["momentum"] is None  # written now: the fields sgd does not take are null
+    manifest["optimizer"] = {
+        "kind": "sgd", "learning_rate": 0.5, "momentum": 0.9, "nesterov": False, "beta1": 0.9, "beta2": 0.999,
+        "epsilon": 1e-8,
+    }  # fmt: skip
+    info.manifest_file.write_text(json.dumps(manifest))
+    assert read_shard_checkpoint(tmp_path, info.name, 0, 1).optimizer == OptimizerConfig("sgd", 0.5)
