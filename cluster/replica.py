@@ -84,8 +84,9 @@ from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.shapes import fmt
 
 from .errors import ParameterServerError
-from .ps.client import ParameterClient, PullResult
+from .ps.client import ParameterClient
 from .ps.config import Mode, VariableSpec
+from .ps.results import PullResult
 from .training_graph import LoadedGraph, TrainingError, TrainingGraph, load
 
 # The keys of every metrics message, in the order a table would show them.

@@ -5,8 +5,9 @@ view of all its shards. See ``protos/parameter_service.proto`` for the RPCs.
 """
 
 from .auth import ClientTLS, ServerTLS, new_token, read_token_file, write_token_file
-from .client import JobInfo, ParameterClient, PullResult, PushResult
+from .client import ParameterClient
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
+from .results import JobInfo, PullResult, PushResult
 from .server import create_server
 
 __all__ = [

@@ -36,7 +36,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
-from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
@@ -64,6 +63,7 @@ from .messages import (
     training_from_proto,
     training_to_proto,
 )
+from .results import JobInfo, PullResult, PushResult, push_result
 from .server import MAX_MESSAGE_BYTES, SERVICE_NAME
 from .sharding import Layout, layout_from_placement, shard_variables
 from .streaming import StreamedStep
@@ -85,46 +85,6 @@ class _Stub(pb_grpc.ParameterServiceStub):
         # (Push, Pull and PushPull are not used: steps go over the held Step stream, held.py.)
         for name in ("Init", "Register", "Save", "Restore", "Reconfigure", "Stats"):
             setattr(self, name, Cancellable(getattr(self, name)))
-
-
-_STATUS_NAMES = {
-    pb.PushResponse.APPLIED: "applied",
-    pb.PushResponse.AGGREGATED: "aggregated",
-    pb.PushResponse.STALE: "stale",
-    pb.PushResponse.SKIPPED: "skipped",
-}
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    """What ``register`` learns: the job, where its variables live, and its rules."""
-
-    job_id: str
-    global_step: int
-    layout: Layout
-    training: TrainingConfig
-    optimizer: OptimizerConfig
-
-
-@dataclass(frozen=True)
-class PullResult:
-    """Whole variables, the global step (the lowest over the shards read) and each variable's version."""
-
-    values: dict[str, np.ndarray]
-    global_step: int
-    versions: dict[str, int]
-
-
-@dataclass(frozen=True)
-class PushResult:
-    """What the shards did with a push: ``stale`` if any shard dropped it, else ``applied`` if all
-    applied it, else ``skipped`` if any dropped its step for a non-finite gradient (``nonfinite="skip_step"``),
-    else ``aggregated``; ``global_step`` is the lowest over the shards."""
-
-    status: str
-    global_step: int
-    staleness: int
-    by_shard: tuple[str, ...]
 
 
 class ParameterClient:
@@ -417,7 +377,7 @@ class ParameterClient:
         answers = self._each_shard(
             sorted(pieces), lambda shard: self._step(shard, pieces[shard], header, None, what, None)
         )
-        return _push_result({s: a[0] for s, a in answers.items() if a[0] is not None})
+        return push_result({s: a[0] for s, a in answers.items() if a[0] is not None})
 
     def push_pull(
         self,
@@ -447,7 +407,7 @@ class ParameterClient:
         )
         pushed = {s: a[0] for s, a in answers.items() if a[0] is not None}
         pulled = {s: a[1] for s, a in answers.items() if a[1] is not None}
-        return _push_result(pushed), self._pull_result(plan, pulled)
+        return push_result(pushed), self._pull_result(plan, pulled)
 
     def start_step(
         self,
@@ -613,22 +573,3 @@ class ParameterClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _push_result(answers: Mapping[int, pb.PushResponse]) -> PushResult:
-    """One result for a push from every shard's answer: the worst status, the lowest step."""
-    statuses = tuple(_STATUS_NAMES.get(answers[s].status, "unknown") for s in sorted(answers))
-    if "stale" in statuses:
-        status = "stale"
-    elif all(s == "applied" for s in statuses):
-        status = "applied"
-    elif "skipped" in statuses:
-        status = "skipped"
-    else:
-        status = "aggregated"
-    return PushResult(
-        status=status,
-        global_step=min(a.global_step for a in answers.values()),
-        staleness=max(a.staleness for a in answers.values()),
-        by_shard=statuses,
-    )

@@ -50,9 +50,10 @@ from ..errors import ParameterServerError
 from .config import VariableSpec
 from .frames import Framed, chunk_parts, length_delimited
 from .held import _CHUNKS, _HEADER, _MORE, HeldStream, PullPlan, ShardReceiver, StepTimeout, put_threadsafe, step_frames
+from .results import PullResult, PushResult, push_result
 
 if TYPE_CHECKING:
-    from .client import ParameterClient, PullResult, PushResult
+    from .client import ParameterClient
 
 # Gradients are sent in messages of at least this many bytes (the last one of a shard may be smaller):
 # big enough that a message's fixed cost is small beside its bytes, small enough to start early.
@@ -185,9 +186,7 @@ class StreamedStep:
         first = min((t for send in sends.values() for t in send.sent[:1]), default=answered)
         communication = max(answered - first, 1e-9)
         overlap = min(1.0, max(0.0, (computed - first) / communication))
-        from .client import _push_result  # the client's own rule for one result from every shard
-
-        return StepResult(_push_result(pushed), self.client._pull_result(self.plan, pulled), overlap, communication)
+        return StepResult(push_result(pushed), self.client._pull_result(self.plan, pulled), overlap, communication)
 
     def _wait(self, shard: int, send: _ShardSend, deadline: float) -> None:
         assert send.future is not None
