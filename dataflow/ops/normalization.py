@@ -7,17 +7,18 @@ node with a fused CPU kernel (``kernels/cpu/normalization.py``); its gradient
 is one LayerNormGrad node giving ``dx``, ``dgamma`` and ``dbeta`` together.
 
 ``batch_norm`` normalizes over every axis but the channel axis. With
-``training`` true it uses the batch's mean and (biased) variance and moves
-the moving statistics towards them (``moving = momentum * moving + (1 -
-momentum) * batch``, TensorFlow's convention) by Assign nodes that the output
-depends on, so any step that computes the output updates them; with
-``training`` false it uses the moving statistics and changes nothing.
-``training`` may be a Python bool, or a bool tensor (a placeholder with a
-default) so that one graph serves training and evaluation: then both
-normalizations are built, the output picks one, and the moving statistics
-are assigned their new values only where ``training`` is true. The
-normalization itself is elementwise arithmetic over the statistics, which
-elementwise fusion runs as one loop.
+``training`` true it uses the batch's mean and (biased) variance, computed
+with the normalization in one FusedBatchNorm node (per-channel statistics and
+output in three passes of one CPU kernel; its gradient one BatchNormGrad node),
+and moves the moving statistics towards them (``moving = momentum * moving +
+(1 - momentum) * batch``, TensorFlow's convention) by Assign nodes that the
+output depends on, so any step that computes the output updates them. With
+``training`` false it uses the moving statistics, as elementwise arithmetic
+that fusion runs as one loop, and changes nothing. ``training`` may be a
+Python bool, or a scalar bool tensor (a placeholder) so that one graph serves
+training and evaluation: then both normalizations are built, the output picks
+one, and the moving statistics are assigned new values only where
+``training`` is true.
 
 >>> import cellgraph as cg
 >>> import numpy as np
@@ -37,14 +38,13 @@ import numpy as np
 from ..dtypes import is_float
 from ..errors import DTypeError, ShapeError
 from ..graph import Node, Tensor
-from ..kernels.cpu.normalization import layer_norm as layer_norm_kernel
-from ..kernels.cpu.normalization import layer_norm_grad as layer_norm_grad_kernel
+from ..kernels.cpu import normalization as kernels
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, OpDef, TensorSpec, not_differentiable, register_op
 from ..shapes import fmt
 from .base import TensorLike, apply, apply_node, as_tensor, check_fits, require_float
+from .math import broadcast_like, zeros_like
 from .math_unary import rsqrt, where
-from .reductions import moments
 from .state import assign, identity
 
 FAMILY = "nn"
@@ -115,13 +115,13 @@ def _kernel(fn: Any) -> Any:
 
 register_op(OpDef(
     name="LayerNorm", family=FAMILY, infer=_infer_layer_norm, reference=_ref_layer_norm, grad=_grad_layer_norm,
-    kernels={"cpu": _kernel(layer_norm_kernel), "cuda": cuda_kernel("normalization", "layer_norm_op")},
+    kernels={"cpu": _kernel(kernels.layer_norm), "cuda": cuda_kernel("normalization", "layer_norm_op")},
 ))  # fmt: skip
 # Recorded: the second derivative of layer normalization is not needed to train.
 register_op(OpDef(
     name="LayerNormGrad", family=FAMILY, infer=_infer_layer_norm_grad, reference=_ref_layer_norm_grad,
     grad=not_differentiable,
-    kernels={"cpu": _kernel(layer_norm_grad_kernel), "cuda": cuda_kernel("normalization", "layer_norm_grad_op")},
+    kernels={"cpu": _kernel(kernels.layer_norm_grad), "cuda": cuda_kernel("normalization", "layer_norm_grad_op")},
 ))  # fmt: skip
 
 
@@ -153,6 +153,119 @@ def layer_norm(
 
 
 # ---------------------------------------------------------------- batch norm
+def _channels(ctx: InferContext, x: TensorSpec) -> tuple[int | None]:
+    axis = ctx.attrs["channel_axis"]
+    if not 0 <= axis < x.rank:
+        raise ctx.shape_error(f"axis {ctx.attrs['axis']} is out of range for shape {fmt(x.shape)}")
+    return (x.shape[axis],)
+
+
+def _infer_batch_norm(ctx: InferContext) -> list[TensorSpec]:
+    x, gamma, beta = ctx.inputs
+    dtype = require_float(ctx, x, gamma, beta)
+    channels = _channels(ctx, x)
+    check_fits(ctx, "gamma", gamma, channels)
+    check_fits(ctx, "beta", beta, channels)
+    stats = TensorSpec(channels, dtype)
+    return [x, stats, stats]
+
+
+def _infer_batch_norm_grad(ctx: InferContext) -> list[TensorSpec]:
+    dy, x, gamma, mean, var = ctx.inputs
+    require_float(ctx, dy, x, gamma, mean, var)
+    check_fits(ctx, "dy", dy, x.shape)
+    channels = _channels(ctx, x)
+    for what, spec in (("gamma", gamma), ("mean", mean), ("variance", var)):
+        check_fits(ctx, what, spec, channels)
+    return [x, gamma, gamma]
+
+
+def _batch_axes(attrs: dict[str, Any], x: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The reduced axes, and the shape that puts a per-channel vector against ``x``."""
+    axis = attrs["channel_axis"]
+    return tuple(a for a in range(x.ndim) if a != axis), tuple(-1 if a == axis else 1 for a in range(x.ndim))
+
+
+def _ref_batch_norm(
+    attrs: dict[str, Any], x: np.ndarray, gamma: np.ndarray, beta: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    axes, col = _batch_axes(attrs, x)
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):  # an empty batch: NaN statistics, as reduce_mean's
+        count = x.size // max(x.shape[attrs["channel_axis"]], 1)
+        mean = x64.sum(axis=axes) / count if count else np.full(x.shape[attrs["channel_axis"]], np.nan)
+        var = ((x64 - mean.reshape(col)) ** 2).sum(axis=axes) / count if count else mean.copy()
+        y = (x64 - mean.reshape(col)) / np.sqrt(var.reshape(col) + attrs["epsilon"]) * gamma.reshape(col)
+    return (y + beta.reshape(col)).astype(x.dtype), mean.astype(x.dtype), var.astype(x.dtype)
+
+
+def _ref_batch_norm_grad(
+    attrs: dict[str, Any], dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, mean: np.ndarray, var: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    axes, col = _batch_axes(attrs, x)
+    count = max(x.size // max(x.shape[attrs["channel_axis"]], 1), 1)
+    rstd = 1.0 / np.sqrt(var.astype(np.float64) + attrs["epsilon"])
+    xhat = (x - mean.reshape(col)) * rstd.reshape(col)
+    dbeta, dgamma = dy.sum(axis=axes), (dy * xhat).sum(axis=axes)
+    dx = (gamma * rstd).reshape(col) * (dy - dbeta.reshape(col) / count - xhat * dgamma.reshape(col) / count)
+    return dx.astype(x.dtype), dgamma.astype(x.dtype), dbeta.astype(x.dtype)
+
+
+def _grad_batch_norm(node: Node, dys: Dys) -> list[Tensor | None]:
+    x, gamma, _ = node.inputs
+    dy, dmean, dvar = dys
+    mean, var = node.output(1), node.output(2)
+    grads = apply_node(
+        "BatchNormGrad", [dy if dy is not None else zeros_like(x), x, gamma, mean, var], dict(node.attrs),
+        name="batch_norm_grad",
+    )  # fmt: skip
+    dx = grads.output(0)
+    # The statistics are outputs too: mean = sum(x) / count, var = sum((x - mean)^2) / count.
+    axes = [a for a in range(len(x.shape)) if a != node.attrs["channel_axis"]]
+    if dmean is not None:
+        dx = dx + broadcast_like(dmean, x, axes, keepdims=False, mean=True)
+    if dvar is not None:
+        centered = x - broadcast_like(mean, x, axes, keepdims=False)
+        dx = dx + broadcast_like(dvar, x, axes, keepdims=False, mean=True) * centered * 2.0
+    return [dx, grads.output(1), grads.output(2)]
+
+
+def _bn_kernel(fn: Any) -> Any:
+    return lambda node, ctx: lambda *xs: fn(*xs, node.attrs["epsilon"], node.attrs["channel_axis"])
+
+
+register_op(OpDef(
+    name="FusedBatchNorm", family=FAMILY, infer=_infer_batch_norm, reference=_ref_batch_norm, grad=_grad_batch_norm,
+    kernels={"cpu": _bn_kernel(kernels.batch_norm_training),
+             "cuda": cuda_kernel("normalization", "batch_norm_training_op")},
+))  # fmt: skip
+# Recorded: the second derivative of batch normalization is not needed to train.
+register_op(OpDef(
+    name="BatchNormGrad", family=FAMILY, infer=_infer_batch_norm_grad, reference=_ref_batch_norm_grad,
+    grad=not_differentiable,
+    kernels={"cpu": _bn_kernel(kernels.batch_norm_grad), "cuda": cuda_kernel("normalization", "batch_norm_grad_op")},
+))  # fmt: skip
+
+
+def fused_batch_norm(
+    x: TensorLike,
+    gamma: TensorLike,
+    beta: TensorLike,
+    epsilon: float = 1e-3,
+    axis: int = -1,
+    name: str = "fused_batch_norm",
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(y, mean, variance)``: ``x`` normalized per channel (``axis``) by its batch statistics, in one pass
+    of a fused kernel, and those statistics (the variance biased, as ``moments`` gives it)."""
+    t = as_tensor(x)
+    rank = len(t.shape)
+    channel = axis % rank if rank and -rank <= axis < rank else rank  # out of range: the shape rule says so
+    g, b = (v if isinstance(v, Tensor) else as_tensor(v, t.dtype, t.graph, "FusedBatchNorm") for v in (gamma, beta))
+    attrs = {"axis": int(axis), "channel_axis": channel, "epsilon": float(epsilon)}
+    node = apply_node("FusedBatchNorm", [t, g, b], attrs, name=name)
+    return node.output(0), node.output(1), node.output(2)
+
+
 def batch_norm(
     x: TensorLike,
     gamma: TensorLike,
@@ -196,7 +309,6 @@ def batch_norm(
     for what, v in (("moving_mean", moving_mean), ("moving_variance", moving_variance)):
         if not isinstance(v, Tensor) or v.node.op != "Variable":
             raise TypeError(f"{name}: {what} must be a variable (its value is updated in training), got {v!r}")
-    reduced = [a for a in range(rank) if a != channel]
     # Statistics of shape (channels,) broadcast against x from the right: put the channel axis last.
     tail = (1,) * (rank - 1 - channel)
 
@@ -213,18 +325,16 @@ def batch_norm(
         training = bool(training)
     if training is False:
         return identity(normalize(moving_mean, moving_variance), name=name)
-    mean, variance = moments(t, reduced, name=f"{name}_moments")
+    y, mean, variance = fused_batch_norm(t, gamma, beta, epsilon, axis, name=f"{name}_fused")
     new_mean = moving_mean * momentum + mean * (1.0 - momentum)
     new_variance = moving_variance * momentum + variance * (1.0 - momentum)
-    if training is True:
-        y = normalize(mean, variance)
-    else:
+    if training is not True:
         switch = as_tensor(training)
         if switch.dtype != "bool" or switch.shape != ():
             raise TypeError(
                 f"{name}: training must be a bool or a scalar bool tensor, got {switch.dtype} {fmt(switch.shape)}"
             )
-        y = where(switch, normalize(mean, variance), normalize(moving_mean, moving_variance))
+        y = where(switch, y, normalize(moving_mean, moving_variance))
         new_mean = where(switch, new_mean, moving_mean)
         new_variance = where(switch, new_variance, moving_variance)
     updates = [assign(moving_mean, new_mean, name=f"{name}_update_mean"),
@@ -233,4 +343,4 @@ def batch_norm(
         return identity(y, name=name)
 
 
-__all__ = ["batch_norm", "layer_norm"]
+__all__ = ["batch_norm", "fused_batch_norm", "layer_norm"]

@@ -99,6 +99,13 @@ def _batch_matmul(node: cg.Node, shapes: Shapes, i: int, a: int) -> Shapes | str
     return _tied(lambda n, s: ["." * len(b) + w for b, w in zip(batch, _matmul(n, s))])(node, shapes, i, a)
 
 
+def _batch_norm(node: cg.Node, shapes: Shapes) -> list[str]:
+    # x (and dy) by letter; every per-channel input is the channel axis's letter.
+    x = "abcdefgh"[: len(shapes[1 if node.op == "BatchNormGrad" else 0])]
+    channel = x[node.attrs["channel_axis"]]
+    return [x if len(s) == len(x) else channel for s in shapes]
+
+
 def _broadcast_like(node: cg.Node, shapes: Shapes) -> list[str]:
     like = "abcdefgh"[: len(shapes[1])]
     axes, keep = node.attrs["axes"], node.attrs["keepdims"]
@@ -204,6 +211,8 @@ def _scatter_add_like(node: cg.Node, shapes: Shapes) -> list[str]:
 RULES: dict[str, Rule] = {
     "MatMul":             _tied(_matmul),
     "BatchMatMul":        _batch_matmul,
+    "FusedBatchNorm":     _tied(_batch_norm),
+    "BatchNormGrad":      _tied(_batch_norm),
     "BroadcastLike":      _tied(_broadcast_like),
     "Concat":             _tied(_concat),
     "SplitLike":          _split_like,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import cellgraph as cg
+from cellgraph.dataflow.ops.normalization import fused_batch_norm
 
 from .rows import ZERO, Row, pos, x
 
@@ -30,6 +31,12 @@ def _bn_train_nhwc(a: Any, w: Any, b: Any, eps: float) -> Any:
 def _bn_eval(a: Any, w: Any, b: Any, mean: Any, var: Any, eps: float) -> Any:
     # F.batch_norm's inference formula, written out: torch gives no gradient for the running statistics.
     return (a - mean) / torch.sqrt(var + eps) * w + b
+
+
+def _bn_with_moments(a: Any, w: Any, b: Any, eps: float) -> Any:
+    """y, the batch mean and the biased batch variance, over every dim but 1 (the channels)."""
+    variance, mean = torch.var_mean(a, (0, 2, 3), correction=0)
+    return F.batch_norm(a, None, None, w, b, True, 0.0, eps), mean, variance
 
 
 def _batch_norm(training: Any, axis: int = -1, eps: float = 1e-3) -> Any:
@@ -63,14 +70,17 @@ NN_MORE_ROWS: list[Row] = [
         variants=ZERO, rtol=1e-8, atol=1e-9),
     Row("LayerNorm", lambda a, w, b: cg.layer_norm(a, w, b), lambda a, w, b: F.layer_norm(a, (4,), w, b, 1e-5),
         [x(2, "t", 4, low=50.0, high=51.0), x(4), x(4)], id="offset-rows", sizes={"t": 3}, rtol=1e-7, atol=1e-8),
-    # batch_norm is built of ReduceMean (the batch statistics), Rsqrt and elementwise arithmetic.
-    Row("ReduceMean", _batch_norm(True), lambda a, w, b, m, v: F.batch_norm(a, None, None, w, b, True, 0.0, 1e-3),
+    # batch_norm in training is a FusedBatchNorm; in inference Rsqrt and elementwise arithmetic.
+    Row("FusedBatchNorm", _batch_norm(True), lambda a, w, b, m, v: F.batch_norm(a, None, None, w, b, True, 0.0, 1e-3),
         [x("n", 3), x(3), x(3), x(3), pos(3)], id="batch-norm-training", variables=(3, 4), sizes={"n": 4},
         unit=False, rtol=1e-8, atol=1e-9),
-    Row("ReduceMean", _batch_norm(True), lambda a, w, b, m, v: _bn_train_nhwc(a, w, b, 1e-3),
+    Row("FusedBatchNorm", _batch_norm(True), lambda a, w, b, m, v: _bn_train_nhwc(a, w, b, 1e-3),
         [x("n", 2, 3, 4), x(4), x(4), x(4), pos(4)], id="batch-norm-training-nhwc", variables=(3, 4),
         unit=False, rtol=1e-8, atol=1e-9),
     Row("Rsqrt", _batch_norm(False, axis=1), lambda a, w, b, m, v: _bn_eval(a.permute(0, 2, 1), w, b, m, v, 1e-3)
         .permute(0, 2, 1), [x("n", 3, 2), x(3), x(3), x(3), pos(3)], id="batch-norm-inference-nch",
         variables=(3, 4), variants=ZERO),
+    Row("FusedBatchNorm", lambda a, w, b: fused_batch_norm(a, w, b, epsilon=1e-2, axis=1),
+        lambda a, w, b: _bn_with_moments(a, w, b, 1e-2), [x("n", 3, 2, 2), x(3), x(3)], id="outputs-nchw",
+        sizes={"n": 2}, unit=False, rtol=1e-8, atol=1e-9),
 ]  # fmt: skip

@@ -100,3 +100,107 @@ def layer_norm_grad(
     dgamma, dbeta = np.zeros(n, np.float64), np.zeros(n, np.float64)
     _backward(dy2, x2, np.ascontiguousarray(gamma).reshape(-1), eps, dx2, dgamma, dbeta)
     return dx2.reshape(x.shape), dgamma.astype(x.dtype).reshape(gamma.shape), dbeta.astype(x.dtype).reshape(gamma.shape)
+
+
+# ------------------------------------------------------------ batch norm
+# x is seen as (outer, channels, inner): NHWC is (N*H*W, C, 1), NCHW is (N, C, H*W).
+# Every pass walks x in memory order and accumulates per channel (float64), so
+# channels-last data is read row by row, never with a stride of C.
+@kernel
+def _channel_stats(x3, mean, var):  # type: ignore[no-untyped-def]
+    outer, channels, inner = x3.shape
+    count = outer * inner
+    for c in range(channels):
+        mean[c] = 0.0
+        var[c] = 0.0
+    if count == 0:
+        mean[:] = np.nan  # 0 / 0, as reduce_mean gives over an empty batch
+        var[:] = np.nan
+        return
+    for o in range(outer):
+        for c in range(channels):
+            for i in range(inner):
+                mean[c] += x3[o, c, i]
+    for c in range(channels):
+        mean[c] /= count
+    for o in range(outer):
+        for c in range(channels):
+            for i in range(inner):
+                d = x3[o, c, i] - mean[c]
+                var[c] += d * d
+    for c in range(channels):
+        var[c] /= count
+
+
+@kernel
+def _scale_shift(mean, var, gamma, beta, eps, scale, shift):  # type: ignore[no-untyped-def]
+    for c in range(mean.shape[0]):
+        rstd = 1.0 / np.sqrt(var[c] + eps) if var[c] + eps > 0.0 else np.inf
+        scale[c] = gamma[c] * rstd
+        shift[c] = beta[c] - mean[c] * scale[c]
+
+
+@kernel
+def _bn_forward(x3, scale, shift, y3):  # type: ignore[no-untyped-def]
+    outer, channels, inner = x3.shape
+    for o in range(outer):
+        for c in range(channels):
+            for i in range(inner):
+                y3[o, c, i] = x3[o, c, i] * scale[c] + shift[c]
+    return y3
+
+
+@kernel
+def _bn_backward(dy3, x3, gamma, mean, var, eps, dx3, dgamma, dbeta):  # type: ignore[no-untyped-def]
+    outer, channels, inner = x3.shape
+    count = outer * inner
+    rstd = np.empty(channels)
+    for c in range(channels):
+        rstd[c] = 1.0 / np.sqrt(var[c] + eps) if var[c] + eps > 0.0 else np.inf
+    for o in range(outer):
+        for c in range(channels):
+            for i in range(inner):
+                dbeta[c] += dy3[o, c, i]
+                dgamma[c] += dy3[o, c, i] * (x3[o, c, i] - mean[c]) * rstd[c]
+    if count == 0:
+        return dx3
+    for o in range(outer):
+        for c in range(channels):
+            for i in range(inner):
+                xhat = (x3[o, c, i] - mean[c]) * rstd[c]
+                dx3[o, c, i] = gamma[c] * rstd[c] * (dy3[o, c, i] - dbeta[c] / count - xhat * dgamma[c] / count)
+    return dx3
+
+
+def channels_view(x: np.ndarray, axis: int) -> np.ndarray:
+    """``x`` as (outer, channels, inner) around its channel ``axis``."""
+    shape = x.shape
+    return np.ascontiguousarray(x).reshape(math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :]))
+
+
+def batch_norm_training(
+    x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, axis: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(y, mean, variance)``: ``x`` normalized by its batch statistics per channel, then scaled and shifted."""
+    x3 = channels_view(x, axis)
+    channels = x3.shape[1]
+    mean, var = np.empty(channels), np.empty(channels)
+    _channel_stats(x3, mean, var)
+    scale, shift = np.empty(channels), np.empty(channels)
+    _scale_shift(mean, var, gamma.astype(np.float64), beta.astype(np.float64), eps, scale, shift)
+    y3 = np.empty_like(x3)
+    _bn_forward(x3, scale, shift, y3)
+    return y3.reshape(x.shape), mean.astype(x.dtype), var.astype(x.dtype)
+
+
+def batch_norm_grad(
+    dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, mean: np.ndarray, var: np.ndarray, eps: float, axis: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dx, dgamma, dbeta)`` of :func:`batch_norm_training` for the upstream gradient ``dy`` of ``y``."""
+    x3, dy3 = channels_view(x, axis), channels_view(dy, axis)
+    channels = x3.shape[1]
+    dx3 = np.empty_like(x3)
+    dgamma, dbeta = np.zeros(channels), np.zeros(channels)
+    f64 = np.float64
+    _bn_backward(dy3, x3, gamma.astype(f64), mean.astype(f64), var.astype(f64), eps, dx3, dgamma, dbeta)
+    return dx3.reshape(x.shape), dgamma.astype(x.dtype), dbeta.astype(x.dtype)

@@ -1,10 +1,15 @@
-"""Layer normalization on the GPU: one thread per row, the CPU kernel's arithmetic.
+"""Layer and batch normalization on the GPU, with the CPU kernels' arithmetic.
 
-A thread walks its row three times (mean, variance, output), accumulating in
-float64 as the CPU kernel does (``kernels/cpu/normalization.py`` has the
-formulas). The backward pass writes ``dx`` row by row and ``dy * xhat`` beside
-it; ``dgamma`` and ``dbeta`` are then column sums by the tree reduction of
-``reduce.py``, rather than every row adding into one column at once.
+Layer norm: one thread per row. A thread walks its row three times (mean,
+variance, output), accumulating in float64 as the CPU kernel does
+(``kernels/cpu/normalization.py`` has the formulas). The backward pass writes
+``dx`` row by row and ``dy * xhat`` beside it; ``dgamma`` and ``dbeta`` are
+then column sums by the tree reduction of ``reduce.py``, rather than every row
+adding into one column at once.
+
+Batch norm: the per-channel sums are the tree reductions of ``reduce.py`` over
+every axis but the channel's; the elementwise passes are one thread per
+element, which finds its channel from its flat index, ``(k // inner) % channels``.
 """
 
 from __future__ import annotations
@@ -99,6 +104,85 @@ def layer_norm_grad(dy: Any, x: Any, gamma: Any, eps: float, begin_axis: int) ->
     return dx2.reshape(tuple(x.shape)), dgamma, dbeta
 
 
+# ------------------------------------------------------------ batch norm
+@cuda.jit
+def _centered_square(x, mean, inner, channels, out):  # type: ignore[no-untyped-def]
+    k = cuda.grid(1)
+    if k < x.size:
+        d = x[k] - mean[(k // inner) % channels]
+        out[k] = d * d
+
+
+@cuda.jit
+def _bn_forward(x, mean, var, gamma, beta, eps, inner, channels, y):  # type: ignore[no-untyped-def]
+    k = cuda.grid(1)
+    if k < x.size:
+        c = (k // inner) % channels
+        v = var[c] + eps
+        rstd = 1.0 / math.sqrt(v) if v > 0.0 else np.inf
+        y[k] = (x[k] - mean[c]) * rstd * gamma[c] + beta[c]
+
+
+@cuda.jit
+def _bn_dy_xhat(dy, x, mean, var, eps, inner, channels, out):  # type: ignore[no-untyped-def]
+    k = cuda.grid(1)
+    if k < x.size:
+        c = (k // inner) % channels
+        v = var[c] + eps
+        rstd = 1.0 / math.sqrt(v) if v > 0.0 else np.inf
+        out[k] = dy[k] * (x[k] - mean[c]) * rstd
+
+
+@cuda.jit
+def _bn_backward(dy, x, gamma, mean, var, dgamma, dbeta, eps, inner, channels, count, dx):  # type: ignore[no-untyped-def]
+    k = cuda.grid(1)
+    if k < x.size:
+        c = (k // inner) % channels
+        v = var[c] + eps
+        rstd = 1.0 / math.sqrt(v) if v > 0.0 else np.inf
+        xhat = (x[k] - mean[c]) * rstd
+        dx[k] = gamma[c] * rstd * (dy[k] - dbeta[c] / count - xhat * dgamma[c] / count)
+
+
+def _around(shape: tuple[int, ...], axis: int) -> tuple[tuple[int, ...], int, int]:
+    """The axes reduced for channel ``axis``, the channel count and the elements after the channel axis."""
+    return tuple(a for a in range(len(shape)) if a != axis), shape[axis], host_math.prod(shape[axis + 1 :])
+
+
+def batch_norm_training(x: Any, gamma: Any, beta: Any, eps: float, axis: int) -> tuple[Any, Any, Any]:
+    shape = tuple(x.shape)
+    axes, channels, inner = _around(shape, axis)
+    mean = reduce("mean", x, axes, False)
+    if not x.size:
+        return cuda.device_array(shape, x.dtype), mean, fill((channels,), x.dtype, np.nan)
+    blocks, threads = launch(x.size)
+    flat_x = x.reshape(x.size)
+    squares = cuda.device_array(x.size, x.dtype)
+    _centered_square[blocks, threads](flat_x, mean, inner, channels, squares)
+    var = reduce("mean", squares.reshape(shape), axes, False)
+    y = cuda.device_array(x.size, x.dtype)
+    _bn_forward[blocks, threads](flat_x, mean, var, gamma, beta, eps, inner, channels, y)
+    return y.reshape(shape), mean, var
+
+
+def batch_norm_grad(dy: Any, x: Any, gamma: Any, mean: Any, var: Any, eps: float, axis: int) -> tuple[Any, Any, Any]:
+    shape = tuple(x.shape)
+    axes, channels, inner = _around(shape, axis)
+    if not x.size:
+        zeros = fill((channels,), x.dtype, 0)
+        return cuda.device_array(shape, x.dtype), zeros, fill((channels,), x.dtype, 0)
+    blocks, threads = launch(x.size)
+    flat_x, flat_dy = x.reshape(x.size), dy.reshape(dy.size)
+    dy_xhat = cuda.device_array(x.size, x.dtype)
+    _bn_dy_xhat[blocks, threads](flat_dy, flat_x, mean, var, eps, inner, channels, dy_xhat)
+    dgamma = reduce("sum", dy_xhat.reshape(shape), axes, False)
+    dbeta = reduce("sum", dy, axes, False)
+    dx = cuda.device_array(x.size, x.dtype)
+    count = x.size // channels
+    _bn_backward[blocks, threads](flat_dy, flat_x, gamma, mean, var, dgamma, dbeta, eps, inner, channels, count, dx)
+    return dx.reshape(shape), dgamma, dbeta
+
+
 # ------------------------------------------------------------ kernel factories
 def layer_norm_op(node: Any, ctx: Any) -> Callable[[Any, Any, Any], Any]:
     eps, begin = node.attrs["epsilon"], node.attrs["begin_axis"]
@@ -108,3 +192,13 @@ def layer_norm_op(node: Any, ctx: Any) -> Callable[[Any, Any, Any], Any]:
 def layer_norm_grad_op(node: Any, ctx: Any) -> Callable[[Any, Any, Any], Any]:
     eps, begin = node.attrs["epsilon"], node.attrs["begin_axis"]
     return lambda dy, x, gamma: layer_norm_grad(dy, x, gamma, eps, begin)
+
+
+def batch_norm_training_op(node: Any, ctx: Any) -> Callable[[Any, Any, Any], Any]:
+    eps, axis = node.attrs["epsilon"], node.attrs["channel_axis"]
+    return lambda x, gamma, beta: batch_norm_training(x, gamma, beta, eps, axis)
+
+
+def batch_norm_grad_op(node: Any, ctx: Any) -> Callable[..., Any]:
+    eps, axis = node.attrs["epsilon"], node.attrs["channel_axis"]
+    return lambda dy, x, gamma, mean, var: batch_norm_grad(dy, x, gamma, mean, var, eps, axis)
