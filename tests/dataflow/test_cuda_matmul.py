@@ -51,6 +51,10 @@ def test_kernel_keeps_each_threads_block_in_named_registers() -> None:
     assert "cuda.local" not in source
     assert source.count(" = DT(0)") == LARGE.tm * LARGE.tn
     assert source.count("cuda.syncthreads()") == 2  # after the first tile, then once a tile (double buffered)
+    # The bk steps of a tile written out (each shared read a base plus a constant), read through
+    # unsigned thread coordinates (no negative-index wraparound in front of every read).
+    assert "for kk" not in source and source.count("a0 = sa[cur, ") == LARGE.bk
+    assert "ty, tx = U32(tid) // 16, U32(tid) % 16" in source
     compile(source, "<gemm>", "exec")
 
 
