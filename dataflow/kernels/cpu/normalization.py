@@ -105,7 +105,10 @@ def layer_norm_grad(
 # ------------------------------------------------------------ batch norm
 # x is seen as (outer, channels, inner): NHWC is (N*H*W, C, 1), NCHW is (N, C, H*W).
 # Every pass walks x in memory order and accumulates per channel (float64), so
-# channels-last data is read row by row, never with a stride of C.
+# channels-last data is read row by row, never with a stride of C. Channels-last
+# data (inner 1) goes to the (rows, channels) kernels ``*_last``, whose innermost
+# loop runs over the channels and vectorizes (an inner loop of length 1 would
+# not: 4-5x slower on (4096, 32)).
 @kernel
 def _channel_stats(x3, mean, var):  # type: ignore[no-untyped-def]
     outer, channels, inner = x3.shape
@@ -172,6 +175,55 @@ def _bn_backward(dy3, x3, gamma, mean, var, eps, dx3, dgamma, dbeta):  # type: i
     return dx3
 
 
+@kernel
+def _channel_stats_last(x2, mean, var):  # type: ignore[no-untyped-def]
+    rows, channels = x2.shape
+    mean[:] = 0.0
+    var[:] = 0.0
+    if rows == 0:
+        mean[:] = np.nan  # 0 / 0, as reduce_mean gives over an empty batch
+        var[:] = np.nan
+        return
+    for o in range(rows):
+        for c in range(channels):
+            mean[c] += x2[o, c]
+    mean /= rows
+    for o in range(rows):
+        for c in range(channels):
+            d = x2[o, c] - mean[c]
+            var[c] += d * d
+    var /= rows
+
+
+@kernel
+def _bn_forward_last(x2, scale, shift, y2):  # type: ignore[no-untyped-def]
+    rows, channels = x2.shape
+    for o in range(rows):
+        for c in range(channels):
+            y2[o, c] = x2[o, c] * scale[c] + shift[c]
+    return y2
+
+
+@kernel
+def _bn_backward_last(dy2, x2, gamma, mean, var, eps, dx2, dgamma, dbeta):  # type: ignore[no-untyped-def]
+    rows, channels = x2.shape
+    rstd = np.empty(channels)
+    for c in range(channels):
+        rstd[c] = 1.0 / np.sqrt(var[c] + eps) if var[c] + eps > 0.0 else np.inf
+    for o in range(rows):
+        for c in range(channels):
+            d = dy2[o, c]
+            dbeta[c] += d
+            dgamma[c] += d * (x2[o, c] - mean[c]) * rstd[c]
+    if rows == 0:
+        return dx2
+    for o in range(rows):
+        for c in range(channels):
+            xhat = (x2[o, c] - mean[c]) * rstd[c]
+            dx2[o, c] = gamma[c] * rstd[c] * (dy2[o, c] - dbeta[c] / rows - xhat * dgamma[c] / rows)
+    return dx2
+
+
 def channels_view(x: np.ndarray, axis: int) -> np.ndarray:
     """``x`` as (outer, channels, inner) around its channel ``axis``."""
     shape = x.shape
@@ -185,11 +237,17 @@ def batch_norm_training(
     x3 = channels_view(x, axis)
     channels = x3.shape[1]
     mean, var = np.empty(channels), np.empty(channels)
-    _channel_stats(x3, mean, var)
     scale, shift = np.empty(channels), np.empty(channels)
-    _scale_shift(mean, var, gamma.astype(np.float64), beta.astype(np.float64), eps, scale, shift)
     y3 = np.empty_like(x3)
-    _bn_forward(x3, scale, shift, y3)
+    if x3.shape[2] == 1:
+        x2, y2 = x3.reshape(x3.shape[:2]), y3.reshape(x3.shape[:2])  # C-contiguous 2-D: Numba's fast layout
+        _channel_stats_last(x2, mean, var)
+        _scale_shift(mean, var, gamma.astype(np.float64), beta.astype(np.float64), eps, scale, shift)
+        _bn_forward_last(x2, scale, shift, y2)
+    else:
+        _channel_stats(x3, mean, var)
+        _scale_shift(mean, var, gamma.astype(np.float64), beta.astype(np.float64), eps, scale, shift)
+        _bn_forward(x3, scale, shift, y3)
     return y3.reshape(x.shape), mean.astype(x.dtype), var.astype(x.dtype)
 
 
@@ -201,6 +259,10 @@ def batch_norm_grad(
     channels = x3.shape[1]
     dx3 = np.empty_like(x3)
     dgamma, dbeta = np.zeros(channels), np.zeros(channels)
-    f64 = np.float64
-    _bn_backward(dy3, x3, gamma.astype(f64), mean.astype(f64), var.astype(f64), eps, dx3, dgamma, dbeta)
+    stats = gamma.astype(np.float64), mean.astype(np.float64), var.astype(np.float64)
+    if x3.shape[2] == 1:
+        rows = x3.shape[:2]
+        _bn_backward_last(dy3.reshape(rows), x3.reshape(rows), *stats, eps, dx3.reshape(rows), dgamma, dbeta)
+    else:
+        _bn_backward(dy3, x3, *stats, eps, dx3, dgamma, dbeta)
     return dx3.reshape(x.shape), dgamma.astype(x.dtype), dbeta.astype(x.dtype)
