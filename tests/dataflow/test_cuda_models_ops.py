@@ -1,6 +1,7 @@
 """Issue 16's new ops in a training step placed on the GPU (Numba's simulator in the plain
 run): batch_norm with its moving statistics, layer_norm, batched matmul and the new reductions
-give the same losses, gradients' effects and moving statistics as the CPU session."""
+give the same losses, gradients' effects and moving statistics as the CPU session; and the
+model's graph survives a GraphDef round trip."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import numpy as np
 import pytest
 
 import cellgraph as cg
-
-pytestmark = pytest.mark.cuda
 
 WORKER_CPU, GPU = "/job:worker/task:0/device:cpu:0", "/job:worker/task:0/device:gpu:0"
 
@@ -29,6 +28,7 @@ def _model() -> tuple[cg.Graph, dict[str, cg.Tensor]]:
     return g, {"x": x, "training": training, "loss": loss, "step": step, "picks": picks}
 
 
+@pytest.mark.cuda
 def test_a_training_step_on_the_gpu_matches_the_cpu() -> None:
     data = np.random.default_rng(8).normal(1.0, 2.0, (3, 4, 3)).astype(np.float32)
     results = []
@@ -53,3 +53,18 @@ def test_a_training_step_on_the_gpu_matches_the_cpu() -> None:
     np.testing.assert_allclose(gpu_moving, cpu_moving, rtol=1e-5)
     assert not np.allclose(cpu_moving, 1.0)  # the steps moved the statistics
     np.testing.assert_array_equal(gpu_picks, cpu_picks)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_the_model_survives_a_graphdef_round_trip(training: bool) -> None:
+    from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef
+
+    g, t = _model()
+    copy = from_graphdef(to_graphdef(g))
+    assert sorted(n.name for n in copy.nodes) == sorted(n.name for n in g.nodes)
+    data = np.random.default_rng(9).normal(size=(2, 4, 3)).astype(np.float32)
+    got = [
+        cg.Session(graph).run(graph.node("reduce_mean").output(0), {"x:0": data, "training:0": training})
+        for graph in (g, copy)
+    ]
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-6)
