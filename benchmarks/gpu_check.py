@@ -212,7 +212,9 @@ def install(steps: Steps, wheels: Path | None) -> None:
         pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade"]
         proc = steps.call("install", [*pip, "--target", SITE, *map(str, sorted(wheels.glob("*.whl")))])
         if isinstance(proc, str) or proc.returncode != 0:
-            steps.record("install", {"status": "failed: the carried wheels", **_last_json(proc)})
+            steps.record(
+                "install", {**_last_json(proc), "status": f"failed: the carried wheels ({_last_json(proc)['status']})"}
+            )
             return
         done.append(f"{len(list(wheels.glob('*.whl')))} wheels into {SITE}")
         steps.env["PYTHONPATH"] = os.pathsep.join(filter(None, [SITE, steps.env.get("PYTHONPATH")]))
@@ -230,7 +232,9 @@ def install(steps: Steps, wheels: Path | None) -> None:
     ]
     proc = steps.call("install", editable)
     if isinstance(proc, str) or proc.returncode != 0:
-        steps.record("install", {"status": "failed: pip install -e .", **_last_json(proc)})
+        steps.record(
+            "install", {**_last_json(proc), "status": f"failed: pip install -e . ({_last_json(proc)['status']})"}
+        )
         return
     probe = (
         "import json, numba, numba.cuda, cellgraph; v = {'numba': numba.__version__, 'gpu': numba.cuda.is_available()}\n"

@@ -103,3 +103,15 @@ def test_the_wheels_carry_what_the_device_image_lacks() -> None:
     closure = gpu_check.requirement_closure()
     assert {"dask", "distributed", "grpcio", "ipywidgets", "anywidget"} <= set(closure)  # dask[distributed] too
     assert {"numba", "numpy", "numba-cuda"} <= gpu_check.IN_IMAGE & set(closure)
+
+
+def test_a_broken_wheel_stops_the_check_at_install(tmp_path: Path) -> None:
+    # pip refuses the file before it installs anything: nothing else runs without cellgraph installed.
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "broken-1.0-py3-none-any.whl").write_bytes(b"not a zip archive")
+    summary = gpu_check.run_check(tmp_path / "out", simulate=False, budget_s=120, wheels=wheels, tests=None)
+    assert list(summary["steps"]) == ["install"]
+    install = json.loads((tmp_path / "out" / "install.json").read_text())
+    assert install["status"] == "failed: the carried wheels (failed (exit 1))", install
+    assert "broken-1.0-py3-none-any.whl" in install["tail"]
