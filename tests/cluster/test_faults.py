@@ -229,3 +229,28 @@ def test_a_lost_replica_goes_to_the_least_loaded_worker_when_none_is_idle(
         assert event_index(job, f"lost worker {victim}") < event_index(job, "replica 1's task was lost"), job.events
     finally:
         job.close()
+
+
+@pytest.mark.slow
+def test_events_keep_the_order_things_happened_when_dask_reruns_a_replica_itself(
+    local_cluster: Callable[..., Cluster], data: digits.Split
+) -> None:
+    import dask.array as da
+
+    cluster = local_cluster(workers=3, ps=1)
+    victim = cluster.training_workers()[1]  # replica 1 runs there
+    rows, features = data.x_train.shape
+    # Data with lineage: a lost worker's shard can be computed again, so the scheduler runs the replica again by
+    # itself, at once, before the job's next look at the workers.
+    x = da.from_array(data.x_train, chunks=(rows // 4, features))
+    y = da.from_array(data.y_train, chunks=rows // 4)
+    job = cg.train(
+        models.mlp().loss, (x, y), cluster=cluster, optimizer=cg.optim.Adam(1e-2), replicas=3, replicas_to_aggregate=2,
+        batch_size=32, steps=100_000, checkpoint_every=None,
+    )  # fmt: skip
+    try:
+        kill_at_step(cluster, job, victim, 10)
+        wait_for_event(job, "replica 1 runs again")
+        assert event_index(job, f"lost worker {victim}") < event_index(job, "replica 1 runs again"), job.events
+    finally:
+        job.close()
