@@ -31,8 +31,9 @@ from ..kernels.cpu.batch_matmul import batch_matmul as batch_matmul_kernel
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, OpDef, TensorSpec, register_op
 from ..shapes import broadcast, fmt
+from .array import reshape
 from .base import TensorLike, apply, binary_inputs
-from .math import sum_to_shape_of
+from .math import matmul, sum_to_shape_of
 
 FAMILY = "math"
 Dys = list[Tensor | None]
@@ -74,6 +75,12 @@ def _grad(node: Node, dys: Dys) -> list[Tensor | None]:
     # The 2-D rule, matrix by matrix; then each operand's gradient summed over
     # the batch dims broadcasting gave it (SumToShapeOf reads its run-time shape).
     da = batch_matmul(b, g, transpose_a=tb, transpose_b=True) if ta else batch_matmul(g, b, transpose_b=not tb)
+    k, n = a.shape[-1], g.shape[-1]
+    if len(b.shape) == 2 and not ta and k is not None and n is not None:
+        # A matrix shared by the whole batch ((batch, t, d) @ (d, e), a dense layer): its gradient
+        # is one GEMM over the batch seen as rows, not one product per matrix summed afterwards.
+        a2, g2 = reshape(a, (-1, k)), reshape(g, (-1, n))
+        return [sum_to_shape_of(da, a), matmul(g2, a2, transpose_a=True) if tb else matmul(a2, g2, transpose_a=True)]
     db = batch_matmul(g, a, transpose_a=True, transpose_b=ta) if tb else batch_matmul(a, g, transpose_a=not ta)
     return [sum_to_shape_of(da, a), sum_to_shape_of(db, b)]
 
