@@ -302,11 +302,11 @@ def _train(
         )
         try:
             loss, grads = loaded.compute(values, batches.next(), on_gradient=streamed.push)
-        except CellgraphError as err:
-            streamed.abort()
-            if isinstance(err, ParameterServerError):
-                raise
-            raise TrainingError(f"{spec.name} failed computing step {step}: {err}") from err
+        except BaseException as err:
+            streamed.abort()  # whatever stopped the step (a KeyboardInterrupt too), its held streams go back
+            if isinstance(err, CellgraphError) and not isinstance(err, ParameterServerError):
+                raise TrainingError(f"{spec.name} failed computing step {step}: {err}") from err
+            raise
         staleness, overlap = 0, 0.0
         try:
             with _naming(spec, f"step {step}"):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pytest
 
 from cellgraph.cluster.ps import TrainingConfig
+from cellgraph.cluster.ps.streaming import StreamedStep
 from cellgraph.cluster.replica import METRIC_KEYS, ReplicaSpec, run_replica
-from cellgraph.cluster.training_graph import load, prepare
+from cellgraph.cluster.training_graph import LoadedGraph, load, prepare
 from cellgraph.examples import models
 
 from .test_replica import TIMEOUT, linear_problem, ps_job
@@ -47,3 +51,29 @@ def test_a_replica_reports_the_share_of_communication_hidden_behind_compute() ->
     assert summary["global_step"] == 20
     assert "overlap_fraction" in METRIC_KEYS
     assert messages and all(0.0 <= float(m["overlap_fraction"]) <= 1.0 for m in messages)  # type: ignore[arg-type]
+
+
+def test_a_step_that_stops_with_any_exception_gives_its_streams_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    loss, data, _ = linear_problem()
+    tg = prepare(loss)
+    aborted: list[int] = []
+    abort = StreamedStep.abort
+
+    def counted(self: StreamedStep) -> None:
+        aborted.append(self.step)
+        abort(self)
+
+    compute = LoadedGraph.compute
+
+    def interrupted(self: LoadedGraph, values: Any, batch: Any, on_gradient: Any = None) -> Any:
+        if on_gradient is None:  # the replica's warm-up step, before it joins
+            return compute(self, values, batch)
+        raise KeyboardInterrupt  # not a CellgraphError: the step's streams must be given back all the same
+
+    monkeypatch.setattr(StreamedStep, "abort", counted)
+    monkeypatch.setattr(LoadedGraph, "compute", interrupted)
+    with ps_job(tg, training=TrainingConfig("async")) as (addrs, token, _):
+        spec = ReplicaSpec("job", 0, tg, addrs, token, mode="async", batch_size=16, steps=5, timeout_s=TIMEOUT)
+        with pytest.raises(KeyboardInterrupt):
+            run_replica(spec, data)
+    assert aborted == [0]
