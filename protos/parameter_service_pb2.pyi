@@ -819,19 +819,24 @@ class VariableStats(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     BYTES_FIELD_NUMBER: _builtins.int
+    SLOT_BYTES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.int
     bytes: _builtins.int
+    """the variable (this shard's rows of it)"""
+    slot_bytes: _builtins.int
+    """its optimizer slots on this shard"""
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         version: _builtins.int = ...,
         bytes: _builtins.int = ...,
+        slot_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "name", b"name", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "name", b"name", "slot_bytes", b"slot_bytes", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

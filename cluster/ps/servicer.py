@@ -502,7 +502,9 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             shard=self.job.shard,
             global_step=stats.global_step,
             variables=[
-                pb.VariableStats(name=name, version=stats.versions[name], bytes=spec.nbytes)
+                pb.VariableStats(
+                    name=name, version=stats.versions[name], bytes=spec.nbytes, slot_bytes=self.store.slot_nbytes(name)
+                )
                 for name, spec in self.store.specs.items()
             ],
             bytes_in=counters.bytes_in,

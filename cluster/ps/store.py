@@ -385,6 +385,10 @@ class ParameterStore:
             self._lent[key] = weakref.ref(view)
         return view
 
+    def slot_nbytes(self, name: str) -> int:
+        """Bytes of variable ``name``'s optimizer slots on this shard."""
+        return sum(int(self._tensors[f"{name}/{slot}"].nbytes) for slot in self._slot_names)
+
     def _own(self, key: str) -> np.ndarray:
         """Tensor ``key``, safe to update in place: copied first if a reader still holds its view; under the lock."""
         ref = self._lent.pop(key, None)
