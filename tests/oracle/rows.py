@@ -491,7 +491,8 @@ NO_ORACLE_ROW: dict[str, str] = {}
 
 # The second set of elementwise ops has its rows in a file of its own.
 from .rows_elementwise import ELEMENTWISE_ROWS  # noqa: E402
+from .rows_losses import LOSS_ROWS  # noqa: E402
 from .rows_nn_more import NN_MORE_ROWS  # noqa: E402
 from .rows_reductions import REDUCTION_ROWS  # noqa: E402
 
-ROWS += ELEMENTWISE_ROWS + REDUCTION_ROWS + NN_MORE_ROWS
+ROWS += ELEMENTWISE_ROWS + REDUCTION_ROWS + NN_MORE_ROWS + LOSS_ROWS
