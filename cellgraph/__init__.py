@@ -70,6 +70,7 @@ from cellgraph.dataflow.ops.array import (
     squeeze,
     transpose,
 )
+from cellgraph.dataflow.ops.array_more import broadcast_to, reverse, split, stack, tile, unstack
 from cellgraph.dataflow.ops.conv import (
     avg_pool,
     conv2d,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (
     activations,
     array,
+    array_more,
     batch_matmul,
     conv,
     logic,
@@ -21,7 +22,7 @@ from .base import atomic_op
 
 FAMILIES = (
     state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, array, training,
-    transfer,
+    transfer, array_more,
 )  # fmt: skip
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray

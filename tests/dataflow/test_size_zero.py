@@ -115,6 +115,8 @@ def _broadcast_like(node: cg.Node, shapes: Shapes) -> list[str]:
 def _concat(node: cg.Node, shapes: Shapes) -> list[str]:
     # Every piece has its own size along the axis (upper case: one letter each).
     axis = node.attrs["axis"]
+    if len(shapes[0]) < len(node.specs[0].shape):  # a stack: the inputs gain the axis and share every other
+        return ["abcdefgh"[: len(s)] for s in shapes]
     return ["".join("ABCDEFGH"[j] if b == axis else "abcdefgh"[b] for b in range(len(s))) for j, s in enumerate(shapes)]
 
 
@@ -182,6 +184,8 @@ def _spatial(node: cg.Node, *letters: str) -> dict[str, str]:
     reasons = {c: "a filter window must hold at least one element" for c in "kl"}
     if node.attrs["padding"] == "VALID":
         reasons.update(dict.fromkeys(letters, "a VALID window must fit inside the input: an empty axis fits none"))
+    elif not isinstance(node.attrs["padding"], str):
+        reasons.update(dict.fromkeys(letters, "a window must fit inside the explicitly padded input"))
     return reasons
 
 
@@ -206,6 +210,21 @@ def _scatter_add_like(node: cg.Node, shapes: Shapes) -> list[str]:
     axis, like = node.attrs["axis"], "abcdefgh"[: len(shapes[2])]
     ids = "pqrs"[: len(shapes[1])]
     return [like[:axis] + ids + like[axis + 1 :], ids, like]
+
+
+def _split(node: cg.Node, shapes: Shapes, i: int, a: int) -> Shapes | str:
+    sizes = node.attrs["sizes"]
+    if a == node.attrs["axis"] and sum(s for s in sizes if s != -1):
+        return f"the row splits this axis into pieces of sizes {sizes}: an empty axis holds none of them"
+    return _broadcast(node, shapes, i, a)  # a count of pieces splits 0 into empty pieces
+
+
+def _broadcast_to(node: cg.Node, shapes: Shapes, i: int, a: int) -> Shapes | str:
+    target = node.attrs["shape"]
+    size = target[len(target) - len(shapes[i]) + a]
+    if size != 0:
+        return f"the row broadcasts this axis to {size}: an empty axis broadcasts to nothing but 0"
+    return _zero(shapes, [(i, a)])
 
 
 RULES: dict[str, Rule] = {
@@ -233,6 +252,9 @@ RULES: dict[str, Rule] = {
     "MaxPoolGrad":        _pool,
     "MaxPoolGradGrad":    _pool,
     "AvgPoolGrad":        _pool,
+    "Split":              _split,
+    "TileGrad":           _tied(lambda n, s: ["abcdefgh"[: len(s[1])]] * 2),
+    "BroadcastTo":        _broadcast_to,
 }  # fmt: skip
 
 # Rows with no variant, and why.
@@ -240,6 +262,9 @@ NO_VARIANT = {
     "Const": "no inputs: the value is built into the row; test_an_empty_constant checks an empty one",
     "Relu-rank0": "its one input is rank 0: no axis to empty",
     "Erf-rank0": "its one input is rank 0: no axis to empty",
+    "Concat-stack-scalars": "its inputs are rank 0: no axis to empty",
+    "Tile-rank0": "its one input is rank 0: no axis to empty",
+    "BroadcastTo-scalar": "its one input is rank 0: no axis to empty",
 }
 # The words of the error an op documents for inputs its reference rejects.
 ERROR_WORDS = {

@@ -496,3 +496,7 @@ from .rows_nn_more import NN_MORE_ROWS  # noqa: E402
 from .rows_reductions import REDUCTION_ROWS  # noqa: E402
 
 ROWS += ELEMENTWISE_ROWS + REDUCTION_ROWS + NN_MORE_ROWS + LOSS_ROWS
+
+from .rows_array import ARRAY_ROWS  # noqa: E402
+
+ROWS += ARRAY_ROWS

@@ -1,0 +1,60 @@
+"""Rows for ``ops/array_more.py``: Split, Tile, TileGrad, BroadcastTo, and the
+compositions (stack, unstack, reverse) as rows of the op each one ends in."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import cellgraph as cg
+from cellgraph.dataflow.ops.base import apply
+
+from . import OpCase, rand
+
+x234 = rand(2, 3, 4, seed=3)
+ids = np.array([[2, 0, 5], [1, 1, 3]], np.int32)
+
+
+def _tile_grad(g: cg.Tensor, x: cg.Tensor, multiples: tuple[int, ...]) -> cg.Tensor:
+    return apply("TileGrad", [g, x], {"multiples": multiples})
+
+
+CASES = [
+    # ------------------------------------------------------------ Split
+    OpCase("Split", lambda x: cg.split(x, 2, axis=2)[1], [x234], id="count"),
+    OpCase("Split", lambda x: cg.split(x, [1, -1, 1], axis=1)[1], [rand(2, 5, seed=1)], id="sizes-rest"),
+    OpCase("Split", lambda x: cg.split(x, [1, 2], axis=0)[0], [rand(3, 4, seed=4)], static_shapes=[(None, 4)],
+           id="sizes-unknown-dim"),
+    OpCase("Split", lambda x: cg.split(x, 3, axis=-1)[2], [rand(4, 6, seed=2)], static_shapes=[(4, None)],
+           id="count-unknown-dim"),
+    OpCase("Split", lambda x: cg.split(x, 1)[0], [rand(3)], id="one-piece"),
+    OpCase("Split", lambda x: cg.split(x, [2, 1], axis=1)[0], [ids], grad=False, id="int32"),
+    OpCase("Squeeze", lambda x: cg.unstack(x, axis=1)[2], [x234], id="unstack"),
+    OpCase("Squeeze", lambda x: cg.unstack(x, num=2)[1], [rand(2, 3)], static_shapes=[(None, 3)],
+           id="unstack-num-unknown"),
+    # ------------------------------------------------------- stack (Concat)
+    OpCase("Concat", lambda a, b, c: cg.stack([a, b, c], axis=1), [rand(2, 3, seed=i) for i in range(3)], id="stack"),
+    OpCase("Concat", lambda a, b: cg.stack([a, b], axis=-1), [rand(2, 3), rand(2, 3, seed=1)],
+           static_shapes=[(None, 3), (2, None)], id="stack-last-unknown"),
+    OpCase("Concat", lambda a, b: cg.stack([a, b]), [np.float32(1.5), np.float32(-2.0)], id="stack-scalars"),
+    # --------------------------------------------------- Tile, TileGrad
+    OpCase("Tile", lambda x: cg.tile(x, (2, 1, 3)), [x234]),
+    OpCase("Tile", lambda x: cg.tile(x, (3, 2)), [rand(2, 3)], static_shapes=[(None, 3)], id="unknown-batch"),
+    OpCase("Tile", lambda x: cg.tile(x, (1, 0)), [rand(2, 3)], id="zero-multiple"),
+    OpCase("Tile", lambda x: cg.tile(x, ()), [np.float32(0.5)], id="rank0"),
+    OpCase("Tile", lambda x: cg.tile(x, (2, 2)), [ids], grad=False, id="int32"),
+    OpCase("TileGrad", lambda g, x: _tile_grad(g, x, (2, 1, 3)), [rand(4, 3, 12), x234], wrt=(0,)),
+    OpCase("TileGrad", lambda g, x: _tile_grad(g, x, (3, 2)), [rand(6, 6), rand(2, 3)],
+           static_shapes=[(None, None), (None, 3)], wrt=(0,), id="unknown-dims"),
+    # ------------------------------------------------------------ BroadcastTo
+    OpCase("BroadcastTo", lambda x: cg.broadcast_to(x, (2, 3, 4)), [rand(3, 1)]),
+    OpCase("BroadcastTo", lambda x: cg.broadcast_to(x, (2, 3)), [rand(2, 3)], id="same-shape"),
+    OpCase("BroadcastTo", lambda x: cg.broadcast_to(x, (4, 2, 3)), [rand(1, 3)], static_shapes=[(None, 3)],
+           id="unknown-dim"),
+    OpCase("BroadcastTo", lambda x: cg.broadcast_to(x, (3, 2)), [np.float32(2.5)], id="scalar"),
+    OpCase("BroadcastTo", lambda x: cg.broadcast_to(x, (2, 3, 0)), [rand(3, 1)], id="to-empty"),
+    OpCase("BroadcastTo", lambda x: cg.broadcast_to(x, (2, 2, 3)), [ids], grad=False, id="int32"),
+    # ------------------------------------------------ reverse (StridedSlice)
+    OpCase("StridedSlice", lambda x: cg.reverse(x, [0, -1]), [x234], id="reverse"),
+    OpCase("StridedSlice", lambda x: cg.reverse(x, 1), [x234], static_shapes=[(None, 3, None)],
+           id="reverse-unknown-dims"),
+]  # fmt: skip
