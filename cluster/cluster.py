@@ -44,6 +44,7 @@ from distributed.system import MEMORY_LIMIT
 from cellgraph.dataflow.errors import CellgraphError
 
 from .ps_plugin import PS_RESOURCE, ParameterServerPlugin, plugin_name, server_address
+from .reach import open_client, tls_configured, unreachable
 
 T = TypeVar("T")
 
@@ -59,6 +60,11 @@ CHECK_CONNECT = (
 )
 # Said only for a tls:// address: for any other the hint sends the user the wrong way.
 CHECK_TLS = "; a tls:// scheduler needs security=, a distributed.security.Security with its certificates"
+TLS_MISSING = (
+    "neither security= nor Dask's configuration gives the client certificates TLS needs: pass "
+    "security=distributed.security.Security(tls_ca_file=..., tls_client_cert=..., tls_client_key=...), or set "
+    "distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and .key in Dask's configuration"
+)
 
 
 class ClusterError(CellgraphError):
@@ -261,7 +267,11 @@ class Cluster:
     def connect(cls, address: str, security: Security | None = None, timeout: float = 10.0) -> Cluster:
         """Join the Dask scheduler at ``address`` (``tcp://host:8786``, ``tls://...``); it is not closed by ``close()``.
 
-        Raises ``ClusterError``, within about ``timeout`` seconds, when the scheduler does not answer.
+        Raises ``ClusterError`` within about ``timeout`` seconds when the
+        scheduler does not answer (a port that accepts and stays silent too),
+        and within ``reach.PROBE_S`` (3 s) for a refused port or an unknown
+        host, with the reason; a ``tls://`` address needs ``security=`` or
+        Dask's TLS configuration, and is refused at once without either.
 
         Examples
         --------
@@ -278,8 +288,14 @@ class Cluster:
             raise ClusterError(
                 f"{address!r} is not a Dask scheduler address ({err}): give one like tcp://host:8786 or tls://host:8786"
             ) from err
+        if address.startswith("tls://") and not tls_configured(security):
+            raise ClusterError(f"{address} is a TLS address, and {TLS_MISSING}")
+        # Dask would retry a refused port or an unknown host for the whole time-out, then call it a time-out.
+        reason = unreachable(address)
+        if reason is not None:
+            raise ClusterError(f"could not reach the Dask scheduler at {address}: {reason}")
         try:
-            client = Client(address, security=security, timeout=timeout, set_as_default=False)
+            client = open_client(address, security, timeout)
         except (OSError, TimeoutError) as err:
             raise ClusterError(
                 f"could not reach the Dask scheduler at {address} within {timeout:g} s ({err}): {CHECK_CONNECT}"

@@ -1,20 +1,30 @@
 """A quick look at a scheduler's address before Dask connects: an unknown host or a refused port is told at once.
 
 Dask's own connect retries a refused or unresolvable address until its whole
-time-out has passed (60 s for ``%cluster connect``) and then reports a
-time-out, which sends the user looking at firewalls. Resolving the host and
-opening one TCP connection takes milliseconds and tells those cases apart.
+time-out has passed and then reports a time-out, which sends the user
+looking at firewalls. Resolving the host and opening one TCP connection
+takes milliseconds and tells those cases apart. ``Cluster.connect`` (and so
+``%cluster connect``) looks here first; ``tls_configured`` says whether a
+``tls://`` address can be tried without ``security=``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
+import ssl
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from distributed import Client
+    from distributed.security import Security
 
 PROBE_S = 3.0  # the longest the look may take; past it, Dask's connect waits as usual
+# What open_client waits past its time-out for Dask's own error, which names the cause.
+HANDSHAKE_GRACE_S = 1.0
 # Errors of connect() that say the address cannot work, whatever Dask would try for its time-out.
 _HOPELESS = {
     errno.ECONNREFUSED: "the connection was refused: nothing listens on port {port} of {host}",
@@ -78,6 +88,62 @@ def unreachable(address: str, within: float = PROBE_S) -> str | None:
     return "; ".join(dict.fromkeys(reasons)) or None
 
 
+def tls_configured(security: Security | None = None) -> bool:
+    """Whether ``security`` (by default, Dask's configuration) gives a client what TLS needs: a certificate context.
+
+    Without one Dask's TLS connector raises a bare ``TypeError`` about an
+    ``ssl_context`` argument the user never passed.
+    """
+    from distributed.security import Security
+
+    context = (security or Security()).get_connection_args("client").get("ssl_context")
+    return isinstance(context, ssl.SSLContext)
+
+
+def open_client(address: str, security: Security | None, timeout: float) -> Client:
+    """A ``distributed.Client`` of the scheduler at ``address``, or ``TimeoutError`` after ``timeout`` seconds.
+
+    Dask's ``timeout`` covers the TCP connect, not the handshake after it: a
+    port that accepts and never answers (a stuck process, a port that is not
+    a scheduler's) would block the caller for ever. So the client is made on a
+    daemon thread, waited for with a deadline, and closed by that thread should
+    it arrive after the caller has given up. Dask's own error, when it comes
+    in time, is raised as it is.
+    """
+    from distributed import Client
+
+    lock = threading.Lock()
+    arrived = threading.Event()
+    outcome: list[Any] = []
+    given_up = False
+
+    def make() -> None:
+        try:
+            result: Any = Client(address, security=security, timeout=timeout, set_as_default=False)
+        except BaseException as err:  # noqa: BLE001 - handed to the waiting thread, which raises it
+            result = err
+        with lock:
+            if not given_up:
+                outcome.append(result)
+                arrived.set()
+                return
+        if isinstance(result, Client):  # too late: nobody holds it
+            with contextlib.suppress(Exception):
+                result.close(timeout=timeout)
+
+    threading.Thread(target=make, name=f"cellgraph-connect-{address}", daemon=True).start()
+    # A little past ``timeout``: Dask's own time-out, which says more, arrives first when it comes.
+    arrived.wait(timeout + HANDSHAKE_GRACE_S)
+    with lock:
+        if not outcome:
+            given_up = True
+            raise TimeoutError("the port took the connection and sent no Dask handshake")
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    client: Client = outcome[0]
+    return client
+
+
 def _resolve(host: str, port: int, within: float) -> list[tuple[Any, ...]] | None:
     """``getaddrinfo(host, port)`` for TCP, or ``None`` if it has not answered within ``within`` seconds.
 
@@ -100,3 +166,6 @@ def _resolve(host: str, port: int, within: float) -> list[tuple[Any, ...]] | Non
     if isinstance(outcome[0], BaseException):
         raise outcome[0]
     return list(outcome[0])
+
+
+__all__ = ["PROBE_S", "open_client", "tls_configured", "unreachable"]

@@ -13,10 +13,10 @@ from IPython.core.interactiveshell import InteractiveShell
 
 import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
+from cellgraph.cluster.reach import unreachable
 from cellgraph.kernel_ext.arguments import optimizer
 from cellgraph.kernel_ext.extension import extension_of
 from cellgraph.kernel_ext.magics_train import resume_point
-from cellgraph.kernel_ext.reach import unreachable
 
 from .shells import ok, refused
 
