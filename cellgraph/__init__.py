@@ -70,6 +70,7 @@ from cellgraph.dataflow.ops.array import (
     squeeze,
     transpose,
 )
+from cellgraph.dataflow.ops.array_index import gather_nd, scatter_nd
 from cellgraph.dataflow.ops.array_more import broadcast_to, reverse, split, stack, tile, unstack
 from cellgraph.dataflow.ops.conv import (
     avg_pool,
@@ -154,6 +155,8 @@ from cellgraph.dataflow.ops.reductions import (
     reduce_min,
     reduce_prod,
 )
+
+from cellgraph.dataflow.ops.placeholder_default import placeholder_with_default
 
 # Every public op function, from every family, as cg.<name>.
 from cellgraph.dataflow.ops.state import (

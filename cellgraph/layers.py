@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from cellgraph import init as initializers
 from cellgraph.dataflow.errors import GraphError, ShapeError
 from cellgraph.dataflow.graph import Tensor, name_scope
-from cellgraph.dataflow.ops import array, conv, math, nn, normalization
+from cellgraph.dataflow.ops import activations, array, conv, math, math_unary, nn, normalization
+from cellgraph.dataflow.ops.placeholder_default import placeholder_with_default
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
 
@@ -23,6 +24,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "sigmoid": lambda x: nn.sigmoid(x),
     "tanh": lambda x: nn.tanh(x),
     "softmax": lambda x: nn.softmax(x),
+    "gelu": lambda x: activations.gelu(x),
 }
 
 
@@ -49,14 +51,15 @@ def dense(
     bias_init: Initializer = initializers.zeros,
     name: str = "dense",
 ) -> Tensor:
-    """``activation(x @ kernel + bias)`` for ``x`` of shape (batch, features)."""
-    if len(x.shape) != 2 or x.shape[1] is None:
+    """``activation(x @ kernel + bias)`` for ``x`` of shape (batch, ..., features): the same kernel
+    for every position of the middle axes (each token of a sequence, say)."""
+    if len(x.shape) < 2 or x.shape[-1] is None:
         raise ShapeError(
-            f"dense layer {name!r} needs a (batch, features) input with known features, got {fmt(x.shape)}"
+            f"dense layer {name!r} needs a (batch, ..., features) input with known features, got {fmt(x.shape)}"
         )
     activate = _activation(activation)
     with x.graph.atomic(), name_scope(name):
-        kernel = variable(kernel_init, shape=(x.shape[1], units), dtype=x.dtype, name="kernel")
+        kernel = variable(kernel_init, shape=(x.shape[-1], units), dtype=x.dtype, name="kernel")
         y = math.matmul(x, kernel)
         if use_bias:
             y = nn.bias_add(y, variable(bias_init, shape=(units,), dtype=x.dtype, name="bias"))
@@ -68,13 +71,19 @@ def conv2d(
     filters: int,
     kernel_size: int | Sequence[int],
     strides: int | Sequence[int] = 1,
-    padding: str = "SAME",
+    padding: str | int | Sequence[Sequence[int]] = "SAME",
     activation: str | Callable[[Tensor], Tensor] | None = None,
     use_bias: bool = True,
     kernel_init: Initializer = initializers.he_normal,
     name: str = "conv2d",
+    dilations: int | Sequence[int] = 1,
+    groups: int = 1,
 ) -> Tensor:
-    """2-D convolution over NHWC ``x`` with ``filters`` output channels."""
+    """2-D convolution over NHWC ``x`` with ``filters`` output channels.
+
+    ``dilations``, ``groups`` and explicit ``padding`` are ``cg.conv2d``'s; with
+    ``groups`` > 1 the kernel is (kh, kw, channels / groups, filters).
+    """
     sizes = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
     if len(sizes) != 2:
         raise ShapeError(f"conv2d layer {name!r}: kernel_size must be an int or (height, width), got {kernel_size!r}")
@@ -83,8 +92,9 @@ def conv2d(
         raise ShapeError(f"conv2d layer {name!r} needs an NHWC input with known channels, got {fmt(x.shape)}")
     activate = _activation(activation)
     with x.graph.atomic(), name_scope(name):
-        kernel = variable(kernel_init, shape=(kh, kw, x.shape[3], filters), dtype=x.dtype, name="kernel")
-        y = conv.conv2d(x, kernel, strides=strides, padding=padding)
+        per_group = x.shape[3] // groups if isinstance(groups, int) and groups > 0 else x.shape[3]
+        kernel = variable(kernel_init, shape=(kh, kw, per_group, filters), dtype=x.dtype, name="kernel")
+        y = conv.conv2d(x, kernel, strides=strides, padding=padding, dilations=dilations, groups=groups)
         if use_bias:
             y = nn.bias_add(y, variable(initializers.zeros, shape=(filters,), dtype=x.dtype, name="bias"))
         return activate(y)
@@ -198,8 +208,43 @@ def flatten(x: Tensor, name: str = "flatten") -> Tensor:
     return array.reshape(x, (-1, features), name=name)
 
 
-def dropout(x: Tensor, rate: float, seed: int | None = None, name: str = "dropout") -> Tensor:
+def training_switch(default: bool = True, name: str = "training") -> Tensor:
+    """A scalar bool tensor that is ``default`` unless fed: the ``training`` argument of
+    ``dropout`` and ``batch_norm``, so one graph trains (fed nothing) and evaluates (fed ``False``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     training = cg.layers.training_switch()
+    ...     y = cg.layers.dropout(cg.constant(np.ones(4, np.float32)), 0.5, training=training)
+    >>> cg.Session(g).run(y, {training: False})
+    array([1., 1., 1., 1.], dtype=float32)
+    """
+    if not isinstance(default, bool):
+        raise GraphError(f"training_switch {name!r}: default must be True or False, got {default!r}")
+    return placeholder_with_default(default, (), name=name)
+
+
+def _check_training(training: object, name: str) -> None:
+    """The words of batch_norm's own check (dataflow/ops/normalization.py), for the dropout layer."""
+    if isinstance(training, bool):
+        return
+    if not isinstance(training, Tensor) or training.dtype != "bool" or training.shape != ():
+        shown = f"{training.dtype} {fmt(training.shape)}" if isinstance(training, Tensor) else repr(training)
+        raise TypeError(f"dropout layer {name!r}: training must be a bool or a scalar bool tensor, got {shown}")
+
+
+def dropout(
+    x: Tensor, rate: float, seed: int | None = None, training: bool | Tensor = True, name: str = "dropout"
+) -> Tensor:
     """Zero each element of ``x`` with probability ``rate``; scale the rest by ``1 / (1 - rate)``.
+
+    Only in training: with ``training`` false ``x`` passes unchanged; with a
+    bool tensor (``training_switch()``) the output is the dropped-out ``x``
+    where it holds true and ``x`` where it is fed false.
 
     The same op as ``cg.dropout``, seeded the same way: each run draws a new
     mask from a generator seeded by ``seed``, by default derived from the
@@ -218,4 +263,21 @@ def dropout(x: Tensor, rate: float, seed: int | None = None, name: str = "dropou
     >>> sorted(set(mask.tolist())) == [0.0, 2.0] and np.array_equal(mask, cg.Session(g).run(y))
     True
     """
-    return nn.dropout(x, rate, seed=seed, name=name)
+    _check_training(training, name)
+    if training is False:
+        return x
+    if training is True:
+        return nn.dropout(x, rate, seed=seed, name=name)
+    assert isinstance(training, Tensor)
+    with x.graph.atomic(), name_scope(name):
+        dropped = nn.dropout(x, rate, seed=seed, name="dropout")
+        return math_unary.where(training, dropped, x, name="output")
+
+
+# The sequence layers live in their own module (this one holds the per-position layers).
+from cellgraph.sequence_layers import embedding, lstm, multi_head_attention  # noqa: E402
+
+__all__ = [
+    "avg_pool2d", "batch_norm", "conv2d", "dense", "dropout", "embedding", "flatten", "layer_norm", "lstm",
+    "max_pool2d", "multi_head_attention", "training_switch",
+]  # fmt: skip

@@ -13,6 +13,7 @@ from . import (
     math_unary,
     nn,
     normalization,
+    placeholder_default,
     reductions,
     state,
     training,
@@ -22,7 +23,7 @@ from .base import atomic_op
 
 FAMILIES = (
     state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, array, training,
-    transfer, array_more,
+    transfer, array_more, placeholder_default,
 )  # fmt: skip
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray

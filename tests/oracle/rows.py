@@ -476,6 +476,8 @@ ROWS: list[Row] = [
     _pool("AvgPoolGrad", "same-3x3-stride2", [x("n", 6, 6, 2), x("n", 3, 3, 2)], 3, 2, "SAME", variants=ZERO),
     # ----------------------------------------------------------------- state
     Row("Identity", lambda a: cg.identity(a), lambda a: a, [x("n", 3)], variants=ZERO),
+    Row("PlaceholderWithDefault", lambda a: cg.placeholder_with_default(a, (None, 3)), lambda a: a, [x("n", 3)],
+        variants=ZERO),
     Row("Placeholder", lambda a: a * 1.0, lambda a: a * 1.0, [x("n", 3)], id="fed"),
     Row("Const", lambda a: a * cg.constant(CONST, dtype="float64"), lambda a: a * torch.from_numpy(CONST),
         [x("n", 3)], variants=ZERO),

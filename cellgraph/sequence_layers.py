@@ -1,0 +1,248 @@
+"""The sequence layers of ``cg.layers``: ``embedding``, ``multi_head_attention`` and ``lstm``.
+
+Each makes a name scope holding its variables, as the layers of
+``cellgraph/layers.py`` do. A sequence is (batch, time, features), batch first.
+The weights follow Keras's layout (kernels are (inputs, outputs), LSTM gates in
+the order input, forget, cell, output), which is PyTorch's with each matrix
+transposed: the tests copy PyTorch's weights in that way and compare outputs.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Callable
+
+import numpy as np
+
+from cellgraph import init as initializers
+from cellgraph.dataflow.errors import DTypeError, ShapeError
+from cellgraph.dataflow.graph import Tensor, name_scope
+from cellgraph.dataflow.ops import array, math, math_unary, nn
+from cellgraph.dataflow.ops.state import variable
+from cellgraph.dataflow.shapes import fmt
+
+Initializer = Callable[..., object]
+INT_DTYPES = ("int32", "int64", "int16", "int8", "uint8")
+# A masked-out attention score: exp(score - max) underflows to exactly 0 in float32 and float64.
+MASKED_SCORE = -1e9
+
+
+def embedding(
+    ids: Tensor,
+    vocab_size: int,
+    dim: int,
+    embeddings_init: Initializer = initializers.glorot_uniform,
+    name: str = "embedding",
+) -> Tensor:
+    """The rows of a trained (``vocab_size``, ``dim``) table at integer ``ids``: shape ``ids.shape + (dim,)``.
+
+    An id outside [0, ``vocab_size``) fails when the graph runs, naming the gather node.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     ids = cg.placeholder((None, 5), "int32", name="ids")
+    ...     vectors = cg.layers.embedding(ids, vocab_size=100, dim=16)
+    >>> vectors.shape
+    (None, 5, 16)
+    >>> cg.Session(g).run(vectors, {ids: np.zeros((2, 5), np.int32)}).shape
+    (2, 5, 16)
+    """
+    if ids.dtype not in INT_DTYPES:
+        raise DTypeError(f"embedding layer {name!r} needs integer ids, got {ids.dtype} {fmt(ids.shape)}")
+    for what, value in (("vocab_size", vocab_size), ("dim", dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ShapeError(f"embedding layer {name!r}: {what} must be a positive int, got {value!r}")
+    with ids.graph.atomic(), name_scope(name):
+        table = variable(embeddings_init, shape=(vocab_size, dim), name="embeddings")
+        return array.gather(table, ids, name="lookup")
+
+
+def _projection(x: Tensor, units: int, name: str) -> Tensor:
+    """``x @ kernel + bias`` over the last axis of a (batch, time, features) ``x``."""
+    features = x.shape[-1]
+    assert features is not None
+    with name_scope(name):
+        kernel = variable(initializers.glorot_uniform, shape=(features, units), dtype=x.dtype, name="kernel")
+        bias = variable(initializers.zeros, shape=(units,), dtype=x.dtype, name="bias")
+        return nn.bias_add(math.matmul(x, kernel), bias)
+
+
+def _sequence_check(x: Tensor, what: str, layer: str, name: str) -> tuple[int, int]:
+    """(time, features) of a (batch, time, features) float ``x`` with both known."""
+    if len(x.shape) != 3 or x.shape[1] is None or x.shape[2] is None:
+        raise ShapeError(
+            f"{layer} layer {name!r} needs {'an' if what[0] in 'aeiou' else 'a'} {what} of shape (batch, time, features) with time and features known, "
+            f"got {fmt(x.shape)}"
+        )
+    if x.dtype not in ("float32", "float64"):
+        raise DTypeError(f"{layer} layer {name!r} needs a float {what}, got {x.dtype}")
+    return x.shape[1], x.shape[2]
+
+
+def multi_head_attention(
+    query: Tensor,
+    value: Tensor | None = None,
+    key: Tensor | None = None,
+    num_heads: int = 1,
+    key_dim: int | None = None,
+    mask: Tensor | None = None,
+    name: str = "multi_head_attention",
+) -> Tensor:
+    """Scaled dot-product attention of ``query`` over ``key``/``value`` in ``num_heads`` heads.
+
+    ``query`` is (batch, t_q, d), ``value`` and ``key`` (batch, t_k, d_k)
+    (both default to ``query``: self-attention; ``key`` defaults to
+    ``value``). Each head projects them to ``key_dim`` features (default
+    ``d / num_heads``), takes ``softmax(q k^T / sqrt(key_dim))`` over the keys
+    and averages the values by it; the heads are concatenated and projected
+    back to ``d``. Makes ``query``, ``key``, ``value`` and ``output``
+    projections (``kernel`` and ``bias`` each). ``mask``, a bool tensor that
+    broadcasts to (batch, num_heads, t_q, t_k), says which keys each query may
+    attend to (true: may), as Keras's ``attention_mask`` does; PyTorch's
+    ``attn_mask`` is its negation. Returns (batch, t_q, d).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     x = cg.placeholder((None, 8, 16), name="x")
+    ...     y = cg.layers.multi_head_attention(x, num_heads=4)
+    >>> y.shape
+    (None, 8, 16)
+    """
+    value = query if value is None else value
+    key = value if key is None else key
+    t_q, d = _sequence_check(query, "query", "multi_head_attention", name)
+    t_k, _ = _sequence_check(value, "value", "multi_head_attention", name)
+    t_key, _ = _sequence_check(key, "key", "multi_head_attention", name)
+    if t_key != t_k:
+        raise ShapeError(
+            f"multi_head_attention layer {name!r}: key and value need the same time steps, "
+            f"got key {fmt(key.shape)} and value {fmt(value.shape)}"
+        )
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ShapeError(f"multi_head_attention layer {name!r}: num_heads must be a positive int, got {num_heads!r}")
+    if key_dim is None:
+        if d % num_heads:
+            raise ShapeError(
+                f"multi_head_attention layer {name!r}: the query's {d} features do not split into {num_heads} heads; "
+                "give key_dim"
+            )
+        key_dim = d // num_heads
+    if mask is not None:
+        _check_mask(mask, (num_heads, t_q, t_k), name)
+    with query.graph.atomic(), name_scope(name):
+        width = num_heads * key_dim
+        q = _heads(_projection(query, width, "query"), t_q, num_heads, key_dim)
+        k = _heads(_projection(key, width, "key"), t_k, num_heads, key_dim)
+        v = _heads(_projection(value, width, "value"), t_k, num_heads, key_dim)
+        scores = math.matmul(q, k, transpose_b=True) * (1.0 / pymath.sqrt(key_dim))  # (batch, heads, t_q, t_k)
+        if mask is not None:
+            scores = math_unary.where(mask, scores, MASKED_SCORE, name="masked")
+        weights = nn.softmax(scores, axis=-1, name="weights")
+        attended = math.matmul(weights, v)  # (batch, heads, t_q, key_dim)
+        merged = array.reshape(array.transpose(attended, (0, 2, 1, 3)), (-1, t_q, width))
+        return _projection(merged, d, "output")
+
+
+def _heads(x: Tensor, time: int, heads: int, key_dim: int) -> Tensor:
+    """(batch, time, heads * key_dim) -> (batch, heads, time, key_dim)."""
+    return array.transpose(array.reshape(x, (-1, time, heads, key_dim)), (0, 2, 1, 3))
+
+
+def _check_mask(mask: Tensor, scores: tuple[int, int, int], name: str) -> None:
+    if not isinstance(mask, Tensor) or mask.dtype != "bool":
+        shown = f"{mask.dtype} {fmt(mask.shape)}" if isinstance(mask, Tensor) else repr(mask)
+        raise DTypeError(f"multi_head_attention layer {name!r}: mask must be a bool tensor, got {shown}")
+    full = (None, *scores)
+    dims = mask.shape
+    fits = len(dims) <= 4 and all(m is None or m == 1 or s is None or m == s for m, s in zip(dims[::-1], full[::-1]))
+    if not fits:
+        raise ShapeError(
+            f"multi_head_attention layer {name!r}: mask of shape {fmt(dims)} does not broadcast to the scores' "
+            f"(batch, num_heads, t_q, t_k) = {fmt(full)}"
+        )
+
+
+def lstm(
+    x: Tensor,
+    units: int,
+    initial_state: tuple[Tensor, Tensor] | None = None,
+    name: str = "lstm",
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """A long short-term memory layer over (batch, time, features) ``x``, unrolled over its known ``time``.
+
+    Returns ``(outputs, (h, c))``: the hidden state at every step (batch,
+    time, ``units``) and the final hidden and cell states (batch, ``units``).
+    One set of variables serves every step: ``kernel`` (features, 4 units),
+    ``recurrent_kernel`` (units, 4 units) and ``bias`` (4 units; the forget
+    gate's starts at 1, as Keras's ``unit_forget_bias``), gates in the order
+    input, forget, cell, output::
+
+        i, f, g, o = sigmoid, sigmoid, tanh, sigmoid of (x_t @ kernel + h @ recurrent_kernel + bias)
+        c = f * c + i * g;  h = o * tanh(c)
+
+    The state starts at zeros unless ``initial_state`` gives ``(h0, c0)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     x = cg.placeholder((None, 8, 8), name="rows")
+    ...     outputs, (h, c) = cg.layers.lstm(x, 16)
+    >>> outputs.shape, h.shape
+    ((None, 8, 16), (None, 16))
+    """
+    time, features = _sequence_check(x, "input", "lstm", name)
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        raise ShapeError(f"lstm layer {name!r}: units must be a positive int, got {units!r}")
+    if time < 1:
+        raise ShapeError(f"lstm layer {name!r} needs at least one time step, got {fmt(x.shape)}")
+    if initial_state is not None:
+        for what, state in zip(("h0", "c0"), initial_state):
+            if len(state.shape) != 2 or state.shape[1] != units or state.dtype != x.dtype:
+                raise ShapeError(
+                    f"lstm layer {name!r}: initial state {what} must be {x.dtype} (batch, {units}), "
+                    f"got {state.dtype} {fmt(state.shape)}"
+                )
+    u = units
+    with x.graph.atomic(), name_scope(name):
+        kernel = variable(initializers.glorot_uniform, shape=(features, 4 * u), dtype=x.dtype, name="kernel")
+        recurrent = variable(initializers.glorot_uniform, shape=(u, 4 * u), dtype=x.dtype, name="recurrent_kernel")
+        bias = variable(_forget_bias(u), shape=(4 * u,), dtype=x.dtype, name="bias")
+        # The input's share of every step in one product over the whole sequence, not one per step.
+        projected = nn.bias_add(math.matmul(x, kernel), bias)  # (batch, time, 4 units)
+        h, c = initial_state if initial_state is not None else (None, None)
+        outputs = []
+        for t in range(time):
+            z = array.getitem(projected, (slice(None), t), name=f"step_{t}")
+            if h is not None:
+                z = z + math.matmul(h, recurrent)
+            i = nn.sigmoid(array.getitem(z, (slice(None), slice(0, u))))
+            f = nn.sigmoid(array.getitem(z, (slice(None), slice(u, 2 * u))))
+            g = nn.tanh(array.getitem(z, (slice(None), slice(2 * u, 3 * u))))
+            o = nn.sigmoid(array.getitem(z, (slice(None), slice(3 * u, 4 * u))))
+            # A zero starting state has no forget term: c = i * g at the first step.
+            c = i * g if c is None else f * c + i * g
+            h = o * nn.tanh(c)
+            outputs.append(array.expand_dims(h, 1))
+        assert h is not None and c is not None  # time >= 1: _sequence_check knows it
+        sequence = array.concat(outputs, axis=1, name="outputs") if len(outputs) > 1 else outputs[0]
+        return sequence, (h, c)
+
+
+def _forget_bias(units: int) -> Initializer:
+    def init(shape: tuple[int, ...], dtype: np.dtype, seed: int) -> np.ndarray:
+        bias = np.zeros(shape, dtype=dtype)
+        bias[units : 2 * units] = 1.0
+        return bias
+
+    return init
