@@ -1,11 +1,38 @@
-"""Optimizers: ``cg.optim.SGD``, ``Momentum``, ``Adam``, ``AdamW``, ``RMSProp``, ``Adagrad``; ``clip_by_global_norm``.
+"""Optimizers: ``cg.optim.SGD``, ``Momentum``, ``Adam``, ``AdamW``, ``RMSProp``, ``Adagrad``; ``clip_by_global_norm``;
+learning-rate schedules ``piecewise_constant``, ``exponential_decay`` and ``cosine_decay`` (with warm-up).
 
-Each is an entry of ``cellgraph.dataflow.optimizer_registry``, which the
-parameter servers read too.
+Each optimizer is an entry of ``cellgraph.dataflow.optimizer_registry``, which
+the parameter servers read too; a schedule (``cellgraph.dataflow.schedules``)
+is accepted wherever a learning rate is, locally and on the parameter servers.
 """
 
 from __future__ import annotations
 
 from cellgraph.dataflow.optimizers import SGD, Adagrad, Adam, AdamW, Momentum, Optimizer, RMSProp, clip_by_global_norm
+from cellgraph.dataflow.schedules import (
+    CosineDecay,
+    ExponentialDecay,
+    PiecewiseConstant,
+    Schedule,
+    cosine_decay,
+    exponential_decay,
+    piecewise_constant,
+)
 
-__all__ = ["SGD", "Adagrad", "Adam", "AdamW", "Momentum", "Optimizer", "RMSProp", "clip_by_global_norm"]
+__all__ = [
+    "SGD",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "CosineDecay",
+    "ExponentialDecay",
+    "Momentum",
+    "Optimizer",
+    "PiecewiseConstant",
+    "RMSProp",
+    "Schedule",
+    "clip_by_global_norm",
+    "cosine_decay",
+    "exponential_decay",
+    "piecewise_constant",
+]

@@ -23,8 +23,10 @@ from .errors import DTypeError, GradientError, GraphError
 from .graph import Graph, Node, Tensor
 from .ops import training
 from .ops.math import add, div, maximum, mul, reduce_sum, sqrt, square
+from .ops.schedule import learning_rate_schedule
 from .ops.state import assign_add, constant, group, variable
 from .optimizer_registry import OPTIMIZER_KINDS, OptimizerDef, Value
+from .schedules import Schedule
 
 
 def _trainable_inputs(loss: Tensor) -> list[Tensor]:
@@ -39,14 +41,20 @@ class Optimizer:
     name = "Optimizer"
     kind: ClassVar[str] = ""
 
-    def __init__(self, learning_rate: float, **hyperparameters: Value) -> None:
-        # Locally a rate of 0 is a mistake (nothing moves), so more than 0 here; the registry's rules follow.
-        if not learning_rate > 0:
-            raise ValueError(f"{self.name}: learning_rate must be positive, got {learning_rate}")
-        problem = self.definition.problem({"learning_rate": learning_rate, **hyperparameters})
+    def __init__(self, learning_rate: float | Schedule, **hyperparameters: Value) -> None:
+        given: dict[str, Value] = dict(hyperparameters)
+        if isinstance(learning_rate, Schedule):
+            # A schedule checked its own fields when it was made (a warm-up may well start at 0).
+            self.learning_rate: float | Schedule = learning_rate
+        else:
+            # Locally a rate of 0 is a mistake (nothing moves), so more than 0 here; the registry's rules follow.
+            if not learning_rate > 0:
+                raise ValueError(f"{self.name}: learning_rate must be positive, got {learning_rate}")
+            given["learning_rate"] = learning_rate
+            self.learning_rate = float(learning_rate)
+        problem = self.definition.problem(given)
         if problem is not None:
             raise ValueError(f"{self.name}: {problem}")
-        self.learning_rate = float(learning_rate)
         for hyper in self.definition.hyperparameters[1:]:
             value = hyperparameters.get(hyper.name, hyper.default)
             setattr(self, hyper.name, bool(value) if isinstance(hyper.default, bool) else float(value))
@@ -90,13 +98,18 @@ class Optimizer:
         for _, var in pairs:  # check every pair before building anything
             if var.node.op != "Variable":
                 raise GraphError(f"{self.name}: can only update variables, not {var.node.describe()}")
+        if isinstance(self.learning_rate, Schedule) and global_step is None:
+            raise GraphError(
+                f"{self.name}: learning rate {self.learning_rate!r} is a schedule of the global step; pass "
+                "global_step= (a scalar int variable, trainable=False) to minimize or apply_gradients"
+            )
         updates: list[Tensor | Node] = []
         with graph.atomic(), graph.name_scope(name or self.name):
             lrs: dict[str, Tensor] = {}
             slots_of: list[dict[str, Tensor]] = []
             for _, var in pairs:
                 if var.dtype not in lrs:
-                    lrs[var.dtype] = constant(self.learning_rate, dtype=var.dtype, name="learning_rate")
+                    lrs[var.dtype] = self._learning_rate(global_step, var.dtype)
                 slots_of.append({s.name: self._slot(graph, var, s.name, s.scalar) for s in self.definition.slots})
             # Every gradient of a step reads the values from before the step:
             # no update may run until all of them exist (b's gradient in
@@ -131,6 +144,14 @@ class Optimizer:
         with loss.graph.atomic():  # a rejected minimize leaves no gradient nodes behind
             return self.apply_gradients(self.compute_gradients(loss, var_list), global_step)
 
+    def _learning_rate(self, global_step: Tensor | None, dtype: str) -> Tensor:
+        """The step's rate as a ``dtype`` scalar: a constant, or the schedule's value at ``global_step``
+        (read before this step's ``assign_add``, which waits for every update)."""
+        if isinstance(self.learning_rate, Schedule):
+            assert global_step is not None  # apply_gradients refused a schedule without one
+            return learning_rate_schedule(self.learning_rate, global_step, dtype, name="learning_rate")
+        return constant(self.learning_rate, dtype=dtype, name="learning_rate")
+
     def _slot(self, graph: Graph, var: Tensor, slot: str, scalar: bool = False) -> Tensor:
         if var.node.op != "Variable":
             raise GraphError(f"{self.name}: can only update variables, not {var.node.describe()}")
@@ -146,7 +167,7 @@ class SGD(Optimizer):
 
     name, kind = "SGD", "sgd"
 
-    def __init__(self, learning_rate: float) -> None:
+    def __init__(self, learning_rate: float | Schedule) -> None:
         super().__init__(learning_rate)
 
 
@@ -157,7 +178,7 @@ class Momentum(Optimizer):
     momentum: float
     nesterov: bool
 
-    def __init__(self, learning_rate: float, momentum: float = 0.9, nesterov: bool = False) -> None:
+    def __init__(self, learning_rate: float | Schedule, momentum: float = 0.9, nesterov: bool = False) -> None:
         super().__init__(learning_rate, momentum=momentum, nesterov=nesterov)
 
 
@@ -170,7 +191,7 @@ class Adam(Optimizer):
     epsilon: float
 
     def __init__(
-        self, learning_rate: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8
+        self, learning_rate: float | Schedule = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8
     ) -> None:
         super().__init__(learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon)
 
@@ -186,7 +207,7 @@ class AdamW(Optimizer):
 
     def __init__(
         self,
-        learning_rate: float = 1e-3,
+        learning_rate: float | Schedule = 1e-3,
         beta1: float = 0.9,
         beta2: float = 0.999,
         epsilon: float = 1e-8,
@@ -205,7 +226,7 @@ class RMSProp(Optimizer):
     epsilon: float
 
     def __init__(
-        self, learning_rate: float = 1e-3, decay: float = 0.9, momentum: float = 0.0, epsilon: float = 1e-10
+        self, learning_rate: float | Schedule = 1e-3, decay: float = 0.9, momentum: float = 0.0, epsilon: float = 1e-10
     ) -> None:
         super().__init__(learning_rate, decay=decay, momentum=momentum, epsilon=epsilon)
 
@@ -218,7 +239,7 @@ class Adagrad(Optimizer):
     epsilon: float
 
     def __init__(
-        self, learning_rate: float = 0.01, initial_accumulator_value: float = 0.1, epsilon: float = 1e-7
+        self, learning_rate: float | Schedule = 0.01, initial_accumulator_value: float = 0.1, epsilon: float = 1e-7
     ) -> None:
         super().__init__(learning_rate, initial_accumulator_value=initial_accumulator_value, epsilon=epsilon)
 

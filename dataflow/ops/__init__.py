@@ -15,6 +15,7 @@ from . import (
     normalization,
     placeholder_default,
     reductions,
+    schedule,
     state,
     training,
     transfer,
@@ -23,7 +24,7 @@ from .base import atomic_op
 
 FAMILIES = (
     state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, array, training,
-    transfer, array_more, placeholder_default,
+    transfer, array_more, placeholder_default, schedule,
 )  # fmt: skip
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray
