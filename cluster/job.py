@@ -38,14 +38,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from cellgraph.dataflow.graph import Tensor
+from cellgraph.dataflow.graph import Graph, Tensor
 from cellgraph.dataflow.optimizers import Optimizer
+from cellgraph.dataflow.placement import Placement
 from cellgraph.dataflow.session import Session
 
 from .cluster import Cluster
 from .job_spec import JobSpec, optimizer_config
 from .job_state import JobState, Status
 from .job_tasks import ps_variable, replica_stop_name, replicas_topic, stop_event_name
+from .placed_training import PlacedTraining
 from .ps import OptimizerConfig, ParameterClient, new_token
 from .ps.config import NonFinite
 from .replica import METRIC_KEYS
@@ -161,6 +163,28 @@ class Job:
             raise
 
     @property
+    def placement(self) -> Placement:
+        """Where every node of the job's step runs: the placement its replicas and parameter servers use.
+
+        The step graph (``step_graph``) is the loss, its gradients and the
+        optimizer's update ops; its variables, slots and updates are on the
+        ``ps`` tasks (each shard holds what ``placement.ps_load_bytes()``
+        says), the rest on ``/job:worker/task:0``, the worker partition every
+        replica runs on its own worker.
+        """
+        return self._placed().placement
+
+    @property
+    def step_graph(self) -> Graph:
+        """The job's whole step as one graph, which ``placement`` places (draw both with ``GraphView``)."""
+        return self._placed().graph
+
+    def _placed(self) -> PlacedTraining:
+        if self._state.placed is None:
+            raise TrainingError(f"job {self.job_id} has not placed its step yet: it is still starting")
+        return self._state.placed
+
+    @property
     def log_path(self) -> Path:
         """The job's log file: the traceback of a replica that failed (written only then)."""
         return self._state.log_path
@@ -178,7 +202,8 @@ class Job:
     def ps_stats(self) -> list[dict[str, Any]]:
         """Each parameter-server shard's counters, in shard order, as plain dicts (for tables and widgets).
 
-        Keys: ``shard``, ``address``, ``global_step``, ``bytes_in``, ``bytes_out``, ``updates``,
+        Keys: ``shard``, ``address``, ``global_step``, ``held_bytes`` (its variables and their optimizer slots:
+        ``placement.ps_load_bytes()`` of its ``ps`` task), ``bytes_in``, ``bytes_out``, ``updates``,
         ``pushes_applied``, ``pushes_stale``, ``pushes_rejected`` and ``calls`` (answered calls by RPC name).
         """
         ps = self._client()
@@ -187,6 +212,7 @@ class Job:
                 "shard": s.shard,
                 "address": address,
                 "global_step": s.global_step,
+                "held_bytes": sum(v.bytes + v.slot_bytes for v in s.variables),
                 "bytes_in": s.bytes_in,
                 "bytes_out": s.bytes_out,
                 "updates": s.updates,

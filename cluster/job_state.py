@@ -26,6 +26,7 @@ from .cluster import Cluster
 from .errors import ParameterServerError
 from .job_spec import JobSpec
 from .job_tasks import ReplicaFailure
+from .placed_training import PlacedTraining
 from .ps import ParameterClient, TrainingConfig
 from .replica import ReplicaSpec
 
@@ -53,6 +54,7 @@ class JobState:
     checkpoints: list[str] = field(default_factory=list)
     ps: ParameterClient | None = field(default=None, repr=False)
     addresses: list[str] = field(default_factory=list)
+    placed: PlacedTraining | None = field(default=None, repr=False)  # the placed step (supervisor.start)
     generation: int = 0
     futures: list[Any] = field(default_factory=list, repr=False)
     shards: list[list[Any]] = field(default_factory=list, repr=False)

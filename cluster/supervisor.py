@@ -33,6 +33,7 @@ from .cluster import ClusterError, call_with_deadline
 from .errors import ParameterServerError
 from .job_state import JobState, lost_with_worker
 from .job_tasks import ps_variable, replicas_topic, worker_log_topic
+from .placed_training import place_training
 from .ps import ParameterClient
 from .ps_recovery import ServerRecovery, complete_checkpoints, publish_addresses
 from .replica import ReplicaSpec, metrics_topic
@@ -72,10 +73,12 @@ class Supervisor:
 
         state, spec = self.state, self.state.spec
         client = state.cluster.client
+        # The step is placed before anything starts: a device scope the cluster cannot honour fails here.
+        placed = state.placed = place_training(spec.graph, spec.optimizer, ps_tasks=len(state.cluster.ps_workers()))
         state.addresses = list(state.cluster.start_parameter_servers(state.job_id, state.token, state.checkpoint_dir))
         try:
             state.ps = ParameterClient(state.addresses, state.token, timeout=spec.timeout_s)
-            state.ps.init(state.job_id, spec.graph.initial, spec.optimizer, state.training)
+            state.ps.init(state.job_id, spec.graph.initial, spec.optimizer, state.training, placement=placed.placement)
             if spec.resume_from:
                 step = state.step = state.ps.restore(spec.resume_from)
                 state.restore_point, state.restore_step = spec.resume_from, step
@@ -93,7 +96,7 @@ class Supervisor:
                     ReplicaSpec(
                         state.job_id,
                         i,
-                        spec.graph,
+                        placed.worker,
                         state.addresses,
                         state.token,
                         state.training.mode,

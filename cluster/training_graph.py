@@ -67,6 +67,9 @@ class TrainingGraph:
     gradients: list[str]
     placeholders: list[str]
     initial: dict[str, np.ndarray]
+    # Where each variable's value is fed, when not at the variable itself: a placed step's worker partition
+    # receives it at a Recv (``placed_training``).
+    variable_feeds: list[str] | None = None
 
     def nbytes(self) -> int:
         """Bytes of the variables (what one pull or one push moves)."""
@@ -177,6 +180,7 @@ class LoadedGraph:
     variables: list[Tensor]
     gradients: list[Tensor]
     placeholders: list[Tensor]
+    variable_names: list[str] | None = None  # when the variables are fed elsewhere than at themselves
 
     def __post_init__(self) -> None:
         # Variables are fed like data: the values pulled from the PS go straight to
@@ -185,7 +189,7 @@ class LoadedGraph:
         # output layer's gradients are computed (and, streamed, sent) while backprop goes on to the first layer's.
         fetched = [*self.gradients][::-1]
         self._run = self.session.make_callable([self.loss, *fetched], [*self.variables, *self.placeholders])
-        self._names = [t.node.name for t in self.variables]
+        self._names = list(self.variable_names or [t.node.name for t in self.variables])
         self._fetched_names = self._names[::-1]
         self._shapes = [tuple(d for d in t.shape if d is not None) for t in self.variables]  # always known
 
@@ -244,9 +248,10 @@ def load(tg: TrainingGraph) -> LoadedGraph:
         graph=graph,
         session=Session(graph),
         loss=graph.tensor(tg.loss),
-        variables=[graph.node(name).output(0) for name in tg.variables],
+        variables=[graph.tensor(name) for name in tg.variable_feeds or [f"{v}:0" for v in tg.variables]],
         gradients=[graph.tensor(name) for name in tg.gradients],
         placeholders=[graph.tensor(name) for name in tg.placeholders],
+        variable_names=list(tg.variables),
     )
 
 

@@ -19,6 +19,8 @@ from .arguments import NO_CLUSTER, MagicFormatter, parse, usage_error
 from .display import PlacementTable, show, show_as
 
 if TYPE_CHECKING:
+    from cellgraph.cluster.job import Job
+
     from .extension import Extension
 
 
@@ -110,6 +112,13 @@ class GraphMagics(Magics):
         graph, what = self._graph(args.name, self.placement)
         if len(graph) == 0:
             raise usage_error(self.placement, f"{what} has no nodes yet: build it in a cell first")
+        job = self._running_job(graph)
+        if job is not None:
+            # The graph a running job trains: draw what its replicas and parameter servers run, not a new placement.
+            print(f"%placement: {what} is training as job {job.job_id}: its step graph as placed and running")
+            show_as("graph_view", "GraphView", job.step_graph, placement=job.placement)
+            show(PlacementTable(job.placement))
+            return
         cluster = self.ext.current_cluster()
         if cluster is None:
             raise usage_error(self.placement, NO_CLUSTER)
@@ -119,3 +128,14 @@ class GraphMagics(Magics):
             raise UsageError(f"%placement: could not place {what}: {err}") from None
         show_as("graph_view", "GraphView", graph, placement=placement)
         show(PlacementTable(placement))
+
+    def _running_job(self, graph: Graph) -> Job | None:
+        """The newest running job that trains a loss of ``graph`` and has placed its step, if any."""
+        for job in reversed(self.ext.jobs):
+            if job.loss.graph is graph and job.status in ("starting", "running"):
+                try:
+                    job.placement  # noqa: B018 - raises while the job is still starting
+                except CellgraphError:
+                    continue
+                return job
+        return None

@@ -39,7 +39,9 @@ def _infer_apply(ctx: InferContext) -> TensorSpec:
             target = ctx.node.inputs[i].node
             if target.op != "Variable":
                 raise ctx.graph_error(f"{name} must be a variable, got {target.op} '{target.name}'")
-        if spec.dtype != var.dtype:
+        # A scalar slot (Adam's step count) may be float64 whatever the variable's dtype: the parameter servers
+        # keep it so, exact far beyond float32's 2**24 steps.
+        if spec.dtype != var.dtype and not (name in scalars and spec.dtype == "float64"):
             raise ctx.dtype_error(f"{name} has dtype {spec.dtype}, the variable has {var.dtype}")
         if name == "lr":
             if spec.shape != ():

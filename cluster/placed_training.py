@@ -1,0 +1,189 @@
+"""A training step placed on a cluster and cut into what each device runs: one model of distribution.
+
+``place_training`` takes a ``TrainingGraph`` (the loss and its gradients) and
+builds the whole step as one graph: the optimizer's update op for every
+variable, with its slots, beside the gradients. It places that graph with
+``cg.placement.place`` on the cluster's devices (the user's ``with
+cg.device(...)`` scopes honoured: a variable pinned to ``/job:ps/task:1`` lives
+on shard 1) and partitions it with ``cg.partition``:
+
+- the ``ps`` partitions hold the variables, their slots and their update ops:
+  the parameter service's shard layout is the placement's
+  (``ParameterClient.init(placement=...)``), and each shard applies the same
+  optimizer entry the update op names;
+- the worker partition is what every replica runs, on its own worker. Its Recv
+  of a variable is the replica's pull of it (the pulled value is fed to the
+  Recv's tensor), and its Send of a gradient is the push (the gradient is
+  fetched and streamed to the shard as soon as backprop makes it).
+
+So ``job.placement`` is exactly what runs. Replicas run on CPU (a GPU scope
+falls back to CPU, with the placement's warning and reason), and compute that a
+``ps`` scope covers runs on the worker, its reason saying so: parameter servers
+hold variables and apply their updates, nothing else.
+
+Examples
+--------
+>>> import cellgraph as cg
+>>> from cellgraph.cluster.ps import OptimizerConfig
+>>> from cellgraph.cluster.training_graph import prepare
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((None, 2), "float32", name="x")
+...     with cg.device("/job:ps/task:1"):
+...         w = cg.variable([[1.0], [2.0]], name="w")
+...     b = cg.variable([0.5], name="b")
+...     loss = cg.reduce_mean(cg.matmul(x, w) + b, name="loss")
+>>> placed = place_training(prepare(loss), OptimizerConfig("momentum", 0.1), ps_tasks=2)
+>>> placed.placement.device_of["w"], placed.placement.device_of["w/momentum"]
+('/job:ps/task:1/device:cpu:0', '/job:ps/task:1/device:cpu:0')
+>>> placed.placement.device_of["loss"]
+'/job:worker/task:0/device:cpu:0'
+>>> sorted(placed.pulls)  # the worker partition's Recv of each variable
+['b', 'w']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from cellgraph.dataflow.devices import DeviceSpec
+from cellgraph.dataflow.graph import Graph, Tensor
+from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef
+from cellgraph.dataflow.ops.state import constant, variable
+from cellgraph.dataflow.ops.training import apply_optimizer
+from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS
+from cellgraph.dataflow.partition import partition
+from cellgraph.dataflow.placement import Placement, place
+from cellgraph.protos import graph_pb2
+
+from .ps import OptimizerConfig
+from .ps.updates import STEP_COUNT_DTYPE
+from .training_graph import TrainingError, TrainingGraph
+
+# Every replica runs the worker partition on its own worker: the placement names replica 0's.
+WORKER_DEVICE = "/job:worker/task:0/device:cpu:0"
+# The name scope of the update ops this module adds to the step graph.
+UPDATE_SCOPE = "update"
+
+
+@dataclass(frozen=True)
+class PlacedTraining:
+    """One training step placed and partitioned.
+
+    ``graph`` is the whole step (loss, gradients, update ops, slots) and
+    ``placement`` places every node of it. ``worker`` is the worker partition
+    as the ``TrainingGraph`` a replica loads: its variables are fed at their
+    Recv tensors (``pulls``: variable -> Recv tensor name) and its gradients
+    (``pushes``: variable -> gradient tensor name) are what its Sends carry to
+    the ``ps`` tasks.
+    """
+
+    graph: Graph
+    placement: Placement
+    worker: TrainingGraph
+    pulls: dict[str, str]
+    pushes: dict[str, str]
+
+    def ps_devices(self) -> list[str]:
+        return [d for d in self.placement.devices if DeviceSpec.parse(d).job == "ps"]
+
+
+def place_training(
+    tg: TrainingGraph, optimizer: OptimizerConfig, ps_tasks: int, strategy: str = "greedy"
+) -> PlacedTraining:
+    """Place ``tg``'s step, with ``optimizer``'s update ops, on ``ps_tasks`` ``ps`` tasks and one worker, and cut it.
+
+    Raises ``PlacementError`` for a device scope the cluster cannot honour (a
+    ``ps`` task it does not have).
+    """
+    if ps_tasks < 1:
+        raise TrainingError(f"a cluster job needs at least one parameter server, got ps_tasks={ps_tasks}")
+    graph = from_graphdef(graph_pb2.GraphDef.FromString(tg.graphdef))
+    _replica_scopes(graph)
+    updates = _add_updates(graph, tg, optimizer)
+    devices = [f"/job:ps/task:{i}/device:cpu:0" for i in range(ps_tasks)] + [WORKER_DEVICE]
+    placement = place(graph, devices, strategy=strategy)
+    _follow_updates(placement, updates)
+    _compute_to_worker(graph, placement, updates)
+    parts = partition(graph, placement)
+    pulls: dict[str, str] = {}
+    pushes: dict[str, str] = {}
+    gradient_of = dict(zip(tg.gradients, tg.variables))
+    for edge in parts.edges:
+        if edge.dst == WORKER_DEVICE:
+            pulls[edge.tensor.node.name] = edge.recv.name  # only variables are on ps tasks now
+        elif edge.src == WORKER_DEVICE and edge.tensor.name in gradient_of:
+            pushes[gradient_of[edge.tensor.name]] = edge.tensor.name
+    worker_graph = parts.graphs[WORKER_DEVICE]
+    worker = replace(
+        tg,
+        graphdef=to_graphdef(worker_graph).SerializeToString(deterministic=True),
+        variable_feeds=[pulls[name] for name in tg.variables],
+    )
+    return PlacedTraining(graph, placement, worker, pulls, pushes)
+
+
+def _replica_scopes(graph: Graph) -> None:
+    """A scope naming a worker task means the replica's own worker: every replica runs the same partition."""
+    for node in graph.nodes:
+        if not node.device:
+            continue
+        spec = DeviceSpec.parse(node.device)
+        if spec.job == "worker" and spec.task not in (None, 0):
+            node.device = str(replace(spec, task=0))
+
+
+def _add_updates(graph: Graph, tg: TrainingGraph, optimizer: OptimizerConfig) -> dict[str, list[str]]:
+    """The optimizer's update op (and its slots and learning rate) for every variable; its nodes by variable."""
+    definition = OPTIMIZER_KINDS.lookup(optimizer.kind)
+    hyper = {h.name: getattr(optimizer, h.name) for h in definition.hyperparameters[1:]}
+    rate = optimizer.learning_rate if isinstance(optimizer.learning_rate, int | float) else 0.0
+    made: dict[str, list[str]] = {}
+    with graph.as_default():
+        for name, gradient in zip(tg.variables, tg.gradients):
+            var: Tensor = graph.node(name).output(0)
+            shape = tuple(d for d in var.shape if d is not None)
+            # Named and typed as the parameter servers keep them: "w/momentum", and Adam's step count "w/t" in float64.
+            slots = {
+                s.name: variable(
+                    np.zeros(() if s.scalar else shape, STEP_COUNT_DTYPE if s.scalar else var.dtype),
+                    dtype=STEP_COUNT_DTYPE.name if s.scalar else var.dtype,
+                    name=f"{name}/{s.name}",
+                    trainable=False,
+                )
+                for s in definition.slots
+            }
+            lr = constant(rate, dtype=var.dtype, name=f"{UPDATE_SCOPE}/{name}/learning_rate")
+            grad = graph.tensor(gradient)
+            update = apply_optimizer(optimizer.kind, var, slots, lr, grad, hyper, name=f"{UPDATE_SCOPE}/{name}/apply")
+            made[name] = [lr.node.name, update.node.name]
+    return made
+
+
+def _compute_to_worker(graph: Graph, placement: Placement, updates: dict[str, list[str]]) -> None:
+    """Compute that a ``ps`` scope covers (``with cg.device("/job:ps/task:1"): dense(...)``) runs on the worker.
+
+    The scope places the layer's variables; parameter servers hold variables
+    and apply their updates and run nothing else, as TensorFlow's
+    ``replica_device_setter`` arranges it.
+    """
+    kept = {name for made in updates.values() for name in made}
+    for node in graph.nodes:
+        device = placement.device_of[node.name]
+        if node.op == "Variable" or node.name in kept or DeviceSpec.parse(device).job != "ps":
+            continue
+        placement.device_of[node.name] = WORKER_DEVICE
+        placement.reasons[node.name] = (
+            f"{placement.reasons[node.name]}; on the replica's worker instead: parameter servers hold variables "
+            "and apply their updates, compute runs where the replicas are"
+        )
+
+
+def _follow_updates(placement: Placement, updates: dict[str, list[str]]) -> None:
+    """A variable's learning rate goes with its update op: the shard's own optimizer setting, not a worker's value."""
+    for owner, (rate, op) in updates.items():
+        device = placement.device_of[op]
+        placement.device_of[rate] = device
+        placement.reasons[rate] = f"learning rate of variable '{owner}''s update: held by its parameter server"
