@@ -33,7 +33,7 @@ from .cluster import ClusterError, call_with_deadline
 from .errors import ParameterServerError
 from .job_state import JobState, lost_with_worker
 from .job_tasks import ps_variable, replicas_topic, worker_log_topic
-from .placed_training import place_training
+from .placed_training import PlacedTraining, place_training
 from .ps import ParameterClient
 from .ps_recovery import ServerRecovery, complete_checkpoints, publish_addresses
 from .replica import ReplicaSpec, metrics_topic
@@ -67,14 +67,22 @@ class Supervisor:
         self._worker_records: list[dict[str, str]] = []  # Dask's event thread appends; this thread writes them
 
     # ------------------------------------------------------------------ starting
+    def place(self) -> PlacedTraining:
+        """Place and partition the job's step (once): ``cg.train`` calls it before the start, so that a device
+        scope the cluster cannot honour fails there."""
+        state = self.state
+        if state.placed is None:
+            ps_tasks = len(state.cluster.ps_workers())
+            state.placed = place_training(state.spec.graph, state.spec.optimizer, ps_tasks=ps_tasks)
+        return state.placed
+
     def start(self) -> None:
         """Start the servers, give them the job, submit one replica per shard, start watching."""
         import distributed
 
         state, spec = self.state, self.state.spec
         client = state.cluster.client
-        # The step is placed before anything starts: a device scope the cluster cannot honour fails here.
-        placed = state.placed = place_training(spec.graph, spec.optimizer, ps_tasks=len(state.cluster.ps_workers()))
+        placed = self.place()
         state.addresses = list(state.cluster.start_parameter_servers(state.job_id, state.token, state.checkpoint_dir))
         try:
             state.ps = ParameterClient(state.addresses, state.token, timeout=spec.timeout_s)
