@@ -227,6 +227,23 @@ def _broadcast_to(node: cg.Node, shapes: Shapes, i: int, a: int) -> Shapes | str
     return _zero(shapes, [(i, a)])
 
 
+_DEPTH = {"K": "the row's indices hold this many coordinates per row: emptying it changes what they index"}
+_FIXED = dict.fromkeys("WXYZ", "the row's shape attr fixes this dim of the output, and updates must match it")
+
+
+def _gather_nd(node: cg.Node, shapes: Shapes) -> list[str]:
+    # Params' indexed axes empty alone: coordinates into them are an error the op documents.
+    return ["abcdefgh"[: len(shapes[0])], "pqrs"[: len(shapes[1]) - 1] + "K"]
+
+
+def _scatter_nd(node: cg.Node, shapes: Shapes) -> list[str]:
+    rows, depth = "pqrs"[: len(shapes[0]) - 1], shapes[0][-1]
+    if node.op == "ScatterNdLike":
+        like = "abcdefgh"[: len(shapes[2])]
+        return [rows + "K", rows + like[depth:], like]
+    return [rows + "K", rows + "WXYZ"[: len(shapes[1]) - len(rows)]]
+
+
 RULES: dict[str, Rule] = {
     "MatMul":             _tied(_matmul),
     "BatchMatMul":        _batch_matmul,
@@ -255,6 +272,9 @@ RULES: dict[str, Rule] = {
     "Split":              _split,
     "TileGrad":           _tied(lambda n, s: ["abcdefgh"[: len(s[1])]] * 2),
     "BroadcastTo":        _broadcast_to,
+    "GatherNd":           _tied(_gather_nd, _DEPTH),
+    "ScatterNd":          _tied(_scatter_nd, {**_DEPTH, **_FIXED}),
+    "ScatterNdLike":      _tied(_scatter_nd, _DEPTH),
 }  # fmt: skip
 
 # Rows with no variant, and why.
@@ -272,6 +292,8 @@ ERROR_WORDS = {
     "ArgMin": "argmin over an empty axis",
     "Gather": "is out of range [0, 0)",
     "ScatterAddLike": "is out of range [0, 0)",
+    "GatherNd": "does not index into params",
+    "ScatterNdLike": "does not index into output",
     "SparseSoftmaxCrossEntropyWithLogits": "is outside the valid range [0, 0)",
 }
 # Ops whose CUDA kernel answers such inputs with NaN instead, and why.

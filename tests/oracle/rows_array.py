@@ -1,4 +1,5 @@
-"""Oracle rows of ops/array_more.py: split, unstack, stack, tile, broadcast_to, reverse.
+"""Oracle rows of ops/array_more.py (split, unstack, stack, tile, broadcast_to, reverse)
+and ops/array_index.py (gather_nd, scatter_nd).
 
 Rows follow ``rows.py``'s conventions and are appended to its ``ROWS``.
 TileGrad, the internal gradient of Tile, is said in torch as the adjoint of
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 import cellgraph as cg
+from cellgraph.dataflow.ops import array_index
 from cellgraph.dataflow.ops.base import apply
 
-from .rows import ZERO, Row, x
+from .rows import ZERO, Row, fixed, x
 
 try:
     import torch
@@ -25,6 +29,17 @@ def _untile(g: Any, like: Any, multiples: tuple[int, ...]) -> Any:
     pairs = [n for d, m in zip(like.shape, multiples) for n in (m, d)]
     return g.reshape(pairs).sum(tuple(range(0, len(pairs), 2)))
 
+
+def _gather_nd(p: Any, i: Any) -> Any:
+    return p[tuple(i.long().unbind(-1))]
+
+
+def _scatter_nd(i: Any, u: Any, shape: tuple[int, ...]) -> Any:
+    """Zeros with ``u`` added at ``i``'s rows: torch's ``index_put`` with accumulate (repeats sum)."""
+    return torch.zeros(shape, dtype=u.dtype).index_put(tuple(i.long().unbind(-1)), u, accumulate=True)
+
+
+PAIRS = np.array([[2, 1], [0, 3], [2, 1]], np.int32)  # a repeated row: gradients and scatters sum
 
 ARRAY_ROWS: list[Row] = [
     Row("Split", lambda a: tuple(cg.split(a, [1, -1, 2], axis=1)), lambda a: torch.split(a, [1, 3, 2], 1),
@@ -43,4 +58,12 @@ ARRAY_ROWS: list[Row] = [
     Row("BroadcastTo", lambda a: cg.broadcast_to(a, (5, 4)), lambda a: a.expand(5, 4), [x(4)], id="leading"),
     Row("StridedSlice", lambda a: cg.reverse(a, [0, 2]), lambda a: torch.flip(a, (0, 2)), [x("n", 2, 3)],
         id="reverse", variants=ZERO),
+    Row("GatherNd", lambda p, i: cg.gather_nd(p, i), _gather_nd, [x(3, 4, "c"), fixed(PAIRS)], variants=({"c": 0},)),
+    Row("GatherNd", lambda p, i: cg.gather_nd(p, i), _gather_nd, [x(3, 4), fixed(PAIRS[:, :1].astype(np.int64))],
+        id="rows-int64"),
+    Row("ScatterNd", lambda i, u: cg.scatter_nd(i, u, (3, 4, 2)), lambda i, u: _scatter_nd(i, u, (3, 4, 2)),
+        [fixed(PAIRS), x(3, 2)]),
+    Row("ScatterNdLike", lambda i, u, like: array_index._scatter_nd_like(i, u, like),
+        lambda i, u, like: _scatter_nd(i, u, tuple(like.shape)) + 0 * like.sum(), [fixed(PAIRS), x(3, "c"), x(3, 4, "c")],
+        variants=({"c": 0},)),
 ]  # fmt: skip

@@ -1,0 +1,174 @@
+"""N-dimensional indexing: gather_nd and scatter_nd (TensorFlow's semantics).
+
+``indices`` has shape ``(..., k)``: each of its rows holds the coordinates of
+one slice along the first ``k`` dims of ``params`` (GatherNd reads it) or of
+the output (ScatterNd adds into it; repeated rows sum, as TensorFlow's do).
+The two are each other's adjoints, so each one's gradient is the other;
+GatherNd's scatters into zeros shaped like ``params`` at run time
+(ScatterNdLike, internal), since ``params`` may have unknown dims.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import INTS
+from ..errors import ShapeError
+from ..graph import Tensor
+from ..kernels.cpu import array_index as k
+from ..kernels.cuda import cuda_kernel
+from ..opdef import InferContext, OpDef, Shape, TensorSpec, register_op
+from ..shapes import fmt
+from .base import TensorLike, apply, as_tensor, graph_of
+
+FAMILY = "array"
+Dys = list[Tensor | None]
+Attrs = dict[str, Any]
+
+
+def _dy(dys: Dys) -> Tensor:
+    dy = dys[0]
+    assert dy is not None
+    return dy
+
+
+def _check_indices(ctx: InferContext, indices: TensorSpec, target: Shape, what: str) -> int:
+    """The depth ``k`` of ``indices`` (its last dim) into ``target``, or a ShapeError/DTypeError."""
+    if indices.dtype not in INTS:
+        raise ctx.dtype_error(f"indices must be int32 or int64, got {indices.dtype}")
+    if indices.rank == 0 or indices.shape[-1] is None:
+        raise ctx.shape_error(
+            f"indices {fmt(indices.shape)} need a last dim of known size: the number of coordinates per row"
+        )
+    depth = indices.shape[-1]
+    if depth > len(target):
+        raise ctx.shape_error(f"indices {fmt(indices.shape)} hold {depth} coordinates, but {what} {fmt(target)} has "
+                              f"{len(target)} dims")  # fmt: skip
+    return depth
+
+
+def _infer_gather_nd(ctx: InferContext) -> TensorSpec:
+    params, indices = ctx.inputs
+    depth = _check_indices(ctx, indices, params.shape, "params")
+    return TensorSpec(indices.shape[:-1] + params.shape[depth:], params.dtype)
+
+
+def _infer_scatter(ctx: InferContext, indices: TensorSpec, updates: TensorSpec, shape: Shape) -> TensorSpec:
+    depth = _check_indices(ctx, indices, shape, "the output")
+    expected = indices.shape[:-1] + shape[depth:]
+    if len(updates.shape) != len(expected) or any(
+        a is not None and b is not None and a != b for a, b in zip(updates.shape, expected)
+    ):
+        raise ctx.shape_error(
+            f"updates {fmt(updates.shape)} do not fit indices {fmt(indices.shape)} into {fmt(shape)}: "
+            f"expected {fmt(expected)}"
+        )
+    return TensorSpec(shape, updates.dtype)
+
+
+def _infer_scatter_nd(ctx: InferContext) -> TensorSpec:
+    indices, updates = ctx.inputs
+    shape = ctx.attrs["shape"]
+    if any(d < 0 for d in shape):
+        raise ctx.shape_error(f"shape {shape} must be >= 0")
+    return _infer_scatter(ctx, indices, updates, shape)
+
+
+def _infer_scatter_nd_like(ctx: InferContext) -> TensorSpec:
+    indices, updates, like = ctx.inputs
+    return _infer_scatter(ctx, indices, updates, like.shape)
+
+
+def _rows(indices: np.ndarray) -> np.ndarray:
+    return indices.reshape(prod(indices.shape[:-1]), indices.shape[-1])  # k may be 0: count the rows
+
+
+def _check_row(row: np.ndarray, shape: tuple[int, ...], what: str) -> None:
+    if any(not 0 <= c < d for c, d in zip(row, shape)):
+        raise IndexError(f"indices row {[int(c) for c in row]} does not index into {what} {shape}")
+
+
+def _ref_gather_nd(attrs: Attrs, params: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """One row at a time: the plain statement of the read (the kernel reads all rows at once)."""
+    depth = indices.shape[-1]
+    picked = []
+    for row in _rows(indices):
+        _check_row(row, params.shape, "params")
+        picked.append(params[tuple(row)])
+    slices = np.array(picked, params.dtype) if picked else np.zeros((0,) + params.shape[depth:], params.dtype)
+    return slices.reshape(indices.shape[:-1] + params.shape[depth:])
+
+
+def _ref_scatter(indices: np.ndarray, updates: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """NumPy's ``add.at``: the plain statement of the sum (the kernel is a Numba loop)."""
+    out = np.zeros(shape, updates.dtype)
+    rows = _rows(indices)
+    for row, update in zip(rows, updates.reshape((rows.shape[0],) + tuple(shape[indices.shape[-1] :]))):
+        _check_row(row, shape, "output")
+        out[tuple(row)] += update
+    return out
+
+
+register_op(OpDef(
+    name="GatherNd", family=FAMILY, infer=_infer_gather_nd, reference=_ref_gather_nd,
+    grad=lambda node, dys: [_scatter_nd_like(node.inputs[1], _dy(dys), node.inputs[0]), None],
+    kernels={"cpu": lambda node, ctx: k.gather_nd, "cuda": cuda_kernel("array_index", "gather_nd_op")},
+))  # fmt: skip
+register_op(OpDef(
+    name="ScatterNd", family=FAMILY, infer=_infer_scatter_nd,
+    reference=lambda attrs, indices, updates: _ref_scatter(indices, updates, attrs["shape"]),
+    grad=lambda node, dys: [None, gather_nd(_dy(dys), node.inputs[0])],
+    kernels={"cpu": lambda node, ctx: k.scatter_nd_op(node.attrs["shape"]),
+             "cuda": cuda_kernel("array_index", "scatter_nd_op")},
+))  # fmt: skip
+register_op(OpDef(
+    name="ScatterNdLike", family=FAMILY, infer=_infer_scatter_nd_like,
+    reference=lambda attrs, indices, updates, like: _ref_scatter(indices, updates, like.shape),
+    grad=lambda node, dys: [None, gather_nd(_dy(dys), node.inputs[0]), None],
+    kernels={"cpu": lambda node, ctx: k.scatter_nd_like, "cuda": cuda_kernel("array_index", "scatter_nd_like_op")},
+))  # fmt: skip
+
+
+def gather_nd(params: TensorLike, indices: TensorLike, name: str = "gather_nd") -> Tensor:
+    """Slices of ``params`` at the coordinates in the rows of ``indices`` (``tf.gather_nd``).
+
+    ``indices`` has shape ``(..., k)``; the result has shape
+    ``indices.shape[:-1] + params.shape[k:]``. A coordinate outside [0, dim)
+    fails when the graph runs, naming the row.
+
+    Examples
+    --------
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     x = cg.placeholder((4, 5, 3), name="x")
+    ...     pairs = cg.constant([[0, 1], [3, 4]], dtype="int32")
+    ...     picked = cg.gather_nd(x, pairs)
+    >>> picked.shape
+    (2, 3)
+    """
+    g = graph_of([params, indices])
+    return apply("GatherNd", [as_tensor(params, graph=g), as_tensor(indices, graph=g)], name=name)
+
+
+def scatter_nd(indices: TensorLike, updates: TensorLike, shape: Sequence[int], name: str = "scatter_nd") -> Tensor:
+    """Zeros of ``shape`` with ``updates`` added at the rows of ``indices`` (``tf.scatter_nd``):
+    repeated rows sum. ``updates`` has shape ``indices.shape[:-1] + shape[k:]``."""
+    try:
+        dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise ShapeError(f"scatter_nd: shape must be a sequence of ints, got {shape!r}") from None
+    g = graph_of([indices, updates])
+    return apply("ScatterNd", [as_tensor(indices, graph=g), as_tensor(updates, graph=g)], {"shape": dims}, name=name)
+
+
+def _scatter_nd_like(indices: Tensor, updates: Tensor, like: Tensor) -> Tensor:
+    return apply("ScatterNdLike", [indices, updates, like], name="scatter_nd_like")
+
+
+__all__ = ["gather_nd", "scatter_nd"]

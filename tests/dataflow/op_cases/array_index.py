@@ -1,0 +1,37 @@
+"""Rows for ``ops/array_index.py``: GatherNd, ScatterNd and ScatterNdLike."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import cellgraph as cg
+from cellgraph.dataflow.ops import array_index
+
+from . import OpCase, rand
+
+x345 = rand(3, 4, 5, seed=5)
+pairs = np.array([[2, 1], [0, 3], [2, 1]], np.int32)  # a repeated row: the scatter must sum
+cells = np.array([[[0, 0, 4]], [[2, 3, 1]]], np.int64)  # (2, 1, 3): full coordinates, int64
+
+CASES = [
+    # ------------------------------------------------------------ GatherNd
+    OpCase("GatherNd", lambda p, i: cg.gather_nd(p, i), [x345, pairs]),
+    OpCase("GatherNd", lambda p, i: cg.gather_nd(p, i), [x345, cells], id="elements-int64"),
+    OpCase("GatherNd", lambda p, i: cg.gather_nd(p, i), [x345, np.array([1, 2], np.int32)], id="one-row"),
+    OpCase("GatherNd", lambda p, i: cg.gather_nd(p, i), [x345, pairs[:, :1]],
+           static_shapes=[(None, 4, 5), (None, 1)], id="unknown-dims"),
+    OpCase("GatherNd", lambda p, i: cg.gather_nd(p, i), [rand(2, 3), np.zeros((2, 0), np.int32)], id="depth0"),
+    OpCase("GatherNd", lambda p, i: cg.gather_nd(p, i), [pairs, np.array([[1, 1]], np.int32)], grad=False,
+           id="int32-params"),
+    # ----------------------------------------------------------- ScatterNd
+    OpCase("ScatterNd", lambda i, u: cg.scatter_nd(i, u, (3, 4, 5)), [pairs, rand(3, 5)]),
+    OpCase("ScatterNd", lambda i, u: cg.scatter_nd(i, u, (3, 4, 5)), [cells, rand(2, 1)], id="elements-int64"),
+    OpCase("ScatterNd", lambda i, u: cg.scatter_nd(i, u, (4, 2)), [pairs[:, 1:], rand(3, 2)],
+           static_shapes=[(None, 1), (None, 2)], id="unknown-rows"),
+    OpCase("ScatterNd", lambda i, u: cg.scatter_nd(i, u, (3, 4)), [pairs, np.array([5, 6, 7], np.int32)],
+           grad=False, id="int32-updates"),
+    OpCase("ScatterNdLike", lambda i, u, like: array_index._scatter_nd_like(i, u, like), [pairs, rand(3, 5), x345],
+           wrt=(1,)),
+    OpCase("ScatterNdLike", lambda i, u, like: array_index._scatter_nd_like(i, u, like), [pairs, rand(3, 5), x345],
+           static_shapes=[(None, 2), (None, 5), (None, None, 5)], wrt=(1,), id="unknown-dims"),
+]  # fmt: skip

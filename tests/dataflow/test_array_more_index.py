@@ -1,0 +1,91 @@
+"""gather_nd and scatter_nd: TensorFlow's semantics and every error they raise
+(values, gradients and kernels are checked by the op table, op_cases/array_index.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+
+from .errors_helpers import ph, raises
+
+pytestmark = pytest.mark.usefixtures("fresh_graph")
+
+X = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+
+
+def _run(fetches: object, feeds: dict) -> object:
+    return cg.Session(cg.get_default_graph()).run(fetches, feeds)
+
+
+def test_gather_nd_reads_slices_and_elements_like_tensorflow() -> None:
+    x = ph(2, 3, 4)
+    rows = cg.gather_nd(x, np.array([[1, 2], [0, 0]], np.int32))
+    elements = cg.gather_nd(x, np.array([[[1, 2, 3]], [[0, 1, 0]]], np.int64))
+    got_rows, got_elements = _run([rows, elements], {x: X})
+    np.testing.assert_array_equal(got_rows, np.stack([X[1, 2], X[0, 0]]))
+    np.testing.assert_array_equal(got_elements, np.array([[X[1, 2, 3]], [X[0, 1, 0]]]))
+
+
+def test_scatter_nd_sums_repeated_rows_and_is_gather_nd_s_adjoint() -> None:
+    u = ph(3, 4, name="u")
+    idx = np.array([[1], [0], [1]], np.int32)
+    out = cg.scatter_nd(idx, u, (2, 4))
+    (du,) = cg.gradients(cg.reduce_sum(out * np.arange(8, dtype=np.float32).reshape(2, 4)), [u])
+    updates = np.ones((3, 4), np.float32)
+    got, got_du = _run([out, du], {u: updates})
+    np.testing.assert_array_equal(got, [[1, 1, 1, 1], [2, 2, 2, 2]])
+    np.testing.assert_array_equal(got_du, np.arange(8).reshape(2, 4)[[1, 0, 1]])
+
+
+def test_gather_nd_gradient_scatters_back_into_params_of_unknown_batch() -> None:
+    x = ph(None, 3, 4)
+    (dx,) = cg.gradients(cg.reduce_sum(cg.gather_nd(x, np.array([[1, 2], [1, 2]], np.int32))), [x])
+    want = np.zeros_like(X)
+    want[1, 2] = 2.0
+    np.testing.assert_array_equal(_run(dx, {x: X}), want)
+
+
+def test_gather_nd_index_out_of_range_fails_at_the_node_naming_the_row() -> None:
+    x = ph(None, 3)
+    y = cg.gather_nd(x, np.array([[0, 1], [2, 0]], np.int32), name="pick")
+    with pytest.raises(cg.ExecutionError, match=r"^GatherNd 'pick' .* failed while running: .*"
+                       r"indices\[1\] = \[2, 0\] does not index into params \(2, 3\)"):  # fmt: skip
+        _run(y, {x: np.zeros((2, 3), np.float32)})
+
+
+def test_scatter_nd_negative_index_fails_at_the_node() -> None:
+    u = ph(2, name="u")
+    y = cg.scatter_nd(np.array([[1], [-1]], np.int32), u, (3,), name="put")
+    with pytest.raises(cg.ExecutionError, match=r"^ScatterNd 'put' .* failed while running: .*"
+                       r"indices\[1\] = \[-1\] does not index into output \(3,\)"):  # fmt: skip
+        _run(y, {u: np.ones(2, np.float32)})
+
+
+def test_gather_nd_errors() -> None:
+    with raises(cg.ShapeError, "GatherNd 'gather_nd' (test_array_more_index.py"):
+        cg.gather_nd(ph(2, 3), np.zeros((1, 3), np.int32))
+    with raises(cg.ShapeError, "indices (1, 3) hold 3 coordinates, but params (2, 3) has 2 dims"):
+        cg.gather_nd(ph(2, 3), np.zeros((1, 3), np.int32))
+    with raises(cg.DTypeError, "indices must be int32 or int64, got float32"):
+        cg.gather_nd(ph(2, 3), np.zeros((1, 2), np.float32))
+    with raises(cg.ShapeError, "indices () need a last dim of known size: the number of coordinates per row"):
+        cg.gather_nd(ph(2, 3), np.int32(1))
+    with raises(cg.ShapeError, "indices (4, None) need a last dim of known size"):
+        cg.gather_nd(ph(2, 3), ph(4, None, dtype="int32", name="i"))
+
+
+def test_scatter_nd_errors_leave_the_graph_unchanged() -> None:
+    g = cg.get_default_graph()
+    u = ph(3, 2, name="u")
+    before = len(g.nodes)
+    with raises(cg.ShapeError, "updates (3, 2) do not fit indices (3, 1) into (4, 5): expected (3, 5)"):
+        cg.scatter_nd(np.zeros((3, 1), np.int32), u, (4, 5))
+    assert len(g.nodes) == before  # the constant made for the indices went again
+    with raises(cg.ShapeError, "shape (4, -5) must be >= 0"):
+        cg.scatter_nd(np.zeros((3, 1), np.int32), u, (4, -5))
+    with raises(cg.ShapeError, "indices (3, 3) hold 3 coordinates, but the output (4, 2) has 2 dims"):
+        cg.scatter_nd(np.zeros((3, 3), np.int32), u, (4, 2))
+    with raises(cg.ShapeError, "scatter_nd: shape must be a sequence of ints, got (4.0, 2)"):
+        cg.scatter_nd(np.zeros((3, 1), np.int32), u, (4.0, 2))  # type: ignore[arg-type]
