@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (
     activations,
     array,
+    array_index,
     array_more,
     batch_matmul,
     conv,
@@ -24,7 +25,7 @@ from .base import atomic_op
 
 FAMILIES = (
     state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, array, training,
-    transfer, array_more, placeholder_default, schedule,
+    transfer, array_more, placeholder_default, schedule, array_index,
 )  # fmt: skip
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray
