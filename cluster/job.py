@@ -10,8 +10,12 @@ shard, and then watches on its own thread: lost workers and replicas
 (``replica_set``, ``worker_watch``), lost servers (``ps_recovery``),
 checkpoints, and the end. And ``Job``, this module's thin handle: status,
 metrics, events, ``wait``, ``stop``, ``scale``, the trained variables,
-``evaluate`` and ``close``. ``cg.train`` returns at once: the notebook
-kernel stays free. Metrics come back as Dask events.
+``evaluate`` and ``close``. ``cg.train`` returns once the spec is
+checked: the start (servers, model, replicas; a second or more) runs on the
+job's own thread, so the notebook kernel stays free. The job is
+``starting`` meanwhile; a start that fails fails the job with the start's
+error (``job.status``, ``job.wait()``, an event in the monitor). Metrics
+come back as Dask events.
 
 A replica that fails on an error of its own (the same error would come back
 wherever it ran) fails the job at once with that error, without a retry;
@@ -30,6 +34,7 @@ Examples
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -38,12 +43,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 from cellgraph.dataflow.optimizers import Optimizer
 from cellgraph.dataflow.placement import Placement
 from cellgraph.dataflow.session import Session
 
-from .cluster import Cluster
+from .cluster import CALL_TIMEOUT_S, Cluster
 from .job_spec import JobSpec, optimizer_config
 from .job_state import JobState, Status
 from .job_tasks import ps_variable, replica_stop_name, replicas_topic, stop_event_name
@@ -57,6 +63,9 @@ from .training_graph import TrainingError, TrainingGraph
 
 # How long wait() gives the supervisor's thread to write the final checkpoint once every replica has ended.
 FINISH_JOIN_S = 30.0
+# How long close() waits for a start under way to end (its calls each have a deadline: the servers' start and
+# look-up, CALL_TIMEOUT_S each, then calls to the servers of at most timeout_s each) before closing what it made.
+START_CALLS = 4
 
 
 def train(
@@ -79,11 +88,14 @@ def train(
     metrics_interval_s: float = 0.5,
     timeout_s: float = 60.0,
 ) -> Job:
-    """Train ``loss`` on ``cluster`` with ``replicas`` replicas; return the running ``Job`` at once.
+    """Train ``loss`` on ``cluster`` with ``replicas`` replicas; return the ``Job`` at once, while it starts.
 
     Everything is checked before anything starts (``JobSpec.build``): a bad
     argument, or data whose graph, shape or dtype does not fit its
-    placeholder, raises ``TrainingError`` naming it.
+    placeholder, raises ``TrainingError`` naming it, here. The start itself
+    (parameter servers, the model, the replicas) runs on the job's thread:
+    the job is ``starting`` until it is ``running``, and a start that fails
+    makes it ``failed``, ``job.wait()`` raising the start's error.
 
     Parameters
     ----------
@@ -155,12 +167,42 @@ class Job:
         self.events: list[str] = self._state.events
         self.checkpoints: list[str] = self._state.checkpoints
         """The checkpoints the job wrote that still exist (the servers' retention deletes old ones)."""
+        # In the caller, as the spec's checks: a device scope the cluster cannot honour fails in cg.train itself.
+        self._supervisor.place()
         cluster.on_close(job_id, self.close)
+        self._closing = threading.Event()
+        self._state.starting = True
+        self._start_thread = threading.Thread(target=self._start, name=f"cellgraph-{job_id}-start", daemon=True)
+        self._start_thread.start()
+
+    def _start(self) -> None:
+        """On the job's start thread: the supervisor's start; its failure becomes the job's error and an event."""
+        state = self._state
         try:
             self._supervisor.start()
-        except BaseException:
-            cluster.forget_on_close(job_id)
-            raise
+        except BaseException as err:  # noqa: BLE001 - the job's error now: job.status, job.wait() and the events say it
+            if self._closing.is_set():
+                state.event("the job was closed while it started: nothing of it runs")
+            else:
+                words = str(err) if isinstance(err, CellgraphError) else f"{type(err).__name__}: {err}"
+                state.error = TrainingError(f"job {self.job_id} could not start: {words}")
+                state.event(str(state.error))
+            self.cluster.forget_on_close(self.job_id)
+        finally:
+            state.starting = False
+
+    def _started(self, timeout: float | None, what: str) -> None:
+        """Wait (at most ``timeout`` s) for the start to end; ``TrainingError`` naming ``what`` waits if it has not."""
+        self._start_thread.join(timeout)
+        if self._start_thread.is_alive():
+            raise TrainingError(
+                f"{what}: job {self.job_id} is still starting after {timeout:g} s (its parameter servers and "
+                "replicas); job.events says how far it got"
+            )
+
+    def _start_deadline(self) -> float:
+        """The longest a start can take: each of its calls has a deadline."""
+        return START_CALLS * max(CALL_TIMEOUT_S, self._state.spec.timeout_s)
 
     @property
     def placement(self) -> Placement:
@@ -192,11 +234,12 @@ class Job:
     # ------------------------------------------------------------------ what it is doing
     @property
     def status(self) -> Status:
-        """``running``, ``finished``, ``failed`` or ``stopped``."""
+        """``starting`` (servers and replicas being started), ``running``, ``finished``, ``failed`` or ``stopped``."""
         return self._state.status
 
     def global_step(self) -> int:
-        """The parameter servers' global step (the lowest over the shards)."""
+        """The parameter servers' global step (the lowest over the shards); waits for a start under way."""
+        self._started(self._start_deadline(), "job.global_step()")
         return self._state.global_step()
 
     def ps_stats(self) -> list[dict[str, Any]]:
@@ -225,6 +268,7 @@ class Job:
         ]
 
     def _client(self) -> ParameterClient:
+        self._started(self._start_deadline(), "ask the parameter servers")
         if self._state.ps is None:
             raise TrainingError(f"job {self.job_id} is closed: its parameter servers are gone")
         return self._state.ps
@@ -243,9 +287,11 @@ class Job:
 
     # ------------------------------------------------------------------ controls
     def wait(self, timeout: float | None = None) -> Job:
-        """Block until every replica has ended (at most ``timeout`` s); raise the job's error if it failed."""
+        """Block until every replica has ended (at most ``timeout`` s); raise the job's error if it failed (to start,
+        too)."""
         state = self._state
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._started(timeout, "job.wait()")
         while not state.ended():
             if deadline is not None and time.monotonic() > deadline:
                 raise TrainingError(
@@ -272,6 +318,7 @@ class Job:
         A job that has already ended is left as it is (a finished job stays ``finished``).
         """
         state = self._state
+        self._started(timeout, "job.stop()")
         if self.status != "running":
             return self
         state.stopping = True
@@ -295,6 +342,7 @@ class Job:
         to change.
         """
         state, replica_set = self._state, self._supervisor.replicas
+        self._started(timeout, f"job.scale({replicas})")
         active = state.active_replicas()
         workers = self.cluster.training_workers()
         if self.status != "running" or state.stopping:
@@ -354,7 +402,15 @@ class Job:
         return session.run(fetches, dict(data))
 
     def close(self) -> None:
-        """Stop the replicas (if running) and the job's parameter servers; quiet in every state, twice too."""
+        """Stop the replicas (if running) and the job's parameter servers; quiet in every state, twice too.
+
+        A start under way is let finish first (each of its calls has a
+        deadline), so that what it made is closed in order, never under it.
+        """
+        if self._start_thread.is_alive():
+            self._closing.set()
+            self._state.stopping = True  # a job closed before it trained is stopped, not finished
+            self._start_thread.join(self._start_deadline())
         self._supervisor.close()
         self.cluster.forget_on_close(self.job_id)
 

@@ -114,6 +114,12 @@ class JobSpec:
                     f"{replicas} replicas need {replicas} training workers and the cluster has {len(workers)}: "
                     f"pass replicas={len(workers)}, or start the cluster with workers={replicas}"
                 )
+            # Checked here, in the caller: the job starts its servers on its own thread, after cg.train returned.
+            if not cluster.ps_workers():
+                problems.append(
+                    "the cluster has no parameter-server worker: start it with Cluster.local(ps=1), give workers "
+                    "the Dask resource 'ps', or call cluster.assign(ps=...)"
+                )
         try:
             config = optimizer_config(optimizer)
         except TrainingError as err:

@@ -30,7 +30,7 @@ from .placed_training import PlacedTraining
 from .ps import ParameterClient, TrainingConfig
 from .replica import ReplicaSpec
 
-Status = Literal["running", "finished", "failed", "stopped"]
+Status = Literal["starting", "running", "finished", "failed", "stopped"]
 # The deadline of fetching a finished replica task's result from its worker.
 RESULT_TIMEOUT_S = 10.0
 
@@ -61,6 +61,7 @@ class JobState:
     specs: list[ReplicaSpec] = field(default_factory=list, repr=False)
     removed: set[int] = field(default_factory=set)  # replicas job.scale told to leave
     stopping: bool = False
+    starting: bool = False  # the job's start thread runs (Job._start): servers, model, replicas
     closed: threading.Event = field(default_factory=threading.Event, repr=False)
     error: BaseException | None = None
     # Where the servers were last saved (what a restarted one restores), and the global step as last read.
@@ -98,6 +99,8 @@ class JobState:
 
     @property
     def status(self) -> Status:
+        if self.starting and self.error is None:
+            return "starting"
         failed = any(f.status == "error" and not lost_with_worker(f) for f in self.futures)
         if self.error is not None or failed:
             return "failed"

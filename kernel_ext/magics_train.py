@@ -88,10 +88,11 @@ class TrainMagics(Magics):
         if cluster is None:
             raise usage_error(self.train, NO_CLUSTER)
         for running in self.ext.jobs:
-            if running.cluster is cluster and running.status == "running":
+            if running.cluster is cluster and running.status in ("starting", "running"):
                 raise usage_error(
                     self.train,
-                    f"job {running.job_id} is still running on this cluster: job.stop() (or job.close()) first",
+                    f"job {running.job_id} is still {running.status} on this cluster: job.stop() (or job.close()) "
+                    "first",
                 )
         checkpoint_dir, resume_from = args.checkpoint_dir, None
         if args.resume_from is not None:

@@ -47,7 +47,9 @@ FINAL_GRACE_S = 2.0
 # job.stop() waits for every replica to finish its step (and, in sync mode, its peers).
 STOP_TIMEOUT_S = 120.0
 METRICS = {"examples_per_s": "examples / s", "step_time_s": "seconds per step", "staleness": "staleness (steps)"}
-STATUS_STYLE = {"running": "info", "finished": "success", "stopped": "warning", "failed": "danger"}
+# What the monitor keeps refreshing for: a job that cg.train returned while it starts, and a running one.
+LIVE = ("starting", "running")
+STATUS_STYLE = {"starting": "info", "running": "info", "finished": "success", "stopped": "warning", "failed": "danger"}
 
 
 class MonitoredJob(Protocol):
@@ -112,7 +114,7 @@ class TrainingMonitor(widgets.VBox):
         self._ticker = Ticker(self._loop, max(interval, MIN_INTERVAL_S), self._tick) if self._loop else None
         super().__init__(children=self._build())
         self._update()
-        if self._ticker is not None and self.job.status == "running":
+        if self._ticker is not None and self.job.status in LIVE:
             self._ticker.start()
             self._fetch_ps_soon()
 
@@ -174,7 +176,7 @@ class TrainingMonitor(widgets.VBox):
     def _tick(self) -> bool:
         """One beat of the kernel-loop refresh; False once the final update is shown."""
         self.request_refresh()
-        if self.job.status == "running":
+        if self.job.status in LIVE:
             self._ended_at = None
         elif self._ended_at is None:
             self._ended_at = time.monotonic()

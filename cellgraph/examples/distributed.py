@@ -202,7 +202,7 @@ def _follow(job: Job, label: str, settings: Settings) -> None:
     bar = _bar(job.steps, f"training {label}") if settings.progress else None
     deadline = time.monotonic() + settings.timeout_s
     try:
-        while job.status == "running":
+        while job.status in ("starting", "running"):  # cg.train returns while the job starts
             if time.monotonic() > deadline:
                 step = _step(job)
                 # A clean stop writes a final checkpoint; if it does not come in time, close() ends the job anyway.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -99,9 +100,13 @@ def test_train_launches_a_job_binds_it_and_returns_at_once(
     ok(notebook, f"%train loss {DATA} --mode async --steps 1000000 --batch-size 32 --checkpoint-every 1000")
     job = notebook.user_ns["job"]
     try:
-        # It returned while the job runs: a million steps, and nothing stopped it.
-        assert isinstance(job, Job) and job.status == "running" and job.replicas == 2
+        # It returned before the job started (issue 18, item 15): servers and replicas start on the job's thread.
+        assert isinstance(job, Job) and job.status == "starting" and job.replicas == 2
         assert_shown_as(shown[0], "TrainingMonitor", job)
+        err = refused(notebook, capsys, f"%train loss {DATA}")
+        assert re.search(rf"%train: job {job.job_id} is still (starting|running) on this cluster: job.stop\(\)", err)
+        job.global_step()  # waits for the start
+        assert job.status == "running"  # a million steps, and nothing stopped it
         err = refused(notebook, capsys, f"%train loss {DATA}")
         assert f"%train: job {job.job_id} is still running on this cluster: job.stop() (or job.close()) first" in err
         assert notebook.user_ns["job"] is job

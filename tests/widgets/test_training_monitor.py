@@ -367,7 +367,8 @@ cluster = cg.Cluster.connect({address!r})
 data = digits.load()
 job = cg.train(models.mlp().loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2),
                replicas=2, batch_size=64, steps=1_000_000, checkpoint_every=None, metrics_interval_s=0.1)
-monitor = TrainingMonitor(job)
+monitor = TrainingMonitor(job)  # made while the job starts: it refreshes from then on
+job.global_step()  # waits for the start: the looks below see the job running
 print(in_kernel(), monitor.live, sorted(job_bundle(job)), sorted(job._repr_mimebundle_()))
 """
 KERNEL_LOOK = "print(monitor.updates, monitor.live, job.status, monitor.series.count == len(job.metrics))"
