@@ -92,6 +92,7 @@ class OptimizerConfigProto(_message.Message):
     DECAY_FIELD_NUMBER: _builtins.int
     WEIGHT_DECAY_FIELD_NUMBER: _builtins.int
     INITIAL_ACCUMULATOR_VALUE_FIELD_NUMBER: _builtins.int
+    LEARNING_RATE_SCHEDULE_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     """"sgd", "momentum", "adam", "rmsprop", "adagrad" or "adamw" """
     learning_rate: _builtins.float
@@ -111,6 +112,12 @@ class OptimizerConfigProto(_message.Message):
     """adamw"""
     initial_accumulator_value: _builtins.float
     """adagrad"""
+    @_builtins.property
+    def learning_rate_schedule(self) -> Global___LearningRateScheduleProto:
+        """Set: the learning rate is this schedule's value at the server's global step,
+        and learning_rate is unused.
+        """
+
     def __init__(
         self,
         *,
@@ -124,14 +131,75 @@ class OptimizerConfigProto(_message.Message):
         decay: _builtins.float = ...,
         weight_decay: _builtins.float = ...,
         initial_accumulator_value: _builtins.float = ...,
+        learning_rate_schedule: Global___LearningRateScheduleProto | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["learning_rate_schedule", b"learning_rate_schedule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["beta1", b"beta1", "beta2", b"beta2", "decay", b"decay", "epsilon", b"epsilon", "initial_accumulator_value", b"initial_accumulator_value", "kind", b"kind", "learning_rate", b"learning_rate", "momentum", b"momentum", "nesterov", b"nesterov", "weight_decay", b"weight_decay"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["beta1", b"beta1", "beta2", b"beta2", "decay", b"decay", "epsilon", b"epsilon", "initial_accumulator_value", b"initial_accumulator_value", "kind", b"kind", "learning_rate", b"learning_rate", "learning_rate_schedule", b"learning_rate_schedule", "momentum", b"momentum", "nesterov", b"nesterov", "weight_decay", b"weight_decay"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OptimizerConfigProto: _TypeAlias = OptimizerConfigProto  # noqa: Y015
+
+@_typing.final
+class LearningRateScheduleProto(_message.Message):
+    """A schedule of dataflow/schedules.py: each field is the schedule's field of that
+    name; a reader takes only those its kind has.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    BOUNDARIES_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    INITIAL_LEARNING_RATE_FIELD_NUMBER: _builtins.int
+    DECAY_STEPS_FIELD_NUMBER: _builtins.int
+    DECAY_RATE_FIELD_NUMBER: _builtins.int
+    STAIRCASE_FIELD_NUMBER: _builtins.int
+    WARMUP_STEPS_FIELD_NUMBER: _builtins.int
+    ALPHA_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """"piecewise_constant", "exponential_decay" or "cosine_decay" """
+    initial_learning_rate: _builtins.float
+    """exponential_decay, cosine_decay"""
+    decay_steps: _builtins.int
+    """exponential_decay, cosine_decay"""
+    decay_rate: _builtins.float
+    """exponential_decay"""
+    staircase: _builtins.bool
+    """exponential_decay"""
+    warmup_steps: _builtins.int
+    """cosine_decay"""
+    alpha: _builtins.float
+    """cosine_decay"""
+    @_builtins.property
+    def boundaries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """piecewise_constant"""
+
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """piecewise_constant"""
+
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        boundaries: _abc.Iterable[_builtins.int] | None = ...,
+        values: _abc.Iterable[_builtins.float] | None = ...,
+        initial_learning_rate: _builtins.float = ...,
+        decay_steps: _builtins.int = ...,
+        decay_rate: _builtins.float = ...,
+        staircase: _builtins.bool = ...,
+        warmup_steps: _builtins.int = ...,
+        alpha: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alpha", b"alpha", "boundaries", b"boundaries", "decay_rate", b"decay_rate", "decay_steps", b"decay_steps", "initial_learning_rate", b"initial_learning_rate", "kind", b"kind", "staircase", b"staircase", "values", b"values", "warmup_steps", b"warmup_steps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LearningRateScheduleProto: _TypeAlias = LearningRateScheduleProto  # noqa: Y015
 
 @_typing.final
 class TrainingConfigProto(_message.Message):

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS, Value, kinds
+from cellgraph.dataflow.schedules import Schedule, schedule_from_fields
 
 from ..errors import ParameterServerError
 
@@ -90,15 +91,21 @@ class OptimizerConfig:
     ``kind`` names an entry of the optimizer registry; each field is one of
     its hyperparameters, and a field left ``None`` takes the kind's default.
     The fields ``kind`` does not take stay ``None``; giving one is an error.
+    ``learning_rate`` may be a schedule (``dataflow/schedules.py``): the
+    server then applies ``learning_rate_at(global_step)``, the rate at the
+    step the update is applied in.
 
     Examples
     --------
     >>> OptimizerConfig("rmsprop", 0.01)
     OptimizerConfig(kind='rmsprop', learning_rate=0.01, decay=0.9, momentum=0.0, epsilon=1e-10)
+    >>> from cellgraph.dataflow.schedules import exponential_decay
+    >>> OptimizerConfig("sgd", exponential_decay(0.1, 10, 0.5)).learning_rate_at(20)
+    0.025
     """
 
     kind: OptimizerKind = "sgd"
-    learning_rate: float | None = None
+    learning_rate: float | Schedule | None = None
     momentum: float | None = None
     nesterov: bool | None = None
     beta1: float | None = None
@@ -115,13 +122,22 @@ class OptimizerConfig:
             )
         definition = OPTIMIZER_KINDS.lookup(self.kind)
         given = {f.name: getattr(self, f.name) for f in fields(self)[1:] if getattr(self, f.name) is not None}
+        # A schedule checked its own fields when it was made; the registry's rules are for numbers.
+        if isinstance(self.learning_rate, Schedule):
+            del given["learning_rate"]
         # A NaN learning rate is accepted by every kernel and turns the model into NaN at the first step.
         problem = definition.problem(given)
         if problem is not None:
             raise ParameterServerError(f"{self.kind} optimizer: {problem}", "INVALID_ARGUMENT")
         for hyper in definition.hyperparameters:
-            if hyper.name not in given:
+            if getattr(self, hyper.name) is None:
                 object.__setattr__(self, hyper.name, hyper.default)
+
+    def learning_rate_at(self, step: int) -> float:
+        """The rate of an update applied at global step ``step``: the constant, or the schedule's value there."""
+        rate = self.learning_rate
+        assert rate is not None  # __post_init__ fills every hyperparameter of the kind
+        return rate.value(step) if isinstance(rate, Schedule) else float(rate)
 
     @classmethod
     def from_fields(cls, values: Mapping[str, Any]) -> OptimizerConfig:
@@ -132,7 +148,14 @@ class OptimizerConfig:
         """
         kind = values.get("kind", "sgd")
         known = OPTIMIZER_KINDS.lookup(kind).defaults() if kind in OPTIMIZER_KINDS else {}
-        return cls(kind, **{k: v for k, v in values.items() if k in known})
+        taken = {k: v for k, v in values.items() if k in known}
+        rate = taken.get("learning_rate")
+        if isinstance(rate, Mapping):  # a schedule, as dataclasses.asdict wrote it (its kind is a field)
+            try:
+                taken["learning_rate"] = schedule_from_fields(str(rate.get("kind")), rate)
+            except ValueError as err:
+                raise ParameterServerError(f"{kind} optimizer: {err}", "INVALID_ARGUMENT") from None
+        return cls(kind, **taken)
 
     @property
     def hyperparameters(self) -> dict[str, Value]:

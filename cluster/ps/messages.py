@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS
+from cellgraph.dataflow.schedules import FIELDS, Schedule, schedule_from_fields
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import tensor_pb2
@@ -72,14 +73,27 @@ def spec_from_proto(proto: pb.VariableSpecProto) -> VariableSpec:
 # ------------------------------------------------------------------ optimizer and training
 def optimizer_to_proto(config: OptimizerConfig) -> pb.OptimizerConfigProto:
     # Each hyperparameter has the proto field of its name (the registry's names are the schema's).
-    return pb.OptimizerConfigProto(kind=config.kind, learning_rate=config.learning_rate, **config.hyperparameters)
+    rate = config.learning_rate
+    if isinstance(rate, Schedule):
+        # So are a schedule's fields (dataflow/schedules.py): LearningRateScheduleProto has one of each name.
+        schedule = pb.LearningRateScheduleProto(kind=rate.kind, **rate.fields())
+        return pb.OptimizerConfigProto(kind=config.kind, learning_rate_schedule=schedule, **config.hyperparameters)
+    return pb.OptimizerConfigProto(kind=config.kind, learning_rate=rate, **config.hyperparameters)
 
 
 def optimizer_from_proto(proto: pb.OptimizerConfigProto) -> OptimizerConfig:
     if proto.kind not in OPTIMIZER_KINDS:
         return OptimizerConfig(kind=proto.kind)  # refused there, naming the kinds known
     names = OPTIMIZER_KINDS.lookup(proto.kind).names()
-    return OptimizerConfig(proto.kind, proto.learning_rate, **{name: getattr(proto, name) for name in names})
+    rate: float | Schedule = proto.learning_rate
+    if proto.HasField("learning_rate_schedule"):
+        given = proto.learning_rate_schedule
+        try:
+            fields = {name: getattr(given, name) for name in FIELDS.get(given.kind, ())}
+            rate = schedule_from_fields(given.kind, fields)
+        except ValueError as err:  # an unknown kind or a bad field, named
+            raise _invalid(f"{proto.kind} optimizer: {err}") from None
+    return OptimizerConfig(proto.kind, rate, **{name: getattr(proto, name) for name in names})
 
 
 def training_to_proto(config: TrainingConfig) -> pb.TrainingConfigProto:

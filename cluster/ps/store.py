@@ -400,7 +400,7 @@ class ParameterStore:
         """One optimizer update of every variable, then the next step; called under the lock."""
         for name in self.specs:
             slots = {slot: self._own(f"{name}/{slot}") for slot in self._slot_names}
-            self._update(self._own(name), slots, grads[name], self.optimizer)
+            self._update(self._own(name), slots, grads[name], self.optimizer, self._global_step)
             self._versions[name] += 1
         self._updates += 1
         self._advance()

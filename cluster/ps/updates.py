@@ -2,12 +2,15 @@
 
 Each kind's ``update`` (``dataflow/optimizer_registry.py``) is the function the
 executor's ``Apply*`` op calls, with the scalars cast the same way, so a
-variable trained on a server moves exactly as it would locally.
+variable trained on a server moves exactly as it would locally. A scheduled
+learning rate is taken at the global step the update is applied in, as the
+local ``LearningRateSchedule`` op takes it from ``global_step`` before the
+step's ``assign_add``.
 
 Examples
 --------
 >>> var = np.ones(3, np.float32)
->>> UPDATES["sgd"](var, {}, np.full(3, 2.0, np.float32), OptimizerConfig("sgd", learning_rate=0.25))
+>>> UPDATES["sgd"](var, {}, np.full(3, 2.0, np.float32), OptimizerConfig("sgd", learning_rate=0.25), 0)
 >>> var
 array([0.5, 0.5, 0.5], dtype=float32)
 """
@@ -26,13 +29,15 @@ from .config import OptimizerConfig
 STEP_COUNT_SLOT = "t"
 STEP_COUNT_DTYPE = np.dtype(np.float64)
 
-Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray, OptimizerConfig], None]
+# (variable, its slots, gradient, config, global step the update is applied at) -> None: in place.
+Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray, OptimizerConfig, int], None]
 
 
 def _server_update(definition: OptimizerDef) -> Update:
-    def update(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig) -> None:
-        assert opt.learning_rate is not None  # OptimizerConfig fills every hyperparameter of its kind
-        definition.update(var, slots, opt.learning_rate, grad, opt.hyperparameters)
+    def update(
+        var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig, step: int
+    ) -> None:
+        definition.update(var, slots, opt.learning_rate_at(step), grad, opt.hyperparameters)
 
     return update
 

@@ -87,7 +87,9 @@ def test_a_schedule_without_a_global_step_is_refused_before_anything_is_built() 
         w = cg.variable([1.0], name="w")
         loss = cg.reduce_sum(w * w)
         before = list(g.nodes)
-        with pytest.raises(cg.GraphError, match="SGD: learning rate CosineDecay.* is a schedule of the global step; pass global_step="):
+        with pytest.raises(
+            cg.GraphError, match="SGD: learning rate CosineDecay.* is a schedule of the global step; pass global_step="
+        ):
             cg.optim.SGD(cg.optim.cosine_decay(0.1, 10)).minimize(loss)
         assert list(g.nodes) == before
 
