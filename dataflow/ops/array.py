@@ -683,11 +683,17 @@ register_op(OpDef(
 ))  # fmt: skip
 
 
-def gather(params: TensorLike, indices: TensorLike, axis: int = 0, name: str = "gather") -> Tensor:
+def gather(
+    params: TensorLike, indices: TensorLike, axis: int | None = None, batch_dims: int = 0, name: str = "gather"
+) -> Tensor:
     """Slices of ``params`` along ``axis`` at ``indices`` (ints in [0, size)).
 
     The result has shape ``params.shape[:axis] + indices.shape + params.shape[axis + 1:]``;
-    an index out of range fails when the graph runs, naming the node.
+    an index out of range fails when the graph runs, naming the node. With
+    ``batch_dims`` b (TensorFlow's), the first b dims of both are a batch, each
+    batch of ``params`` indexed by its own batch of ``indices``: the result is
+    ``params.shape[:axis] + indices.shape[b:] + params.shape[axis + 1:]``;
+    ``axis`` defaults to b.
 
     Examples
     --------
@@ -702,7 +708,12 @@ def gather(params: TensorLike, indices: TensorLike, axis: int = 0, name: str = "
     """
     g = graph_of([params, indices])
     p, i = as_tensor(params, graph=g), as_tensor(indices, graph=g)
-    return apply("Gather", [p, i], {"axis": _axis(axis, len(p.shape))}, name=name)
+    if batch_dims:
+        from .array_index import batch_gather
+
+        b = batch_dims + len(i.shape) if batch_dims < 0 else batch_dims
+        return batch_gather(p, i, b if axis is None else _axis(axis, len(p.shape)), b, name)
+    return apply("Gather", [p, i], {"axis": _axis(axis or 0, len(p.shape))}, name=name)
 
 
 def _scatter_add_like(updates: Tensor, indices: Tensor, like: Tensor, axis: int) -> Tensor:

@@ -134,6 +134,96 @@ register_op(OpDef(
 ))  # fmt: skip
 
 
+# ---------------------------------------------- gather with batch_dims
+def _check_batch(ctx: InferContext, params: Shape, indices: TensorSpec) -> tuple[int, int]:
+    batch_dims, axis = ctx.attrs["batch_dims"], ctx.attrs["axis"]
+    if indices.dtype not in INTS:
+        raise ctx.dtype_error(f"indices must be int32 or int64, got {indices.dtype}")
+    if not 0 <= batch_dims <= indices.rank:
+        raise ctx.shape_error(f"batch_dims {batch_dims} is out of range for indices {fmt(indices.shape)}")
+    if not batch_dims <= axis < len(params):
+        raise ctx.shape_error(f"axis {axis} must be at least batch_dims {batch_dims} and a dim of params {fmt(params)}")
+    for i in range(batch_dims):
+        a, b = params[i], indices.shape[i]
+        if a is not None and b is not None and a != b:
+            raise ctx.shape_error(
+                f"params {fmt(params)} and indices {fmt(indices.shape)} differ in batch dim {i}: {a} and {b}"
+            )
+    return batch_dims, axis
+
+
+def _infer_batch_gather(ctx: InferContext) -> TensorSpec:
+    params, indices = ctx.inputs
+    batch_dims, axis = _check_batch(ctx, params.shape, indices)
+    batch = tuple(a if a is not None else b for a, b in zip(params.shape[:batch_dims], indices.shape))
+    return TensorSpec(
+        batch + k.batch_gather_shape(params.shape, indices.shape, batch_dims, axis)[batch_dims:], params.dtype
+    )
+
+
+def _infer_batch_gather_grad(ctx: InferContext) -> TensorSpec:
+    updates, indices, like = ctx.inputs
+    batch_dims, axis = _check_batch(ctx, like.shape, indices)
+    expected = k.batch_gather_shape(like.shape, indices.shape, batch_dims, axis)
+    if len(updates.shape) != len(expected) or any(
+        a is not None and b is not None and a != b for a, b in zip(updates.shape, expected)
+    ):
+        raise ctx.shape_error(
+            f"updates {fmt(updates.shape)} do not fit indices {fmt(indices.shape)} into {fmt(like.shape)}"
+        )
+    return TensorSpec(like.shape, updates.dtype)
+
+
+def _batches(attrs: Attrs, params_shape: tuple[int, ...], indices: np.ndarray) -> Any:
+    """Each batch index, after checking every index against params' axis (TensorFlow's range, no wrapping)."""
+    n = params_shape[attrs["axis"]]
+    bad = (indices < 0) | (indices >= n)
+    if bad.any():
+        raise IndexError(f"index {int(indices[bad][0])} is out of range [0, {n}) for axis {attrs['axis']}")
+    return np.ndindex(*params_shape[: attrs["batch_dims"]])
+
+
+def _ref_batch_gather(attrs: Attrs, params: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Batch by batch, np.take: the plain statement of TensorFlow's batch_dims."""
+    batch_dims, axis = attrs["batch_dims"], attrs["axis"]
+    out = np.empty(k.batch_gather_shape(params.shape, indices.shape, batch_dims, axis), params.dtype)
+    for b in _batches(attrs, params.shape, indices):
+        out[b] = np.take(params[b], indices[b], axis=axis - batch_dims)
+    return out
+
+
+def _ref_batch_gather_grad(attrs: Attrs, updates: np.ndarray, indices: np.ndarray, like: np.ndarray) -> np.ndarray:
+    batch_dims, axis = attrs["batch_dims"], attrs["axis"]
+    out = np.zeros(like.shape, updates.dtype)
+    for b in _batches(attrs, like.shape, indices):
+        index = (slice(None),) * (axis - batch_dims) + (indices[b],)
+        np.add.at(out[b], index, updates[b])
+    return out
+
+
+def _batch_attrs(node: Any) -> tuple[int, int]:
+    return node.attrs["batch_dims"], node.attrs["axis"]
+
+
+register_op(OpDef(
+    name="BatchGather", family=FAMILY, infer=_infer_batch_gather, reference=_ref_batch_gather,
+    grad=lambda node, dys: [apply("BatchGatherGrad", [_dy(dys), node.inputs[1], node.inputs[0]], node.attrs), None],
+    kernels={"cpu": lambda node, ctx: k.batch_gather(*_batch_attrs(node)),
+             "cuda": cuda_kernel("array_index", "batch_gather_op")},
+))  # fmt: skip
+register_op(OpDef(
+    name="BatchGatherGrad", family=FAMILY, infer=_infer_batch_gather_grad, reference=_ref_batch_gather_grad,
+    grad=lambda node, dys: [apply("BatchGather", [_dy(dys), node.inputs[1]], node.attrs), None, None],
+    kernels={"cpu": lambda node, ctx: k.batch_gather_grad(*_batch_attrs(node)),
+             "cuda": cuda_kernel("array_index", "batch_gather_grad_op")},
+))  # fmt: skip
+
+
+def batch_gather(params: Tensor, indices: Tensor, axis: int, batch_dims: int, name: str) -> Tensor:
+    """``cg.gather`` with ``batch_dims`` > 0 (both already made non-negative): one gather per batch."""
+    return apply("BatchGather", [params, indices], {"axis": axis, "batch_dims": batch_dims}, name=name)
+
+
 def gather_nd(params: TensorLike, indices: TensorLike, name: str = "gather_nd") -> Tensor:
     """Slices of ``params`` at the coordinates in the rows of ``indices`` (``tf.gather_nd``).
 

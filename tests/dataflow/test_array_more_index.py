@@ -89,3 +89,44 @@ def test_scatter_nd_errors_leave_the_graph_unchanged() -> None:
         cg.scatter_nd(np.zeros((3, 3), np.int32), u, (4, 2))
     with raises(cg.ShapeError, "scatter_nd: shape must be a sequence of ints, got (4.0, 2)"):
         cg.scatter_nd(np.zeros((3, 1), np.int32), u, (4.0, 2))  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------ gather with batch_dims
+def test_gather_with_batch_dims_indexes_each_batch_by_its_own_indices() -> None:
+    p = ph(None, 3, 4, name="p")
+    ids = np.array([[2, 0], [1, 1]], np.int32)
+    y = cg.gather(p, ids, batch_dims=1)  # axis defaults to batch_dims, as in TensorFlow
+    z = cg.gather(p, ids[:, :1], axis=2, batch_dims=1)
+    assert y.shape == (2, 2, 4) and z.shape == (2, 3, 1)
+    (dp,) = cg.gradients(cg.reduce_sum(y), [p])
+    got_y, got_z, got_dp = _run([y, z, dp], {p: X})
+    np.testing.assert_array_equal(got_y, np.stack([X[0][[2, 0]], X[1][[1, 1]]]))
+    np.testing.assert_array_equal(got_z, np.stack([X[0][:, [2]], X[1][:, [1]]]))
+    want = np.zeros_like(X)
+    want[0, [2, 0]] = 1.0
+    want[1, 1] = 2.0  # a repeated index sums
+    np.testing.assert_array_equal(got_dp, want)
+
+
+def test_gather_batch_dims_errors() -> None:
+    with raises(cg.ShapeError, "BatchGather 'gather' (test_array_more_index.py"):
+        cg.gather(ph(2, 3), np.zeros((2, 1), np.int32), axis=0, batch_dims=1)
+    with raises(cg.ShapeError, "axis 0 must be at least batch_dims 1 and a dim of params (2, 3)"):
+        cg.gather(ph(2, 3), np.zeros((2, 1), np.int32), axis=0, batch_dims=1)
+    with raises(cg.ShapeError, "params (2, 3) and indices (3, 1) differ in batch dim 0: 2 and 3"):
+        cg.gather(ph(2, 3), np.zeros((3, 1), np.int32), batch_dims=1)
+    with raises(cg.ShapeError, "batch_dims 3 is out of range for indices (2, 1)"):
+        cg.gather(ph(2, 3, 4, 5), np.zeros((2, 1), np.int32), axis=3, batch_dims=3)
+    with raises(cg.DTypeError, "indices must be int32 or int64, got float32"):
+        cg.gather(ph(2, 3), np.zeros((2, 1), np.float32), batch_dims=1)
+
+
+def test_gather_batch_dims_bad_index_and_batch_fail_at_the_node() -> None:
+    p, i = ph(None, 3, name="p"), ph(None, 1, dtype="int32", name="i")
+    y = cg.gather(p, i, batch_dims=1, name="pick")
+    params = np.zeros((2, 3), np.float32)
+    with pytest.raises(cg.ExecutionError, match=r"^BatchGather 'pick' .* failed while running: .*"
+                       r"index 5 \(at \(1, 0\) in indices\) is out of range \[0, 3\) for axis 1 of params \(2, 3\)"):  # fmt: skip
+        _run(y, {p: params, i: np.array([[0], [5]], np.int32)})
+    with pytest.raises(cg.ExecutionError, match=r"batch dims of params \(2, 3\) and indices \(3, 1\) differ"):
+        _run(y, {p: params, i: np.zeros((3, 1), np.int32)})

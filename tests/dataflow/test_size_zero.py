@@ -244,6 +244,14 @@ def _scatter_nd(node: cg.Node, shapes: Shapes) -> list[str]:
     return [rows + "K", rows + "WXYZ"[: len(shapes[1]) - len(rows)]]
 
 
+def _batch_gather(node: cg.Node, shapes: Shapes) -> list[str]:
+    # Batch dims shared; the gathered axis of params empties alone (its indices are then an error).
+    b, axis = node.attrs["batch_dims"], node.attrs["axis"]
+    like = "abcdefgh"[: len(shapes[2 if node.op == "BatchGatherGrad" else 0])]
+    ids = like[:b] + "pqrs"[: len(shapes[1]) - b]
+    return [like, ids] if node.op == "BatchGather" else [like[:axis] + ids[b:] + like[axis + 1 :], ids, like]
+
+
 RULES: dict[str, Rule] = {
     "MatMul":             _tied(_matmul),
     "BatchMatMul":        _batch_matmul,
@@ -264,7 +272,12 @@ RULES: dict[str, Rule] = {
     "Conv2D":             _conv,
     "Conv2DBackpropInput": _conv,
     "Conv2DBackpropFilter": _conv,
+    "Conv2DTranspose":    _tied(lambda n, s: ["nhwo", "klco"], {
+        **dict.fromkeys("hw", "the output size must convolve back to the input's: an empty input pins no size"),
+        **dict.fromkeys("kl", "a filter window must hold at least one element"),
+    }),
     "MaxPool":            _pool,
+    "MaxPoolWithArgmax":  _pool,
     "AvgPool":            _pool,
     "MaxPoolGrad":        _pool,
     "MaxPoolGradGrad":    _pool,
@@ -275,6 +288,8 @@ RULES: dict[str, Rule] = {
     "GatherNd":           _tied(_gather_nd, _DEPTH),
     "ScatterNd":          _tied(_scatter_nd, {**_DEPTH, **_FIXED}),
     "ScatterNdLike":      _tied(_scatter_nd, _DEPTH),
+    "BatchGather":        _tied(_batch_gather),
+    "BatchGatherGrad":    _tied(_batch_gather),
 }  # fmt: skip
 
 # Rows with no variant, and why.
@@ -294,6 +309,8 @@ ERROR_WORDS = {
     "ScatterAddLike": "is out of range [0, 0)",
     "GatherNd": "does not index into params",
     "ScatterNdLike": "does not index into output",
+    "BatchGather": "is out of range [0, 0)",
+    "BatchGatherGrad": "is out of range [0, 0)",
     "SparseSoftmaxCrossEntropyWithLogits": "is outside the valid range [0, 0)",
 }
 # Ops whose CUDA kernel answers such inputs with NaN instead, and why.

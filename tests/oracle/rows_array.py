@@ -39,6 +39,22 @@ def _scatter_nd(i: Any, u: Any, shape: tuple[int, ...]) -> Any:
     return torch.zeros(shape, dtype=u.dtype).index_put(tuple(i.long().unbind(-1)), u, accumulate=True)
 
 
+def _batch_take(p: Any, i: Any, axis: int) -> Any:
+    """``cg.gather(p, i, axis, batch_dims=1)`` in torch: ``index_select`` batch by batch."""
+    shape = tuple(p.shape[1:axis]) + tuple(i.shape[1:]) + tuple(p.shape[axis + 1 :])
+    return torch.stack([p[b].index_select(axis - 1, i[b].long().reshape(-1)).reshape(shape) for b in range(len(p))])
+
+
+def _batch_put(u: Any, i: Any, like: Any, axis: int) -> Any:
+    """The adjoint of ``_batch_take``: ``index_add`` into zeros, batch by batch (repeats sum)."""
+    flat = tuple(like.shape[1:axis]) + (-1,) + tuple(like.shape[axis + 1 :])
+    return torch.stack([
+        torch.zeros_like(like[b]).index_add(axis - 1, i[b].long().reshape(-1), u[b].reshape(flat))
+        for b in range(len(like))
+    ]) + 0 * like.sum()  # fmt: skip
+
+
+BATCH_IDS = np.array([[2, 0, 2], [1, 1, 0]], np.int32)
 PAIRS = np.array([[2, 1], [0, 3], [2, 1]], np.int32)  # a repeated row: gradients and scatters sum
 
 ARRAY_ROWS: list[Row] = [
@@ -66,4 +82,10 @@ ARRAY_ROWS: list[Row] = [
     Row("ScatterNdLike", lambda i, u, like: array_index._scatter_nd_like(i, u, like),
         lambda i, u, like: _scatter_nd(i, u, tuple(like.shape)) + 0 * like.sum(), [fixed(PAIRS), x(3, "c"), x(3, 4, "c")],
         variants=({"c": 0},)),
+    Row("BatchGather", lambda p, i: cg.gather(p, i, batch_dims=1), lambda p, i: _batch_take(p, i, 1),
+        [x(2, 3, "c"), fixed(BATCH_IDS)], variants=({"c": 0},)),
+    Row("BatchGather", lambda p, i: cg.gather(p, i, axis=2, batch_dims=1), lambda p, i: _batch_take(p, i, 2),
+        [x(2, "c", 4), fixed(BATCH_IDS)], id="axis2", variants=({"c": 0},)),
+    Row("BatchGatherGrad", lambda u, i, like: apply("BatchGatherGrad", [u, i, like], {"batch_dims": 1, "axis": 1}),
+        lambda u, i, like: _batch_put(u, i, like, 1), [x(2, 3, "c"), fixed(BATCH_IDS), x(2, 4, "c")]),
 ]  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -82,3 +83,92 @@ def scatter_nd_op(shape: tuple[int, ...]) -> Callable[[np.ndarray, np.ndarray], 
 
 def scatter_nd_like(indices: np.ndarray, updates: np.ndarray, like: np.ndarray) -> np.ndarray:
     return scatter_nd(indices, updates, like.shape)
+
+
+# ------------------------------------------- gather with batch_dims (BatchGather)
+@kernel
+def _batch_gather(params, indices, out):  # type: ignore[no-untyped-def]
+    """out (b, pre, m, post) = params (b, pre, n, post) at indices (b, m), batch by batch;
+    returns the flat position of the first index outside [0, n), or -1."""
+    b, pre, n, post = params.shape
+    m = indices.shape[1]
+    for i in range(b):
+        for j in range(m):
+            if indices[i, j] < 0 or indices[i, j] >= n:
+                return i * m + j
+    for i in range(b):
+        for p in range(pre):
+            for j in range(m):
+                k = indices[i, j]
+                for q in range(post):
+                    out[i, p, j, q] = params[i, p, k, q]
+    return -1
+
+
+@kernel
+def _batch_scatter_add(updates, indices, out):  # type: ignore[no-untyped-def]
+    """updates (b, pre, m, post) summed into out (b, pre, n, post) zeros at indices (b, m)."""
+    b, pre, n, post = out.shape
+    m = indices.shape[1]
+    for i in range(b):
+        for j in range(m):
+            if indices[i, j] < 0 or indices[i, j] >= n:
+                return i * m + j
+    for i in range(b):
+        for p in range(pre):
+            for j in range(m):
+                k = indices[i, j]
+                for q in range(post):
+                    out[i, p, k, q] += updates[i, p, j, q]
+    return -1
+
+
+def batch_blocks(shape: tuple[int, ...], batch_dims: int, axis: int) -> tuple[int, int, int, int]:
+    """``(b, pre, n, post)``: ``shape`` seen as batch dims, dims up to ``axis``, ``axis``, the rest."""
+    return (
+        math.prod(shape[:batch_dims]), math.prod(shape[batch_dims:axis]), shape[axis], math.prod(shape[axis + 1 :])
+    )  # fmt: skip
+
+
+def batch_gather_shape(
+    params: tuple[Any, ...], indices: tuple[Any, ...], batch_dims: int, axis: int
+) -> tuple[Any, ...]:
+    """The result's shape (dims may be None: the shape rule asks too)."""
+    return params[:axis] + indices[batch_dims:] + params[axis + 1 :]
+
+
+def bad_batch_index(indices: np.ndarray, flat: int, n: int, axis: int, what: str) -> IndexError:
+    where = tuple(int(i) for i in np.unravel_index(flat, indices.shape))
+    value = int(indices.reshape(-1)[flat])
+    return IndexError(f"index {value} (at {where} in indices) is out of range [0, {n}) for axis {axis} of {what}")
+
+
+def batch_gather(batch_dims: int, axis: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    def run(params: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        b, pre, n, post = batch_blocks(params.shape, batch_dims, axis)
+        if indices.shape[:batch_dims] != params.shape[:batch_dims]:
+            raise ValueError(f"batch dims of params {params.shape} and indices {indices.shape} differ")
+        idx = contiguous(indices).reshape(b, -1) if b else np.zeros((0, 0), indices.dtype)
+        out = np.empty(batch_gather_shape(params.shape, indices.shape, batch_dims, axis), params.dtype)
+        bad = _batch_gather(contiguous(params).reshape(b, pre, n, post), idx, out.reshape(b, pre, idx.shape[1], post))
+        if bad >= 0:
+            raise bad_batch_index(indices, bad, n, axis, f"params {params.shape}")
+        return out
+
+    return run
+
+
+def batch_gather_grad(batch_dims: int, axis: int) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """The sum of ``updates`` at ``indices`` (batch by batch) into zeros shaped like ``like``."""
+
+    def run(updates: np.ndarray, indices: np.ndarray, like: np.ndarray) -> np.ndarray:
+        b, pre, n, post = batch_blocks(like.shape, batch_dims, axis)
+        idx = contiguous(indices).reshape(b, -1) if b else np.zeros((0, 0), indices.dtype)
+        out = np.zeros(like.shape, updates.dtype)
+        flat_updates = contiguous(updates).reshape(b, pre, idx.shape[1], post)
+        bad = _batch_scatter_add(flat_updates, idx, out.reshape(b, pre, n, post))
+        if bad >= 0:
+            raise bad_batch_index(indices, bad, n, axis, f"output {like.shape}")
+        return out
+
+    return run

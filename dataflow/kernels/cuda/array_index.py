@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, int64
 
-from ..cpu.array_index import bad_row_error
+from ..cpu.array_index import bad_batch_index, bad_row_error, batch_blocks, batch_gather_shape
 from . import launch
 from .array import _flat
 from .elementwise import fill
@@ -104,3 +104,81 @@ def scatter_nd_op(node: Any, ctx: Any) -> Callable[[Any, Any], Any]:
 
 def scatter_nd_like_op(node: Any, ctx: Any) -> Callable[[Any, Any, Any], Any]:
     return lambda indices, updates, like: _scatter(indices, updates, tuple(like.shape))
+
+
+# ------------------------------------------- gather with batch_dims (BatchGather)
+@cuda.jit(device=True)
+def _batch_source(i, indices, pre, n, m, post):  # type: ignore[no-untyped-def]
+    """For element ``i`` of a (b, pre, m, post) block: its place in the (b, pre, n, post) one, or -1."""
+    q = i % post
+    j = (i // post) % m
+    rest = i // (post * m)  # batch * pre + p
+    k = indices[(rest // pre) * m + j]
+    if k < 0 or k >= n:
+        return -1
+    return (rest * n + k) * post + q
+
+
+@cuda.jit(device=True)
+def _flag_index(indices, n, flag, i):  # type: ignore[no-untyped-def]
+    """Thread ``i`` checks index ``i``: the first one outside [0, n) ends up in ``flag[0]``."""
+    if i < indices.size and (indices[i] < 0 or indices[i] >= n):
+        cuda.atomic.min(flag, 0, int64(i))
+
+
+@cuda.jit
+def _batch_gather(params, indices, out, pre, n, m, post, flag):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    _flag_index(indices, n, flag, i)
+    if i < out.size:
+        src = _batch_source(i, indices, pre, n, m, post)
+        if src >= 0:
+            out[i] = params[src]
+
+
+@cuda.jit
+def _batch_scatter_add(updates, indices, out, pre, n, m, post, flag):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    _flag_index(indices, n, flag, i)
+    if i < updates.size:
+        dst = _batch_source(i, indices, pre, n, m, post)
+        if dst >= 0:
+            cuda.atomic.add(out, dst, updates[i])
+
+
+def _batch_launch(kernel: Any, data: Any, indices: Any, out: Any, shape: tuple[int, ...], node: Any) -> Any:
+    batch_dims, axis = node.attrs["batch_dims"], node.attrs["axis"]
+    b, pre, n, post = batch_blocks(shape, batch_dims, axis)
+    m = indices.size // b if b else 0
+    flag = fill((1,), np.int64, indices.size)
+    work = max(data.size if kernel is _batch_scatter_add else out.size, indices.size)
+    if work:
+        blocks, threads = launch(work)
+        kernel[blocks, threads](_flat(data), _flat(indices), _flat(out), max(pre, 1), n, max(m, 1), max(post, 1), flag)
+    bad = int(flag.copy_to_host()[0])
+    if bad < indices.size:
+        host = indices.copy_to_host()
+        what = f"params {shape}" if kernel is _batch_gather else f"output {shape}"
+        raise bad_batch_index(host, bad, n, axis, what)
+    return out
+
+
+def batch_gather_op(node: Any, ctx: Any) -> Callable[[Any, Any], Any]:
+    batch_dims, axis = node.attrs["batch_dims"], node.attrs["axis"]
+
+    def run(params: Any, indices: Any) -> Any:
+        shape, ishape = tuple(params.shape), tuple(indices.shape)
+        if ishape[:batch_dims] != shape[:batch_dims]:
+            raise ValueError(f"batch dims of params {shape} and indices {ishape} differ")
+        out = cuda.device_array(batch_gather_shape(shape, ishape, batch_dims, axis), params.dtype)
+        return _batch_launch(_batch_gather, params, indices, out, shape, node)
+
+    return run
+
+
+def batch_gather_grad_op(node: Any, ctx: Any) -> Callable[[Any, Any, Any], Any]:
+    def run(updates: Any, indices: Any, like: Any) -> Any:
+        shape = tuple(like.shape)
+        return _batch_launch(_batch_scatter_add, updates, indices, fill(shape, updates.dtype, 0), shape, node)
+
+    return run

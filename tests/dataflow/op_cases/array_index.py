@@ -6,12 +6,20 @@ import numpy as np
 
 import cellgraph as cg
 from cellgraph.dataflow.ops import array_index
+from cellgraph.dataflow.ops.base import apply
 
 from . import OpCase, rand
 
 x345 = rand(3, 4, 5, seed=5)
 pairs = np.array([[2, 1], [0, 3], [2, 1]], np.int32)  # a repeated row: the scatter must sum
 cells = np.array([[[0, 0, 4]], [[2, 3, 1]]], np.int64)  # (2, 1, 3): full coordinates, int64
+
+batch_ids = np.array([[2, 0, 2], [1, 1, 0]], np.int32)  # (2, 3): per batch, a repeat in the first
+
+
+def _batch_grad(u: cg.Tensor, i: cg.Tensor, like: cg.Tensor, axis: int) -> cg.Tensor:
+    return apply("BatchGatherGrad", [u, i, like], {"batch_dims": 1, "axis": axis})
+
 
 CASES = [
     # ------------------------------------------------------------ GatherNd
@@ -34,4 +42,17 @@ CASES = [
            wrt=(1,)),
     OpCase("ScatterNdLike", lambda i, u, like: array_index._scatter_nd_like(i, u, like), [pairs, rand(3, 5), x345],
            static_shapes=[(None, 2), (None, 5), (None, None, 5)], wrt=(1,), id="unknown-dims"),
+    # ------------------------------------------ gather with batch_dims
+    OpCase("BatchGather", lambda p, i: cg.gather(p, i, batch_dims=1), [rand(2, 3, 4, seed=6), batch_ids]),
+    OpCase("BatchGather", lambda p, i: cg.gather(p, i, axis=2, batch_dims=1), [rand(2, 2, 3, seed=7), batch_ids],
+           static_shapes=[(None, 2, 3), (None, 3)], id="axis2-unknown-batch"),
+    OpCase("BatchGather", lambda p, i: cg.gather(p, i, batch_dims=-1), [rand(2, 4, seed=8), batch_ids.astype(np.int64)],
+           id="negative-batch-dims-int64"),
+    OpCase("BatchGather", lambda p, i: cg.gather(p, i, batch_dims=2), [rand(2, 3, 3, seed=9), batch_ids],
+           id="indices-all-batch"),
+    OpCase("BatchGather", lambda p, i: cg.gather(p, i, batch_dims=1), [batch_ids, batch_ids], grad=False, id="int32"),
+    OpCase("BatchGatherGrad", lambda u, i, like: _batch_grad(u, i, like, 1), [rand(2, 3, 4), batch_ids, rand(2, 3, 4)],
+           wrt=(0,)),
+    OpCase("BatchGatherGrad", lambda u, i, like: _batch_grad(u, i, like, 2), [rand(2, 2, 3), batch_ids, rand(2, 2, 3)],
+           static_shapes=[(None, 2, 3), (None, 3), (None, 2, None)], wrt=(0,), id="axis2-unknown"),
 ]  # fmt: skip
