@@ -79,6 +79,7 @@ from cellgraph.dataflow.ops.conv import (
     conv2d_backprop_input,
     max_pool,
 )
+from cellgraph.dataflow.ops.conv_more import conv1d, conv2d_transpose, depthwise_conv2d, max_pool_with_argmax
 from cellgraph.dataflow.ops.logic import (
     greater,
     is_finite,
@@ -182,7 +183,7 @@ __version__ = "0.1.0"
 
 # The conveniences over the ops, and models out and in (a saved-model folder, and ONNX, whose
 # onnx package is imported on first use); imported last, they use the names above.
-from cellgraph import init, layers, losses, metrics, onnx, optim  # noqa: E402
+from cellgraph import init, layers, losses, metrics, nn, onnx, optim  # noqa: E402
 from cellgraph.saved_model import load_model, save_model  # noqa: E402
 
 

@@ -9,6 +9,7 @@ from . import (
     array_more,
     batch_matmul,
     conv,
+    conv_more,
     logic,
     math,
     math_unary,
@@ -24,8 +25,8 @@ from . import (
 from .base import atomic_op
 
 FAMILIES = (
-    state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, array, training,
-    transfer, array_more, placeholder_default, schedule, array_index,
+    state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, conv_more, array,
+    training, transfer, array_more, placeholder_default, schedule, array_index,
 )  # fmt: skip
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray

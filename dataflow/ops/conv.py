@@ -15,7 +15,7 @@ import numpy as np
 from ..graph import Node, Tensor
 from ..kernels.cpu import conv as conv_kernels
 from ..kernels.cpu import pool as pool_kernels
-from ..kernels.cpu.conv import window
+from ..kernels.cpu.conv import Padding, axis_padding, window
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, Shape, TensorSpec, register_op
 from ..shapes import fmt
@@ -52,11 +52,40 @@ def _window_attr(ctx: InferContext, key: str) -> HW:
     return value
 
 
-def _padding_attr(ctx: InferContext) -> str:
+def _explicit_pads(value: Any) -> Padding | None:
+    """((top, bottom), (left, right)) from an int, that pair of pairs, or TensorFlow's
+    NHWC [[0, 0], [top, bottom], [left, right], [0, 0]]; None if none of these."""
+
+    def ok(v: Any) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and bool(v >= 0)
+
+    if ok(value):
+        return ((int(value), int(value)), (int(value), int(value)))
+    if not isinstance(value, (tuple, list)) or len(value) not in (2, 4):
+        return None
+    pairs = list(value)
+    if not all(isinstance(v, (tuple, list)) and len(v) == 2 and all(ok(e) for e in v) for v in pairs):
+        return None
+    if len(pairs) == 4:
+        if any(pairs[i][0] or pairs[i][1] for i in (0, 3)):
+            return None
+        pairs = pairs[1:3]
+    return ((int(pairs[0][0]), int(pairs[0][1])), (int(pairs[1][0]), int(pairs[1][1])))
+
+
+def _padding_attr(ctx: InferContext, explicit: bool = False) -> Padding:
+    """The padding mode, or (where ``explicit``, for convolutions) per-side pads."""
     padding = ctx.attrs["padding"]
-    if not isinstance(padding, str) or padding not in ("SAME", "VALID"):
-        raise ctx.shape_error(f"padding must be 'SAME' or 'VALID', got {padding!r}")
-    return str(padding)
+    if isinstance(padding, str) and padding in ("SAME", "VALID"):
+        return str(padding)
+    if explicit and not isinstance(padding, str):
+        pads = _explicit_pads(padding)
+        if pads is None:
+            raise ctx.shape_error(
+                f"explicit padding must be ((top, bottom), (left, right)) of ints >= 0, got {padding!r}"
+            )
+        return pads
+    raise ctx.shape_error(f"padding must be 'SAME' or 'VALID', got {padding!r}")
 
 
 def _nhwc(ctx: InferContext, what: str, spec: TensorSpec) -> None:
@@ -64,24 +93,35 @@ def _nhwc(ctx: InferContext, what: str, spec: TensorSpec) -> None:
         raise ctx.shape_error(f"{what} must be 4-D NHWC (batch, height, width, channels), got {fmt(spec.shape)}")
 
 
-def _spatial(ctx: InferContext, x: Shape, k: tuple[int | None, int | None], what: str, shapes: str) -> Shape:
+def _spatial(
+    ctx: InferContext, x: Shape, k: tuple[int | None, int | None], what: str, shapes: str, conv: bool = False
+) -> Shape:
     """Output (height, width) of windows ``k`` sliding over NHWC ``x``."""
-    strides, padding = _window_attr(ctx, "strides"), _padding_attr(ctx)
+    strides, padding = _window_attr(ctx, "strides"), _padding_attr(ctx, explicit=conv)
+    dilations = _window_attr(ctx, "dilations") if conv and "dilations" in ctx.attrs else (1, 1)
     out: list[int | None] = []
     for axis, name in ((1, "height"), (2, "width")):
-        size, kk, s = x[axis], k[axis - 1], strides[axis - 1]
+        size, kk, s, d = x[axis], k[axis - 1], strides[axis - 1], dilations[axis - 1]
         if size is None or kk is None:
             out.append(None)
             continue
-        if padding == "VALID" and kk > size:
+        span = (kk - 1) * d + 1
+        dilated = f" dilated by {d} (spanning {span})" if d > 1 else ""
+        pads = axis_padding(padding, axis - 1)
+        if pads == "VALID" and span > size:
             raise ctx.shape_error(
-                f"{what} {name} {kk} is larger than the input {name} {size} with VALID padding: {shapes}"
+                f"{what} {name} {kk}{dilated} is larger than the input {name} {size} with VALID padding: {shapes}"
             )
-        out.append(window(size, kk, s, padding)[0])
+        if isinstance(pads, tuple) and span > size + pads[0] + pads[1]:
+            raise ctx.shape_error(
+                f"{what} {name} {kk}{dilated} is larger than the input {name} {size} padded by "
+                f"{pads[0]} + {pads[1]}: {shapes}"
+            )
+        out.append(window(size, kk, s, pads, d)[0])
     return tuple(out)
 
 
-def _strides_padding(node: Node) -> tuple[HW, str]:
+def _strides_padding(node: Node) -> tuple[HW, Any]:
     """The validated attrs of a node that exists (its shape rule checked them)."""
     strides = _hw(node.attrs["strides"])
     assert strides is not None
@@ -89,17 +129,31 @@ def _strides_padding(node: Node) -> tuple[HW, str]:
 
 
 # ---------------------------------------------------------------- convolution
+def _groups_attr(ctx: InferContext) -> int:
+    groups = ctx.attrs.get("groups", 1)
+    if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1:
+        raise ctx.shape_error(f"groups must be a positive int, got {groups!r}")
+    return int(groups)
+
+
 def _conv_output(ctx: InferContext, x: TensorSpec, f: TensorSpec) -> Shape:
     """The NHWC output shape of conv2d(x, f), checking every shape and attr involved."""
     shapes = f"{fmt(x.shape)} * {fmt(f.shape)}"
     _nhwc(ctx, "input", x)
     if f.rank != 4:
         raise ctx.shape_error(f"filter must be 4-D HWIO (height, width, in, out), got {fmt(f.shape)}")
-    c, i = x.shape[3], f.shape[2]
-    if c is not None and i is not None and c != i:
+    groups = _groups_attr(ctx)
+    c, i, o = x.shape[3], f.shape[2], f.shape[3]
+    if groups == 1 and c is not None and i is not None and c != i:
         raise ctx.shape_error(f"input has {c} channels but the filter expects {i}: {shapes}")
-    oh, ow = _spatial(ctx, x.shape, (f.shape[0], f.shape[1]), "filter", shapes)
-    return (x.shape[0], oh, ow, f.shape[3])
+    if groups > 1 and c is not None and i is not None and c != i * groups:
+        raise ctx.shape_error(
+            f"input has {c} channels but the filter expects {i} per group, {i * groups} in {groups} groups: {shapes}"
+        )
+    if o is not None and o % groups:
+        raise ctx.shape_error(f"the filter's {o} output channels do not split into {groups} groups: {shapes}")
+    oh, ow = _spatial(ctx, x.shape, (f.shape[0], f.shape[1]), "filter", shapes, conv=True)
+    return (x.shape[0], oh, ow, o)
 
 
 def _infer_conv2d(ctx: InferContext) -> TensorSpec:
@@ -122,92 +176,107 @@ def _infer_conv2d_backprop_filter(ctx: InferContext) -> TensorSpec:
     return TensorSpec(like.shape, dtype)
 
 
-def _pad_amounts(size: int, k: int, stride: int, padding: str) -> tuple[int, int, int]:
-    """(output size, pad before, pad after) along one dim."""
-    out, before = window(size, k, stride, padding)
-    total = max((out - 1) * stride + k - size, 0) if padding == "SAME" else 0
-    return out, before, total - before
+def _pad_amounts(size: int, k: int, stride: int, padding: Any, dilation: int = 1) -> tuple[int, int, int]:
+    """(output size, pad before, pad after) along one dim: as much as the windows reach."""
+    out, before = window(size, k, stride, padding, dilation)
+    return out, before, max((out - 1) * stride + (k - 1) * dilation + 1 - size - before, 0)
 
 
 def _padded(
-    x: np.ndarray, k: HW, strides: HW, padding: str, fill: float = 0.0
+    x: np.ndarray, k: HW, strides: HW, padding: Any, fill: float = 0.0, dilations: HW = (1, 1)
 ) -> tuple[np.ndarray, int, int, int, int]:
     """``x`` padded for windows ``k``: (padded x, out height, out width, pad top, pad left)."""
-    oh, top, bottom = _pad_amounts(x.shape[1], k[0], strides[0], padding)
-    ow, left, right = _pad_amounts(x.shape[2], k[1], strides[1], padding)
+    oh, top, bottom = _pad_amounts(x.shape[1], k[0], strides[0], axis_padding(padding, 0), dilations[0])
+    ow, left, right = _pad_amounts(x.shape[2], k[1], strides[1], axis_padding(padding, 1), dilations[1])
     padded = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=fill)
     return padded, oh, ow, top, left
 
 
-def _taps(k: HW, strides: HW, oh: int, ow: int) -> list[tuple[int, int, tuple[slice, slice, slice, slice]]]:
+def _taps(
+    k: HW, strides: HW, oh: int, ow: int, dilations: HW = (1, 1)
+) -> list[tuple[int, int, tuple[slice, slice, slice, slice]]]:
     """For each window tap (p, q), the index of the padded pixels it reads, output-shaped."""
-    sh, sw = strides
+    (sh, sw), (dh, dw) = strides, dilations
     every = slice(None)
-    return [
-        (p, q, (every, slice(p, p + sh * (oh - 1) + 1, sh), slice(q, q + sw * (ow - 1) + 1, sw), every))
-        for p in range(k[0])
-        for q in range(k[1])
-    ]
+    rows = [slice(p * dh, p * dh + sh * (oh - 1) + 1, sh) for p in range(k[0])]
+    cols = [slice(q * dw, q * dw + sw * (ow - 1) + 1, sw) for q in range(k[1])]
+    return [(p, q, (every, rows[p], cols[q], every)) for p in range(k[0]) for q in range(k[1])]
 
 
 def _crop(padded: np.ndarray, top: int, left: int, like: tuple[int, ...]) -> np.ndarray:
     return padded[:, top : top + like[1], left : left + like[2], :]
 
 
+def _conv_attrs(attrs: dict[str, Any]) -> tuple[HW, Any, HW, int]:
+    """(strides, padding, dilations, groups); graphs saved before dilations and groups existed lack them."""
+    return attrs["strides"], attrs["padding"], attrs.get("dilations", (1, 1)), attrs.get("groups", 1)
+
+
+def _grouped(a: np.ndarray, groups: int) -> np.ndarray:
+    """The last axis split as (groups, per group)."""
+    return a.reshape(*a.shape[:-1], groups, a.shape[-1] // groups)
+
+
 def _ref_conv2d(attrs: dict[str, Any], x: np.ndarray, f: np.ndarray) -> np.ndarray:
-    strides, padding = attrs["strides"], attrs["padding"]
-    xp, oh, ow, _, _ = _padded(x, f.shape[:2], strides, padding)
-    out = np.zeros((x.shape[0], oh, ow, f.shape[3]), x.dtype)
-    for p, q, index in _taps(f.shape[:2], strides, oh, ow):
-        out += np.einsum("nhwc,co->nhwo", xp[index], f[p, q])
-    return out
+    strides, padding, dilations, groups = _conv_attrs(attrs)
+    xp, oh, ow, _, _ = _padded(x, f.shape[:2], strides, padding, dilations=dilations)
+    out = np.zeros((x.shape[0], oh, ow, groups, f.shape[3] // groups), x.dtype)
+    for p, q, index in _taps(f.shape[:2], strides, oh, ow, dilations):
+        out += np.einsum("nhwgc,cgo->nhwgo", _grouped(xp[index], groups), _grouped(f[p, q], groups))
+    return out.reshape(*out.shape[:3], f.shape[3])
 
 
 def _ref_conv2d_backprop_input(attrs: dict[str, Any], like: np.ndarray, f: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    strides, padding = attrs["strides"], attrs["padding"]
-    dxp, oh, ow, top, left = _padded(np.zeros_like(like), f.shape[:2], strides, padding)
-    for p, q, index in _taps(f.shape[:2], strides, oh, ow):
-        dxp[index] += np.einsum("nhwo,co->nhwc", dy, f[p, q])
+    strides, padding, dilations, groups = _conv_attrs(attrs)
+    dxp, oh, ow, top, left = _padded(np.zeros_like(like), f.shape[:2], strides, padding, dilations=dilations)
+    dyg = _grouped(dy, groups)
+    for p, q, index in _taps(f.shape[:2], strides, oh, ow, dilations):
+        part = np.einsum("nhwgo,cgo->nhwgc", dyg, _grouped(f[p, q], groups))
+        dxp[index] += part.reshape(*part.shape[:3], like.shape[3])
     return _crop(dxp, top, left, like.shape).copy()
 
 
 def _ref_conv2d_backprop_filter(attrs: dict[str, Any], x: np.ndarray, like: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    strides, padding = attrs["strides"], attrs["padding"]
-    xp, oh, ow, _, _ = _padded(x, like.shape[:2], strides, padding)
+    strides, padding, dilations, groups = _conv_attrs(attrs)
+    xp, oh, ow, _, _ = _padded(x, like.shape[:2], strides, padding, dilations=dilations)
     df = np.zeros_like(like)
-    for p, q, index in _taps(like.shape[:2], strides, oh, ow):
-        df[p, q] = np.einsum("nhwc,nhwo->co", xp[index], dy)
+    dyg = _grouped(dy, groups)
+    for p, q, index in _taps(like.shape[:2], strides, oh, ow, dilations):
+        df[p, q] = np.einsum("nhwgc,nhwgo->cgo", _grouped(xp[index], groups), dyg).reshape(like.shape[2:])
     return df
+
+
+def _conv_kwargs(node: Node) -> dict[str, Any]:
+    """The attrs a gradient rule passes on to the convolutions it builds."""
+    strides, padding, dilations, groups = _conv_attrs(node.attrs)
+    return {"strides": strides, "padding": padding, "dilations": dilations, "groups": groups}
 
 
 def _grad_conv2d(node: Node, dys: Dys) -> Grads:
     (x, f), g = node.inputs, dys[0]
     assert g is not None
-    strides, padding = _strides_padding(node)
-    return [
-        conv2d_backprop_input(x, f, g, strides, padding),
-        conv2d_backprop_filter(x, f, g, strides, padding),
-    ]
+    kw = _conv_kwargs(node)
+    return [conv2d_backprop_input(x, f, g, **kw), conv2d_backprop_filter(x, f, g, **kw)]
 
 
 def _grad_conv2d_backprop_input(node: Node, dys: Dys) -> Grads:
     # dx is bilinear in (f, dy): its adjoints are the other two convolutions.
     (_, f, dy), z = node.inputs, dys[0]
     assert z is not None
-    strides, padding = _strides_padding(node)
-    return [None, conv2d_backprop_filter(z, f, dy, strides, padding), conv2d(z, f, strides, padding)]
+    kw = _conv_kwargs(node)
+    return [None, conv2d_backprop_filter(z, f, dy, **kw), conv2d(z, f, **kw)]
 
 
 def _grad_conv2d_backprop_filter(node: Node, dys: Dys) -> Grads:
     (x, _, dy), z = node.inputs, dys[0]
     assert z is not None
-    strides, padding = _strides_padding(node)
-    return [conv2d_backprop_input(x, z, dy, strides, padding), None, conv2d(x, z, strides, padding)]
+    kw = _conv_kwargs(node)
+    return [conv2d_backprop_input(x, z, dy, **kw), None, conv2d(x, z, **kw)]
 
 
 def _conv_kernel(make: Any) -> Any:
     def factory(node: Node, ctx: KernelContext) -> Any:
-        return make(*_strides_padding(node))
+        return make(*_conv_attrs(node.attrs))
 
     return factory
 
@@ -244,18 +313,31 @@ def _window_attrs(strides: Any, padding: Any, ksize: Any = None) -> dict[str, An
     return attrs
 
 
+def conv_attrs(strides: Any, padding: Any, dilations: Any, groups: Any) -> dict[str, Any]:
+    """A convolution node's attrs, normalised where valid (as ``_window_attrs``)."""
+    if not isinstance(padding, str):
+        padding = _explicit_pads(padding) or padding
+    return {**_window_attrs(strides, padding), "dilations": _hw(dilations) or dilations, "groups": groups}
+
+
 def conv2d(
     x: TensorLike,
     filters: TensorLike,
     strides: int | Sequence[int] = 1,
-    padding: str = "SAME",
+    padding: str | int | Sequence[Sequence[int]] = "SAME",
+    dilations: int | Sequence[int] = 1,
+    groups: int = 1,
     name: str = "conv2d",
 ) -> Tensor:
     """2-D convolution of NHWC ``x`` with HWIO ``filters`` (cross-correlation, as in TensorFlow).
 
-    ``strides`` is an int, (height, width) or (1, height, width, 1);
-    ``padding`` is "SAME" (output size ``ceil(input / stride)``) or "VALID"
-    (only whole windows).
+    ``strides`` and ``dilations`` are an int, (height, width) or (1, height,
+    width, 1); ``padding`` is "SAME" (output size ``ceil(input / stride)``),
+    "VALID" (only whole windows), or explicit pads: an int for every side,
+    ((top, bottom), (left, right)), or TensorFlow's four NHWC pairs. With
+    ``groups`` > 1 the channels split into that many groups, each convolved
+    with its own slice of the filter's outputs: ``filters`` is then
+    (height, width, channels / groups, out).
 
     Examples
     --------
@@ -265,13 +347,14 @@ def conv2d(
     >>> with g.as_default():
     ...     x = cg.placeholder((None, 8, 8, 3), name="images")
     ...     y = cg.conv2d(x, cg.constant(np.ones((3, 3, 3, 16), np.float32)), strides=2)
-    >>> y.shape
-    (None, 4, 4, 16)
+    ...     z = cg.conv2d(y, cg.constant(np.ones((3, 3, 4, 16), np.float32)), padding=((1, 1), (2, 2)),
+    ...                   dilations=2, groups=4)
+    >>> y.shape, z.shape
+    ((None, 4, 4, 16), (None, 2, 4, 16))
     """
     g = graph_of([x, filters])
-    return apply(
-        "Conv2D", [as_tensor(x, graph=g), as_tensor(filters, graph=g)], _window_attrs(strides, padding), name=name
-    )
+    attrs = conv_attrs(strides, padding, dilations, groups)
+    return apply("Conv2D", [as_tensor(x, graph=g), as_tensor(filters, graph=g)], attrs, name=name)
 
 
 def conv2d_backprop_input(
@@ -279,14 +362,16 @@ def conv2d_backprop_input(
     filters: TensorLike,
     dy: Tensor,
     strides: int | Sequence[int] = 1,
-    padding: str = "SAME",
+    padding: Any = "SAME",
+    dilations: int | Sequence[int] = 1,
+    groups: int = 1,
     name: str = "conv2d_backprop_input",
 ) -> Tensor:
     """The gradient of ``conv2d(x, filters)`` for ``x``, given the output's gradient ``dy``.
 
     ``x`` only lends its (run-time) shape; its values are not read.
     """
-    attrs = _window_attrs(strides, padding)
+    attrs = conv_attrs(strides, padding, dilations, groups)
     return apply("Conv2DBackpropInput", [x, as_tensor(filters, graph=x.graph), dy], attrs, name=name)
 
 
@@ -295,14 +380,16 @@ def conv2d_backprop_filter(
     filters: Tensor,
     dy: Tensor,
     strides: int | Sequence[int] = 1,
-    padding: str = "SAME",
+    padding: Any = "SAME",
+    dilations: int | Sequence[int] = 1,
+    groups: int = 1,
     name: str = "conv2d_backprop_filter",
 ) -> Tensor:
     """The gradient of ``conv2d(x, filters)`` for ``filters``, given the output's gradient ``dy``.
 
     ``filters`` only lends its shape; its values are not read.
     """
-    attrs = _window_attrs(strides, padding)
+    attrs = conv_attrs(strides, padding, dilations, groups)
     return apply("Conv2DBackpropFilter", [as_tensor(x, graph=filters.graph), filters, dy], attrs, name=name)
 
 

@@ -502,3 +502,7 @@ ROWS += ELEMENTWISE_ROWS + REDUCTION_ROWS + NN_MORE_ROWS + LOSS_ROWS
 from .rows_array import ARRAY_ROWS  # noqa: E402
 
 ROWS += ARRAY_ROWS
+
+from .rows_conv import CONV_ROWS  # noqa: E402
+
+ROWS += CONV_ROWS

@@ -26,16 +26,29 @@ Kernel = Callable[..., np.ndarray]
 _BLOCK_BYTES = 256 * 1024
 
 
-def window(size: int, k: int, stride: int, padding: str) -> tuple[int, int]:
+Padding = str | tuple[tuple[int, int], tuple[int, int]]
+
+
+def window(size: int, k: int, stride: int, padding: str | tuple[int, int], dilation: int = 1) -> tuple[int, int]:
     """(output size, padding before) along one spatial dim, by TensorFlow's rules.
 
     SAME gives ``ceil(size / stride)`` outputs and pads the shortfall, the odd
-    element after; VALID pads nothing and keeps only whole windows.
+    element after; VALID pads nothing and keeps only whole windows; an explicit
+    (before, after) pair pads exactly that. A dilated window of ``k`` taps
+    spans ``(k - 1) * dilation + 1`` pixels.
     """
+    span = (k - 1) * dilation + 1
+    if isinstance(padding, tuple):
+        return (size + padding[0] + padding[1] - span) // stride + 1, padding[0]
     if padding == "VALID":
-        return (size - k) // stride + 1, 0
+        return (size - span) // stride + 1, 0
     out = -(-size // stride)
-    return out, max((out - 1) * stride + k - size, 0) // 2
+    return out, max((out - 1) * stride + span - size, 0) // 2
+
+
+def axis_padding(padding: Padding, axis: int) -> str | tuple[int, int]:
+    """Padding along spatial ``axis`` (0 height, 1 width): the mode, or that axis's explicit pair."""
+    return padding if isinstance(padding, str) else padding[axis]
 
 
 @kernel
@@ -45,13 +58,14 @@ def _block_images(rows_per_image, k, itemsize, n):  # type: ignore[no-untyped-de
 
 
 @kernel
-def im2col(x, cols, b0, b1, kh, kw, sh, sw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
+def im2col(x, cols, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
     """Patch rows of images ``b0:b1`` into ``cols``; taps outside ``x`` are 0.
 
-    Each window row is at most three contiguous stretches: zeros for the taps
-    left of the input, one copy of the taps inside, zeros for those right of it.
-    Offsets are unsigned so that Numba skips negative-index wraparound, which
-    would keep LLVM from vectorizing the copies.
+    Without dilation along the width each window row is at most three
+    contiguous stretches: zeros for the taps left of the input, one copy of the
+    taps inside, zeros for those right of it; a dilated row is copied a tap (its
+    ``c`` channels) at a time. Offsets are unsigned so that Numba skips
+    negative-index wraparound, which would keep LLVM from vectorizing the copies.
     """
     n, h, w, c = x.shape
     rows = x.reshape(n * h, w * c)
@@ -66,13 +80,25 @@ def im2col(x, cols, b0, b1, kh, kw, sh, sw, pt, pl, oh, ow):  # type: ignore[no-
                 right = np.uintp(max(min(kw, w - w0) * c, left))
                 start = np.uintp(max(w0, 0) * c)
                 for p in range(kh):
-                    ih = h0 + p
+                    ih = h0 + p * dh
                     base = np.uintp(p * span)
                     if ih < 0 or ih >= h:
                         for t in range(np.uintp(span)):
                             dst[base + t] = 0
                         continue
                     src = rows[b * h + ih]
+                    if dw != 1:
+                        for q in range(kw):
+                            iw = w0 + q * dw
+                            at = base + np.uintp(q * c)
+                            if iw < 0 or iw >= w:
+                                for t in range(np.uintp(c)):
+                                    dst[at + t] = 0
+                            else:
+                                offset = np.uintp(iw * c)
+                                for t in range(np.uintp(c)):
+                                    dst[at + t] = src[offset + t]
+                        continue
                     for t in range(left):
                         dst[base + t] = 0
                     for t in range(right - left):
@@ -82,7 +108,7 @@ def im2col(x, cols, b0, b1, kh, kw, sh, sw, pt, pl, oh, ow):  # type: ignore[no-
 
 
 @kernel
-def col2im(cols, dx, b0, b1, kh, kw, sh, sw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
+def col2im(cols, dx, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
     """The adjoint of im2col: add the patch rows of images ``b0:b1`` back onto ``dx``."""
     n, h, w, c = dx.shape
     rows = dx.reshape(n * h, w * c)
@@ -96,8 +122,19 @@ def col2im(cols, dx, b0, b1, kh, kw, sh, sw, pt, pl, oh, ow):  # type: ignore[no
                 left = np.uintp(max(0, -w0) * c)
                 right = np.uintp(max(min(kw, w - w0) * c, left))
                 start = np.uintp(max(w0, 0) * c)
-                for p in range(max(0, -h0), min(kh, h - h0)):
-                    dst = rows[b * h + h0 + p]
+                for p in range(kh):
+                    ih = h0 + p * dh
+                    if ih < 0 or ih >= h:
+                        continue
+                    dst = rows[b * h + ih]
+                    if dw != 1:
+                        for q in range(kw):
+                            iw = w0 + q * dw
+                            if 0 <= iw < w:
+                                at, offset = np.uintp(p * span + q * c), np.uintp(iw * c)
+                                for t in range(np.uintp(c)):
+                                    dst[offset + t] += src[at + t]
+                        continue
                     base = np.uintp(p * span) + left
                     for t in range(right - left):
                         dst[start + t] += src[base + t]
@@ -109,38 +146,38 @@ def _is_pointwise(kh, kw, sh, sw, pt, pl):  # type: ignore[no-untyped-def]
 
 
 @kernel
-def conv2d_forward(x, f, sh, sw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
+def conv2d_forward(x, f, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
     """y = conv2d(x, f) for C-contiguous NHWC ``x`` and HWIO ``f``."""
     n, h, w, c = x.shape
     kh, kw, _, o = f.shape
     k = kh * kw * c
     f2 = f.reshape(k, o)
-    if _is_pointwise(kh, kw, sh, sw, pt, pl):
+    if _is_pointwise(kh, kw, sh, sw, pt, pl) and oh == h and ow == w:
         return np.dot(x.reshape(n * h * w, c), f2).reshape(n, oh, ow, o)
     per = oh * ow
     nb = _block_images(per, k, x.itemsize, n)
     cols = np.empty((nb * per, k), x.dtype)
     if nb >= n:  # one block: the GEMM writes the output directly
-        im2col(x, cols, 0, n, kh, kw, sh, sw, pt, pl, oh, ow)
+        im2col(x, cols, 0, n, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
         return np.dot(cols[: n * per], f2).reshape(n, oh, ow, o)
     out = np.empty((n * per, o), x.dtype)
     for b0 in range(0, n, nb):
         b1 = min(b0 + nb, n)
         part = cols[: (b1 - b0) * per]
-        im2col(x, part, b0, b1, kh, kw, sh, sw, pt, pl, oh, ow)
+        im2col(x, part, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
         out[b0 * per : b1 * per] = np.dot(part, f2)
     return out.reshape(n, oh, ow, o)
 
 
 @kernel
-def conv2d_backprop_filter(x, dy, kh, kw, sh, sw, pt, pl):  # type: ignore[no-untyped-def]
+def conv2d_backprop_filter(x, dy, kh, kw, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """df = patches(x)^T @ dy, accumulated a block of images at a time."""
     n, oh, ow, o = dy.shape
-    c = x.shape[3]
+    h, w, c = x.shape[1], x.shape[2], x.shape[3]
     k = kh * kw * c
     per = oh * ow
     dy2 = dy.reshape(n * per, o)
-    if _is_pointwise(kh, kw, sh, sw, pt, pl):
+    if _is_pointwise(kh, kw, sh, sw, pt, pl) and oh == h and ow == w:
         return np.dot(x.reshape(n * per, c).T, dy2).reshape(kh, kw, c, o)
     nb = _block_images(per, k, x.itemsize, n)
     cols = np.empty((nb * per, k), x.dtype)
@@ -148,13 +185,13 @@ def conv2d_backprop_filter(x, dy, kh, kw, sh, sw, pt, pl):  # type: ignore[no-un
     for b0 in range(0, n, nb):
         b1 = min(b0 + nb, n)
         part = cols[: (b1 - b0) * per]
-        im2col(x, part, b0, b1, kh, kw, sh, sw, pt, pl, oh, ow)
+        im2col(x, part, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
         df += np.dot(part.T, dy2[b0 * per : b1 * per])
     return df.reshape(kh, kw, c, o)
 
 
 @kernel
-def conv2d_backprop_input(dy, f, h, w, sh, sw, pt, pl):  # type: ignore[no-untyped-def]
+def conv2d_backprop_input(dy, f, h, w, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """dx of a convolution whose input was ``h`` x ``w``."""
     n, oh, ow, o = dy.shape
     kh, kw, c, _ = f.shape
@@ -168,7 +205,8 @@ def conv2d_backprop_input(dy, f, h, w, sh, sw, pt, pl):  # type: ignore[no-untyp
                 for ch in range(c):
                     for oc in range(o):
                         flipped[kh - 1 - p, kw - 1 - q, oc, ch] = f[p, q, ch, oc]
-        return conv2d_forward(dy, flipped, 1, 1, kh - 1 - pt, kw - 1 - pl, h, w)
+        top, left = (kh - 1) * dh - pt, (kw - 1) * dw - pl
+        return conv2d_forward(dy, flipped, 1, 1, dh, dw, top, left, h, w)
     per = oh * ow
     dy2 = dy.reshape(n * per, o)
     ft = f.reshape(k, o).T
@@ -176,20 +214,122 @@ def conv2d_backprop_input(dy, f, h, w, sh, sw, pt, pl):  # type: ignore[no-untyp
     nb = _block_images(per, k, dy.itemsize, n)
     for b0 in range(0, n, nb):
         b1 = min(b0 + nb, n)
-        col2im(np.dot(dy2[b0 * per : b1 * per], ft), dx, b0, b1, kh, kw, sh, sw, pt, pl, oh, ow)
+        col2im(np.dot(dy2[b0 * per : b1 * per], ft), dx, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
     return dx
 
 
+# Grouped convolutions (depthwise ones included) walk the windows directly: a
+# group's GEMM is too narrow (a depthwise one is 1 channel wide) for BLAS to pay
+# for the unrolled patches. The innermost loop runs over a group's output
+# channels, or over all channels when each group has one input and one output.
+@kernel
+def grouped_forward(x, f, groups, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
+    n, h, w, c = x.shape
+    kh, kw, cg, o = f.shape
+    og = o // groups
+    out = np.zeros((n, oh, ow, o), x.dtype)
+    for b in range(n):
+        for i in range(oh):
+            for j in range(ow):
+                acc = out[b, i, j]
+                for p in range(kh):
+                    ih = i * sh - pt + p * dh
+                    if ih < 0 or ih >= h:
+                        continue
+                    for q in range(kw):
+                        iw = j * sw - pl + q * dw
+                        if iw < 0 or iw >= w:
+                            continue
+                        px, taps = x[b, ih, iw], f[p, q]
+                        if cg == 1 and og == 1:  # depthwise: one vector product
+                            row = taps[0]
+                            for ch in range(c):
+                                acc[ch] += px[ch] * row[ch]
+                            continue
+                        for g in range(groups):
+                            for ci in range(cg):
+                                v, row = px[g * cg + ci], taps[ci]
+                                for m in range(g * og, (g + 1) * og):
+                                    acc[m] += v * row[m]
+    return out
+
+
+@kernel
+def grouped_backprop_input(dy, f, h, w, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    n, oh, ow, o = dy.shape
+    kh, kw, cg, _ = f.shape
+    og = o // groups
+    dx = np.zeros((n, h, w, cg * groups), dy.dtype)
+    for b in range(n):
+        for i in range(oh):
+            for j in range(ow):
+                grad = dy[b, i, j]
+                for p in range(kh):
+                    ih = i * sh - pt + p * dh
+                    if ih < 0 or ih >= h:
+                        continue
+                    for q in range(kw):
+                        iw = j * sw - pl + q * dw
+                        if iw < 0 or iw >= w:
+                            continue
+                        px, taps = dx[b, ih, iw], f[p, q]
+                        if cg == 1 and og == 1:
+                            row = taps[0]
+                            for ch in range(o):
+                                px[ch] += grad[ch] * row[ch]
+                            continue
+                        for g in range(groups):
+                            for ci in range(cg):
+                                row, acc = taps[ci], px[g * cg + ci]
+                                for m in range(g * og, (g + 1) * og):
+                                    acc += grad[m] * row[m]
+                                px[g * cg + ci] = acc
+    return dx
+
+
+@kernel
+def grouped_backprop_filter(x, dy, kh, kw, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    n, h, w, c = x.shape
+    _, oh, ow, o = dy.shape
+    cg, og = c // groups, o // groups
+    df = np.zeros((kh, kw, cg, o), x.dtype)
+    for b in range(n):
+        for i in range(oh):
+            for j in range(ow):
+                grad = dy[b, i, j]
+                for p in range(kh):
+                    ih = i * sh - pt + p * dh
+                    if ih < 0 or ih >= h:
+                        continue
+                    for q in range(kw):
+                        iw = j * sw - pl + q * dw
+                        if iw < 0 or iw >= w:
+                            continue
+                        px, taps = x[b, ih, iw], df[p, q]
+                        if cg == 1 and og == 1:
+                            row = taps[0]
+                            for ch in range(o):
+                                row[ch] += px[ch] * grad[ch]
+                            continue
+                        for g in range(groups):
+                            for ci in range(cg):
+                                v, row = px[g * cg + ci], taps[ci]
+                                for m in range(g * og, (g + 1) * og):
+                                    row[m] += v * grad[m]
+    return df
+
+
 class Geometry:
-    """Output sizes and leading pads for fixed strides and padding, per input and window size.
+    """Output sizes and leading pads for fixed strides, padding and dilations, per input and window size.
 
     Computed once per distinct (height, width, window) and then looked up, so
     the batch size may vary freely at a per-call cost of one dict lookup.
     """
 
-    def __init__(self, strides: tuple[int, int], padding: str) -> None:
+    def __init__(self, strides: tuple[int, int], padding: Padding, dilations: tuple[int, int] = (1, 1)) -> None:
         self.strides = strides
         self.padding = padding
+        self.dilations = dilations
         self._cache: dict[tuple[int, int, int, int], tuple[int, int, int, int]] = {}
 
     def __call__(self, h: int, w: int, kh: int, kw: int) -> tuple[int, int, int, int]:
@@ -197,42 +337,55 @@ class Geometry:
         key = (h, w, kh, kw)
         found = self._cache.get(key)
         if found is None:
-            oh, pt = window(h, kh, self.strides[0], self.padding)
-            ow, pl = window(w, kw, self.strides[1], self.padding)
+            oh, pt = window(h, kh, self.strides[0], axis_padding(self.padding, 0), self.dilations[0])
+            ow, pl = window(w, kw, self.strides[1], axis_padding(self.padding, 1), self.dilations[1])
             found = self._cache[key] = (oh, ow, pt, pl)
         return found
 
 
-def conv2d(strides: tuple[int, int], padding: str) -> Kernel:
+def conv2d(strides: tuple[int, int], padding: Padding, dilations: tuple[int, int] = (1, 1), groups: int = 1) -> Kernel:
     """Kernel of (x, filters) -> y."""
-    geometry, (sh, sw) = Geometry(strides, padding), strides
+    geometry, (sh, sw), (dh, dw) = Geometry(strides, padding, dilations), strides, dilations
 
     def run(x: np.ndarray, f: np.ndarray) -> np.ndarray:
         oh, ow, pt, pl = geometry(x.shape[1], x.shape[2], f.shape[0], f.shape[1])
-        return conv2d_forward(np.ascontiguousarray(x), np.ascontiguousarray(f), sh, sw, pt, pl, oh, ow)
+        x, f = np.ascontiguousarray(x), np.ascontiguousarray(f)
+        if groups > 1:
+            return grouped_forward(x, f, groups, sh, sw, dh, dw, pt, pl, oh, ow)
+        return conv2d_forward(x, f, sh, sw, dh, dw, pt, pl, oh, ow)
 
     return run
 
 
-def conv2d_input_grad(strides: tuple[int, int], padding: str) -> Kernel:
+def conv2d_input_grad(
+    strides: tuple[int, int], padding: Padding, dilations: tuple[int, int] = (1, 1), groups: int = 1
+) -> Kernel:
     """Kernel of (like, filters, dy) -> dx; ``like`` (the input) only lends its shape."""
-    geometry, (sh, sw) = Geometry(strides, padding), strides
+    geometry, (sh, sw), (dh, dw) = Geometry(strides, padding, dilations), strides, dilations
 
     def run(like: np.ndarray, f: np.ndarray, dy: np.ndarray) -> np.ndarray:
         h, w = like.shape[1], like.shape[2]
         _, _, pt, pl = geometry(h, w, f.shape[0], f.shape[1])
-        return conv2d_backprop_input(np.ascontiguousarray(dy), np.ascontiguousarray(f), h, w, sh, sw, pt, pl)
+        dy, f = np.ascontiguousarray(dy), np.ascontiguousarray(f)
+        if groups > 1:
+            return grouped_backprop_input(dy, f, h, w, groups, sh, sw, dh, dw, pt, pl)
+        return conv2d_backprop_input(dy, f, h, w, sh, sw, dh, dw, pt, pl)
 
     return run
 
 
-def conv2d_filter_grad(strides: tuple[int, int], padding: str) -> Kernel:
+def conv2d_filter_grad(
+    strides: tuple[int, int], padding: Padding, dilations: tuple[int, int] = (1, 1), groups: int = 1
+) -> Kernel:
     """Kernel of (x, like, dy) -> dfilters; ``like`` (the filter) only lends its shape."""
-    geometry, (sh, sw) = Geometry(strides, padding), strides
+    geometry, (sh, sw), (dh, dw) = Geometry(strides, padding, dilations), strides, dilations
 
     def run(x: np.ndarray, like: np.ndarray, dy: np.ndarray) -> np.ndarray:
         kh, kw = like.shape[0], like.shape[1]
         _, _, pt, pl = geometry(x.shape[1], x.shape[2], kh, kw)
-        return conv2d_backprop_filter(np.ascontiguousarray(x), np.ascontiguousarray(dy), kh, kw, sh, sw, pt, pl)
+        x, dy = np.ascontiguousarray(x), np.ascontiguousarray(dy)
+        if groups > 1:
+            return grouped_backprop_filter(x, dy, kh, kw, groups, sh, sw, dh, dw, pt, pl)
+        return conv2d_backprop_filter(x, dy, kh, kw, sh, sw, dh, dw, pt, pl)
 
     return run

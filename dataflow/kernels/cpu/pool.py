@@ -158,6 +158,26 @@ def max_pool_grad_grad(x, ddx, starts, runs, oh, ow):  # type: ignore[no-untyped
 
 
 @kernel
+def max_pool_argmax(x, starts, runs, oh, ow, with_batch):  # type: ignore[no-untyped-def]
+    """(max-pooled x, flat index of each window's first maximum, within its image unless ``with_batch``)."""
+    n, h, w, c = x.shape
+    src = x.reshape(x.size)
+    out = np.empty(n * oh * ow * c, x.dtype)
+    where = np.empty(n * oh * ow * c, np.int64)
+    best = np.empty(ow * c, x.dtype)
+    at = np.empty(ow * c, np.int64)
+    for b in range(n):
+        shift = 0 if with_batch else b * h * w * c
+        for i in range(oh):
+            _row_argmax(src, b, i, starts, runs, h, w, oh, ow, c, best, at)
+            row = np.uintp((b * oh + i) * ow * c)
+            for t in range(np.uintp(ow * c)):
+                out[row + t] = best[t]
+                where[row + t] = at[t] - shift
+    return out.reshape(n, oh, ow, c), where.reshape(n, oh, ow, c)
+
+
+@kernel
 def avg_pool_grad(dy, h, w, starts, runs, scale):  # type: ignore[no-untyped-def]
     """dx: each output gradient spread evenly over the real pixels of its window."""
     n, oh, ow, c = dy.shape
@@ -249,5 +269,18 @@ def avg_pool_backprop(ksize: tuple[int, int], strides: tuple[int, int], padding:
         h, w, c = like.shape[1], like.shape[2], like.shape[3]
         _, _, starts, runs, scale = windows(h, w, c, scale=True)
         return avg_pool_grad(np.ascontiguousarray(dy), h, w, starts, runs, scale)
+
+    return run
+
+
+def max_pool_with_argmax(
+    ksize: tuple[int, int], strides: tuple[int, int], padding: str, include_batch_in_index: bool
+) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Kernel of x -> (max-pooled x, argmax)."""
+    windows = Windows(ksize, strides, padding)
+
+    def run(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        oh, ow, starts, runs, _ = windows(x.shape[1], x.shape[2], x.shape[3])
+        return max_pool_argmax(np.ascontiguousarray(x), starts, runs, oh, ow, include_batch_in_index)
 
     return run

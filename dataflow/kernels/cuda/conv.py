@@ -12,8 +12,11 @@ NHWC dim, so their loads are coalesced. The max-pool gradients first record
 each window's first maximum (taps in row-major order, as the CPU kernels and the
 reference keep it), then route through it.
 
-Geometry (output size, leading pad) follows TensorFlow's SAME/VALID rules via
-``kernels.cpu.conv.window``; padded pixels are never read.
+Geometry (output size, leading pad) follows TensorFlow's SAME/VALID rules, or
+explicit per-side pads, via ``kernels.cpu.conv.window``; padded pixels are never
+read. Dilated windows only change where a tap reads. Grouped convolutions
+(depthwise ones included) are not one GEMM: they gather directly, one thread
+per output element, summing its group's taps and channels in a fixed order.
 """
 
 from __future__ import annotations
@@ -24,17 +27,19 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from ..cpu.conv import window
+from ..cpu.conv import Padding, axis_padding, window
 from . import flat, launch
 from .gemm import Operand, gemm
 
 HW = tuple[int, int]
 
 
-def _geometry(h: int, w: int, k: HW, strides: HW, padding: str) -> tuple[int, int, int, int]:
+def _geometry(
+    h: int, w: int, k: HW, strides: HW, padding: Padding, dilations: HW = (1, 1)
+) -> tuple[int, int, int, int]:
     """(out height, out width, pad top, pad left)."""
-    oh, pt = window(h, k[0], strides[0], padding)
-    ow, pl = window(w, k[1], strides[1], padding)
+    oh, pt = window(h, k[0], strides[0], axis_padding(padding, 0), dilations[0])
+    ow, pl = window(w, k[1], strides[1], axis_padding(padding, 1), dilations[1])
     return oh, ow, pt, pl
 
 
@@ -58,18 +63,18 @@ def _first_window(pos, pad, k, stride, out_size):  # type: ignore[no-untyped-def
 
 # ---------------------------------------------------------------- convolution
 # Each convolution is one GEMM (gemm.py) whose operands are gathered on the fly.
-# geo = (h, w, c, kw, sh, sw, pt, pl, oh, ow, o): input size and channels, filter
-# width, strides, leading pads, output size and channels. A "patch" row is one
+# geo = (h, w, c, kw, sh, sw, pt, pl, oh, ow, o, dh, dw): input size and channels,
+# filter width, strides, leading pads, output size and channels, dilations. A "patch" row is one
 # output pixel (image, row, column); its columns are the taps and input channels
 # (filter row, filter column, channel), in HWIO order.
 @cuda.jit(device=True, inline=True)
 def _patch(pix, tap_ch, geo):  # type: ignore[no-untyped-def]
     """Flat index into x of patch element (output pixel, tap and channel); -1 in the padding."""
-    h, w, c, kw, sh, sw, pt, pl, oh, ow, _ = geo
+    h, w, c, kw, sh, sw, pt, pl, oh, ow, _, dh, dw = geo
     oj, rest = pix % ow, pix // ow
     oi, b = rest % oh, rest // oh
     ch, tap = tap_ch % c, tap_ch // c
-    ih, iw = oi * sh - pt + tap // kw, oj * sw - pl + tap % kw
+    ih, iw = oi * sh - pt + (tap // kw) * dh, oj * sw - pl + (tap % kw) * dw
     if 0 <= ih < h and 0 <= iw < w:
         return ((b * h + ih) * w + iw) * c + ch
     return -1
@@ -89,11 +94,12 @@ def _by_out_channel(j, kk, geo):  # type: ignore[no-untyped-def]
 @cuda.jit(device=True, inline=True)
 def _dy_tap(pix, tap_oc, geo):  # type: ignore[no-untyped-def]
     """Flat index into dy of the output gradient that input pixel ``pix`` receives through (tap, out channel)."""
-    h, w, _, kw, sh, sw, pt, pl, oh, ow, o = geo
+    h, w, _, kw, sh, sw, pt, pl, oh, ow, o, dh, dw = geo
     iw, rest = pix % w, pix // w
     ih, b = rest % h, rest // h
     oc, tap = tap_oc % o, tap_oc // o
-    t, u = ih + pt - tap // kw, iw + pl - tap % kw  # = output row * sh (column * sw) if that output's tap reads here
+    # = output row * sh (column * sw) if that output's tap reads here
+    t, u = ih + pt - (tap // kw) * dh, iw + pl - (tap % kw) * dw
     if t >= 0 and u >= 0 and t % sh == 0 and u % sw == 0 and t // sh < oh and u // sw < ow:
         return ((b * oh + t // sh) * ow + u // sw) * o + oc
     return -1
@@ -106,39 +112,120 @@ def _filter_transposed(ch, tap_oc, geo):  # type: ignore[no-untyped-def]
     return ((tap_oc // o) * c + ch) * o + tap_oc % o
 
 
-def _geo(x_shape: tuple[int, ...], f_shape: tuple[int, ...], strides: HW, padding: str) -> tuple[int, ...]:
+def _geo(
+    x_shape: tuple[int, ...], f_shape: tuple[int, ...], strides: HW, padding: Padding, dilations: HW
+) -> tuple[int, ...]:
     _, h, w, c = x_shape
     kh, kw, _, o = f_shape
-    oh, ow, pt, pl = _geometry(h, w, (kh, kw), strides, padding)
-    return h, w, c, kw, strides[0], strides[1], pt, pl, oh, ow, o
+    oh, ow, pt, pl = _geometry(h, w, (kh, kw), strides, padding, dilations)
+    return h, w, c, kw, strides[0], strides[1], pt, pl, oh, ow, o, dilations[0], dilations[1]
 
 
-def conv2d(x: Any, f: Any, strides: HW, padding: str) -> Any:
+@cuda.jit
+def _grouped_forward(x, f, out, groups, sh, sw, dh, dw, pt, pl, zero):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    if i < out.size:
+        n, oi, oj, oc = _unravel(i, out.shape)
+        _, h, w, _ = x.shape
+        kh, kw, cg, o = f.shape
+        first = (oc // (o // groups)) * cg
+        acc = zero
+        for p in range(kh):
+            ih = oi * sh - pt + p * dh
+            if 0 <= ih < h:
+                for q in range(kw):
+                    iw = oj * sw - pl + q * dw
+                    if 0 <= iw < w:
+                        for ci in range(cg):
+                            acc += x[n, ih, iw, first + ci] * f[p, q, ci, oc]
+        out[n, oi, oj, oc] = acc
+
+
+@cuda.jit
+def _grouped_input_grad(dy, f, dx, groups, sh, sw, dh, dw, pt, pl, zero):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    if i < dx.size:
+        n, ih, iw, ch = _unravel(i, dx.shape)
+        _, oh, ow, _ = dy.shape
+        kh, kw, cg, o = f.shape
+        og = o // groups
+        ci, first = ch % cg, (ch // cg) * og
+        acc = zero
+        for p in range(kh):
+            t = ih + pt - p * dh  # = output row * sh if that row's tap p reads here
+            if t >= 0 and t % sh == 0 and t // sh < oh:
+                for q in range(kw):
+                    u = iw + pl - q * dw
+                    if u >= 0 and u % sw == 0 and u // sw < ow:
+                        for m in range(og):
+                            acc += dy[n, t // sh, u // sw, first + m] * f[p, q, ci, first + m]
+        dx[n, ih, iw, ch] = acc
+
+
+@cuda.jit
+def _grouped_filter_grad(x, dy, df, groups, sh, sw, dh, dw, pt, pl, zero):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    if i < df.size:
+        p, q, ci, oc = _unravel(i, df.shape)
+        nb, h, w, _ = x.shape
+        _, oh, ow, o = dy.shape
+        ch = (oc // (o // groups)) * df.shape[2] + ci
+        acc = zero
+        for n in range(nb):
+            for oi in range(oh):
+                ih = oi * sh - pt + p * dh
+                if 0 <= ih < h:
+                    for oj in range(ow):
+                        iw = oj * sw - pl + q * dw
+                        if 0 <= iw < w:
+                            acc += x[n, ih, iw, ch] * dy[n, oi, oj, oc]
+        df[p, q, ci, oc] = acc
+
+
+def _grouped(kernel: Any, out: Any, a: Any, b: Any, geo: tuple[int, ...], groups: int) -> Any:
+    if out.size:
+        blocks, threads = launch(out.size)
+        sh, sw, pt, pl, dh, dw = geo[4], geo[5], geo[6], geo[7], geo[11], geo[12]
+        kernel[blocks, threads](a, b, out, groups, sh, sw, dh, dw, pt, pl, out.dtype.type(0))
+    return out
+
+
+def conv2d(x: Any, f: Any, strides: HW, padding: Padding, dilations: HW = (1, 1), groups: int = 1) -> Any:
     """out[pixel, o] = patches(x) @ f as (taps * c, o)."""
-    geo = _geo(x.shape, f.shape, strides, padding)
+    geo = _geo(x.shape, f.shape, strides, padding, dilations)
     kh, kw, c, o = f.shape
     out = cuda.device_array((x.shape[0], geo[8], geo[9], o), x.dtype)
+    if groups > 1:
+        return _grouped(_grouped_forward, out, x, f, geo, groups)
     patches = Operand(flat(x), _patch, fast=False)  # channels (along K) are adjacent
     pixels = x.shape[0] * geo[8] * geo[9]  # from the shapes, not size // o: any of them may be 0
     gemm(patches, Operand(flat(f), _by_out_channel, fast=True), out.reshape(pixels, o), kh * kw * c, geo)
     return out
 
 
-def conv2d_input_grad(like: Any, f: Any, dy: Any, strides: HW, padding: str) -> Any:
+def conv2d_input_grad(
+    like: Any, f: Any, dy: Any, strides: HW, padding: Padding, dilations: HW = (1, 1), groups: int = 1
+) -> Any:
     """dx[pixel, c] = gathered dy @ f as (taps * o, c): each input pixel sums the outputs whose taps read it."""
-    geo = _geo(like.shape, f.shape, strides, padding)
+    geo = _geo(like.shape, f.shape, strides, padding, dilations)
     kh, kw, c, o = f.shape
     dx = cuda.device_array(like.shape, dy.dtype)
+    if groups > 1:
+        return _grouped(_grouped_input_grad, dx, dy, f, geo, groups)
     left, right = Operand(flat(dy), _dy_tap, fast=False), Operand(flat(f), _filter_transposed, fast=False)
     gemm(left, right, dx.reshape(like.shape[0] * geo[0] * geo[1], c), kh * kw * o, geo)
     return dx
 
 
-def conv2d_filter_grad(x: Any, like: Any, dy: Any, strides: HW, padding: str) -> Any:
+def conv2d_filter_grad(
+    x: Any, like: Any, dy: Any, strides: HW, padding: Padding, dilations: HW = (1, 1), groups: int = 1
+) -> Any:
     """df as (taps * c, o) = patches(x)^T @ dy as (pixels, o)."""
-    geo = _geo(x.shape, like.shape, strides, padding)
+    geo = _geo(x.shape, like.shape, strides, padding, dilations)
     kh, kw, c, o = like.shape
     df = cuda.device_array(like.shape, dy.dtype)
+    if groups > 1:
+        return _grouped(_grouped_filter_grad, df, x, dy, geo, groups)
     patches = Operand(flat(x), _patch_transposed, fast=True)  # channels (along M) are adjacent
     pixels = dy.shape[0] * dy.shape[1] * dy.shape[2]
     gemm(patches, Operand(flat(dy), _by_out_channel, fast=True), df.reshape(kh * kw * c, o), pixels, geo)
@@ -268,6 +355,24 @@ def max_pool_grad_grad(x: Any, ddx: Any, ksize: HW, strides: HW, padding: str) -
     return out
 
 
+@cuda.jit
+def _argmax_index(at, out, per_image):  # type: ignore[no-untyped-def]
+    """The flat indices as int64, within the image when ``per_image`` > 0."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = at[i] % per_image if per_image > 0 else at[i]
+
+
+def max_pool_with_argmax(x: Any, ksize: HW, strides: HW, padding: str, include_batch_in_index: bool) -> Any:
+    out, at, _, _ = _first_max(x, ksize, strides, padding)
+    where = cuda.device_array(at.shape, np.int64)
+    if where.size:
+        blocks, threads = launch(where.size)
+        per_image = 0 if include_batch_in_index else x.shape[1] * x.shape[2] * x.shape[3]
+        _argmax_index[blocks, threads](at.reshape(at.size), where.reshape(where.size), per_image)
+    return out, where
+
+
 def avg_pool(x: Any, ksize: HW, strides: HW, padding: str) -> Any:
     shape, pt, pl = _pool_shape(x, ksize, strides, padding)
     out = cuda.device_array(shape, x.dtype)
@@ -299,12 +404,20 @@ POOLS: dict[str, Callable[..., Any]] = {
 
 
 def conv_op(node: Any, ctx: Any, name: str) -> Callable[..., Any]:
-    """Convolution kernel ``name`` with the node's strides and padding."""
-    run, strides, padding = CONVOLUTIONS[name], node.attrs["strides"], node.attrs["padding"]
-    return lambda *args: run(*args, strides, padding)
+    """Convolution kernel ``name`` with the node's strides, padding, dilations and groups."""
+    attrs = node.attrs
+    spec = (attrs["strides"], attrs["padding"], attrs.get("dilations", (1, 1)), attrs.get("groups", 1))
+    run = CONVOLUTIONS[name]
+    return lambda *args: run(*args, *spec)
 
 
 def pool_op(node: Any, ctx: Any, name: str) -> Callable[..., Any]:
     """Pooling kernel ``name`` with the node's window, strides and padding."""
     run, ksize, strides, padding = POOLS[name], node.attrs["ksize"], node.attrs["strides"], node.attrs["padding"]
     return lambda *args: run(*args, ksize, strides, padding)
+
+
+def max_pool_with_argmax_op(node: Any, ctx: Any) -> Callable[..., Any]:
+    """MaxPoolWithArgmax with the node's window, strides, padding and index convention."""
+    a = node.attrs
+    return lambda x: max_pool_with_argmax(x, a["ksize"], a["strides"], a["padding"], a["include_batch_in_index"])
