@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .graph import Node, Tensor
+from .kernels.compile_once import compile_once
 
 Key = tuple[int, int]
 
@@ -242,7 +243,8 @@ def compile_loop(source: str) -> Callable[..., None]:
         # Numba's cache finds a function's globals by module name when it loads.
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        fn = module.fused
+        # Processes that fuse the same segment at once (a cluster's workers) compile it once between them.
+        fn = compile_once(module.fused)
     _loaded[digest] = fn
     return fn
 
