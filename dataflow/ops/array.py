@@ -406,13 +406,22 @@ def pad(
     x: TensorLike,
     paddings: Sequence[Sequence[int]],
     constant_values: float | int | bool = 0,
+    mode: str = "CONSTANT",
     name: str = "pad",
 ) -> Tensor:
-    """``x`` with ``paddings[i] = (before, after)`` entries of ``constant_values`` around dim ``i``."""
+    """``x`` with ``paddings[i] = (before, after)`` entries around dim ``i``: ``constant_values``
+    (mode CONSTANT), or ``x`` mirrored without its edge (REFLECT) or with it (SYMMETRIC),
+    as TensorFlow's ``tf.pad`` (``mode`` comes after ``constant_values`` here, which was first)."""
     try:
         pairs = tuple(tuple(operator.index(v) for v in pair) for pair in paddings)
     except TypeError:
         raise ShapeError(f"pad: paddings must be one (before, after) pair of ints per dim, got {paddings!r}") from None
+    if not isinstance(mode, str) or mode.upper() not in ("CONSTANT", "REFLECT", "SYMMETRIC"):
+        raise GraphError(f"pad: mode must be 'CONSTANT', 'REFLECT' or 'SYMMETRIC', got {mode!r}")
+    if mode.upper() != "CONSTANT":
+        from .array_more import mirror_pad
+
+        return mirror_pad(as_tensor(x), pairs, mode.upper(), name)
     attrs = {"paddings": pairs, "constant_values": _scalar(constant_values, "constant_values", "pad")}
     return apply("Pad", [x], attrs, name=name)
 

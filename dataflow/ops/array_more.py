@@ -276,6 +276,68 @@ def broadcast_to(x: TensorLike, shape: Sequence[int], name: str = "broadcast_to"
     return apply("BroadcastTo", [x], {"shape": _ints(shape, "shape", "broadcast_to")}, name=name)
 
 
+# ------------------------------------------------ MirrorPad, MirrorPadGrad
+# REFLECT leaves the edge out of the mirror image ([1 2 3] -> 2 1 2 3 2), so a
+# pad must be shorter than its dim; SYMMETRIC repeats the edge (-> 1 1 2 3 3),
+# so a pad may be as long as its dim (TensorFlow's MirrorPad).
+MIRROR_MODES = {"REFLECT": 0, "SYMMETRIC": 1}
+
+
+def _check_paddings(ctx: InferContext, paddings: Any, rank: int, shape: Any) -> None:
+    if len(paddings) != rank or any(len(p) != 2 for p in paddings):
+        raise ctx.shape_error(f"paddings {paddings} need one (before, after) pair per dim of {fmt(shape)}")
+    if any(v < 0 for p in paddings for v in p):
+        raise ctx.shape_error(f"paddings {paddings} must be >= 0")
+
+
+def _check_mirror(ctx: InferContext, shape: Any, paddings: Any, mode: str) -> None:
+    edge = MIRROR_MODES[mode]
+    for axis, (d, (b, a)) in enumerate(zip(shape, paddings)):
+        if d is not None and max(b, a) > max(d - 1 + edge, 0):  # a pad of 0 mirrors nothing, even of nothing
+            limit = "less than" if mode == "REFLECT" else "at most"
+            raise ctx.shape_error(
+                f"{mode} padding {(b, a)} of axis {axis} of {fmt(shape)} must be {limit} its size {d}"
+            )
+
+
+def _infer_mirror_pad(ctx: InferContext) -> TensorSpec:
+    x, paddings, mode = ctx.inputs[0], ctx.attrs["paddings"], ctx.attrs["mode"]
+    _check_paddings(ctx, paddings, x.rank, x.shape)
+    _check_mirror(ctx, x.shape, paddings, mode)
+    return TensorSpec(tuple(None if d is None else d + b + a for d, (b, a) in zip(x.shape, paddings)), x.dtype)
+
+
+def _infer_mirror_pad_grad(ctx: InferContext) -> TensorSpec:
+    g, paddings = ctx.inputs[0], ctx.attrs["paddings"]
+    _check_paddings(ctx, paddings, g.rank, g.shape)
+    dims = tuple(None if d is None else d - b - a for d, (b, a) in zip(g.shape, paddings))
+    if any(d is not None and d < 0 for d in dims):
+        raise ctx.shape_error(f"gradient {fmt(g.shape)} is smaller than its paddings {paddings}")
+    _check_mirror(ctx, dims, paddings, ctx.attrs["mode"])
+    return TensorSpec(dims, g.dtype)
+
+
+register_op(OpDef(
+    name="MirrorPad", family=FAMILY, infer=_infer_mirror_pad,
+    reference=lambda attrs, x: np.pad(x, attrs["paddings"], mode=attrs["mode"].lower()),
+    grad=lambda node, dys: [apply("MirrorPadGrad", [_dy(dys)], node.attrs, name="mirror_pad_grad")],
+    kernels={"cpu": lambda node, ctx: k.mirror_pad(node.attrs["paddings"], node.attrs["mode"]),
+             "cuda": _cuda("mirror_pad_op")},
+))  # fmt: skip
+register_op(OpDef(
+    name="MirrorPadGrad", family=FAMILY, infer=_infer_mirror_pad_grad,
+    reference=lambda attrs, g: k.mirror_fold(g, attrs["paddings"], attrs["mode"]),
+    grad=lambda node, dys: [apply("MirrorPad", [_dy(dys)], node.attrs, name="mirror_pad")],
+    kernels={"cpu": lambda node, ctx: k.mirror_pad_grad(node.attrs["paddings"], node.attrs["mode"]),
+             "cuda": _cuda("mirror_pad_grad_op")},
+))  # fmt: skip
+
+
+def mirror_pad(x: Tensor, paddings: tuple[tuple[int, ...], ...], mode: str, name: str) -> Tensor:
+    """``cg.pad`` in REFLECT or SYMMETRIC mode (``mode`` already checked)."""
+    return apply("MirrorPad", [x], {"paddings": paddings, "mode": mode}, name=name)
+
+
 # ---------------------------------------------------------------- reverse
 def reverse(x: TensorLike, axis: int | Sequence[int], name: str = "reverse") -> Tensor:
     """``x`` with the order of its elements reversed along each axis in ``axis`` (``tf.reverse``).

@@ -183,3 +183,46 @@ def test_reverse_errors() -> None:
         cg.reverse(ph(2, 3), [0, -2])
     with raises(cg.ShapeError, "reverse: axis 2 is out of range for rank 2"):
         cg.reverse(ph(2, 3), 2)
+
+
+# --------------------------------------------------- pad REFLECT, SYMMETRIC
+def test_pad_reflect_and_symmetric_match_numpy_and_fold_the_gradient_back() -> None:
+    x = ph(None, 4)
+    r = cg.pad(x, ((1, 1), (3, 2)), mode="REFLECT")
+    s = cg.pad(x, ((0, 0), (4, 1)), mode="symmetric")
+    assert r.shape == (None, 9) and s.shape == (None, 9)
+    (dx,) = cg.gradients(cg.reduce_sum(r), [x])
+    data = X[:, 0]
+    got_r, got_s, got_dx = _run([r, s, dx], {x: data})
+    np.testing.assert_array_equal(got_r, np.pad(data, ((1, 1), (3, 2)), mode="reflect"))
+    np.testing.assert_array_equal(got_s, np.pad(data, ((0, 0), (4, 1)), mode="symmetric"))
+    # Each element's gradient counts its copies: [a b c d] on axis 1 pads to d c b [a b c d] c b.
+    np.testing.assert_array_equal(got_dx, np.array([[1, 3, 3, 2], [1, 3, 3, 2]]) * 2)
+
+
+def test_pad_mirror_errors() -> None:
+    with raises(cg.ShapeError, "MirrorPad 'pad' (test_array_more.py"):
+        cg.pad(ph(2, 3), ((0, 0), (3, 0)), mode="REFLECT")
+    with raises(cg.ShapeError, "REFLECT padding (3, 0) of axis 1 of (2, 3) must be less than its size 3"):
+        cg.pad(ph(2, 3), ((0, 0), (3, 0)), mode="REFLECT")
+    with raises(cg.ShapeError, "SYMMETRIC padding (0, 4) of axis 1 of (2, 3) must be at most its size 3"):
+        cg.pad(ph(2, 3), ((0, 0), (0, 4)), mode="SYMMETRIC")
+    with raises(cg.ShapeError, "paddings ((0, 0),) need one (before, after) pair per dim of (2, 3)"):
+        cg.pad(ph(2, 3), ((0, 0),), mode="REFLECT")
+    with raises(cg.ShapeError, "paddings ((0, 0), (-1, 0)) must be >= 0"):
+        cg.pad(ph(2, 3), ((0, 0), (-1, 0)), mode="SYMMETRIC")
+    with raises(cg.GraphError, "pad: mode must be 'CONSTANT', 'REFLECT' or 'SYMMETRIC', got 'edge'"):
+        cg.pad(ph(2, 3), ((0, 0), (1, 0)), mode="edge")
+
+
+def test_pad_mirror_of_a_dim_known_only_at_run_time_fails_at_the_node() -> None:
+    x = ph(None, 3)
+    y = cg.pad(x, ((2, 0), (0, 0)), mode="REFLECT", name="mirror")
+    with pytest.raises(cg.ExecutionError, match=r"^MirrorPad 'mirror' .* failed while running: .*"
+                       r"REFLECT padding \(2, 0\) of axis 0 of \(2, 3\) does not fit its size 2"):  # fmt: skip
+        _run(y, {x: np.zeros((2, 3), np.float32)})
+
+
+def test_mirror_pad_grad_smaller_than_its_paddings() -> None:
+    with raises(cg.ShapeError, "gradient (2, 3) is smaller than its paddings ((2, 1), (0, 0))"):
+        apply("MirrorPadGrad", [ph(2, 3, name="g")], {"paddings": ((2, 1), (0, 0)), "mode": "SYMMETRIC"})

@@ -252,6 +252,12 @@ def _batch_gather(node: cg.Node, shapes: Shapes) -> list[str]:
     return [like, ids] if node.op == "BatchGather" else [like[:axis] + ids[b:] + like[axis + 1 :], ids, like]
 
 
+def _mirror_pad(node: cg.Node, shapes: Shapes, i: int, a: int) -> Shapes | str:
+    if any(node.attrs["paddings"][a]):
+        return f"the row mirrors {node.attrs['paddings'][a]} elements of this axis: an empty axis has none to mirror"
+    return _broadcast(node, shapes, i, a)
+
+
 RULES: dict[str, Rule] = {
     "MatMul":             _tied(_matmul),
     "BatchMatMul":        _batch_matmul,
@@ -290,6 +296,8 @@ RULES: dict[str, Rule] = {
     "ScatterNdLike":      _tied(_scatter_nd, _DEPTH),
     "BatchGather":        _tied(_batch_gather),
     "BatchGatherGrad":    _tied(_batch_gather),
+    "MirrorPad":          _mirror_pad,
+    "MirrorPadGrad":      _mirror_pad,
 }  # fmt: skip
 
 # Rows with no variant, and why.

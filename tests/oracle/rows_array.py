@@ -54,6 +54,19 @@ def _batch_put(u: Any, i: Any, like: Any, axis: int) -> Any:
     ]) + 0 * like.sum()  # fmt: skip
 
 
+def _symmetric(t: Any, before: int, after: int) -> Any:
+    """SYMMETRIC padding of the last axis (torch has reflect only): the edge repeated in the mirror."""
+    return torch.cat([t[..., :before].flip(-1), t, t[..., t.shape[-1] - after :].flip(-1)], -1)
+
+
+def _reflect_adjoint(g: Any, shape: tuple[int, ...], pad: tuple[int, int]) -> Any:
+    """MirrorPad's gradient said in torch: the vector-Jacobian product of ``F.pad(mode="reflect")``,
+    kept differentiable in ``g``."""
+    x0 = torch.zeros(shape, dtype=g.dtype, requires_grad=True)
+    (dx,) = torch.autograd.grad(torch.nn.functional.pad(x0, pad, mode="reflect"), x0, g, create_graph=True)
+    return dx
+
+
 BATCH_IDS = np.array([[2, 0, 2], [1, 1, 0]], np.int32)
 PAIRS = np.array([[2, 1], [0, 3], [2, 1]], np.int32)  # a repeated row: gradients and scatters sum
 
@@ -88,4 +101,10 @@ ARRAY_ROWS: list[Row] = [
         [x(2, "c", 4), fixed(BATCH_IDS)], id="axis2", variants=({"c": 0},)),
     Row("BatchGatherGrad", lambda u, i, like: apply("BatchGatherGrad", [u, i, like], {"batch_dims": 1, "axis": 1}),
         lambda u, i, like: _batch_put(u, i, like, 1), [x(2, 3, "c"), fixed(BATCH_IDS), x(2, 4, "c")]),
+    Row("MirrorPad", lambda a: cg.pad(a, ((0, 0), (0, 0), (2, 1)), mode="REFLECT"),
+        lambda a: torch.nn.functional.pad(a, (2, 1), mode="reflect"), [x("n", 2, 4)], variants=ZERO),
+    Row("MirrorPad", lambda a: cg.pad(a, ((0, 0), (3, 1)), mode="SYMMETRIC"), lambda a: _symmetric(a, 3, 1),
+        [x("n", 3)], id="symmetric", variants=ZERO),
+    Row("MirrorPadGrad", lambda g: apply("MirrorPadGrad", [g], {"paddings": ((0, 0), (0, 0), (2, 1)), "mode": "REFLECT"}),
+        lambda g: _reflect_adjoint(g, (2, 3, 4), (2, 1)), [x(2, 3, 7)]),
 ]  # fmt: skip

@@ -77,3 +77,44 @@ def tile_grad(multiples: tuple[int, ...]) -> Callable[[np.ndarray, np.ndarray], 
 def broadcast_to(shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
     # np.broadcast_to checks dims unknown when building, with NumPy's words.
     return lambda x: np.array(np.broadcast_to(x, shape))
+
+
+def check_mirror(shape: tuple[int, ...], paddings: tuple[tuple[int, int], ...], mode: str) -> None:
+    """A ValueError if a pad is too long for its dim (a dim unknown when building is checked here)."""
+    edge = 0 if mode == "REFLECT" else 1
+    for axis, (d, (b, a)) in enumerate(zip(shape, paddings)):
+        if d < 0 or max(b, a) > max(d - 1 + edge, 0):
+            raise ValueError(f"{mode} padding {(b, a)} of axis {axis} of {tuple(shape)} does not fit its size {d}")
+
+
+def mirror_pad(paddings: tuple[tuple[int, int], ...], mode: str) -> Callable[[np.ndarray], np.ndarray]:
+    # A dim unknown when building is checked here: np.pad would mirror a
+    # too-long REFLECT pad again and again instead of failing as TensorFlow does.
+    def run(x: np.ndarray) -> np.ndarray:
+        check_mirror(x.shape, paddings, mode)
+        return np.pad(x, paddings, mode=mode.lower())  # type: ignore[call-overload]  # numpy's stubs want a literal
+
+    return run
+
+
+def mirror_fold(g: np.ndarray, paddings: tuple[tuple[int, int], ...], mode: str) -> np.ndarray:
+    """MirrorPad's gradient: each padded strip of ``g`` added back, mirrored, onto the
+    elements it copied, one axis at a time."""
+    edge = 0 if mode == "REFLECT" else 1
+    check_mirror(tuple(d - b - a for d, (b, a) in zip(g.shape, paddings)), paddings, mode)
+    out = np.array(g)
+    for axis, (b, a) in enumerate(paddings):
+        d = out.shape[axis] - b - a
+        moved = np.moveaxis(out, axis, 0)
+        middle = np.array(moved[b : b + d])
+        if b:
+            # REFLECT: before-pad element j copied x[b - j]; SYMMETRIC: x[b - 1 - j].
+            middle[1 - edge : b + 1 - edge] += moved[:b][::-1]
+        if a:
+            middle[d - 1 + edge - a : d - 1 + edge] += moved[b + d :][::-1]
+        out = np.moveaxis(middle, 0, axis)
+    return np.ascontiguousarray(out)
+
+
+def mirror_pad_grad(paddings: tuple[tuple[int, int], ...], mode: str) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda g: mirror_fold(g, paddings, mode)

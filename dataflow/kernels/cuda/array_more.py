@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from ..cpu.array_more import split_sizes
+from ..cpu.array_more import check_mirror, split_sizes
 from . import broadcast_strides, launch
 from .array import _along, _copy, _flat, read
+from .elementwise import fill
 
 
 @cuda.jit
@@ -56,6 +57,40 @@ def _untile(g, out, x_shape, multiples, g_shape, copies, zero):  # type: ignore[
                 step *= g_shape[d]
             total += g[src]
         out[i] = total
+
+
+@cuda.jit(device=True)
+def _mirror_source(i, out_shape, x_shape, before, edge):  # type: ignore[no-untyped-def]
+    """The flat index in ``x`` that output element ``i`` of a mirror pad copies."""
+    j = i
+    src = 0
+    step = 1
+    for d in range(len(out_shape) - 1, -1, -1):
+        c = j % out_shape[d] - before[d]
+        j //= out_shape[d]
+        n = x_shape[d]
+        if c < 0:
+            c = -c - edge  # REFLECT (edge 0) skips the edge element, SYMMETRIC (edge 1) repeats it
+        elif c >= n:
+            c = 2 * n - 2 + edge - c
+        src += c * step
+        step *= n
+    return src
+
+
+@cuda.jit
+def _mirror_pad(x, out, out_shape, x_shape, before, edge):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[_mirror_source(i, out_shape, x_shape, before, edge)]
+
+
+@cuda.jit
+def _mirror_fold(g, out, g_shape, x_shape, before, edge):  # type: ignore[no-untyped-def]
+    """Each element of ``g`` added onto the one it copied (atomic: several copy one)."""
+    i = cuda.grid(1)
+    if i < g.size:
+        cuda.atomic.add(out, _mirror_source(i, g_shape, x_shape, before, edge), g[i])
 
 
 def split_op(node: Any, ctx: Any) -> Callable[[Any], Any]:
@@ -115,5 +150,41 @@ def broadcast_to_op(node: Any, ctx: Any) -> Callable[[Any], Any]:
             # A dim unknown when building, checked now with NumPy's words.
             raise ValueError(f"operands could not be broadcast together with remapped shapes {tuple(x.shape)} {shape}")
         return _copy(x, (0, shape, broadcast_strides(tuple(x.shape), shape)))
+
+    return run
+
+
+def _mirror(kernel: Any, src: Any, out: Any, big: tuple[int, ...], small: tuple[int, ...], node: Any) -> Any:
+    """Launch a mirror kernel over the padded shape ``big`` (``small`` is the unpadded one)."""
+    before = tuple(b for b, _ in node.attrs["paddings"])
+    edge = 0 if node.attrs["mode"] == "REFLECT" else 1
+    work = math.prod(big)
+    if work:
+        blocks, threads = launch(work)
+        grids = (big, small, before) if big else ((1,), (1,), (0,))
+        kernel[blocks, threads](_flat(src), _flat(out), *grids, edge)
+    return out
+
+
+def mirror_pad_op(node: Any, ctx: Any) -> Callable[[Any], Any]:
+    paddings, mode = node.attrs["paddings"], node.attrs["mode"]
+
+    def run(x: Any) -> Any:
+        small = tuple(x.shape)
+        check_mirror(small, paddings, mode)
+        big = tuple(d + b + a for d, (b, a) in zip(small, paddings))
+        return _mirror(_mirror_pad, x, cuda.device_array(big, x.dtype), big, small, node)
+
+    return run
+
+
+def mirror_pad_grad_op(node: Any, ctx: Any) -> Callable[[Any], Any]:
+    paddings = node.attrs["paddings"]
+
+    def run(g: Any) -> Any:
+        big = tuple(g.shape)
+        small = tuple(d - b - a for d, (b, a) in zip(big, paddings))
+        check_mirror(small, paddings, node.attrs["mode"])
+        return _mirror(_mirror_fold, g, fill(small, g.dtype, 0), big, small, node)
 
     return run

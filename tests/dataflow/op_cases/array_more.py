@@ -18,6 +18,10 @@ def _tile_grad(g: cg.Tensor, x: cg.Tensor, multiples: tuple[int, ...]) -> cg.Ten
     return apply("TileGrad", [g, x], {"multiples": multiples})
 
 
+def _mirror_grad(g: cg.Tensor, paddings: tuple, mode: str) -> cg.Tensor:
+    return apply("MirrorPadGrad", [g], {"paddings": paddings, "mode": mode})
+
+
 CASES = [
     # ------------------------------------------------------------ Split
     OpCase("Split", lambda x: cg.split(x, 2, axis=2)[1], [x234], id="count"),
@@ -57,4 +61,13 @@ CASES = [
     OpCase("StridedSlice", lambda x: cg.reverse(x, [0, -1]), [x234], id="reverse"),
     OpCase("StridedSlice", lambda x: cg.reverse(x, 1), [x234], static_shapes=[(None, 3, None)],
            id="reverse-unknown-dims"),
+    # --------------------------------------------- MirrorPad, MirrorPadGrad
+    OpCase("MirrorPad", lambda x: cg.pad(x, ((1, 1), (0, 0), (3, 1)), mode="REFLECT"), [x234]),
+    OpCase("MirrorPad", lambda x: cg.pad(x, ((2, 1), (3, 0)), mode="symmetric"), [rand(2, 3)], id="symmetric-whole"),
+    OpCase("MirrorPad", lambda x: cg.pad(x, ((0, 0), (2, 2), (1, 1)), mode="SYMMETRIC"), [x234],
+           static_shapes=[(None, 3, None)], id="symmetric-unknown-dims"),
+    OpCase("MirrorPad", lambda x: cg.pad(x, ((1, 1),), mode="REFLECT"), [ids[0]], grad=False, id="int32"),
+    OpCase("MirrorPadGrad", lambda g: _mirror_grad(g, ((1, 2), (3, 1)), mode="REFLECT"), [rand(6, 8)]),
+    OpCase("MirrorPadGrad", lambda g: _mirror_grad(g, ((2, 1), (3, 0)), mode="SYMMETRIC"), [rand(5, 6)],
+           static_shapes=[(None, 6)], id="symmetric-unknown"),
 ]  # fmt: skip
