@@ -20,9 +20,10 @@ if TYPE_CHECKING:
     from cellgraph.examples.distributed import Settings
 
 # Epochs per model that reach the single-process demo's accuracy targets in well under a minute.
-LOCAL_EPOCHS = {"mlp": 40, "inception": 30}
-TARGETS = {"mlp": 0.97, "inception": 0.98}
+LOCAL_EPOCHS = {"mlp": 40, "inception": 30, "resnet": 20, "inception_v3": 30, "transformer": 30, "lstm": 30}
+TARGETS = {"mlp": 0.97, "inception": 0.98, "resnet": 0.97, "inception_v3": 0.97, "transformer": 0.97, "lstm": 0.97}
 MODELS = sorted(LOCAL_EPOCHS)
+LOCAL_DEFAULT = ["mlp", "inception"]  # what a plain ``demo --local`` trains: the two quickest
 TRAINING_ROWS = 1437  # the digits split's training images (examples/digits.py), for checking --batch-size early
 
 
@@ -49,16 +50,19 @@ def _examples_missing(command: str) -> bool:
 def _demo(args: argparse.Namespace) -> int:
     if _examples_missing("cellgraph demo"):
         return 2
+    if args.model is not None and args.models is not None:
+        args.parser.error("--model and --models both choose what to train: give one")
     if args.local:
         return _demo_local(args)
     if args.models is not None or args.epochs is not None:
         args.parser.error(
             "--models and --epochs choose the single-process run: add --local "
-            "(the distributed demo trains the mini-Inception; cellgraph train takes options)"
+            "(the distributed demo trains --model, the mini-Inception by default; cellgraph train takes options)"
         )
     from cellgraph.examples.distributed import Settings
 
-    return _run_distributed("cellgraph demo", Settings(model="inception", progress=not args.no_progress), args.check)
+    settings = Settings(model=args.model or "inception", progress=not args.no_progress)
+    return _run_distributed("cellgraph demo", settings, args.check)
 
 
 def _demo_local(args: argparse.Namespace) -> int:
@@ -68,7 +72,7 @@ def _demo_local(args: argparse.Namespace) -> int:
     data = digits.load()
     print(f"digits: {len(data.x_train)} training and {len(data.x_test)} test images (8x8), fixed split, seed 0")
     failed = []
-    for name in args.models or MODELS:
+    for name in [args.model] if args.model else args.models or LOCAL_DEFAULT:
         model = models.MODELS[name]()
         epochs = args.epochs or LOCAL_EPOCHS[name]
         result = fit(model, data, epochs=epochs, batch_size=args.batch_size, progress=not args.no_progress)
@@ -174,7 +178,12 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
         "demo",
         help="train the mini-Inception on the digits on a local Dask cluster (1 PS, 2 workers), print test accuracy",
     )
-    demo.add_argument("--local", action="store_true", help="train in this process instead (MLP and mini-Inception)")
+    demo.add_argument(
+        "--local", action="store_true", help="train in this process instead (MLP and mini-Inception, or --model)"
+    )
+    demo.add_argument(
+        "--model", choices=MODELS, default=None, help="the model to train (default: the mini-Inception on the cluster)"
+    )
     demo.add_argument("--models", nargs="+", choices=MODELS, default=None, help="with --local: models to train")
     demo.add_argument("--epochs", type=int, default=None, help="with --local: epochs per model (default: per model)")
     demo.add_argument("--batch-size", type=int, default=64, help="with --local: rows per step")

@@ -59,8 +59,8 @@ def test_demo_without_the_examples_extra_says_what_to_install() -> None:
 
 def test_unknown_model_is_rejected_with_choices(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        cli.main(["demo", "--local", "--models", "resnet"])
-    assert "invalid choice: 'resnet' (choose from" in capsys.readouterr().err
+        cli.main(["demo", "--local", "--models", "vgg16"])
+    assert "invalid choice: 'vgg16' (choose from" in capsys.readouterr().err
 
 
 def test_local_only_options_without_local_say_to_add_it(capsys: pytest.CaptureFixture[str]) -> None:

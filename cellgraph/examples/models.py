@@ -1,45 +1,25 @@
-"""The demo models, built as cellgraph graphs: an MLP and a mini-Inception CNN.
+"""The demo models, built as cellgraph graphs: an MLP and a mini-Inception CNN here; a ResNet, an
+Inception-v3, a Transformer encoder and an LSTM in ``deep_models.py``.
 
 The mini-Inception keeps the shape of GoogLeNet's building block (Szegedy et
 al., 2015) at digit scale: a conv stem, then parallel 1x1 / 3x3 / 5x5 / pooling
 branches joined by a channel concat, then a dense head.
+
+A model with batch normalization or dropout has a ``training`` switch
+(``cg.layers.training_switch()``): true unless fed, so a training step feeds
+only the data; evaluation feeds it ``False`` (``Model.eval_feeds``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import cellgraph as cg
 
+from .deep_models import inception_v3, lstm, resnet, transformer
+from .model_base import Model, finish
 
-@dataclass
-class Model:
-    """A built model: its graph, inputs, outputs and training op."""
-
-    name: str
-    graph: cg.Graph
-    x: cg.Tensor
-    y: cg.Tensor
-    logits: cg.Tensor
-    loss: cg.Tensor
-    accuracy: cg.Tensor
-    train_op: cg.Node
-    image_input: bool
-
-
-def _finish(
-    name: str,
-    g: cg.Graph,
-    x: cg.Tensor,
-    y: cg.Tensor,
-    logits: cg.Tensor,
-    optimizer: cg.optim.Optimizer,
-    image_input: bool,
-) -> Model:
-    loss = cg.losses.sparse_softmax_cross_entropy(logits, y)
-    train_op = optimizer.minimize(loss)
-    return Model(name, g, x, y, logits, loss, cg.metrics.accuracy(logits, y), train_op, image_input)
+__all__ = ["MODELS", "Model", "inception_block", "mini_inception", "mlp"]
 
 
 def mlp(hidden: int = 128, optimizer: cg.optim.Optimizer | None = None) -> Model:
@@ -50,7 +30,7 @@ def mlp(hidden: int = 128, optimizer: cg.optim.Optimizer | None = None) -> Model
         y = cg.placeholder((None,), "int32", name="y")
         h = cg.layers.dense(x, hidden, activation="relu", name="hidden")
         logits = cg.layers.dense(h, 10, name="logits")
-        return _finish("mlp", g, x, y, logits, optimizer or cg.optim.Adam(1e-2), image_input=False)
+        return finish("mlp", g, x, y, logits, optimizer or cg.optim.Adam(1e-2), image_input=False)
 
 
 def inception_block(x: cg.Tensor, width: int = 8, name: str = "inception") -> cg.Tensor:
@@ -86,7 +66,14 @@ def mini_inception(optimizer: cg.optim.Optimizer | None = None) -> Model:
         block = inception_block(stem, 8)
         pooled = cg.layers.max_pool2d(block, 2)
         logits = cg.layers.dense(cg.layers.flatten(pooled), 10, name="logits")
-        return _finish("mini-inception", g, x, y, logits, optimizer or cg.optim.Adam(3e-3), image_input=True)
+        return finish("mini-inception", g, x, y, logits, optimizer or cg.optim.Adam(3e-3), image_input=True)
 
 
-MODELS: dict[str, Callable[..., Model]] = {"mlp": mlp, "inception": mini_inception}
+MODELS: dict[str, Callable[..., Model]] = {
+    "mlp": mlp,
+    "inception": mini_inception,
+    "resnet": resnet,
+    "inception_v3": inception_v3,
+    "transformer": transformer,
+    "lstm": lstm,
+}

@@ -55,7 +55,7 @@ def fit(model: Model, data: Split, epochs: int, batch_size: int = 64, seed: int 
     elapsed = time.perf_counter() - start
     if bar is not None:
         bar.close()
-    accuracy = float(sess.run(model.accuracy, {model.x: x_test, model.y: data.y_test}))
+    accuracy = float(sess.run(model.accuracy, model.eval_feeds(x_test, data.y_test)))
     return Result(model.name, epochs, epochs * len(batches), first_step, elapsed, samples / elapsed, accuracy)
 
 
