@@ -25,8 +25,9 @@ import numpy as np
 
 from cellgraph.dataflow.graph import Node
 from cellgraph.dataflow.kernels.cpu.activations import GELU_CUBIC, SELU_ALPHA, SELU_SCALE, SQRT_2_OVER_PI, SQRT_HALF
+from cellgraph.dataflow.kernels.cpu.conv import axis_padding, window
 
-from .common import DTYPE_TO_ONNX, INT64_MAX, INT64_MIN
+from .common import DTYPE_TO_ONNX, INT64_MAX, INT64_MIN, OnnxError
 
 if TYPE_CHECKING:
     from .exporter import Emitter
@@ -198,13 +199,75 @@ def _window(node: Node) -> dict[str, Any]:
     return {"strides": list(strides), "auto_pad": pad}
 
 
+def _conv_attrs(node: Node) -> dict[str, Any]:
+    """Conv's strides, dilations and group, and its auto_pad or explicit (top, left, bottom, right) pads."""
+    padding = node.attrs["padding"]
+    attrs: dict[str, Any] = {
+        "strides": list(node.attrs["strides"]),
+        "dilations": list(node.attrs.get("dilations", (1, 1))),
+        "group": int(node.attrs.get("groups", 1)),
+    }
+    if isinstance(padding, str):
+        return {**attrs, **_window(node)}
+    (top, bottom), (left, right) = padding
+    return {**attrs, "pads": [top, left, bottom, right]}
+
+
 def _conv2d(e: Emitter, node: Node) -> None:
     x, w = e.ins(node)
     x = e.node("Transpose", [x], perm=NHWC_TO_NCHW)[0]
     w = e.node("Transpose", [w], perm=HWIO_TO_OIHW)[0]
     kernel = [int(d) for d in node.inputs[1].shape[:2]]  # type: ignore[arg-type]
-    y = e.node("Conv", [x, w], kernel_shape=kernel, **_window(node))[0]
+    y = e.node("Conv", [x, w], kernel_shape=kernel, **_conv_attrs(node))[0]
     e.node("Transpose", [y], e.outs(node), perm=NCHW_TO_NHWC)
+
+
+def _conv2d_transpose(e: Emitter, node: Node) -> None:
+    # ONNX's ConvTranspose is the full transposed convolution less pads at each end, plus
+    # output_padding after: cellgraph's output starts at its pad before and is cropped to its size.
+    x, w = e.ins(node)
+    sizes, out = node.inputs[0].shape[1:3], node.outputs[0].shape[1:3]
+    kernel = [int(d) for d in node.inputs[1].shape[:2]]  # type: ignore[arg-type]
+    if None in sizes or None in out:
+        raise OnnxError(f"{node.describe()}: a transposed convolution exports only with a known height and width")
+    attrs = _conv_attrs(node)
+    begin, end, extra = [], [], []
+    for i in range(2):
+        span = (kernel[i] - 1) * attrs["dilations"][i] + 1
+        before = window(out[i], kernel[i], attrs["strides"][i], axis_padding(node.attrs["padding"], i),  # type: ignore[arg-type]
+                        attrs["dilations"][i])[1]  # fmt: skip
+        after = (sizes[i] - 1) * attrs["strides"][i] + span - before - out[i]  # type: ignore[operator]
+        begin.append(before)
+        end.append(max(after, 0))
+        extra.append(max(-after, 0))
+    attrs.pop("auto_pad", None)
+    attrs["pads"] = begin + end
+    x = e.node("Transpose", [x], perm=NHWC_TO_NCHW)[0]
+    w = e.node("Transpose", [w], perm=HWIO_TO_OIHW)[0]  # (in, out / group, kh, kw), as ConvTranspose reads it
+    y = e.node("ConvTranspose", [x, w], kernel_shape=kernel, output_padding=extra, **attrs)[0]
+    e.node("Transpose", [y], e.outs(node), perm=NCHW_TO_NHWC)
+
+
+def _max_pool_with_argmax(e: Emitter, node: Node) -> None:
+    # ONNX's Indices are NCHW flat indices (batch included); TensorFlow's are NHWC ones.
+    h, w, c = node.inputs[0].shape[1:]
+    if None in (h, w, c):
+        raise OnnxError(f"{node.describe()}: max_pool_with_argmax exports only with a known height, width and channels")
+    x = e.node("Transpose", e.ins(node), perm=NHWC_TO_NCHW)[0]
+    y, at = e.node("MaxPool", [x], [e.fresh("maxpool"), e.fresh("indices")],
+                   kernel_shape=list(node.attrs["ksize"]), **_window(node))  # fmt: skip
+    values, argmax = e.outs(node)
+    e.node("Transpose", [y], [values], perm=NCHW_TO_NHWC)
+    at = e.node("Transpose", [at], perm=NCHW_TO_NHWC)[0]
+    plane, image = h * w, h * w * c  # type: ignore[operator]
+    rest = e.node("Mod", [at, e.const(np.array(image, np.int64))])[0]
+    channel = e.node("Div", [rest, e.const(np.array(plane, np.int64))])[0]
+    pixel = e.node("Mod", [rest, e.const(np.array(plane, np.int64))])[0]
+    index = e.node("Add", [e.node("Mul", [pixel, e.const(np.array(c, np.int64))])[0], channel])[0]
+    if node.attrs["include_batch_in_index"]:
+        batch = e.node("Sub", [at, rest])[0]  # = image number * h * w * c
+        index = e.node("Add", [index, batch])[0]
+    e.node("Identity", [index], [argmax])
 
 
 def _pool(op_type: str, **fixed: Any) -> Row:
@@ -367,6 +430,8 @@ EXPORTERS: dict[str, Row] = {
     "Gather":       lambda e, node: e.node("Gather", e.ins(node), e.outs(node), axis=int(node.attrs["axis"])),
     "OneHot":       _one_hot,
     "Conv2D":       _conv2d,
+    "Conv2DTranspose": _conv2d_transpose,
+    "MaxPoolWithArgmax": _max_pool_with_argmax,
     "MaxPool":      _pool("MaxPool"),
     "AvgPool":      _pool("AveragePool", count_include_pad=0),
     "SparseSoftmaxCrossEntropyWithLogits": _xent,

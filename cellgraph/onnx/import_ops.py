@@ -37,7 +37,7 @@ from cellgraph.dataflow.ops import reductions as red
 from .common import COMPUTE_DTYPE, Build, ImportRow
 from .import_normalization import NORMALIZATION
 from .import_shapes import SHAPES
-from .import_windows import check_avg_pool, check_conv, check_max_pool, conv, pool
+from .import_windows import check_avg_pool, check_conv, check_conv_transpose, check_max_pool, conv, conv_transpose, pool
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
@@ -476,6 +476,8 @@ IMPORTERS: dict[str, ImportRow] = {
     "Pad":            ImportRow(_pad, {"mode": "constant"}, (1, 2, 3), _check_pad),
     "Gather":         ImportRow(_gather, {"axis": 0}),
     "Conv":           ImportRow(conv, {**_WINDOW, "group": 1}, check=check_conv),
+    "ConvTranspose":  ImportRow(conv_transpose, {**_WINDOW, "group": 1, "output_padding": None, "output_shape": None},
+                                check=check_conv_transpose),
     "MaxPool":        ImportRow(pool, {**_WINDOW, "ceil_mode": 0, "storage_order": 0}, check=check_max_pool),
     "AveragePool":    ImportRow(pool, {**_WINDOW, "ceil_mode": 0, "count_include_pad": 0}, check=check_avg_pool),
     "Dropout":        ImportRow(_dropout, {"seed": None, "ratio": None}, (1, 2), _check_dropout),

@@ -1,10 +1,13 @@
-"""The import rows of ONNX's windowed ops (Conv, MaxPool, AveragePool) over 1-D and 2-D images.
+"""The import rows of ONNX's windowed ops (Conv, ConvTranspose, MaxPool, AveragePool) over 1-D and 2-D images.
 
 ONNX images are NCHW (NCL in 1-D) with OIHW filters; cellgraph's are NHWC with
 HWIO filters. A 1-D op is imported as the 2-D op over an image of height 1.
-Explicit, SAME_LOWER and ceil-mode padding become a ``cg.pad`` before a VALID
-window (with -inf for max pooling, so that padding never wins); SAME_UPPER is
-cellgraph's (TensorFlow's) SAME.
+Convolutions map onto ``cg.conv2d`` / ``cg.conv2d_transpose`` whole: group,
+dilations and explicit pads are their own attrs (SAME_LOWER becomes explicit
+pads); SAME_UPPER is cellgraph's (TensorFlow's) SAME. For pools, explicit,
+SAME_LOWER and ceil-mode padding become a ``cg.pad`` before a VALID window
+(with -inf for max pooling, so that padding never wins); MaxPool's Indices
+come from ``max_pool_with_argmax``, renumbered from NHWC to ONNX's NCHW order.
 Pools of other ranks, or with dilations, are the max (or mean) of one strided
 slice of the padded input per kernel offset.
 
@@ -124,14 +127,10 @@ def _native(n: NodeInfo) -> bool:
 
 def _window_check(n: NodeInfo) -> str | None:
     rank = n.rank(0)
-    if not _native(n):
-        if n.op == "Conv":
-            if rank not in (3, 4):
-                return f"Conv over a rank-{rank} input (cellgraph convolves 1-D and 2-D images)"
-            hw = _hw(n)
-            if hw is None or None in hw or _kernel(n) is None:
-                return "Conv with dilations over an input whose height or width is unknown until the graph runs"
-            return None
+    if n.op in ("Conv", "ConvTranspose"):
+        if rank not in (3, 4):
+            return f"{n.op} over a rank-{rank} input (cellgraph convolves 1-D and 2-D images)"
+    elif not _native(n):
         return _check_sliced(n)
     if n.attrs.get("ceil_mode"):
         if n.op == "AveragePool" and n.attrs["count_include_pad"]:
@@ -147,18 +146,37 @@ def _window_check(n: NodeInfo) -> str | None:
 
 
 def check_conv(n: NodeInfo) -> str | None:
-    if int(n.attrs["group"]) != 1:
-        shape = n.shape(0)
-        if shape is None or shape[1] is None:
-            return f"Conv with group={n.attrs['group']} over an input whose channels are unknown"
     return _window_check(n)
 
 
+def check_conv_transpose(n: NodeInfo) -> str | None:
+    why = _window_check(n)
+    if why is not None:
+        return why
+    if _auto_pad(n) not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        return f"ConvTranspose with auto_pad {_auto_pad(n)}"
+    hw = _hw(n)
+    if hw is None or None in hw:
+        return "ConvTranspose over an input whose height or width is unknown until the graph runs"
+    if _kernel(n) is None:
+        return "ConvTranspose whose kernel size is unknown until the graph runs"
+    geometry = _transpose_geometry(n)
+    return geometry if isinstance(geometry, str) else None
+
+
+def _wants_indices(n: NodeInfo) -> bool:
+    return len(n.outputs) > 1 and bool(n.outputs[1])
+
+
 def check_max_pool(n: NodeInfo) -> str | None:
-    if n.attrs["storage_order"]:
-        return "MaxPool with storage_order=1"
-    if len(n.outputs) > 1 and n.outputs[1]:
-        return "MaxPool's Indices output"
+    if _wants_indices(n):
+        shape = n.shape(0)
+        if not _native(n) or n.attrs.get("ceil_mode"):
+            return "MaxPool's Indices output with dilations, ceil_mode or over other than 1-D and 2-D images"
+        if shape is None or None in shape[1:]:
+            return "MaxPool's Indices output over an input whose channels, height or width are unknown"
+    elif n.attrs["storage_order"]:
+        return _window_check(n)  # the order of the indices only: no Indices, nothing to order
     return _window_check(n)
 
 
@@ -190,41 +208,74 @@ def _padded(n: NodeInfo, x: Tensor, value: float) -> tuple[Tensor, str]:
     return _pad_nhwc(x, pads, value), "VALID"
 
 
+def _conv_padding(n: NodeInfo) -> str | tuple[Pair, Pair]:
+    """cellgraph's padding for the node: SAME, or explicit ((top, bottom), (left, right)) pads."""
+    if _auto_pad(n) == "SAME_UPPER":
+        return "SAME"  # TensorFlow's SAME puts the odd pixel last, as SAME_UPPER does
+    pads = _explicit_pads(n)
+    assert pads is not None  # the check refused SAME_LOWER over sizes unknown until the graph runs
+    return ((pads[0], pads[2]), (pads[1], pads[3]))
+
+
 def conv(b: Builder, n: NodeInfo) -> list[Tensor]:
     x = _to_nhwc(n, b.ins(n)[0])
     w = b.filter_hwio(n.inputs[1])
-    x, padding = _padded(n, x, 0.0)
-    groups = int(n.attrs["group"])
-    if groups == 1:
-        y = _conv_one(n, x, w, padding)
-    else:
-        # A grouped convolution is one convolution per group of channels, concatenated.
-        c, o = int(x.shape[3]) // groups, int(w.shape[3]) // groups  # type: ignore[arg-type]
-        y = cg.concat(
-            [_conv_one(n, x[..., g * c : (g + 1) * c], w[..., g * o : (g + 1) * o], padding) for g in range(groups)],
-            axis=3,
-        )
+    y = cg.conv2d(x, w, _strides(n), _conv_padding(n), dilations=_dilations(n), groups=int(n.attrs["group"]))
     if len(n.inputs) > 2 and n.inputs[2]:
         y = cg.bias_add(y, b.tensor(n.inputs[2]))
     return [_from_nhwc(n, y)]
 
 
-def _conv_one(n: NodeInfo, x: Tensor, w: Tensor, padding: str) -> Tensor:
-    """NHWC ``x`` (already padded) convolved with HWIO ``w``: cellgraph's conv2d, or by slices when dilated."""
-    if _dilations(n) == (1, 1):
-        return cg.conv2d(x, w, strides=_strides(n), padding=padding)
-    # Dilated: one strided slice of the input per kernel offset, times that offset's (in, out) matrix.
-    (kh, kw), (dh, dw), (sh, sw) = _kernel(n), _dilations(n), _strides(n)  # type: ignore[misc]
-    height, width, channels = (int(d) for d in x.shape[1:])  # type: ignore[arg-type]
-    oh, ow = (height - (kh - 1) * dh - 1) // sh + 1, (width - (kw - 1) * dw - 1) // sw + 1
-    total: Tensor | None = None
-    for a in range(kh):
-        for c in range(kw):
-            part = x[:, a * dh : a * dh + (oh - 1) * sh + 1 : sh, c * dw : c * dw + (ow - 1) * sw + 1 : sw, :]
-            term = cg.matmul(cg.reshape(part, (-1, channels)), w[a, c])
-            total = term if total is None else total + term
-    assert total is not None
-    return cg.reshape(total, (-1, oh, ow, int(w.shape[3])))  # type: ignore[arg-type]
+def _per_axis(n: NodeInfo, name: str, default: int) -> list[int]:
+    """A per-spatial-axis attribute as (height, width); a 1-D node's height is 1 (0 for pads)."""
+    rank = 1 if _one_d(n) else 2
+    values = [int(v) for v in (n.attrs[name] or [default] * rank)][-rank:]
+    return [default if name != "output_shape" else 1, values[0]] if _one_d(n) else values
+
+
+def _transpose_geometry(n: NodeInfo) -> tuple[Pair, tuple[Pair, Pair]] | str:
+    """(output height and width, explicit pads) of a ConvTranspose by ONNX's rules, or why not.
+
+    ONNX's output is the full transposed convolution, ``stride * (in - 1) +
+    span``, plus ``output_padding`` at the end, less the pads at each end.
+    cellgraph's output starts at the same pixel (its pad before); its pad after
+    only has to make the forward convolution give back ``in``.
+    """
+    kernel, strides, dilations, hw = _kernel(n), _strides(n), _dilations(n), _hw(n)
+    assert kernel is not None and hw is not None
+    extra = _per_axis(n, "output_padding", 0)
+    raw = [int(v) for v in (n.attrs["pads"] or [0] * (2 if _one_d(n) else 4))]
+    pads = [0, raw[0], 0, raw[1]] if _one_d(n) else raw
+    mode = _auto_pad(n)
+    sizes, pairs = [], []
+    for i in range(2):
+        span, size = (kernel[i] - 1) * dilations[i] + 1, int(hw[i])  # type: ignore[arg-type]
+        full = strides[i] * (size - 1) + extra[i] + span
+        if n.attrs["output_shape"] is not None or mode in ("SAME_UPPER", "SAME_LOWER"):
+            out = _per_axis(n, "output_shape", 1)[i] if n.attrs["output_shape"] is not None else size * strides[i]
+            total = full - out
+            before = total // 2 if mode == "SAME_UPPER" else total - total // 2
+        elif mode == "VALID":
+            out, before = full, 0
+        else:
+            out, before = full - pads[i] - pads[i + 2], pads[i]
+        if before < 0 or out < 1:
+            return f"ConvTranspose whose output ({out}) starts before or is wider than the full transposed convolution"
+        sizes.append(out)
+        pairs.append((before, max(0, (size - 1) * strides[i] + span - out - before)))
+    return (sizes[0], sizes[1]), (pairs[0], pairs[1])
+
+
+def conv_transpose(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x = _to_nhwc(n, b.ins(n)[0])
+    w = b.filter_hwio(n.inputs[1])  # ONNX's (in, out / group, kh, kw) is the forward filter's OIHW
+    geometry = _transpose_geometry(n)
+    assert not isinstance(geometry, str)  # the check refused it
+    size, pads = geometry
+    y = cg.conv2d_transpose(x, w, size, _strides(n), pads, dilations=_dilations(n), groups=int(n.attrs["group"]))
+    if len(n.inputs) > 2 and n.inputs[2]:
+        y = cg.bias_add(y, b.tensor(n.inputs[2]))
+    return [_from_nhwc(n, y)]
 
 
 def pool(b: Builder, n: NodeInfo) -> list[Tensor]:
@@ -242,8 +293,11 @@ def _pool(n: NodeInfo, source: Tensor) -> list[Tensor]:
     k, s = _kernel(n), _strides(n)
     assert k is not None
     if n.op == "MaxPool":
-        x, padding = _padded(n, x, -np.inf)
-        return [_from_nhwc(n, cg.max_pool(x, ksize=k, strides=s, padding=padding))]
+        padded, padding = _padded(n, x, -np.inf)
+        if _wants_indices(n):
+            y, at = cg.nn.max_pool_with_argmax(padded, k, s, padding, include_batch_in_index=True)
+            return [_from_nhwc(n, y), _onnx_indices(n, at, padded, x)]
+        return [_from_nhwc(n, cg.max_pool(padded, ksize=k, strides=s, padding=padding))]
     if _auto_pad(n) == "SAME_UPPER" and not n.attrs["count_include_pad"]:
         return [_from_nhwc(n, cg.avg_pool(x, ksize=k, strides=s, padding="SAME"))]
     pads = _explicit_pads(n)
@@ -255,6 +309,24 @@ def _pool(n: NodeInfo, source: Tensor) -> list[Tensor]:
         real = _pad_nhwc(cg.ones_like(x), pads, 0.0)
         y = y / cg.avg_pool(real, ksize=k, strides=s, padding="VALID")
     return [_from_nhwc(n, y)]
+
+
+def _onnx_indices(n: NodeInfo, at: Tensor, padded: Tensor, x: Tensor) -> Tensor:
+    """NHWC flat indices into ``padded`` (batch included) as ONNX's: NCHW flat indices into the
+    unpadded input, row-major (or with storage_order=1 column-major) within each image plane."""
+    hp, wp, c = (int(d) for d in padded.shape[1:])  # type: ignore[arg-type]
+    h, w = int(x.shape[1]), int(x.shape[2])  # type: ignore[arg-type]
+    top, left = 0, 0  # SAME_UPPER: max_pool_with_argmax pads itself and counts the input's pixels
+    if _auto_pad(n) != "SAME_UPPER":
+        pads = _explicit_pads(n)
+        assert pads is not None
+        top, left = pads[0], pads[1]
+    channel, pixel = cg.mod(at, c), cg.floordiv(at, c)
+    col, rest = cg.mod(pixel, wp) - left, cg.floordiv(pixel, wp)
+    row, image = cg.mod(rest, hp) - top, cg.floordiv(rest, hp)
+    plane = row * w + col if not n.attrs["storage_order"] else col * h + row
+    index = (image * c + channel) * (h * w) + plane
+    return _from_nhwc(n, index)
 
 
 # --------------------------------------- pools of any rank or dilation, by slices

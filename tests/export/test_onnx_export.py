@@ -89,6 +89,30 @@ def _conv() -> tuple[list[cg.Tensor], cg.Tensor]:
     return [x], same[:, :, :5] + valid[:, :4]
 
 
+def _conv_variants() -> tuple[list[cg.Tensor], cg.Tensor]:
+    x = _x((None, 7, 6, 4))
+    dilated = cg.conv2d(x, cg.variable(cg.init.glorot_uniform, shape=(3, 2, 2, 4), name="wd"), dilations=(2, 1),
+                        groups=2)  # fmt: skip
+    padded = cg.conv2d(x, cg.variable(cg.init.glorot_uniform, shape=(2, 3, 4, 4), name="wp"), 2, ((1, 0), (2, 1)))
+    depthwise = cg.nn.depthwise_conv2d(x, cg.variable(cg.init.glorot_uniform, shape=(3, 3, 4, 1), name="ww"), 2)
+    return [x], dilated[:, :4, :3] + padded[:, :, :3] + depthwise[:, :, :3]
+
+
+def _conv_transpose() -> tuple[list[cg.Tensor], cg.Tensor]:
+    x = _x((None, 4, 3, 4))
+    w = cg.variable(cg.init.glorot_uniform, shape=(3, 3, 2, 4), name="w")
+    same = cg.conv2d_transpose(x, w, (7, 6), strides=2)  # an output_padding of 1 in width
+    valid = cg.conv2d_transpose(x, w, strides=(1, 2), padding="VALID", dilations=(1, 2))  # (N, 6, 9, 2)
+    return [x], same[:, :6] + valid[:, :, :6]
+
+
+def _max_pool_with_argmax() -> tuple[list[cg.Tensor], cg.Tensor]:
+    x = _x((None, 7, 6, 2))
+    values, at = cg.nn.max_pool_with_argmax(x, 3, 2, "SAME", include_batch_in_index=True)
+    _, within = cg.nn.max_pool_with_argmax(x, 2, 2)
+    return [x], (values + cg.cast(at, F))[:, :3] + cg.cast(within, F)
+
+
 def _xent() -> tuple[list[cg.Tensor], cg.Tensor]:
     logits, labels = _x((None, 5)), cg.placeholder((None,), "int32", name="labels")
     node = cg.sparse_softmax_cross_entropy(logits, labels).node
@@ -148,6 +172,8 @@ CASES: dict[str, Case] = {
     "Gather":       lambda: (lambda x, i: ([x, i], cg.gather(x, i, axis=1)))(_x(), _x((2,), "i", "int32")),
     "OneHot":       lambda: (lambda i: ([i], cg.one_hot(i, 4, on_value=2.0, off_value=-1.0)))(_x((None,), "i", "int32")),
     "Conv2D":       _conv,
+    "Conv2DTranspose": _conv_transpose,
+    "MaxPoolWithArgmax": _max_pool_with_argmax,
     "MaxPool":      lambda: (lambda x: ([x], cg.max_pool(x, 3, 2, "SAME") * 1.0 + cg.max_pool(x, 2, 1, "VALID")[:, :4, :3]))(_x((None, 7, 6, 2))),
     "AvgPool":      lambda: (lambda x: ([x], cg.avg_pool(x, 3, 2, "SAME")))(_x((None, 7, 6, 2))),
     "SparseSoftmaxCrossEntropyWithLogits": _xent,
