@@ -50,6 +50,7 @@ from cellgraph.dataflow.placement import Placement
 from cellgraph.dataflow.session import Session
 
 from .cluster import CALL_TIMEOUT_S, Cluster
+from .job_compile import compile_beside
 from .job_spec import JobSpec, optimizer_config
 from .job_state import JobState, Status
 from .job_tasks import ps_variable, replica_stop_name, replicas_topic, stop_event_name
@@ -179,6 +180,8 @@ class Job:
         """On the job's start thread: the supervisor's start; its failure becomes the job's error and an event."""
         state = self._state
         try:
+            # Beside the start: on a fresh machine the replicas' kernels compile meanwhile, once, and say so.
+            compile_beside(state, self._supervisor.place().worker)
             self._supervisor.start()
         except BaseException as err:  # noqa: BLE001 - the job's error now: job.status, job.wait() and the events say it
             if self._closing.is_set():
@@ -232,6 +235,12 @@ class Job:
         return self._state.log_path
 
     # ------------------------------------------------------------------ what it is doing
+    @property
+    def compiling(self) -> str:
+        """While this process compiles the job's kernels (a local cluster's first job on a fresh machine): how far it
+        got, e.g. ``compiling kernels 12 (conv.im2col)``; otherwise ``""``."""
+        return self._state.compiling
+
     @property
     def status(self) -> Status:
         """``starting`` (servers and replicas being started), ``running``, ``finished``, ``failed`` or ``stopped``."""

@@ -62,6 +62,7 @@ class JobState:
     removed: set[int] = field(default_factory=set)  # replicas job.scale told to leave
     stopping: bool = False
     starting: bool = False  # the job's start thread runs (Job._start): servers, model, replicas
+    compiling: str = ""  # while job_compile compiles the step here: 'compiling kernels 12 (conv.im2col)'
     closed: threading.Event = field(default_factory=threading.Event, repr=False)
     error: BaseException | None = None
     # Where the servers were last saved (what a restarted one restores), and the global step as last read.

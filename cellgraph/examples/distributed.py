@@ -217,7 +217,8 @@ def _follow(job: Job, label: str, settings: Settings) -> None:
                 )
             if bar is not None:
                 bar.update(max(0, min(_step(job), job.steps) - bar.n))
-                bar.set_postfix_str(_postfix(job.metrics), refresh=False)
+                # A first run on a machine: how far the kernels' compile got (``compiling kernels 12 (...)``).
+                bar.set_postfix_str(job.compiling or _postfix(job.metrics), refresh=False)
                 bar.refresh()
             time.sleep(POLL_S)
         job.wait(timeout=60)  # raises a replica's error; lets the final checkpoint be written

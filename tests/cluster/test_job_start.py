@@ -8,6 +8,11 @@ asserted, never timings.
 
 from __future__ import annotations
 
+import ast
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,3 +97,38 @@ def test_a_cluster_without_parameter_servers_is_refused_in_the_caller(cluster: C
         assert cluster._jobs == {} and view._jobs == {}  # nothing started
     finally:
         view.close()
+
+
+# A first job on a fresh machine (empty caches): this process compiles the replicas' step beside them and says so.
+FRESH_MACHINE = """
+import re, sys
+import cellgraph as cg
+from cellgraph.examples import digits, models
+data = digits.load()
+with cg.Cluster.local(workers=1, ps=1, timeout=120) as cluster:
+    job = cg.train(models.mlp().loss, (data.x_train, data.y_train), cluster=cluster, replicas=1, steps=5)
+    try:
+        job.wait(240)
+        print(job.status, job.compiling == "")
+        print([e.split(" ", 1)[1] for e in job.events if "kernels" in e])
+    finally:
+        job.close()
+"""
+
+
+@pytest.mark.slow
+def test_a_first_job_on_a_fresh_machine_compiles_its_kernels_here_and_says_so(tmp_path: Path) -> None:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "CELLGRAPH_CACHE_DIR": str(tmp_path / "cg")}
+    ran = subprocess.run(
+        [sys.executable, "-c", FRESH_MACHINE], env=env, capture_output=True, text=True, timeout=2 * TIMEOUT
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    status, events = ran.stdout.strip().splitlines()[-2:]
+    assert status == "finished True"  # trained; and job.compiling is empty once the kernels are ready
+    [ready] = [e for e in ast.literal_eval(events) if e.startswith("kernels ready in ")]
+    compiled, loaded = map(
+        int, re.fullmatch(r"kernels ready in [0-9.]+ s: (\d+) compiled, (\d+) loaded from the cache", ready).groups()
+    )  # type: ignore[union-attr]
+    # Every kernel of the step became ready here, compiled here or loaded from what the replica compiled first.
+    assert compiled + loaded >= 5, ready
+    assert len(list((tmp_path / "numba").rglob("*.nbi.lock"))) >= compiled  # each kernel compiled under its lock

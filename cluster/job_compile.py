@@ -1,0 +1,82 @@
+"""A job's kernels, compiled in this process while its cluster starts (issue 18, item 16), with their progress.
+
+On a fresh machine most of a first job's start is Numba compiling the
+replicas' kernels. Each kernel is compiled once per machine
+(``dataflow.kernels.compile_once``: a process that needs a kernel another
+one is compiling waits for it and loads the cache), so on a local cluster
+this process can compile the step its replicas will run, beside them and
+ahead of them, and say how far it got: ``job.compiling`` (``compiling
+kernels 12 (conv.im2col)``, which ``cellgraph demo`` shows), an event every
+``NOTE_EVERY_S`` while it lasts, and one when every kernel is ready. The
+replicas load what it compiled, and it loads what they did. A remote
+cluster's workers have caches of their own: nothing is compiled here then.
+
+The step is the one the replicas run: their partition of the placed step
+(``PlacedTraining.worker``), on one batch of the data, at the initial values.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from cellgraph.dataflow.kernels.compile_once import CompileEvent, add_listener
+
+from .job_state import JobState
+from .training_graph import TrainingGraph, load
+
+# How often, while kernels compile, the job's events say how many are ready (the monitor shows events).
+NOTE_EVERY_S = 10.0
+
+
+def compile_beside(state: JobState, worker: TrainingGraph) -> threading.Thread | None:
+    """Start compiling ``worker``'s step on a thread of this process, for a local cluster's job; the thread."""
+    if state.cluster.kind != "local" or not all(isinstance(a, np.ndarray) for a in state.spec.arrays):
+        return None  # another machine's caches, or data that lives on the workers
+    thread = threading.Thread(
+        target=_compile, args=(state, worker), name=f"cellgraph-{state.job_id}-compile", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _compile(state: JobState, worker: TrainingGraph) -> None:
+    began = noted = time.monotonic()
+    me = threading.current_thread()
+    ready = {"compiled": 0, "loaded": 0}
+
+    def heard(event: CompileEvent) -> None:
+        nonlocal noted
+        if threading.current_thread() is not me:  # another thread of this process: not this job's
+            return
+        ready[event.how] += 1
+        state.compiling = f"compiling kernels {sum(ready.values())} ({event.kernel})"
+        if time.monotonic() - noted >= NOTE_EVERY_S:
+            noted = time.monotonic()
+            state.event(f"{state.compiling}: {_split(ready)} so far")
+
+    remove = add_listener(heard)
+    try:
+        loaded = load(worker)
+        batch = loaded.convert([array[: state.spec.batch_size] for array in state.spec.arrays])
+        loaded.compute(worker.initial, batch)
+    except Exception as err:  # noqa: BLE001 - the replicas compile what this could not, and report their own errors
+        state.event(
+            f"could not compile the job's kernels in this process ({type(err).__name__}: {err}); "
+            "its replicas compile them"
+        )
+        return
+    finally:
+        remove()
+        state.compiling = ""
+    if sum(ready.values()):
+        state.event(f"kernels ready in {time.monotonic() - began:.1f} s: {_split(ready)}")
+
+
+def _split(ready: dict[str, int]) -> str:
+    return f"{ready['compiled']} compiled, {ready['loaded']} loaded from the cache"
+
+
+__all__ = ["NOTE_EVERY_S", "compile_beside"]
