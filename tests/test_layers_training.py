@@ -110,3 +110,16 @@ def test_batch_norm_layer_trains_by_default_and_evaluates_with_the_switch_fed_fa
     moving_var = sess.run(g.node("batch_norm/moving_variance").output(0))
     np.testing.assert_allclose(evaluated, (x_value - before) / np.sqrt(moving_var), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(sess.run(moving_mean), before)
+
+
+def test_the_switch_survives_a_graphdef_round_trip_as_a_cluster_ships_it() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        cg.layers.training_switch()
+        cg.placeholder_with_default(np.zeros((2, 3), np.float32), (None, 3), name="x")
+    g2 = cg.from_graphdef(cg.to_graphdef(g))
+    training, x = g2.tensor("training:0"), g2.tensor("x:0")
+    assert training.shape == () and x.shape == (None, 3)
+    sess = cg.Session(g2)
+    assert sess.run(training) and not sess.run(training, {training: False})
+    np.testing.assert_array_equal(sess.run(x, {x: np.ones((4, 3), np.float32)}), np.ones((4, 3)))
