@@ -13,16 +13,23 @@ cluster's workers have caches of their own: nothing is compiled here then.
 
 The step is the one the replicas run: their partition of the placed step
 (``PlacedTraining.worker``), on one batch of the data, at the initial values.
+Once a step's kernels were all ready here, a marker in cellgraph's cache
+(keyed by the step, Numba's version and its cache folder) says so, and later
+jobs of that step skip this: loading a warm cache is the replicas' to do,
+and this process would only take a core from them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
+from pathlib import Path
 
+import numba
 import numpy as np
 
-from cellgraph.dataflow.kernels.compile_once import CompileEvent, add_listener
+from cellgraph.dataflow.kernels.compile_once import CompileEvent, add_listener, cache_dir
 
 from .job_state import JobState
 from .training_graph import TrainingGraph, load
@@ -35,14 +42,17 @@ def compile_beside(state: JobState, worker: TrainingGraph) -> threading.Thread |
     """Start compiling ``worker``'s step on a thread of this process, for a local cluster's job; the thread."""
     if state.cluster.kind != "local" or not all(isinstance(a, np.ndarray) for a in state.spec.arrays):
         return None  # another machine's caches, or data that lives on the workers
+    marker = _marker(worker)
+    if marker is not None and marker.exists():
+        return None  # compiled before on this machine, into these caches
     thread = threading.Thread(
-        target=_compile, args=(state, worker), name=f"cellgraph-{state.job_id}-compile", daemon=True
+        target=_compile, args=(state, worker, marker), name=f"cellgraph-{state.job_id}-compile", daemon=True
     )
     thread.start()
     return thread
 
 
-def _compile(state: JobState, worker: TrainingGraph) -> None:
+def _compile(state: JobState, worker: TrainingGraph, marker: Path | None) -> None:
     began = noted = time.monotonic()
     me = threading.current_thread()
     ready = {"compiled": 0, "loaded": 0}
@@ -73,6 +83,18 @@ def _compile(state: JobState, worker: TrainingGraph) -> None:
         state.compiling = ""
     if sum(ready.values()):
         state.event(f"kernels ready in {time.monotonic() - began:.1f} s: {_split(ready)}")
+    if marker is not None:
+        marker.touch()
+
+
+def _marker(worker: TrainingGraph) -> Path | None:
+    """The file that says ``worker``'s kernels are in this machine's caches (``None``: no writable cache)."""
+    folder = cache_dir("compiled")
+    if folder is None:
+        return None
+    key = hashlib.sha256(worker.graphdef)
+    key.update(f"{numba.__version__} {numba.config.CACHE_DIR}".encode())
+    return folder / f"step-{key.hexdigest()[:24]}"
 
 
 def _split(ready: dict[str, int]) -> str:

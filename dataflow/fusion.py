@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .graph import Node, Tensor
-from .kernels.compile_once import compile_once
+from .kernels.compile_once import cache_dir, compile_once
 
 Key = tuple[int, int]
 
@@ -208,13 +208,7 @@ def loop_body(
 
 
 def _cache_dir() -> Path | None:
-    root = os.environ.get("CELLGRAPH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "cellgraph")
-    path = Path(root) / "fused"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return path if os.access(path, os.W_OK) else None
+    return cache_dir("fused")
 
 
 _loaded: dict[str, Callable[..., None]] = {}

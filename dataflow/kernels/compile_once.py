@@ -68,6 +68,18 @@ _listeners: list[Callable[[CompileEvent], None]] = []
 _held: set[str] = set()  # lock files this process holds (under the compiler lock): a nested compile of the same one
 
 
+def cache_dir(name: str) -> Path | None:
+    """The writable folder ``name`` of cellgraph's cache (``CELLGRAPH_CACHE_DIR``, by default
+    ``~/.cache/cellgraph``), made if need be; ``None`` where it cannot be written."""
+    root = os.environ.get("CELLGRAPH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "cellgraph")
+    path = Path(root) / name
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return path if os.access(path, os.W_OK) else None
+
+
 def add_listener(listener: Callable[[CompileEvent], None]) -> Callable[[], None]:
     """Call ``listener`` (on the compiling thread) after each kernel signature is compiled or loaded; returns a
     function that removes it."""
@@ -147,4 +159,4 @@ def _locked(path: Path) -> Iterator[bool]:
         os.close(fd)
 
 
-__all__ = ["COMPILE_WAIT_S", "CompileCounts", "CompileEvent", "add_listener", "compile_once", "counts"]
+__all__ = ["COMPILE_WAIT_S", "CompileCounts", "CompileEvent", "add_listener", "cache_dir", "compile_once", "counts"]

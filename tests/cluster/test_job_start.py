@@ -132,3 +132,11 @@ def test_a_first_job_on_a_fresh_machine_compiles_its_kernels_here_and_says_so(tm
     # Every kernel of the step became ready here, compiled here or loaded from what the replica compiled first.
     assert compiled + loaded >= 5, ready
     assert len(list((tmp_path / "numba").rglob("*.nbi.lock"))) >= compiled  # each kernel compiled under its lock
+    assert len(list((tmp_path / "cg" / "compiled").glob("step-*"))) == 1  # this step's kernels are in the caches
+    # The same step again: the replicas load the warm caches themselves, and this process leaves them a core.
+    again = subprocess.run(
+        [sys.executable, "-c", FRESH_MACHINE], env=env, capture_output=True, text=True, timeout=2 * TIMEOUT
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    status, events = again.stdout.strip().splitlines()[-2:]
+    assert status == "finished True" and ast.literal_eval(events) == [], events
