@@ -58,15 +58,10 @@ def _block_images(rows_per_image, k, itemsize, n):  # type: ignore[no-untyped-de
 
 
 @kernel
-def im2col(x, cols, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
-    """Patch rows of images ``b0:b1`` into ``cols``; taps outside ``x`` are 0.
-
-    Without dilation along the width each window row is at most three
-    contiguous stretches: zeros for the taps left of the input, one copy of the
-    taps inside, zeros for those right of it; a dilated row is copied a tap (its
-    ``c`` channels) at a time. Offsets are unsigned so that Numba skips
-    negative-index wraparound, which would keep LLVM from vectorizing the copies.
-    """
+def _im2col_rows(x, cols, b0, b1, kh, kw, sh, dh, sw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
+    """im2col for an undilated width: each window row is at most three contiguous
+    stretches, zeros for the taps left of the input, one copy of the taps inside,
+    zeros for those right of it."""
     n, h, w, c = x.shape
     rows = x.reshape(n * h, w * c)
     span = kw * c
@@ -87,18 +82,6 @@ def im2col(x, cols, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ig
                             dst[base + t] = 0
                         continue
                     src = rows[b * h + ih]
-                    if dw != 1:
-                        for q in range(kw):
-                            iw = w0 + q * dw
-                            at = base + np.uintp(q * c)
-                            if iw < 0 or iw >= w:
-                                for t in range(np.uintp(c)):
-                                    dst[at + t] = 0
-                            else:
-                                offset = np.uintp(iw * c)
-                                for t in range(np.uintp(c)):
-                                    dst[at + t] = src[offset + t]
-                        continue
                     for t in range(left):
                         dst[base + t] = 0
                     for t in range(right - left):
@@ -108,8 +91,41 @@ def im2col(x, cols, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ig
 
 
 @kernel
-def col2im(cols, dx, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
-    """The adjoint of im2col: add the patch rows of images ``b0:b1`` back onto ``dx``."""
+def _im2col_taps(x, cols, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
+    """im2col for a dilated width: a tap (its ``c`` channels) at a time."""
+    n, h, w, c = x.shape
+    for b in range(b0, b1):
+        for i in range(oh):
+            for j in range(ow):
+                dst = cols[((b - b0) * oh + i) * ow + j]
+                for p in range(kh):
+                    ih = i * sh - pt + p * dh
+                    for q in range(kw):
+                        iw = j * sw - pl + q * dw
+                        at = np.uintp((p * kw + q) * c)
+                        if ih < 0 or ih >= h or iw < 0 or iw >= w:
+                            for t in range(np.uintp(c)):
+                                dst[at + t] = 0
+                        else:
+                            src = x[b, ih, iw]
+                            for t in range(np.uintp(c)):
+                                dst[at + t] = src[t]
+
+
+@kernel
+def im2col(x, cols, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
+    """Patch rows of images ``b0:b1`` into ``cols`` (one row per output pixel, its
+    taps and channels in HWIO order); taps outside ``x`` are 0. Offsets are
+    unsigned so that Numba skips negative-index wraparound, which would keep
+    LLVM from vectorizing the copies."""
+    if dw == 1:
+        _im2col_rows(x, cols, b0, b1, kh, kw, sh, dh, sw, pt, pl, oh, ow)
+    else:
+        _im2col_taps(x, cols, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+
+
+@kernel
+def _col2im_rows(cols, dx, b0, b1, kh, kw, sh, dh, sw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
     n, h, w, c = dx.shape
     rows = dx.reshape(n * h, w * c)
     span = kw * c
@@ -127,17 +143,35 @@ def col2im(cols, dx, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: i
                     if ih < 0 or ih >= h:
                         continue
                     dst = rows[b * h + ih]
-                    if dw != 1:
-                        for q in range(kw):
-                            iw = w0 + q * dw
-                            if 0 <= iw < w:
-                                at, offset = np.uintp(p * span + q * c), np.uintp(iw * c)
-                                for t in range(np.uintp(c)):
-                                    dst[offset + t] += src[at + t]
-                        continue
                     base = np.uintp(p * span) + left
                     for t in range(right - left):
                         dst[start + t] += src[base + t]
+
+
+@kernel
+def _col2im_taps(cols, dx, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
+    n, h, w, c = dx.shape
+    for b in range(b0, b1):
+        for i in range(oh):
+            for j in range(ow):
+                src = cols[((b - b0) * oh + i) * ow + j]
+                for p in range(kh):
+                    ih = i * sh - pt + p * dh
+                    for q in range(kw):
+                        iw = j * sw - pl + q * dw
+                        if 0 <= ih < h and 0 <= iw < w:
+                            dst, at = dx[b, ih, iw], np.uintp((p * kw + q) * c)
+                            for t in range(np.uintp(c)):
+                                dst[t] += src[at + t]
+
+
+@kernel
+def col2im(cols, dx, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
+    """The adjoint of im2col: add the patch rows of images ``b0:b1`` back onto ``dx``."""
+    if dw == 1:
+        _col2im_rows(cols, dx, b0, b1, kh, kw, sh, dh, sw, pt, pl, oh, ow)
+    else:
+        _col2im_taps(cols, dx, b0, b1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
 
 
 @kernel
