@@ -51,7 +51,9 @@ class ExportMagics(Magics):
     @kwds(formatter_class=MagicFormatter)
     @argument("-h", "--help", action="store_true", help="show this help and do nothing")
     @argument("--inputs", metavar="X[,X2]", default=None, help="the placeholders that feed OUTPUTS, by name")
-    @argument("--model", default=None, help="an example model (mlp, inception) instead of OUTPUTS and --inputs")
+    @argument(
+        "--model", default=None, help="an example model (mlp, inception, resnet, ...) instead of OUTPUTS and --inputs"
+    )
     @argument(
         "--format", choices=["onnx", "saved"], required=False, default=None, help="onnx: one file; saved: a folder"
     )

@@ -63,7 +63,7 @@ def test_export_writes_a_saved_model_of_an_example_model_from_a_checkpoint(
         ("%export logits --inputs nope --format onnx -o m.onnx", "--inputs 'nope' is not defined in the notebook"),
         ("%export X --inputs x --format onnx -o m.onnx", "OUTPUTS 'X' is a ndarray, not a cg.Tensor"),
         ("%export logits --inputs x --format onnx -o m.onnx", "no values to export: give --checkpoint DIR"),
-        ("%export --model resnet --format onnx -o m.onnx --from session", "--model 'resnet' is not one of inception, mlp"),
+        ("%export --model vgg16 --format onnx -o m.onnx --from session", "--model 'vgg16' is not one of inception, inception_v3, lstm, mlp, resnet, transformer"),
         ("%export logits --inputs x --format onnx -o m.onnx --from session --checkpoint d", "give --checkpoint or --from, not both"),
     ],
 )  # fmt: skip
