@@ -6,6 +6,7 @@ from . import (
     activations,
     array,
     array_index,
+    array_shape,
     array_more,
     batch_matmul,
     conv,
@@ -26,7 +27,7 @@ from .base import atomic_op
 
 FAMILIES = (
     state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, conv_more, array,
-    training, transfer, array_more, placeholder_default, schedule, array_index,
+    training, transfer, array_more, placeholder_default, schedule, array_index, array_shape,
 )  # fmt: skip
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray

@@ -70,4 +70,6 @@ CASES = [
     OpCase("MirrorPadGrad", lambda g: _mirror_grad(g, ((1, 2), (3, 1)), mode="REFLECT"), [rand(6, 8)]),
     OpCase("MirrorPadGrad", lambda g: _mirror_grad(g, ((2, 1), (3, 0)), mode="SYMMETRIC"), [rand(5, 6)],
            static_shapes=[(None, 6)], id="symmetric-unknown"),
+    OpCase("MirrorPadGrad", lambda g: _mirror_grad(g, ((0, 0), (2, 1)), mode="REFLECT"), [rand(3, 7)],
+           id="one-axis"),
 ]  # fmt: skip
