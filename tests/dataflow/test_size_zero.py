@@ -314,6 +314,7 @@ NO_VARIANT = {
 SCALAR_OPERANDS = {
     "Range": "start, limit and delta are scalars: no axis to empty; the op table's Range-empty-int64 row "
     "gives an empty range",
+    "LearningRateSchedule": "its one operand is the global step, a scalar: no axis to empty",
 }
 # The words of the error an op documents for inputs its reference rejects.
 ERROR_WORDS = {
