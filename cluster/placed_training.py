@@ -110,17 +110,29 @@ def place_training(
     parts = partition(graph, placement)
     pulls: dict[str, str] = {}
     pushes: dict[str, str] = {}
-    gradient_of = dict(zip(tg.gradients, tg.variables))
+    tokens: set[str] = set()
+    pushed_for = {**dict(zip(tg.gradients, tg.variables)), **dict(zip(tg.state_values, tg.states))}
     for edge in parts.edges:
-        if edge.dst == WORKER_DEVICE:
-            pulls[edge.tensor.node.name] = edge.recv.name  # only variables are on ps tasks now
-        elif edge.src == WORKER_DEVICE and edge.tensor.name in gradient_of:
-            pushes[gradient_of[edge.tensor.name]] = edge.tensor.name
-    worker_graph = parts.graphs[WORKER_DEVICE]
+        if edge.dst == WORKER_DEVICE and edge.tensor.node.op == "Variable":
+            pulls[edge.tensor.node.name] = edge.recv.name
+        elif edge.dst == WORKER_DEVICE:
+            # A control token: a moving statistic's assignment ran on its ps task (batch norm's output waits for
+            # it). On a replica that assignment is the push of its change: the token's Recv is left out below.
+            tokens.add(edge.recv.node.name)
+        elif edge.tensor.name in pushed_for:
+            pushes[pushed_for[edge.tensor.name]] = edge.tensor.name
+        else:  # unreachable while prepare() refuses other in-place updates; never drop a value silently
+            raise TrainingError(f"{edge.tensor.name!r} goes from the worker to {edge.dst}, where nothing takes it")
+    worker_def = to_graphdef(parts.graphs[WORKER_DEVICE])
+    kept = [node for node in worker_def.node if node.name not in tokens]
+    for node in kept:
+        node.control_input[:] = [dep for dep in node.control_input if dep not in tokens]
+    del worker_def.node[:]
+    worker_def.node.extend(kept)
     worker = replace(
         tg,
-        graphdef=to_graphdef(worker_graph).SerializeToString(deterministic=True),
-        variable_feeds=[pulls[name] for name in tg.variables],
+        graphdef=worker_def.SerializeToString(deterministic=True),
+        variable_feeds=[pulls[name] for name in tg.held],
     )
     return PlacedTraining(graph, placement, worker, pulls, pushes)
 
@@ -174,6 +186,8 @@ def _compute_to_worker(graph: Graph, placement: Placement, updates: dict[str, li
         device = placement.device_of[node.name]
         if node.op == "Variable" or node.name in kept or DeviceSpec.parse(device).job != "ps":
             continue
+        if node.opdef.stateful and node.inputs and node.inputs[0].node.op == "Variable":
+            continue  # a moving statistic's assignment stays with it: the server adds the pushed change
         placement.device_of[node.name] = WORKER_DEVICE
         placement.reasons[node.name] = (
             f"{placement.reasons[node.name]}; on the replica's worker instead: parameter servers hold variables "

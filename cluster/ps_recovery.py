@@ -88,7 +88,10 @@ class ServerRecovery:
             addresses = state.cluster.parameter_servers(state.job_id, timeout=timeout, replacing=dead)
             ps = ParameterClient(addresses, state.token, timeout=timeout)
             placement = state.placed.placement if state.placed is not None else None
-            ps.init(state.job_id, state.spec.graph.initial, state.spec.optimizer, state.training, placement=placement)
+            ps.init(
+                state.job_id, state.spec.graph.initial, state.spec.optimizer, state.training,
+                placement=placement, moving=state.spec.graph.states,
+            )  # fmt: skip
             step = ps.restore(state.restore_point) if state.restore_point else 0
         except CellgraphError as problem:
             state.error = TrainingError(

@@ -297,7 +297,7 @@ def _train(
             step=step,
             replica_id=spec.replica_id,
             min_step=step + 1 if sync else None,
-            names=spec.graph.variables,
+            names=spec.graph.held,
             out=values,
         )
         try:
@@ -320,7 +320,7 @@ def _train(
                 try:
                     with _naming(spec, f"step {step}"):
                         pulled = link.client.pull(
-                            spec.graph.variables, min_step=step + 1, replica_id=spec.replica_id, out=values
+                            spec.graph.held, min_step=step + 1, replica_id=spec.replica_id, out=values
                         )
                 except ParameterServerError as waited:
                     rejoined = link.rejoin(waited, step, stop)
@@ -360,7 +360,7 @@ class _Link:
         with _naming(spec, "joining the job"):
             info = self.client.register(spec.replica_id)
             _check_job(spec, {name: pieces[0][1] for name, pieces in info.layout.items()}, info.training.mode)
-            return self.client.pull(spec.graph.variables, replica_id=spec.replica_id)
+            return self.client.pull(spec.graph.held, replica_id=spec.replica_id)
 
     def rejoin(self, err: ParameterServerError, step: int, stop: StopSignal | None) -> PullResult | None:
         """After ``err`` from servers that were restored, restarted or lost: join them, or their successors.
@@ -439,13 +439,13 @@ def _naming(spec: ReplicaSpec, what: str) -> Iterator[None]:
 
 
 def _check_job(spec: ReplicaSpec, held: dict[str, VariableSpec], mode: str) -> None:
-    missing = [name for name in spec.graph.variables if name not in held]
+    missing = [name for name in spec.graph.held if name not in held]
     if missing:
         raise TrainingError(
             f"{spec.name}: the parameter servers hold no variable(s) {', '.join(map(repr, missing))}; "
             "initialise the job with this graph's TrainingGraph.initial"
         )
-    for name in spec.graph.variables:
+    for name in spec.graph.held:
         mine, theirs = spec.graph.initial[name], held[name]
         # Sizes, not shapes: the parameter service holds a 0-d variable as shape (1,).
         if theirs.dtype != mine.dtype or math.prod(theirs.whole_shape) != mine.size:

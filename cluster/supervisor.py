@@ -86,7 +86,10 @@ class Supervisor:
         state.addresses = list(state.cluster.start_parameter_servers(state.job_id, state.token, state.checkpoint_dir))
         try:
             state.ps = ParameterClient(state.addresses, state.token, timeout=spec.timeout_s)
-            state.ps.init(state.job_id, spec.graph.initial, spec.optimizer, state.training, placement=placed.placement)
+            state.ps.init(
+                state.job_id, spec.graph.initial, spec.optimizer, state.training,
+                placement=placed.placement, moving=spec.graph.states,
+            )  # fmt: skip
             if spec.resume_from:
                 step = state.step = state.ps.restore(spec.resume_from)
                 state.restore_point, state.restore_step = spec.resume_from, step

@@ -31,7 +31,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -67,12 +67,22 @@ class TrainingGraph:
     gradients: list[str]
     placeholders: list[str]
     initial: dict[str, np.ndarray]
-    # Where each variable's value is fed, when not at the variable itself: a placed step's worker partition
-    # receives it at a Recv (``placed_training``).
+    # Moving statistics (batch norm's moving mean and variance): variables the step updates in place but does
+    # not train. ``state_values[i]`` is the new value the step computes for ``states[i]``; a replica pushes its
+    # change, which the parameter servers add (averaged over a sync step's replicas).
+    states: list[str] = field(default_factory=list)
+    state_values: list[str] = field(default_factory=list)
+    # Where each of ``held`` is fed, when not at the variable itself: a placed step's worker partition receives
+    # it at a Recv (``placed_training``).
     variable_feeds: list[str] | None = None
 
+    @property
+    def held(self) -> list[str]:
+        """Every variable the parameter servers hold for this step: the trained ones, then the moving statistics."""
+        return [*self.variables, *self.states]
+
     def nbytes(self) -> int:
-        """Bytes of the variables (what one pull or one push moves)."""
+        """Bytes of the variables and moving statistics (what one pull or one push moves)."""
         return sum(int(value.nbytes) for value in self.initial.values())
 
 
@@ -122,7 +132,8 @@ def prepare(loss: Tensor, data_feeds: Sequence[Tensor] | None = None) -> Trainin
             "to int, ...). Make the path differentiable, or create them with trainable=False"
         )
     present = [g for g in grads if g is not None]
-    fetched = [loss_c, *present]
+    states = _moving_statistics(upstream)
+    fetched = [loss_c, *present, *(value for _, value in states)]
     feed_tensors = [copy.tensor(t.name) for t in feeds] if feeds is not None else []
     # In the graph's order (gradient nodes, made last, at the end): placeholders come in the order they were made.
     needed = sorted(schedule(fetched, [], feed_tensors), key=lambda n: position.get(n.name, len(position)))
@@ -139,8 +150,35 @@ def prepare(loss: Tensor, data_feeds: Sequence[Tensor] | None = None) -> Trainin
         variables=[v.name for v in variables],
         gradients=[g.name for g in present],
         placeholders=placeholders,
-        initial={v.name: _initial_value(v) for v in variables},
+        initial={v.name: _initial_value(v) for v in [*variables, *(var for var, _ in states)]},
+        states=[var.name for var, _ in states],
+        state_values=[value.name for _, value in states],
     )
+
+
+def _moving_statistics(upstream: list[Node]) -> list[tuple[Node, Tensor]]:
+    """The untrained variables that the step assigns (batch norm's moving statistics), each with its new value.
+
+    Any other in-place update of an untrained variable on the way to the loss is refused: a replica could only
+    apply it to its own copy, which no other replica and no parameter server would see.
+    """
+    found: list[tuple[Node, Tensor]] = []
+    for node in upstream:
+        if not (node.opdef.stateful and node.inputs and node.inputs[0].node.op == "Variable"):
+            continue
+        target = node.inputs[0].node
+        if target.attrs.get("trainable", True):
+            continue
+        if node.op != "Assign":
+            raise TrainingError(
+                f"{node.describe()} updates the untrained variable {target.name!r} in place on the way to the loss; "
+                "a cluster job can carry assigned values (batch norm's moving statistics) to the parameter "
+                "servers, not other in-place updates: compute it outside the loss"
+            )
+        if any(var is target for var, _ in found):
+            raise TrainingError(f"variable {target.name!r} is assigned twice in one step ({node.describe()})")
+        found.append((target, node.inputs[1]))
+    return found
 
 
 def _initial_value(node: Node) -> np.ndarray:
@@ -180,17 +218,20 @@ class LoadedGraph:
     variables: list[Tensor]
     gradients: list[Tensor]
     placeholders: list[Tensor]
-    variable_names: list[str] | None = None  # when the variables are fed elsewhere than at themselves
+    names: list[str]  # of ``variables``: the trained ones, then the moving statistics
+    state_values: list[Tensor] = field(default_factory=list)  # the new value of each moving statistic
 
     def __post_init__(self) -> None:
         # Variables are fed like data: the values pulled from the PS go straight to
         # the kernels, with no copy into the session's variables (measured cheaper).
         # Gradients are fetched last variable first: the plan runs its fetches' subgraphs in that order, so the
         # output layer's gradients are computed (and, streamed, sent) while backprop goes on to the first layer's.
-        fetched = [*self.gradients][::-1]
-        self._run = self.session.make_callable([self.loss, *fetched], [*self.variables, *self.placeholders])
-        self._names = list(self.variable_names or [t.node.name for t in self.variables])
-        self._fetched_names = self._names[::-1]
+        fetched = [*self.gradients[::-1], *self.state_values]
+        feeds = [*self.variables, *self.placeholders]
+        self._run = self.session.make_callable([self.loss, *fetched], feeds)
+        trained = self.names[: len(self.gradients)]
+        self._fetched_names = [*trained[::-1], *self.names[len(self.gradients) :]]
+        self._states = set(self.names[len(self.gradients) :])
         self._shapes = [tuple(d for d in t.shape if d is not None) for t in self.variables]  # always known
 
     def convert(self, data: Sequence[Any]) -> list[np.ndarray]:
@@ -227,18 +268,29 @@ class LoadedGraph:
         """
         # The parameter service hands a 0-d variable back with shape (1,) (np.ascontiguousarray in
         # ParameterClient.init makes it 1-d); reshape is a view, and free when the shape already fits.
-        feeds = [values[name].reshape(shape) for name, shape in zip(self._names, self._shapes)]
+        # A moving statistic is fed a copy (small): an unplaced graph's own assignment writes the new value into
+        # the array fed for the variable, which must stay the value the change is measured from.
+        feeds = [
+            (np.array(values[name]) if name in self._states else values[name]).reshape(shape)
+            for name, shape in zip(self.names, self._shapes)
+        ]
         names = self._fetched_names
+
+        def pushed(i: int, value: np.ndarray) -> np.ndarray:
+            """Fetch ``i`` as pushed: a gradient, or the change of a moving statistic."""
+            name = names[i]
+            return value - values[name].reshape(value.shape) if name in self._states else value
+
         if on_gradient is None:
-            loss, *grads = self._run(*feeds, *batch)
+            loss, *fetched = self._run(*feeds, *batch)
         else:
 
             def ready(i: int, value: np.ndarray) -> None:
                 if i > 0:  # fetch 0 is the loss
-                    on_gradient(names[i - 1], value)
+                    on_gradient(names[i - 1], pushed(i - 1, value))
 
-            loss, *grads = self._run.stream(ready, *feeds, *batch)
-        return float(loss), dict(zip(names, grads))
+            loss, *fetched = self._run.stream(ready, *feeds, *batch)
+        return float(loss), {name: pushed(i, value) for i, (name, value) in enumerate(zip(names, fetched))}
 
 
 def load(tg: TrainingGraph) -> LoadedGraph:
@@ -248,10 +300,11 @@ def load(tg: TrainingGraph) -> LoadedGraph:
         graph=graph,
         session=Session(graph),
         loss=graph.tensor(tg.loss),
-        variables=[graph.tensor(name) for name in tg.variable_feeds or [f"{v}:0" for v in tg.variables]],
+        variables=[graph.tensor(name) for name in tg.variable_feeds or [f"{v}:0" for v in tg.held]],
         gradients=[graph.tensor(name) for name in tg.gradients],
         placeholders=[graph.tensor(name) for name in tg.placeholders],
-        variable_names=list(tg.variables),
+        names=tg.held,
+        state_values=[graph.tensor(name) for name in tg.state_values],
     )
 
 

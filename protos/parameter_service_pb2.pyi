@@ -254,12 +254,17 @@ class VariableSpecProto(_message.Message):
     FULL_SHAPE_FIELD_NUMBER: _builtins.int
     ROW_START_FIELD_NUMBER: _builtins.int
     ROW_STOP_FIELD_NUMBER: _builtins.int
+    MOVING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     dtype: _tensor_pb2.DataType.ValueType
     row_start: _builtins.int
     """the piece is rows [row_start, row_stop)"""
     row_stop: _builtins.int
     """  of axis 0 of the whole variable"""
+    moving: _builtins.bool
+    """A moving statistic (batch norm's moving mean and variance), not trained: each push carries its change,
+    and the server adds the mean of a step's changes (sync) or each change as it comes (async); no optimizer.
+    """
     @_builtins.property
     def shape(self) -> _tensor_pb2.TensorShapeProto:
         """the shape of the piece held"""
@@ -277,10 +282,11 @@ class VariableSpecProto(_message.Message):
         full_shape: _tensor_pb2.TensorShapeProto | None = ...,
         row_start: _builtins.int = ...,
         row_stop: _builtins.int = ...,
+        moving: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["full_shape", b"full_shape", "shape", b"shape"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dtype", b"dtype", "full_shape", b"full_shape", "name", b"name", "row_start", b"row_start", "row_stop", b"row_stop", "shape", b"shape"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dtype", b"dtype", "full_shape", b"full_shape", "moving", b"moving", "name", b"name", "row_start", b"row_start", "row_stop", b"row_stop", "shape", b"shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

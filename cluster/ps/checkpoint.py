@@ -580,6 +580,7 @@ def _spec_to_json(spec: VariableSpec) -> dict[str, Any]:
         "shape": list(spec.shape),
         "full_shape": None if spec.full_shape is None else list(spec.full_shape),
         "rows": None if spec.rows is None else list(spec.rows),
+        "moving": spec.moving,
     }
 
 
@@ -591,6 +592,7 @@ def _spec_from_json(raw: dict[str, Any]) -> VariableSpec:
         shape=tuple(int(d) for d in raw["shape"]),
         full_shape=None if full_shape is None else tuple(int(d) for d in full_shape),
         rows=None if rows is None else (int(rows[0]), int(rows[1])),
+        moving=bool(raw.get("moving", False)),  # absent from manifests written before moving statistics
     )
 
 

@@ -34,8 +34,9 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent import futures
+from dataclasses import replace
 from typing import TypeVar
 
 import grpc
@@ -264,12 +265,16 @@ class ParameterClient:
         *,
         placement: Placement | None = None,
         split_threshold: int | None = None,
+        moving: Collection[str] = (),
     ) -> int:
         """Give every shard its part of the job and its initial values; return the global step.
 
         The layout comes from ``placement`` when given (``ps`` task ``i`` is
         shard ``i``), else variables are spread greedily by bytes. Calling it
         again for the same job (a restarted client) leaves the values alone.
+        The variables named in ``moving`` are moving statistics (batch norm's):
+        their pushes are changes the servers add (the mean of a step's, in
+        sync mode), with no optimizer and no slots.
         """
         optimizer, training = optimizer or OptimizerConfig(), training or TrainingConfig()
         # np.ascontiguousarray would make a 0-d array 1-d; asarray(order="C") keeps a scalar a scalar.
@@ -278,6 +283,15 @@ class ParameterClient:
             layout = layout_from_placement(placement, arrays)
         else:
             layout = shard_variables(arrays, len(self.addresses), split_threshold)
+        unknown = sorted(set(moving) - set(arrays))
+        if unknown:
+            raise ParameterServerError(
+                f"moving statistic(s) {', '.join(map(repr, unknown))} are not among the job's variables",
+                "INVALID_ARGUMENT",
+            )
+        layout = {
+            name: [(s, replace(spec, moving=name in moving)) for s, spec in pieces] for name, pieces in layout.items()
+        }
         used = {shard for pieces in layout.values() for shard, _ in pieces}
         if max(used, default=0) >= len(self.addresses):
             raise ParameterServerError(

@@ -73,6 +73,9 @@ class VariableSpec:
     shape: tuple[int, ...]
     full_shape: tuple[int, ...] | None = None
     rows: tuple[int, int] | None = None
+    # A moving statistic: the server adds the pushed changes (their mean in sync mode) instead of applying the
+    # optimizer, and keeps no slots for it.
+    moving: bool = False
 
     @property
     def nbytes(self) -> int:

@@ -41,6 +41,7 @@ def spec_to_proto(spec: VariableSpec) -> pb.VariableSpecProto:
         full_shape=tensor_pb2.TensorShapeProto(dim=spec.whole_shape),
         row_start=rows[0],
         row_stop=rows[1],
+        moving=spec.moving,
     )
 
 
@@ -67,7 +68,7 @@ def spec_from_proto(proto: pb.VariableSpecProto) -> VariableSpec:
                 f"{where}: {label} {fmt(dims)} of {dtype.name} is {nbytes:,} bytes, "
                 f"more than any array can hold ({MAX_ARRAY_BYTES:,})"
             )
-    return VariableSpec(proto.name, dtype, shape, full, rows)
+    return VariableSpec(proto.name, dtype, shape, full, rows, proto.moving)
 
 
 # ------------------------------------------------------------------ optimizer and training

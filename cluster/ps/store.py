@@ -108,13 +108,14 @@ class ParameterStore:
                     "INVALID_ARGUMENT",
                 )
             self.specs[spec.name] = spec
-        self._slot_names = SLOTS[optimizer.kind]
+        # A moving statistic has no slots: the server adds its pushed changes (``_apply``).
+        self._slots_of = {name: () if spec.moving else SLOTS[optimizer.kind] for name, spec in self.specs.items()}
         self._update = UPDATES[optimizer.kind]
         # Every tensor a checkpoint holds, key -> (dtype, shape): load_state checks against it.
         self._layout: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
         for name, spec in self.specs.items():
             self._layout[name] = (np.dtype(spec.dtype), tuple(spec.shape))
-            for slot in self._slot_names:
+            for slot in self._slots_of[name]:
                 key = f"{name}/{slot}"
                 if key in self.specs:
                     raise ParameterServerError(
@@ -387,7 +388,7 @@ class ParameterStore:
 
     def slot_nbytes(self, name: str) -> int:
         """Bytes of variable ``name``'s optimizer slots on this shard."""
-        return sum(int(self._tensors[f"{name}/{slot}"].nbytes) for slot in self._slot_names)
+        return sum(int(self._tensors[f"{name}/{slot}"].nbytes) for slot in self._slots_of[name])
 
     def _own(self, key: str) -> np.ndarray:
         """Tensor ``key``, safe to update in place: copied first if a reader still holds its view; under the lock."""
@@ -398,9 +399,12 @@ class ParameterStore:
 
     def _apply(self, grads: Mapping[str, np.ndarray]) -> None:
         """One optimizer update of every variable, then the next step; called under the lock."""
-        for name in self.specs:
-            slots = {slot: self._own(f"{name}/{slot}") for slot in self._slot_names}
-            self._update(self._own(name), slots, grads[name], self.optimizer, self._global_step)
+        for name, spec in self.specs.items():
+            if spec.moving:  # the step's change of a moving statistic (the mean of the replicas' in sync mode)
+                np.add(self._own(name), grads[name], out=self._tensors[name], casting="unsafe")
+            else:
+                slots = {slot: self._own(f"{name}/{slot}") for slot in self._slots_of[name]}
+                self._update(self._own(name), slots, grads[name], self.optimizer, self._global_step)
             self._versions[name] += 1
         self._updates += 1
         self._advance()

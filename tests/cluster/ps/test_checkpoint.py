@@ -152,6 +152,7 @@ def test_files_are_plain_safetensors_and_json(tmp_path: Path) -> None:
         "shape": [2, 3],
         "full_shape": [4, 3],
         "rows": [0, 2],
+        "moving": False,
     }
     assert manifest["optimizer"]["kind"] == "adam" and manifest["training"]["mode"] == "sync"
     assert manifest["file"] == {
