@@ -71,8 +71,17 @@ from cellgraph.dataflow.ops.array import (
     transpose,
 )
 from cellgraph.dataflow.ops.array_index import gather_nd, scatter_nd
+from cellgraph.dataflow.ops.array_more import (
+    broadcast_to,
+    depth_to_space,
+    reverse,
+    space_to_depth,
+    split,
+    stack,
+    tile,
+    unstack,
+)
 from cellgraph.dataflow.ops.array_shape import range, shape, size
-from cellgraph.dataflow.ops.array_more import broadcast_to, reverse, split, stack, tile, unstack
 from cellgraph.dataflow.ops.conv import (
     avg_pool,
     conv2d,

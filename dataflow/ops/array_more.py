@@ -26,7 +26,7 @@ from ..kernels.cpu.array_more import split_sizes
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelFactory, OpDef, TensorSpec, register_op
 from ..shapes import fmt
-from .array import concat, expand_dims, getitem, squeeze
+from .array import concat, expand_dims, getitem, reshape, squeeze, transpose
 from .base import TensorLike, apply, apply_node, as_tensor, graph_of
 from .math import sum_to_shape_of, zeros_like
 
@@ -338,6 +338,58 @@ def mirror_pad(x: Tensor, paddings: tuple[tuple[int, ...], ...], mode: str, name
     return apply("MirrorPad", [x], {"paddings": paddings, "mode": mode}, name=name)
 
 
+# ------------------------------------------- space_to_depth, depth_to_space
+# Both are one Transpose (one copy) between two Reshapes (views): the same work
+# an op of their own would do. The batch dim may be unknown when building;
+# the others must be known, since the reshapes split and join them.
+def _nhwc(x: Tensor, block_size: int, op: str) -> tuple[int, int, int, int]:
+    if len(x.shape) != 4:
+        raise ShapeError(f"{op} needs an NHWC tensor of rank 4: {x.name!r} has shape {fmt(x.shape)}")
+    if operator.index(block_size) < 2:
+        raise ShapeError(f"{op}: block_size must be at least 2, got {block_size}")
+    n, h, w, c = x.shape
+    if h is None or w is None or c is None:
+        raise ShapeError(f"{op} of {x.name!r} {fmt(x.shape)}: height, width and channels must be known when building")
+    return -1 if n is None else n, h, w, c
+
+
+def space_to_depth(x: TensorLike, block_size: int, name: str = "space_to_depth") -> Tensor:
+    """Each ``block_size`` x ``block_size`` block of an NHWC tensor moved into the channels
+    (``tf.nn.space_to_depth``): (N, H, W, C) -> (N, H / b, W / b, b * b * C).
+
+    Examples
+    --------
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     x = cg.placeholder((None, 8, 8, 3), name="x")
+    ...     y = cg.space_to_depth(x, 2)
+    >>> y.shape
+    (None, 4, 4, 12)
+    """
+    t = as_tensor(x)
+    n, h, w, c = _nhwc(t, block_size, "space_to_depth")
+    b = block_size
+    if h % b or w % b:
+        raise ShapeError(f"space_to_depth of {t.name!r} {fmt(t.shape)}: height and width must divide by block_size {b}")
+    blocks = reshape(t, (n, h // b, b, w // b, b, c), name=f"{name}_split")
+    moved = transpose(blocks, (0, 1, 3, 2, 4, 5), name=f"{name}_move")
+    return reshape(moved, (n, h // b, w // b, b * b * c), name=name)
+
+
+def depth_to_space(x: TensorLike, block_size: int, name: str = "depth_to_space") -> Tensor:
+    """The inverse of :func:`space_to_depth` (``tf.nn.depth_to_space``, DCR order):
+    (N, H, W, b * b * C) -> (N, H * b, W * b, C)."""
+    t = as_tensor(x)
+    n, h, w, c = _nhwc(t, block_size, "depth_to_space")
+    b = block_size
+    if c % (b * b):
+        raise ShapeError(f"depth_to_space of {t.name!r} {fmt(t.shape)}: channels must divide by block_size^2 = {b * b}")
+    blocks = reshape(t, (n, h, w, b, b, c // (b * b)), name=f"{name}_split")
+    moved = transpose(blocks, (0, 1, 3, 2, 4, 5), name=f"{name}_move")
+    return reshape(moved, (n, h * b, w * b, c // (b * b)), name=name)
+
+
 # ---------------------------------------------------------------- reverse
 def reverse(x: TensorLike, axis: int | Sequence[int], name: str = "reverse") -> Tensor:
     """``x`` with the order of its elements reversed along each axis in ``axis`` (``tf.reverse``).
@@ -354,4 +406,4 @@ def reverse(x: TensorLike, axis: int | Sequence[int], name: str = "reverse") -> 
     return getitem(t, key, name=name)
 
 
-__all__ = ["broadcast_to", "reverse", "split", "stack", "tile", "unstack"]
+__all__ = ["broadcast_to", "depth_to_space", "reverse", "space_to_depth", "split", "stack", "tile", "unstack"]

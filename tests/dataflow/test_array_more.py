@@ -226,3 +226,41 @@ def test_pad_mirror_of_a_dim_known_only_at_run_time_fails_at_the_node() -> None:
 def test_mirror_pad_grad_smaller_than_its_paddings() -> None:
     with raises(cg.ShapeError, "gradient (2, 3) is smaller than its paddings ((2, 1), (0, 0))"):
         apply("MirrorPadGrad", [ph(2, 3, name="g")], {"paddings": ((2, 1), (0, 0)), "mode": "SYMMETRIC"})
+
+
+# ------------------------------------------------ space_to_depth, depth_to_space
+def test_space_to_depth_follows_tensorflow_and_depth_to_space_inverts_it() -> None:
+    x = ph(None, 4, 6, 3)
+    y = cg.space_to_depth(x, 2)
+    z = cg.depth_to_space(y, 2)
+    assert y.shape == (None, 2, 3, 12) and z.shape == (None, 4, 6, 3)
+    data = np.random.default_rng(0).normal(size=(2, 4, 6, 3)).astype(np.float32)
+    got_y, got_z = _run([y, z], {x: data})
+    # TensorFlow: y[n, i, j, (di * b + dj) * C + c] = x[n, i * b + di, j * b + dj, c]
+    for di in range(2):
+        for dj in range(2):
+            np.testing.assert_array_equal(got_y[..., (di * 2 + dj) * 3 : (di * 2 + dj + 1) * 3], data[:, di::2, dj::2])
+    np.testing.assert_array_equal(got_z, data)
+    (dx,) = cg.gradients(cg.reduce_sum(y * np.arange(12, dtype=np.float32)), [x])
+    # Each input element's gradient is the weight of the output channel it went to: depth_to_space of the weights.
+    weights = np.broadcast_to(np.arange(12, dtype=np.float32), (2, 2, 3, 12))
+    want = weights.reshape(2, 2, 3, 2, 2, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 4, 6, 3)
+    np.testing.assert_array_equal(_run(dx, {x: data}), want)
+
+
+def test_space_to_depth_of_an_empty_batch() -> None:
+    x = ph(0, 4, 4, 1)
+    assert _run(cg.space_to_depth(x, 2), {x: np.zeros((0, 4, 4, 1), np.float32)}).shape == (0, 2, 2, 4)
+
+
+def test_space_to_depth_and_depth_to_space_errors() -> None:
+    with raises(cg.ShapeError, "space_to_depth needs an NHWC tensor of rank 4: 'x:0' has shape (4, 4, 3)"):
+        cg.space_to_depth(ph(4, 4, 3), 2)
+    with raises(cg.ShapeError, "space_to_depth: block_size must be at least 2, got 1"):
+        cg.space_to_depth(ph(1, 4, 4, 3), 1)
+    with raises(cg.ShapeError, "space_to_depth of 'a:0' (1, 4, 6, 3): height and width must divide by block_size 4"):
+        cg.space_to_depth(ph(1, 4, 6, 3, name="a"), 4)
+    with raises(cg.ShapeError, "space_to_depth of 'b:0' (1, None, 6, 3): height, width and channels must be known"):
+        cg.space_to_depth(ph(1, None, 6, 3, name="b"), 2)
+    with raises(cg.ShapeError, "depth_to_space of 'c:0' (1, 2, 2, 6): channels must divide by block_size^2 = 4"):
+        cg.depth_to_space(ph(1, 2, 2, 6, name="c"), 2)

@@ -107,4 +107,10 @@ ARRAY_ROWS: list[Row] = [
         [x("n", 3)], id="symmetric", variants=ZERO),
     Row("MirrorPadGrad", lambda g: apply("MirrorPadGrad", [g], {"paddings": ((0, 0), (0, 0), (2, 1)), "mode": "REFLECT"}),
         lambda g: _reflect_adjoint(g, (2, 3, 4), (2, 1)), [x(2, 3, 7)]),
+    Row("Reshape", lambda a: cg.space_to_depth(a, 2),
+        lambda a: a.reshape(-1, 2, 2, 3, 2, 3).permute(0, 1, 3, 2, 4, 5).reshape(-1, 2, 3, 12), [x(2, 4, 6, 3)],
+        id="space-to-depth"),
+    Row("Reshape", lambda a: cg.depth_to_space(a, 2),
+        lambda a: a.reshape(-1, 2, 3, 2, 2, 3).permute(0, 1, 3, 2, 4, 5).reshape(-1, 4, 6, 3), [x(2, 2, 3, 12)],
+        id="depth-to-space"),
 ]  # fmt: skip

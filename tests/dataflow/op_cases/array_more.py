@@ -61,6 +61,10 @@ CASES = [
     OpCase("StridedSlice", lambda x: cg.reverse(x, [0, -1]), [x234], id="reverse"),
     OpCase("StridedSlice", lambda x: cg.reverse(x, 1), [x234], static_shapes=[(None, 3, None)],
            id="reverse-unknown-dims"),
+    # ------------------------- space_to_depth, depth_to_space (Reshape last)
+    OpCase("Reshape", lambda x: cg.space_to_depth(x, 2), [rand(2, 4, 6, 3, seed=5)], id="space-to-depth"),
+    OpCase("Reshape", lambda x: cg.depth_to_space(x, 2), [rand(2, 2, 3, 8, seed=6)], id="depth-to-space"),
+    OpCase("Reshape", lambda x: cg.space_to_depth(x, 3), [rand(1, 3, 3, 1, seed=7)], id="space-to-depth-one-block"),
     # --------------------------------------------- MirrorPad, MirrorPadGrad
     OpCase("MirrorPad", lambda x: cg.pad(x, ((1, 1), (0, 0), (3, 1)), mode="REFLECT"), [x234]),
     OpCase("MirrorPad", lambda x: cg.pad(x, ((2, 1), (3, 0)), mode="symmetric"), [rand(2, 3)], id="symmetric-whole"),
