@@ -94,9 +94,10 @@ def test_demo_model_choices_name_the_new_models(capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.slow
-def test_demo_trains_the_transformer_on_the_embedded_cluster() -> None:
-    ran = run_cli("demo", "--model", "transformer", "--check", "--no-progress")
+@pytest.mark.parametrize("model", ["transformer", "resnet"])  # resnet: batch norm's moving statistics on the PS
+def test_demo_trains_a_model_on_the_embedded_cluster(model: str) -> None:
+    ran = run_cli("demo", "--model", model, "--check", "--no-progress")
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert "transformer, 400 steps in sync mode, 2 replica(s) of batch 64" in ran.stdout
-    assert "transformer: test accuracy" in ran.stdout and "(target 97%, met)" in ran.stdout
+    assert f"{model}, 400 steps in sync mode, 2 replica(s) of batch 64" in ran.stdout
+    assert f"{model}: test accuracy" in ran.stdout and "(target 97%, met)" in ran.stdout
     assert ran.leftover == []
