@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -134,6 +136,10 @@ class ClusterMagics(Magics):
     def _adopt(self, cluster: Cluster) -> None:
         self.ext.adopt_cluster(cluster)
         show_as("cluster_view", "ClusterView", cluster)
+        # The training monitor's modules (bqplot) load here, in a command that takes seconds anyway, so that the
+        # first %train on this cluster returns at once. Without them %train shows a text summary and says why.
+        with contextlib.suppress(ImportError):
+            importlib.import_module("cellgraph.widgets.training_monitor")
 
     def _status(self) -> None:
         cluster = self.ext.current_cluster()
