@@ -28,6 +28,7 @@ from cellgraph.dataflow.kernels.cpu.activations import GELU_CUBIC, SELU_ALPHA, S
 from cellgraph.dataflow.kernels.cpu.conv import axis_padding, window
 
 from .common import DTYPE_TO_ONNX, INT64_MAX, INT64_MIN, OnnxError
+from .export_nn import NN_EXPORTERS
 
 if TYPE_CHECKING:
     from .exporter import Emitter
@@ -272,8 +273,14 @@ def _max_pool_with_argmax(e: Emitter, node: Node) -> None:
 
 def _pool(op_type: str, **fixed: Any) -> Row:
     def row(e: Emitter, node: Node) -> None:
+        attrs = {**_window(node), **fixed}
+        dilations = list(node.attrs.get("dilations", (1, 1)))
+        if dilations != [1, 1]:
+            if op_type == "AveragePool" and e.opset < 19:
+                raise OnnxError(f"{node.describe()}: a dilated AveragePool needs opset 19 or newer, not {e.opset}")
+            attrs["dilations"] = dilations
         x = e.node("Transpose", e.ins(node), perm=NHWC_TO_NCHW)[0]
-        y = e.node(op_type, [x], kernel_shape=list(node.attrs["ksize"]), **_window(node), **fixed)[0]
+        y = e.node(op_type, [x], kernel_shape=list(node.attrs["ksize"]), **attrs)[0]
         e.node("Transpose", [y], e.outs(node), perm=NCHW_TO_NHWC)
 
     return row
@@ -470,4 +477,5 @@ EXPORTERS: dict[str, Row] = {
     "Silu":         _silu,
     "Relu6":        _relu6,
     "HardSigmoid":  same("HardSigmoid", alpha=1.0 / 6.0, beta=0.5),
+    **NN_EXPORTERS,  # export_nn.py: BatchMatMul, LayerNorm, PlaceholderWithDefault
 }  # fmt: skip

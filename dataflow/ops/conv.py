@@ -20,6 +20,7 @@ from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, Shape, TensorSpec, register_op
 from ..shapes import fmt
 from .base import TensorLike, apply, as_tensor, check_fits, graph_of, require_float
+from .windows import crop, explicit_pads, grouped, pad_for_windows, window_pair, window_taps
 
 FAMILY = "conv"
 Dys = list[Tensor | None]
@@ -28,49 +29,13 @@ HW = tuple[int, int]
 
 
 # ---------------------------------------------------- attr checks for windows
-def _hw(value: Any) -> HW | None:
-    """(height, width) from an int, a pair, or TensorFlow's (1, h, w, 1); None if none of these."""
-    if isinstance(value, (int, np.integer)):
-        dims: tuple[Any, ...] = (value, value)
-    elif isinstance(value, (tuple, list)) and len(value) == 2:
-        dims = tuple(value)
-    elif isinstance(value, (tuple, list)) and len(value) == 4 and value[0] == 1 and value[3] == 1:
-        dims = (value[1], value[2])
-    else:
-        return None
-    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dims):
-        return None
-    return int(dims[0]), int(dims[1])
-
-
 def _window_attr(ctx: InferContext, key: str) -> HW:
-    value = _hw(ctx.attrs[key])
+    value = window_pair(ctx.attrs[key])
     if value is None:
         raise ctx.shape_error(
             f"{key} must be a positive int, a (height, width) pair or (1, height, width, 1), got {ctx.attrs[key]!r}"
         )
     return value
-
-
-def _explicit_pads(value: Any) -> Padding | None:
-    """((top, bottom), (left, right)) from an int, that pair of pairs, or TensorFlow's
-    NHWC [[0, 0], [top, bottom], [left, right], [0, 0]]; None if none of these."""
-
-    def ok(v: Any) -> bool:
-        return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and bool(v >= 0)
-
-    if ok(value):
-        return ((int(value), int(value)), (int(value), int(value)))
-    if not isinstance(value, (tuple, list)) or len(value) not in (2, 4):
-        return None
-    pairs = list(value)
-    if not all(isinstance(v, (tuple, list)) and len(v) == 2 and all(ok(e) for e in v) for v in pairs):
-        return None
-    if len(pairs) == 4:
-        if any(pairs[i][0] or pairs[i][1] for i in (0, 3)):
-            return None
-        pairs = pairs[1:3]
-    return ((int(pairs[0][0]), int(pairs[0][1])), (int(pairs[1][0]), int(pairs[1][1])))
 
 
 def _padding_attr(ctx: InferContext, explicit: bool = False) -> Padding:
@@ -79,7 +44,7 @@ def _padding_attr(ctx: InferContext, explicit: bool = False) -> Padding:
     if isinstance(padding, str) and padding in ("SAME", "VALID"):
         return str(padding)
     if explicit and not isinstance(padding, str):
-        pads = _explicit_pads(padding)
+        pads = explicit_pads(padding)
         if pads is None:
             raise ctx.shape_error(
                 f"explicit padding must be ((top, bottom), (left, right)) of ints >= 0, got {padding!r}"
@@ -98,7 +63,10 @@ def _spatial(
 ) -> Shape:
     """Output (height, width) of windows ``k`` sliding over NHWC ``x``."""
     strides, padding = _window_attr(ctx, "strides"), _padding_attr(ctx, explicit=conv)
-    dilations = _window_attr(ctx, "dilations") if conv and "dilations" in ctx.attrs else (1, 1)
+    dilations = _window_attr(ctx, "dilations") if "dilations" in ctx.attrs else (1, 1)
+    if not conv and dilations != (1, 1) and padding != "VALID":
+        # A dilated SAME window can straddle a small input and read no real pixel.
+        raise ctx.shape_error(f"a dilated pool takes VALID padding only, got {padding!r}")
     out: list[int | None] = []
     for axis, name in ((1, "height"), (2, "width")):
         size, kk, s, d = x[axis], k[axis - 1], strides[axis - 1], dilations[axis - 1]
@@ -123,7 +91,7 @@ def _spatial(
 
 def _strides_padding(node: Node) -> tuple[HW, Any]:
     """The validated attrs of a node that exists (its shape rule checked them)."""
-    strides = _hw(node.attrs["strides"])
+    strides = window_pair(node.attrs["strides"])
     assert strides is not None
     return strides, node.attrs["padding"]
 
@@ -176,73 +144,37 @@ def _infer_conv2d_backprop_filter(ctx: InferContext) -> TensorSpec:
     return TensorSpec(like.shape, dtype)
 
 
-def _pad_amounts(size: int, k: int, stride: int, padding: Any, dilation: int = 1) -> tuple[int, int, int]:
-    """(output size, pad before, pad after) along one dim: as much as the windows reach."""
-    out, before = window(size, k, stride, padding, dilation)
-    return out, before, max((out - 1) * stride + (k - 1) * dilation + 1 - size - before, 0)
-
-
-def _padded(
-    x: np.ndarray, k: HW, strides: HW, padding: Any, fill: float = 0.0, dilations: HW = (1, 1)
-) -> tuple[np.ndarray, int, int, int, int]:
-    """``x`` padded for windows ``k``: (padded x, out height, out width, pad top, pad left)."""
-    oh, top, bottom = _pad_amounts(x.shape[1], k[0], strides[0], axis_padding(padding, 0), dilations[0])
-    ow, left, right = _pad_amounts(x.shape[2], k[1], strides[1], axis_padding(padding, 1), dilations[1])
-    padded = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=fill)
-    return padded, oh, ow, top, left
-
-
-def _taps(
-    k: HW, strides: HW, oh: int, ow: int, dilations: HW = (1, 1)
-) -> list[tuple[int, int, tuple[slice, slice, slice, slice]]]:
-    """For each window tap (p, q), the index of the padded pixels it reads, output-shaped."""
-    (sh, sw), (dh, dw) = strides, dilations
-    every = slice(None)
-    rows = [slice(p * dh, p * dh + sh * (oh - 1) + 1, sh) for p in range(k[0])]
-    cols = [slice(q * dw, q * dw + sw * (ow - 1) + 1, sw) for q in range(k[1])]
-    return [(p, q, (every, rows[p], cols[q], every)) for p in range(k[0]) for q in range(k[1])]
-
-
-def _crop(padded: np.ndarray, top: int, left: int, like: tuple[int, ...]) -> np.ndarray:
-    return padded[:, top : top + like[1], left : left + like[2], :]
-
-
 def _conv_attrs(attrs: dict[str, Any]) -> tuple[HW, Any, HW, int]:
     """(strides, padding, dilations, groups); graphs saved before dilations and groups existed lack them."""
     return attrs["strides"], attrs["padding"], attrs.get("dilations", (1, 1)), attrs.get("groups", 1)
 
 
-def _grouped(a: np.ndarray, groups: int) -> np.ndarray:
-    """The last axis split as (groups, per group)."""
-    return a.reshape(*a.shape[:-1], groups, a.shape[-1] // groups)
-
-
 def _ref_conv2d(attrs: dict[str, Any], x: np.ndarray, f: np.ndarray) -> np.ndarray:
     strides, padding, dilations, groups = _conv_attrs(attrs)
-    xp, oh, ow, _, _ = _padded(x, f.shape[:2], strides, padding, dilations=dilations)
+    xp, oh, ow, _, _ = pad_for_windows(x, f.shape[:2], strides, padding, dilations=dilations)
     out = np.zeros((x.shape[0], oh, ow, groups, f.shape[3] // groups), x.dtype)
-    for p, q, index in _taps(f.shape[:2], strides, oh, ow, dilations):
-        out += np.einsum("nhwgc,cgo->nhwgo", _grouped(xp[index], groups), _grouped(f[p, q], groups))
+    for p, q, index in window_taps(f.shape[:2], strides, oh, ow, dilations):
+        out += np.einsum("nhwgc,cgo->nhwgo", grouped(xp[index], groups), grouped(f[p, q], groups))
     return out.reshape(*out.shape[:3], f.shape[3])
 
 
 def _ref_conv2d_backprop_input(attrs: dict[str, Any], like: np.ndarray, f: np.ndarray, dy: np.ndarray) -> np.ndarray:
     strides, padding, dilations, groups = _conv_attrs(attrs)
-    dxp, oh, ow, top, left = _padded(np.zeros_like(like), f.shape[:2], strides, padding, dilations=dilations)
-    dyg = _grouped(dy, groups)
-    for p, q, index in _taps(f.shape[:2], strides, oh, ow, dilations):
-        part = np.einsum("nhwgo,cgo->nhwgc", dyg, _grouped(f[p, q], groups))
+    dxp, oh, ow, top, left = pad_for_windows(np.zeros_like(like), f.shape[:2], strides, padding, dilations=dilations)
+    dyg = grouped(dy, groups)
+    for p, q, index in window_taps(f.shape[:2], strides, oh, ow, dilations):
+        part = np.einsum("nhwgo,cgo->nhwgc", dyg, grouped(f[p, q], groups))
         dxp[index] += part.reshape(*part.shape[:3], like.shape[3])
-    return _crop(dxp, top, left, like.shape).copy()
+    return crop(dxp, top, left, like.shape).copy()
 
 
 def _ref_conv2d_backprop_filter(attrs: dict[str, Any], x: np.ndarray, like: np.ndarray, dy: np.ndarray) -> np.ndarray:
     strides, padding, dilations, groups = _conv_attrs(attrs)
-    xp, oh, ow, _, _ = _padded(x, like.shape[:2], strides, padding, dilations=dilations)
+    xp, oh, ow, _, _ = pad_for_windows(x, like.shape[:2], strides, padding, dilations=dilations)
     df = np.zeros_like(like)
-    dyg = _grouped(dy, groups)
-    for p, q, index in _taps(like.shape[:2], strides, oh, ow, dilations):
-        df[p, q] = np.einsum("nhwgc,nhwgo->cgo", _grouped(xp[index], groups), dyg).reshape(like.shape[2:])
+    dyg = grouped(dy, groups)
+    for p, q, index in window_taps(like.shape[:2], strides, oh, ow, dilations):
+        df[p, q] = np.einsum("nhwgc,nhwgo->cgo", grouped(xp[index], groups), dyg).reshape(like.shape[2:])
     return df
 
 
@@ -304,20 +236,22 @@ register_op(OpDef(
 ))  # fmt: skip
 
 
-def _window_attrs(strides: Any, padding: Any, ksize: Any = None) -> dict[str, Any]:
+def _window_attrs(strides: Any, padding: Any, ksize: Any = None, dilations: Any = None) -> dict[str, Any]:
     # Normalised when valid; kept as given otherwise, for the shape rule to
     # report with the node's name and cell.
-    attrs = {"strides": _hw(strides) or strides, "padding": padding}
+    attrs = {"strides": window_pair(strides) or strides, "padding": padding}
     if ksize is not None:
-        attrs["ksize"] = _hw(ksize) or ksize
+        attrs["ksize"] = window_pair(ksize) or ksize
+    if dilations is not None:
+        attrs["dilations"] = window_pair(dilations) or dilations
     return attrs
 
 
 def conv_attrs(strides: Any, padding: Any, dilations: Any, groups: Any) -> dict[str, Any]:
     """A convolution node's attrs, normalised where valid (as ``_window_attrs``)."""
     if not isinstance(padding, str):
-        padding = _explicit_pads(padding) or padding
-    return {**_window_attrs(strides, padding), "dilations": _hw(dilations) or dilations, "groups": groups}
+        padding = explicit_pads(padding) or padding
+    return {**_window_attrs(strides, padding, dilations=dilations), "groups": groups}
 
 
 def conv2d(
@@ -423,24 +357,24 @@ def _infer_max_pool_grad_grad(ctx: InferContext) -> TensorSpec:
     return TensorSpec(_pool_output(ctx, x), dtype)
 
 
-def _pool_attrs(attrs: dict[str, Any]) -> tuple[HW, HW, str]:
-    return attrs["ksize"], attrs["strides"], attrs["padding"]
+def _pool_attrs(attrs: dict[str, Any]) -> tuple[HW, HW, str, HW]:
+    return attrs["ksize"], attrs["strides"], attrs["padding"], attrs.get("dilations", (1, 1))
 
 
 def _windows(x: np.ndarray, attrs: dict[str, Any], fill: float) -> tuple[np.ndarray, int, int, int, int]:
     """Every window tap of ``x``'s pooling as one (taps, n, oh, ow, c) stack, plus the geometry."""
-    k, strides, padding = _pool_attrs(attrs)
-    xp, oh, ow, top, left = _padded(x, k, strides, padding, fill)
-    return np.stack([xp[index] for _, _, index in _taps(k, strides, oh, ow)]), oh, ow, top, left
+    k, strides, padding, dilations = _pool_attrs(attrs)
+    xp, oh, ow, top, left = pad_for_windows(x, k, strides, padding, fill, dilations)
+    return np.stack([xp[index] for _, _, index in window_taps(k, strides, oh, ow, dilations)]), oh, ow, top, left
 
 
 def _scatter_taps(values: np.ndarray, like: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
     """The adjoint of ``_windows``: add each tap's (n, oh, ow, c) values back onto its pixels."""
-    k, strides, padding = _pool_attrs(attrs)
-    dxp, oh, ow, top, left = _padded(np.zeros_like(like), k, strides, padding)
-    for t, (_, _, index) in enumerate(_taps(k, strides, oh, ow)):
+    k, strides, padding, dilations = _pool_attrs(attrs)
+    dxp, oh, ow, top, left = pad_for_windows(np.zeros_like(like), k, strides, padding, dilations=dilations)
+    for t, (_, _, index) in enumerate(window_taps(k, strides, oh, ow, dilations)):
         dxp[index] += values[t]
-    return _crop(dxp, top, left, like.shape).copy()
+    return crop(dxp, top, left, like.shape).copy()
 
 
 def _ref_max_pool(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
@@ -473,10 +407,10 @@ def _ref_avg_pool_grad(attrs: dict[str, Any], like: np.ndarray, dy: np.ndarray) 
     return _scatter_taps(np.broadcast_to(share, (attrs["ksize"][0] * attrs["ksize"][1], *share.shape)), like, attrs)
 
 
-def _pool_args(node: Node) -> tuple[HW, HW, str]:
-    ksize, (strides, padding) = _hw(node.attrs["ksize"]), _strides_padding(node)
+def _pool_args(node: Node) -> tuple[HW, HW, str, HW]:
+    ksize, (strides, padding) = window_pair(node.attrs["ksize"]), _strides_padding(node)
     assert ksize is not None
-    return ksize, strides, padding
+    return ksize, strides, padding, node.attrs.get("dilations", (1, 1))
 
 
 def _grad_max_pool(node: Node, dys: Dys) -> Grads:
@@ -498,7 +432,8 @@ def _grad_avg_pool(node: Node, dys: Dys) -> Grads:
 
 def _grad_avg_pool_grad(node: Node, dys: Dys) -> Grads:
     assert dys[0] is not None
-    return [None, avg_pool(dys[0], *_pool_args(node))]
+    ksize, strides, padding, dilations = _pool_args(node)
+    return [None, avg_pool(dys[0], ksize, strides, padding, dilations=dilations)]
 
 
 def _pool_kernel(make: Any) -> Any:
@@ -523,8 +458,10 @@ for _name, _infer, _ref, _grad, _cpu, _cuda in _POOLS:
     ))  # fmt: skip
 
 
-def _pool(op: str, inputs: Sequence[TensorLike], ksize: Any, strides: Any, padding: Any, name: str) -> Tensor:
-    return apply(op, inputs, _window_attrs(strides, padding, ksize), name=name)
+def _pool(
+    op: str, inputs: Sequence[TensorLike], ksize: Any, strides: Any, padding: Any, name: str, dilations: Any = 1
+) -> Tensor:
+    return apply(op, inputs, _window_attrs(strides, padding, ksize, dilations), name=name)
 
 
 def max_pool(
@@ -533,13 +470,15 @@ def max_pool(
     strides: int | Sequence[int] = 2,
     padding: str = "VALID",
     name: str = "max_pool",
+    dilations: int | Sequence[int] = 1,
 ) -> Tensor:
     """The largest value of each ``ksize`` window of NHWC ``x``, per channel.
 
-    ``ksize`` and ``strides`` are an int, (height, width) or (1, h, w, 1);
-    with "SAME" padding the padded pixels never win.
+    ``ksize``, ``strides`` and ``dilations`` are an int, (height, width) or
+    (1, h, w, 1); with "SAME" padding the padded pixels never win. A dilated
+    window (taps ``dilations`` apart) takes VALID padding.
     """
-    return _pool("MaxPool", [x], ksize, strides, padding, name)
+    return _pool("MaxPool", [x], ksize, strides, padding, name, dilations)
 
 
 def avg_pool(
@@ -548,34 +487,54 @@ def avg_pool(
     strides: int | Sequence[int] = 2,
     padding: str = "VALID",
     name: str = "avg_pool",
+    dilations: int | Sequence[int] = 1,
 ) -> Tensor:
     """The mean of each ``ksize`` window of NHWC ``x``, per channel; with "SAME"
-    padding a window averages only the real pixels it covers."""
-    return _pool("AvgPool", [x], ksize, strides, padding, name)
+    padding a window averages only the real pixels it covers. A dilated window
+    takes VALID padding."""
+    return _pool("AvgPool", [x], ksize, strides, padding, name, dilations)
 
 
 def max_pool_grad(
-    x: Tensor, dy: Tensor | None, ksize: Any, strides: Any, padding: str, name: str = "max_pool_grad"
+    x: Tensor,
+    dy: Tensor | None,
+    ksize: Any,
+    strides: Any,
+    padding: str,
+    dilations: Any = 1,
+    name: str = "max_pool_grad",
 ) -> Tensor:
     """The gradient of ``max_pool(x)``: ``dy`` routed to each window's first maximum."""
     assert dy is not None
-    return _pool("MaxPoolGrad", [x, dy], ksize, strides, padding, name)
+    return _pool("MaxPoolGrad", [x, dy], ksize, strides, padding, name, dilations)
 
 
 def max_pool_grad_grad(
-    x: Tensor, ddx: Tensor | None, ksize: Any, strides: Any, padding: str, name: str = "max_pool_grad_grad"
+    x: Tensor,
+    ddx: Tensor | None,
+    ksize: Any,
+    strides: Any,
+    padding: str,
+    dilations: Any = 1,
+    name: str = "max_pool_grad_grad",
 ) -> Tensor:
     """The gradient of ``max_pool_grad`` for its ``dy``: ``ddx`` read at each window's first maximum."""
     assert ddx is not None
-    return _pool("MaxPoolGradGrad", [x, ddx], ksize, strides, padding, name)
+    return _pool("MaxPoolGradGrad", [x, ddx], ksize, strides, padding, name, dilations)
 
 
 def avg_pool_grad(
-    like: Tensor, dy: Tensor | None, ksize: Any, strides: Any, padding: str, name: str = "avg_pool_grad"
+    like: Tensor,
+    dy: Tensor | None,
+    ksize: Any,
+    strides: Any,
+    padding: str,
+    dilations: Any = 1,
+    name: str = "avg_pool_grad",
 ) -> Tensor:
     """The gradient of ``avg_pool``: ``dy`` spread evenly over each window; ``like`` lends its shape."""
     assert dy is not None
-    return _pool("AvgPoolGrad", [like, dy], ksize, strides, padding, name)
+    return _pool("AvgPoolGrad", [like, dy], ksize, strides, padding, name, dilations)
 
 
 __all__ = ["avg_pool", "conv2d", "conv2d_backprop_filter", "conv2d_backprop_input", "max_pool"]

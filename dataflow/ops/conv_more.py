@@ -294,7 +294,7 @@ def _grad_max_pool_with_argmax(node: Node, dys: Dys) -> Grads:
 
 
 def _argmax_kernel(node: Node, ctx: KernelContext) -> Any:
-    ksize, strides, padding = conv._pool_args(node)
+    ksize, strides, padding, _ = conv._pool_args(node)  # an argmax pool has no dilations
     return pool_kernels.max_pool_with_argmax(ksize, strides, padding, node.attrs["include_batch_in_index"])
 
 

@@ -263,3 +263,8 @@ def test_conv2d_transpose_output_shape_must_be_ints() -> None:
 def test_max_pool_with_argmax_include_batch_in_index_must_be_a_bool() -> None:
     with raises(cg.ShapeError, "include_batch_in_index must be a bool, got 1"):
         cg.nn.max_pool_with_argmax(ph(None, 4, 4, 3), include_batch_in_index=1)  # type: ignore[arg-type]
+
+
+def test_a_dilated_pool_takes_valid_padding_only() -> None:
+    with raises(cg.ShapeError, "a dilated pool takes VALID padding only, got 'SAME'"):
+        cg.max_pool(ph(None, 8, 8, 3), 2, 1, "SAME", dilations=2)

@@ -124,3 +124,25 @@ def test_exports_that_need_a_known_size_name_the_node(tmp_path: Path) -> None:
     with pytest.raises(OnnxError, match=r"^MaxPoolWithArgmax 'pool' .*: max_pool_with_argmax exports only with a "
                        r"known height, width and channels"):  # fmt: skip
         cg.onnx.export(tmp_path / "pool.onnx", [x], cg.cast(at, "float32"), session)
+
+
+@pytest.mark.parametrize("opset", [17, 19])
+def test_dilated_pools_export_and_match_onnx_runtime(opset: int, tmp_path: Path) -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 7, 8, 2), name="x")
+        y = cg.max_pool(x, (2, 3), (1, 2), dilations=(2, 2))  # (N, 5, 2, 2)
+        if opset >= 19:
+            y = y + cg.avg_pool(x, 3, (1, 2), dilations=(1, 3))[:, :5, :2]  # (N, 5, 1, 2), broadcast
+    model = cg.onnx.export(tmp_path / "m.onnx", [x], y, cg.Session(g), opset=opset)
+    data = RNG.normal(size=(3, 7, 8, 2)).astype(np.float32)
+    np.testing.assert_allclose(_ort(model, data)[0], cg.Session(g).run(y, {x: data}), rtol=1e-5, atol=1e-6)
+
+
+def test_a_dilated_average_pool_needs_opset_19(tmp_path: Path) -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 7, 8, 2), name="x")
+        y = cg.avg_pool(x, 2, 1, dilations=2, name="pool")
+    with pytest.raises(OnnxError, match=r"^AvgPool 'pool' .*: a dilated AveragePool needs opset 19 or newer, not 17"):
+        cg.onnx.export(tmp_path / "m.onnx", [x], y, cg.Session(g), opset=17)

@@ -123,3 +123,23 @@ CONV_ROWS += [
     Row("MaxPoolWithArgmax", lambda a: cg.cast(cg.nn.max_pool_with_argmax(a, 2, 2)[1], "float64"),
         lambda a: torch_max_pool_with_argmax(a, (2, 2), (2, 2))[1], [x("n", 4, 6, 3)], id="argmax"),
 ]  # fmt: skip
+
+
+def torch_avg_pool_dilated(a: Any, k: HW, s: HW, d: HW) -> Any:
+    """The mean of each VALID dilated window: torch's unfold gathers the taps."""
+    n, h, w, c = a.shape
+    oh, ow = ((h - (k[0] - 1) * d[0] - 1) // s[0] + 1, (w - (k[1] - 1) * d[1] - 1) // s[1] + 1)
+    taps = F.unfold(a.permute(0, 3, 1, 2), k, dilation=d, stride=s).reshape(n, c, k[0] * k[1], oh, ow)
+    return taps.mean(2).permute(0, 2, 3, 1)
+
+
+def _torch_max_dilated(a: Any, k: HW, s: HW, d: HW) -> Any:
+    return F.max_pool2d(a.permute(0, 3, 1, 2), k, s, dilation=d).permute(0, 2, 3, 1)
+
+
+CONV_ROWS += [
+    Row("MaxPool", lambda a: cg.max_pool(a, (2, 3), (1, 2), dilations=(2, 2)),
+        lambda a: _torch_max_dilated(a, (2, 3), (1, 2), (2, 2)), [x("n", 6, 8, 2)], id="dilated", variants=ZERO),
+    Row("AvgPool", lambda a: cg.avg_pool(a, 2, (2, 1), dilations=(3, 2)),
+        lambda a: torch_avg_pool_dilated(a, (2, 2), (2, 1), (3, 2)), [x("n", 7, 6, 2)], id="dilated", variants=ZERO),
+]  # fmt: skip

@@ -27,27 +27,35 @@ Kernel = Callable[..., np.ndarray]
 
 
 @kernel
-def window_runs(h, w, kh, kw, sh, sw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
+def window_runs(h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
     """(starts, runs): output row i's runs are ``runs[starts[i]:starts[i + 1]]``, each
-    (input row, first input column, first output column, columns), taps in row-major order."""
+    (input row, first input column, first output column, columns), taps in row-major order.
+
+    With a column stride of 1 a tap's columns are contiguous however far apart
+    the taps are (dilated): output column j reads input column j + offset.
+    """
     per_tap = 1 if sw == 1 else ow
     runs = np.empty((oh * kh * kw * per_tap, 4), np.int64)
     starts = np.zeros(oh + 1, np.int64)
     r = 0
     for i in range(oh):
         h0 = i * sh - pt
-        for p in range(max(0, -h0), min(kh, h - h0)):
+        for p in range(kh):
+            ih = h0 + p * dh
+            if ih < 0 or ih >= h:
+                continue
             for q in range(kw):
-                j0 = max(0, -((q - pl) // sw))  # first column whose tap q is inside
-                j1 = min(ow, -((q - pl - w) // sw))
+                offset = q * dw - pl  # output column j reads input column j * sw + offset
+                j0 = max(0, -(offset // sw))  # first column whose tap q is inside
+                j1 = min(ow, -((offset - w) // sw))
                 if j1 <= j0:
                     continue
                 if sw == 1:  # one contiguous stretch
-                    runs[r, 0], runs[r, 1], runs[r, 2], runs[r, 3] = h0 + p, j0 - pl + q, j0, j1 - j0
+                    runs[r, 0], runs[r, 1], runs[r, 2], runs[r, 3] = ih, j0 + offset, j0, j1 - j0
                     r += 1
                 else:
                     for j in range(j0, j1):
-                        runs[r, 0], runs[r, 1], runs[r, 2], runs[r, 3] = h0 + p, j * sw - pl + q, j, 1
+                        runs[r, 0], runs[r, 1], runs[r, 2], runs[r, 3] = ih, j * sw + offset, j, 1
                         r += 1
         starts[i + 1] = r
     return starts, runs[:r].copy()
@@ -197,8 +205,12 @@ def avg_pool_grad(dy, h, w, starts, runs, scale):  # type: ignore[no-untyped-def
 class Windows:
     """The run table and averaging scale of one pooling node, per input size (built once each)."""
 
-    def __init__(self, ksize: tuple[int, int], strides: tuple[int, int], padding: str) -> None:
-        self.ksize, self.strides, self.padding = ksize, strides, padding
+    def __init__(
+        self, ksize: tuple[int, int], strides: tuple[int, int], padding: str, dilations: tuple[int, int] = (1, 1)
+    ) -> None:
+        # Dilated windows are VALID (the shape rule says so): every tap is inside, so the
+        # averaging scale, which counts real pixels of undilated windows, stays right.
+        self.ksize, self.strides, self.padding, self.dilations = ksize, strides, padding, dilations
         self._cache: dict[tuple[int, int, int], tuple[int, int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
 
     def __call__(
@@ -208,18 +220,20 @@ class Windows:
         key = (h, w, c if scale else -1)
         found = self._cache.get(key)
         if found is None:
-            (kh, kw), (sh, sw) = self.ksize, self.strides
-            oh, pt = window(h, kh, sh, self.padding)
-            ow, pl = window(w, kw, sw, self.padding)
-            starts, runs = window_runs(h, w, kh, kw, sh, sw, pt, pl, oh, ow)
+            (kh, kw), (sh, sw), (dh, dw) = self.ksize, self.strides, self.dilations
+            oh, pt = window(h, kh, sh, self.padding, dh)
+            ow, pl = window(w, kw, sw, self.padding, dw)
+            starts, runs = window_runs(h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
             weights = window_scale(h, w, kh, kw, sh, sw, pt, pl, oh, ow, c) if scale else None
             found = self._cache[key] = (oh, ow, starts, runs, weights)
         return found
 
 
-def max_pool_forward(ksize: tuple[int, int], strides: tuple[int, int], padding: str) -> Kernel:
+def max_pool_forward(
+    ksize: tuple[int, int], strides: tuple[int, int], padding: str, dilations: tuple[int, int] = (1, 1)
+) -> Kernel:
     """Kernel of x -> max-pooled x."""
-    windows = Windows(ksize, strides, padding)
+    windows = Windows(ksize, strides, padding, dilations)
 
     def run(x: np.ndarray) -> np.ndarray:
         oh, ow, starts, runs, _ = windows(x.shape[1], x.shape[2], x.shape[3])
@@ -228,9 +242,11 @@ def max_pool_forward(ksize: tuple[int, int], strides: tuple[int, int], padding: 
     return run
 
 
-def avg_pool_forward(ksize: tuple[int, int], strides: tuple[int, int], padding: str) -> Kernel:
+def avg_pool_forward(
+    ksize: tuple[int, int], strides: tuple[int, int], padding: str, dilations: tuple[int, int] = (1, 1)
+) -> Kernel:
     """Kernel of x -> average-pooled x."""
-    windows = Windows(ksize, strides, padding)
+    windows = Windows(ksize, strides, padding, dilations)
 
     def run(x: np.ndarray) -> np.ndarray:
         oh, ow, starts, runs, scale = windows(x.shape[1], x.shape[2], x.shape[3], scale=True)
@@ -239,9 +255,11 @@ def avg_pool_forward(ksize: tuple[int, int], strides: tuple[int, int], padding: 
     return run
 
 
-def max_pool_backprop(ksize: tuple[int, int], strides: tuple[int, int], padding: str) -> Kernel:
+def max_pool_backprop(
+    ksize: tuple[int, int], strides: tuple[int, int], padding: str, dilations: tuple[int, int] = (1, 1)
+) -> Kernel:
     """Kernel of (x, dy) -> dx."""
-    windows = Windows(ksize, strides, padding)
+    windows = Windows(ksize, strides, padding, dilations)
 
     def run(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
         _, _, starts, runs, _ = windows(x.shape[1], x.shape[2], x.shape[3])
@@ -250,9 +268,11 @@ def max_pool_backprop(ksize: tuple[int, int], strides: tuple[int, int], padding:
     return run
 
 
-def max_pool_backprop_backprop(ksize: tuple[int, int], strides: tuple[int, int], padding: str) -> Kernel:
+def max_pool_backprop_backprop(
+    ksize: tuple[int, int], strides: tuple[int, int], padding: str, dilations: tuple[int, int] = (1, 1)
+) -> Kernel:
     """Kernel of (x, ddx) -> ddy."""
-    windows = Windows(ksize, strides, padding)
+    windows = Windows(ksize, strides, padding, dilations)
 
     def run(x: np.ndarray, ddx: np.ndarray) -> np.ndarray:
         oh, ow, starts, runs, _ = windows(x.shape[1], x.shape[2], x.shape[3])
@@ -261,9 +281,11 @@ def max_pool_backprop_backprop(ksize: tuple[int, int], strides: tuple[int, int],
     return run
 
 
-def avg_pool_backprop(ksize: tuple[int, int], strides: tuple[int, int], padding: str) -> Kernel:
+def avg_pool_backprop(
+    ksize: tuple[int, int], strides: tuple[int, int], padding: str, dilations: tuple[int, int] = (1, 1)
+) -> Kernel:
     """Kernel of (like, dy) -> dx; ``like`` (the input) only lends its shape."""
-    windows = Windows(ksize, strides, padding)
+    windows = Windows(ksize, strides, padding, dilations)
 
     def run(like: np.ndarray, dy: np.ndarray) -> np.ndarray:
         h, w, c = like.shape[1], like.shape[2], like.shape[3]

@@ -234,7 +234,7 @@ def conv2d_filter_grad(
 
 # -------------------------------------------------------------------- pooling
 @cuda.jit
-def _max_pool(x, out, at, kh, kw, sh, sw, pt, pl):  # type: ignore[no-untyped-def]
+def _max_pool(x, out, at, kh, kw, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """out: each window's maximum; at: the flat index into ``x`` of its first maximum."""
     i = cuda.grid(1)
     if i < out.size:
@@ -243,10 +243,10 @@ def _max_pool(x, out, at, kh, kw, sh, sw, pt, pl):  # type: ignore[no-untyped-de
         best = x[n, 0, 0, ch]
         where = -1
         for p in range(kh):
-            ih = oi * sh - pt + p
+            ih = oi * sh - pt + p * dh
             if 0 <= ih < h:
                 for q in range(kw):
-                    iw = oj * sw - pl + q
+                    iw = oj * sw - pl + q * dw
                     if 0 <= iw < w:
                         v = x[n, ih, iw, ch]
                         if where < 0 or v > best:
@@ -257,19 +257,28 @@ def _max_pool(x, out, at, kh, kw, sh, sw, pt, pl):  # type: ignore[no-untyped-de
 
 
 @cuda.jit
-def _max_pool_grad(dy, at, dx, kh, kw, sh, sw, pt, pl, zero):  # type: ignore[no-untyped-def]
+def _max_pool_grad(dy, at, dx, kh, kw, sh, sw, dh, dw, pt, pl, zero):  # type: ignore[no-untyped-def]
     """dx: the sum of the output gradients whose window's first maximum is this pixel."""
     i = cuda.grid(1)
     if i < dx.size:
         n, ih, iw, ch = _unravel(i, dx.shape)
         _, oh, ow, _ = dy.shape
         acc = zero
-        lo_i, hi_i = _first_window(ih, pt, kh, sh, oh)
-        lo_j, hi_j = _first_window(iw, pl, kw, sw, ow)
-        for oi in range(lo_i, hi_i):
-            for oj in range(lo_j, hi_j):
-                if at[n, oi, oj, ch] == i:
-                    acc += dy[n, oi, oj, ch]
+        if dh == 1 and dw == 1:
+            lo_i, hi_i = _first_window(ih, pt, kh, sh, oh)
+            lo_j, hi_j = _first_window(iw, pl, kw, sw, ow)
+            for oi in range(lo_i, hi_i):
+                for oj in range(lo_j, hi_j):
+                    if at[n, oi, oj, ch] == i:
+                        acc += dy[n, oi, oj, ch]
+        else:  # the outputs whose tap (p, q) lands here, if any: one per tap
+            for p in range(kh - 1, -1, -1):
+                t = ih + pt - p * dh
+                if t >= 0 and t % sh == 0 and t // sh < oh:
+                    for q in range(kw - 1, -1, -1):
+                        u = iw + pl - q * dw
+                        if u >= 0 and u % sw == 0 and u // sw < ow and at[n, t // sh, u // sw, ch] == i:
+                            acc += dy[n, t // sh, u // sw, ch]
         dx[n, ih, iw, ch] = acc
 
 
@@ -281,22 +290,28 @@ def _take(src, at, out):  # type: ignore[no-untyped-def]
 
 
 @cuda.jit
-def _avg_pool(x, out, kh, kw, sh, sw, pt, pl, zero):  # type: ignore[no-untyped-def]
-    """out: the mean of the real pixels of each window."""
+def _avg_pool(x, out, kh, kw, sh, sw, dh, dw, pt, pl, zero):  # type: ignore[no-untyped-def]
+    """out: the mean of the real pixels of each window (a dilated one is VALID: all of them)."""
     i = cuda.grid(1)
     if i < out.size:
         n, oi, oj, ch = _unravel(i, out.shape)
         _, h, w, _ = x.shape
         h0, w0 = oi * sh - pt, oj * sw - pl
         acc = zero
-        for ih in range(max(h0, 0), min(h0 + kh, h)):
-            for iw in range(max(w0, 0), min(w0 + kw, w)):
-                acc += x[n, ih, iw, ch]
-        out[n, oi, oj, ch] = acc / ((min(h0 + kh, h) - max(h0, 0)) * (min(w0 + kw, w) - max(w0, 0)))
+        if dh == 1 and dw == 1:
+            for ih in range(max(h0, 0), min(h0 + kh, h)):
+                for iw in range(max(w0, 0), min(w0 + kw, w)):
+                    acc += x[n, ih, iw, ch]
+            out[n, oi, oj, ch] = acc / ((min(h0 + kh, h) - max(h0, 0)) * (min(w0 + kw, w) - max(w0, 0)))
+        else:
+            for p in range(kh):
+                for q in range(kw):
+                    acc += x[n, h0 + p * dh, w0 + q * dw, ch]
+            out[n, oi, oj, ch] = acc / (kh * kw)
 
 
 @cuda.jit
-def _avg_pool_grad(dy, dx, kh, kw, sh, sw, pt, pl, zero):  # type: ignore[no-untyped-def]
+def _avg_pool_grad(dy, dx, kh, kw, sh, sw, dh, dw, pt, pl, zero):  # type: ignore[no-untyped-def]
     """dx: each covering window's gradient divided by that window's count of real pixels."""
     i = cuda.grid(1)
     if i < dx.size:
@@ -304,6 +319,16 @@ def _avg_pool_grad(dy, dx, kh, kw, sh, sw, pt, pl, zero):  # type: ignore[no-unt
         _, h, w, _ = dx.shape
         _, oh, ow, _ = dy.shape
         acc = zero
+        if dh != 1 or dw != 1:  # VALID: every window counts kh * kw pixels
+            for p in range(kh - 1, -1, -1):
+                t = ih + pt - p * dh
+                if t >= 0 and t % sh == 0 and t // sh < oh:
+                    for q in range(kw - 1, -1, -1):
+                        u = iw + pl - q * dw
+                        if u >= 0 and u % sw == 0 and u // sw < ow:
+                            acc += dy[n, t // sh, u // sw, ch] / (kh * kw)
+            dx[n, ih, iw, ch] = acc
+            return
         lo_i, hi_i = _first_window(ih, pt, kh, sh, oh)
         lo_j, hi_j = _first_window(iw, pl, kw, sw, ow)
         for oi in range(lo_i, hi_i):
@@ -315,39 +340,41 @@ def _avg_pool_grad(dy, dx, kh, kw, sh, sw, pt, pl, zero):  # type: ignore[no-unt
         dx[n, ih, iw, ch] = acc
 
 
-def _pool_shape(x: Any, ksize: HW, strides: HW, padding: str) -> tuple[tuple[int, ...], int, int]:
+def _pool_shape(
+    x: Any, ksize: HW, strides: HW, padding: str, dilations: HW = (1, 1)
+) -> tuple[tuple[int, ...], int, int]:
     """(output shape, pad top, pad left) of pooling NHWC ``x``."""
     n, h, w, c = x.shape
-    oh, ow, pt, pl = _geometry(h, w, ksize, strides, padding)
+    oh, ow, pt, pl = _geometry(h, w, ksize, strides, padding, dilations)
     return (n, oh, ow, c), pt, pl
 
 
-def _first_max(x: Any, ksize: HW, strides: HW, padding: str) -> tuple[Any, Any, int, int]:
+def _first_max(x: Any, ksize: HW, strides: HW, padding: str, dilations: HW = (1, 1)) -> tuple[Any, Any, int, int]:
     """(max-pooled x, flat index of each window's first maximum, pad top, pad left)."""
-    shape, pt, pl = _pool_shape(x, ksize, strides, padding)
+    shape, pt, pl = _pool_shape(x, ksize, strides, padding, dilations)
     out = cuda.device_array(shape, x.dtype)
     at = cuda.device_array(shape, np.int32 if x.size < 2**31 else np.int64)
     if out.size:
         blocks, threads = launch(out.size)
-        _max_pool[blocks, threads](x, out, at, *ksize, *strides, pt, pl)
+        _max_pool[blocks, threads](x, out, at, *ksize, *strides, *dilations, pt, pl)
     return out, at, pt, pl
 
 
-def max_pool(x: Any, ksize: HW, strides: HW, padding: str) -> Any:
-    return _first_max(x, ksize, strides, padding)[0]
+def max_pool(x: Any, ksize: HW, strides: HW, padding: str, dilations: HW = (1, 1)) -> Any:
+    return _first_max(x, ksize, strides, padding, dilations)[0]
 
 
-def max_pool_grad(x: Any, dy: Any, ksize: HW, strides: HW, padding: str) -> Any:
-    _, at, pt, pl = _first_max(x, ksize, strides, padding)
+def max_pool_grad(x: Any, dy: Any, ksize: HW, strides: HW, padding: str, dilations: HW = (1, 1)) -> Any:
+    _, at, pt, pl = _first_max(x, ksize, strides, padding, dilations)
     dx = cuda.device_array(x.shape, dy.dtype)
     if dx.size:
         blocks, threads = launch(dx.size)
-        _max_pool_grad[blocks, threads](dy, at, dx, *ksize, *strides, pt, pl, dy.dtype.type(0))
+        _max_pool_grad[blocks, threads](dy, at, dx, *ksize, *strides, *dilations, pt, pl, dy.dtype.type(0))
     return dx
 
 
-def max_pool_grad_grad(x: Any, ddx: Any, ksize: HW, strides: HW, padding: str) -> Any:
-    _, at, _, _ = _first_max(x, ksize, strides, padding)
+def max_pool_grad_grad(x: Any, ddx: Any, ksize: HW, strides: HW, padding: str, dilations: HW = (1, 1)) -> Any:
+    _, at, _, _ = _first_max(x, ksize, strides, padding, dilations)
     out = cuda.device_array(at.shape, ddx.dtype)
     if out.size:
         blocks, threads = launch(out.size)
@@ -373,21 +400,21 @@ def max_pool_with_argmax(x: Any, ksize: HW, strides: HW, padding: str, include_b
     return out, where
 
 
-def avg_pool(x: Any, ksize: HW, strides: HW, padding: str) -> Any:
-    shape, pt, pl = _pool_shape(x, ksize, strides, padding)
+def avg_pool(x: Any, ksize: HW, strides: HW, padding: str, dilations: HW = (1, 1)) -> Any:
+    shape, pt, pl = _pool_shape(x, ksize, strides, padding, dilations)
     out = cuda.device_array(shape, x.dtype)
     if out.size:
         blocks, threads = launch(out.size)
-        _avg_pool[blocks, threads](x, out, *ksize, *strides, pt, pl, x.dtype.type(0))
+        _avg_pool[blocks, threads](x, out, *ksize, *strides, *dilations, pt, pl, x.dtype.type(0))
     return out
 
 
-def avg_pool_grad(like: Any, dy: Any, ksize: HW, strides: HW, padding: str) -> Any:
-    _, pt, pl = _pool_shape(like, ksize, strides, padding)
+def avg_pool_grad(like: Any, dy: Any, ksize: HW, strides: HW, padding: str, dilations: HW = (1, 1)) -> Any:
+    _, pt, pl = _pool_shape(like, ksize, strides, padding, dilations)
     dx = cuda.device_array(like.shape, dy.dtype)
     if dx.size:
         blocks, threads = launch(dx.size)
-        _avg_pool_grad[blocks, threads](dy, dx, *ksize, *strides, pt, pl, dy.dtype.type(0))
+        _avg_pool_grad[blocks, threads](dy, dx, *ksize, *strides, *dilations, pt, pl, dy.dtype.type(0))
     return dx
 
 
@@ -412,9 +439,10 @@ def conv_op(node: Any, ctx: Any, name: str) -> Callable[..., Any]:
 
 
 def pool_op(node: Any, ctx: Any, name: str) -> Callable[..., Any]:
-    """Pooling kernel ``name`` with the node's window, strides and padding."""
+    """Pooling kernel ``name`` with the node's window, strides, padding and dilations."""
     run, ksize, strides, padding = POOLS[name], node.attrs["ksize"], node.attrs["strides"], node.attrs["padding"]
-    return lambda *args: run(*args, ksize, strides, padding)
+    dilations = node.attrs.get("dilations", (1, 1))
+    return lambda *args: run(*args, ksize, strides, padding, dilations)
 
 
 def max_pool_with_argmax_op(node: Any, ctx: Any) -> Callable[..., Any]:
