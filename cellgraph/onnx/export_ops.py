@@ -28,7 +28,6 @@ from cellgraph.dataflow.kernels.cpu.activations import GELU_CUBIC, SELU_ALPHA, S
 from cellgraph.dataflow.kernels.cpu.conv import axis_padding, window
 
 from .common import DTYPE_TO_ONNX, INT64_MAX, INT64_MIN, OnnxError
-from .export_nn import NN_EXPORTERS
 
 if TYPE_CHECKING:
     from .exporter import Emitter
@@ -477,5 +476,4 @@ EXPORTERS: dict[str, Row] = {
     "Silu":         _silu,
     "Relu6":        _relu6,
     "HardSigmoid":  same("HardSigmoid", alpha=1.0 / 6.0, beta=0.5),
-    **NN_EXPORTERS,  # export_nn.py: BatchMatMul, LayerNorm, PlaceholderWithDefault
 }  # fmt: skip
