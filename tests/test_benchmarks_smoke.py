@@ -102,6 +102,9 @@ CASES = {
         ["onnx_roundtrip.py"],
         ["conformance_pass_rate", "conformance_cases", "cellgraph_ms", "onnxruntime_ms"],
     ),
+    "train_return": (["train_return.py"], ["return_max_s", "target_return_s"]),
+    # --quick runs `cellgraph demo --model mlp` twice (empty caches, then warm): cold_met is null then.
+    "cold_start": (["cold_start.py"], ["cold_s", "warm_s", "target_cold_s", "target_warm_s"]),
 }
 
 
