@@ -150,10 +150,11 @@ def loop_source(
     """
     dtype = segment.output.dtype
     # tanh_ is the vectorisable approximation for float32, libm's tanh for float64;
-    # sigmoid_ is the tail-exact logistic function of the segment's precision.
+    # sigmoid_ is the tail-exact logistic function of the segment's precision (float32's over an exp in
+    # arithmetic, which LLVM vectorises: kernels/cpu/vector_f32.py).
     scalar = "from cellgraph.dataflow.kernels.cpu.scalar import"
     functions = (
-        [f"{scalar} sigmoid_f32 as sigmoid_", f"{scalar} tanh_f32 as tanh_"]
+        ["from cellgraph.dataflow.kernels.cpu.vector_f32 import logistic as sigmoid_", f"{scalar} tanh_f32 as tanh_"]
         if dtype == "float32"
         else ["from math import tanh as tanh_", "", f"{scalar} sigmoid_f64 as sigmoid_"]
     )
