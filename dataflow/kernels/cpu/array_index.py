@@ -6,6 +6,14 @@ with NumPy's fancy indexing (a C loop), scatter_nd adds into them in a Numba
 loop (``np.add.at`` is an unbuffered Python-level ufunc loop, many times slower).
 Indices are checked first: TensorFlow's range is [0, dim), where NumPy would
 wrap a negative index around.
+
+Examples
+--------
+>>> import numpy as np
+>>> gather_nd(np.arange(6).reshape(2, 3), np.array([[1, 2], [0, 0]]))
+array([5, 0])
+>>> scatter_nd(np.array([[1], [1]]), np.array([2.0, 3.0]), (3,))
+array([0., 5., 0.])
 """
 
 from __future__ import annotations

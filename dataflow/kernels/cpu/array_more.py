@@ -2,6 +2,13 @@
 
 All data movement or a sum over whole blocks, so NumPy's C loops do it (the
 reasoning of ``array.py``); each hands out a C-contiguous array.
+
+Examples
+--------
+>>> split_sizes((2, -1), 2, 5)
+(2, 3)
+>>> split_sizes((), 2, 5)
+'5 does not split into 2 equal pieces'
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 Shape and Size read only the input's metadata. Range's length is known only
 from its operands' values, so it is checked and computed here, with the words
 its errors use on every device (``range_length``).
+
+Examples
+--------
+>>> range_length(2, 11, 3), range_length(5, -4, -2), range_length(0.0, 1.0, 0.3)
+(3, 5, 4)
 """
 
 from __future__ import annotations

@@ -1,0 +1,55 @@
+"""ONNX's Tile, Expand, GatherND and Size come in as cellgraph's tile, broadcast_to,
+gather_nd and size; what they cannot express is refused, naming why."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import cellgraph as cg
+from cellgraph.onnx import OnnxError, conformance
+
+
+def _model(node: onnx.NodeProto, inputs: list, initializers: list = ()) -> onnx.ModelProto:  # type: ignore[assignment]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "g", inputs, [out], list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_array_rows_pass_every_onnx_conformance_case() -> None:
+    results = conformance.run(["Tile", "Expand", "GatherND", "Size"])
+    for op, r in results.items():
+        assert r.total and len(r.passed) == r.total, (op, r.failed, r.unsupported)
+
+
+def test_gather_nd_counts_a_negative_index_from_the_end() -> None:
+    node = helper.make_node("GatherND", ["x", "i"], ["y"])
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])
+    i_info = helper.make_tensor_value_info("i", TensorProto.INT64, [2, 1])
+    model = cg.onnx.import_model(_model(node, [x_info, i_info]))
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_array_equal(model(x, np.array([[-1], [0]], np.int64)), x[[2, 0]])
+
+
+def test_size_of_a_batch_unknown_until_run_time_is_computed_by_the_graph() -> None:
+    node = helper.make_node("Size", ["x"], ["y"])
+    model = cg.onnx.import_model(_model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])]))
+    assert int(model(np.zeros((5, 3), np.float32))) == 15
+
+
+def test_expand_of_an_input_of_unknown_shape_is_refused() -> None:
+    node = helper.make_node("Expand", ["x", "s"], ["y"])
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    s_info = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    with pytest.raises(OnnxError, match="Expand of an input whose shape is unknown until the graph runs"):
+        cg.onnx.import_model(_model(node, [x_info, s_info]), static_inputs={"s": np.array([4, 3], np.int64)})
+
+
+def test_expand_to_a_shape_that_does_not_broadcast_is_refused() -> None:
+    node = helper.make_node("Expand", ["x", "s"], ["y"])
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    s_info = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    with pytest.raises(OnnxError, match="Expand to a shape that does not broadcast"):
+        cg.onnx.import_model(_model(node, [x_info, s_info]), static_inputs={"s": np.array([4, 3], np.int64)})
