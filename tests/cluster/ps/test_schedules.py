@@ -133,3 +133,54 @@ def test_a_damaged_schedule_in_a_manifest_is_named() -> None:
         ParameterServerError, match=r"^sgd optimizer: cosine_decay: alpha must be in \[0, 1\], got 3.0$"
     ):
         OptimizerConfig.from_fields(fields)
+
+
+@pytest.mark.slow
+def test_cg_train_with_a_schedule_matches_the_local_session_step_by_step() -> None:
+    """cg.train sends the schedule with the optimizer; one replica on all rows gives the local run's
+    gradients, so the servers' variables after each step equal the session's at the same global step."""
+    from cellgraph.cluster.cluster import Cluster
+
+    rng = np.random.default_rng(7)
+    x_data, w0 = rng.normal(size=(8, 5)), rng.normal(size=(5, 3)) * 0.5
+    steps = 7
+    schedule = cg.optim.cosine_decay(0.2, decay_steps=4, warmup_steps=2, alpha=0.25)
+
+    def build() -> tuple[cg.Graph, cg.Tensor, cg.Tensor, cg.Tensor]:
+        g = cg.Graph()
+        with g.as_default():
+            x = cg.placeholder((None, 5), "float64", name="x")
+            w = cg.variable(w0, dtype="float64", name="w")
+            loss = cg.reduce_sum(cg.square(cg.tanh(x @ w)), name="loss")
+        return g, x, w, loss
+
+    g, x, w, loss = build()
+    with g.as_default():
+        step = cg.variable(0, dtype="int64", name="global_step", trainable=False)
+        train = cg.optim.Momentum(schedule, momentum=0.5).minimize(loss, global_step=step)
+    sess = cg.Session(g)
+    for _ in range(steps):
+        sess.run(train, {x: x_data})
+    local = sess.run(w)
+
+    _, _, _, loss = build()
+    with Cluster.local(workers=1, ps=2) as cluster:
+        job_ = cg.train(
+            loss, (x_data,), cluster=cluster, optimizer=cg.optim.Momentum(schedule, momentum=0.5), replicas=1,
+            batch_size=len(x_data), steps=steps, checkpoint_every=None,
+        )  # fmt: skip
+        try:
+            job_.wait(120.0)
+            assert job_.status == "finished", job_.events
+            got = job_.variables()
+        finally:
+            job_.close()
+    np.testing.assert_allclose(got["w"], local, rtol=1e-9, atol=1e-12)
+    constant = cg.optim.Momentum(0.2, momentum=0.5)  # the schedule changed the result: it was applied
+    g2, x2, w2, loss2 = build()
+    with g2.as_default():
+        train2 = constant.minimize(loss2)
+    sess2 = cg.Session(g2)
+    for _ in range(steps):
+        sess2.run(train2, {x2: x_data})
+    assert not np.allclose(sess2.run(w2), local, rtol=1e-3)
