@@ -3,6 +3,12 @@ NumPy helpers their reference implementations slide windows with.
 
 Kept apart from ``conv.py`` so that each stays one readable size; the kernels'
 own geometry (``kernels/cpu/conv.py``'s ``window``) is the one rule both use.
+
+Examples
+--------
+>>> from cellgraph.dataflow.ops.windows import explicit_pads, window_pair
+>>> window_pair((1, 2, 3, 1)), explicit_pads(1), explicit_pads([[0, 0], [1, 2], [3, 4], [0, 0]])
+((2, 3), ((1, 1), (1, 1)), ((1, 2), (3, 4)))
 """
 
 from __future__ import annotations
