@@ -31,7 +31,7 @@ import numpy as np
 
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Node, Tensor
-from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef
+from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef, to_tensor_proto
 from cellgraph.dataflow.session import Session
 from cellgraph.protos import graph_pb2
 
@@ -53,6 +53,31 @@ def _dropout_to_identity(proto: graph_pb2.NodeDef) -> None:
 INFERENCE_REWRITES: dict[str, Callable[[graph_pb2.NodeDef], None]] = {
     "Dropout": _dropout_to_identity,
 }
+
+
+def is_training_switch(node: Node) -> bool:
+    """A scalar bool ``placeholder_with_default`` (``cg.layers.training_switch()``): false at inference."""
+    return node.op == "PlaceholderWithDefault" and node.outputs[0].dtype == "bool" and node.outputs[0].shape == ()
+
+
+def _switch_to_false(proto: graph_pb2.NodeDef) -> None:
+    # The switch is fixed off: a constant, so nothing upstream of its default is needed.
+    proto.op = "Const"
+    del proto.input[:]
+    proto.attr.clear()
+    proto.attr["value"].tensor.CopyFrom(to_tensor_proto(np.array(False)))
+
+
+def _switched(node: Node) -> Tensor | None:
+    """What a ``where(training, a, b)`` gives at inference (``b``); None for any other node.
+
+    Batch norm and dropout with a training switch pick their training or inference
+    result with such a Where; following only ``b`` leaves the training branch (the
+    batch statistics) out of the inference graph.
+    """
+    if node.op == "Where" and node.inputs[0].shape == () and is_training_switch(node.inputs[0].node):
+        return node.inputs[2]
+    return None
 
 
 @dataclass(frozen=True)
@@ -79,6 +104,10 @@ def _as_tensor_list(values: Tensor | Sequence[Tensor], what: str) -> list[Tensor
 
 def inference_graph(inputs: Tensor | Sequence[Tensor], outputs: Tensor | Sequence[Tensor]) -> InferenceGraph:
     """Only what ``outputs`` need from ``inputs``, with training-only ops rewritten for inference.
+
+    A training switch (``cg.layers.training_switch()``) is fixed to False: it
+    becomes a constant, and the Where nodes that pick batch norm's or dropout's
+    training result by it give their inference input.
 
     Raises ``ExportError`` when an input is not a placeholder, when an output
     needs a placeholder that is not among the inputs, or when it needs an op
@@ -111,7 +140,15 @@ def inference_graph(inputs: Tensor | Sequence[Tensor], outputs: Tensor | Sequenc
             continue
         node = needed[proto.name]
         rewrite = INFERENCE_REWRITES.get(proto.op)
-        if rewrite is not None:
+        chosen = _switched(node)
+        if chosen is not None:
+            proto.op = "Identity"
+            proto.attr.clear()
+            del proto.input[:]
+            proto.input.append(chosen.name)
+        elif is_training_switch(node):
+            _switch_to_false(proto)
+        elif rewrite is not None:
             rewrite(proto)
         elif node.opdef.stateful and node.op != "Variable":
             raise ExportError(
@@ -144,6 +181,12 @@ def _needed(graph: Graph, outputs: list[Tensor], stop: set[Node]) -> dict[str, N
         needed[node.name] = node
         if node in stop:
             continue
+        chosen = _switched(node)
+        if chosen is not None:
+            pending.append(chosen.node)
+            continue
+        if is_training_switch(node):
+            continue  # it becomes the constant False: its default is not needed
         for t in node.inputs:
             if t.node not in graph:
                 raise ExportError(f"output needs {t.node.name!r}, an input of {node.describe()} no longer in the graph")

@@ -95,10 +95,10 @@ def _axes_of(b: Builder, n: NodeInfo, position: int) -> list[int] | None:
 # -------------------------------------------------------------------- rows
 def _matmul(b: Builder, n: NodeInfo) -> list[Tensor]:
     a, c = b.ins(n, 2)
-    if len(a.shape) == 2 and len(c.shape) == 2:
-        return [cg.matmul(a, c)]
-    # NumPy's matmul for other ranks: 1-D operands get a unit dim (dropped again), batch dims
-    # broadcast, and each product is a broadcast multiply summed over the shared axis.
+    if len(a.shape) >= 2 and len(c.shape) >= 2:
+        return [cg.matmul(a, c)]  # a MatMul, or a BatchMatMul whose batch dims broadcast as ONNX's do
+    # A 1-D operand (NumPy's matmul): it gets a unit dim (dropped again), batch dims broadcast,
+    # and each product is a broadcast multiply summed over the shared axis.
     a2 = cg.expand_dims(a, 0) if len(a.shape) == 1 else a
     c2 = cg.expand_dims(c, -1) if len(c.shape) == 1 else c
     y = cg.reduce_sum(cg.expand_dims(a2, -1) * cg.expand_dims(c2, -3), axis=-2)

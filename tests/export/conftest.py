@@ -20,7 +20,11 @@ class Trained:
     x_test: np.ndarray
 
     def logits(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(self.session.run(self.model.logits, {self.model.x: x}))
+        """The session's logits in inference mode (a model's training switch fed False)."""
+        feeds = {self.model.x: x}
+        if self.model.training is not None:
+            feeds[self.model.training] = False
+        return np.asarray(self.session.run(self.model.logits, feeds))
 
 
 def train(name: str, data: digits.Split, steps: int = 5) -> Trained:
@@ -34,6 +38,11 @@ def train(name: str, data: digits.Split, steps: int = 5) -> Trained:
     return Trained(model, session, x_test)
 
 
-@pytest.fixture(scope="session", params=["mlp", "inception"])
+# Every example model: the batch-normalized ones (resnet, inception_v3) export with their
+# training switch fixed off, the sequence ones (transformer, lstm) with batched matmuls.
+MODEL_NAMES = ["mlp", "inception", "resnet", "inception_v3", "transformer", "lstm"]
+
+
+@pytest.fixture(scope="session", params=MODEL_NAMES)
 def trained(request: pytest.FixtureRequest, data: digits.Split) -> Trained:
     return train(request.param, data)

@@ -19,6 +19,7 @@ from cellgraph.onnx import OnnxError
 from cellgraph.onnx.export_ops import EXPORTERS
 
 from .conftest import Trained
+from .onnx_array_cases import ARRAY_CASES
 
 RNG = np.random.default_rng(7)
 
@@ -213,6 +214,7 @@ CASES: dict[str, Case] = {
     "Relu6":        _unary(lambda x: act.relu6(x * 4.0)),
     "HardSigmoid":  _unary(lambda x: act.hard_sigmoid(x * 4.0)),
 }  # fmt: skip
+CASES.update(ARRAY_CASES)  # onnx_array_cases.py: the issue-16 array ops
 
 
 def _feed(t: cg.Tensor, rows: int) -> np.ndarray:

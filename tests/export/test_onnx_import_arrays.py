@@ -1,7 +1,10 @@
 """ONNX's Tile, Expand, GatherND and Size come in as cellgraph's tile, broadcast_to,
-gather_nd and size; what they cannot express is refused, naming why."""
+gather_nd and size; what they cannot express is refused, naming why. (The array ops'
+export cases are rows of test_onnx_export.py, from onnx_array_cases.py.)"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -53,3 +56,12 @@ def test_expand_to_a_shape_that_does_not_broadcast_is_refused() -> None:
     s_info = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
     with pytest.raises(OnnxError, match="Expand to a shape that does not broadcast"):
         cg.onnx.import_model(_model(node, [x_info, s_info]), static_inputs={"s": np.array([4, 3], np.int64)})
+
+
+def test_a_batch_gather_along_a_later_axis_is_not_exported(tmp_path: Path) -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2, 3, 4), name="x")
+        y = cg.gather(x, cg.constant(np.array([[1], [0]], np.int32)), axis=2, batch_dims=1, name="pick")
+    with pytest.raises(OnnxError, match=r"BatchGather 'pick' .*: gather with axis 2 after batch_dims 1 has no ONNX"):
+        cg.onnx.export(tmp_path / "m.onnx", [x], y, cg.Session(g))
