@@ -29,7 +29,6 @@ from cellgraph.dataflow.kernels.cpu.conv import axis_padding, window
 
 from .common import DTYPE_TO_ONNX, INT64_MAX, INT64_MIN, OnnxError
 from .export_arrays import ARRAY_EXPORTERS
-from .export_arrays import ARRAY_EXPORTERS
 
 if TYPE_CHECKING:
     from .exporter import Emitter
@@ -478,6 +477,5 @@ EXPORTERS: dict[str, Row] = {
     "Silu":         _silu,
     "Relu6":        _relu6,
     "HardSigmoid":  same("HardSigmoid", alpha=1.0 / 6.0, beta=0.5),
-    **ARRAY_EXPORTERS,  # export_arrays.py: split, tile, broadcast_to, mirror pad, gather_nd, shape, range, ...
     **ARRAY_EXPORTERS,  # export_arrays.py: split, tile, broadcast_to, mirror pad, gather_nd, shape, range, ...
 }  # fmt: skip

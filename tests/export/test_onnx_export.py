@@ -20,7 +20,6 @@ from cellgraph.onnx.export_ops import EXPORTERS
 
 from .conftest import Trained
 from .onnx_array_cases import ARRAY_CASES
-from .onnx_array_cases import ARRAY_CASES
 
 RNG = np.random.default_rng(7)
 
@@ -215,7 +214,6 @@ CASES: dict[str, Case] = {
     "Relu6":        _unary(lambda x: act.relu6(x * 4.0)),
     "HardSigmoid":  _unary(lambda x: act.hard_sigmoid(x * 4.0)),
 }  # fmt: skip
-CASES.update(ARRAY_CASES)  # onnx_array_cases.py: the issue-16 array ops
 CASES.update(ARRAY_CASES)  # onnx_array_cases.py: the issue-16 array ops
 
 
