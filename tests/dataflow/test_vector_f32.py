@@ -46,6 +46,9 @@ def test_exp_is_within_two_ulp_and_rounds_into_the_subnormals() -> None:
         # x * sigmoid(x): below -87 sigmoid(x) is subnormal and has few digits left (in PyTorch too).
         ("silu", ak.silu, lambda x: x / (1 + np.exp(-x)), 4, -87),
         ("tanh", nnk.tanh, np.tanh, 8, -110),  # scalar.tanh_f32's rational function: 3.8e-7 relative
+        ("elu", lambda x: ak.elu(x, np.float32(0.7)), lambda x: np.where(x > 0, x, 0.7 * np.expm1(x)), 4, -110),
+        ("selu", ak.selu, lambda x: ak.SELU_SCALE * np.where(x > 0, x, ak.SELU_ALPHA * np.expm1(x)), 4, -110),
+        ("softplus", ak.softplus, lambda x: np.logaddexp(0, x), 4, -110),
     ],
 )
 def test_float32_kernels_keep_their_tails(name: str, kernel, exact, ulps: int, low: float) -> None:  # noqa: ANN001
@@ -58,7 +61,11 @@ def test_float32_kernels_keep_their_tails(name: str, kernel, exact, ulps: int, l
     np.testing.assert_array_equal(special[3:5], _exact(exact, SPECIAL[3:5]).astype(np.float32))
 
 
-@pytest.mark.parametrize("kernel", [nnk.sigmoid, nnk.tanh, ak.silu], ids=["sigmoid", "tanh", "silu"])
+@pytest.mark.parametrize(
+    "kernel",
+    [nnk.sigmoid, nnk.tanh, ak.silu, ak.selu, ak.softplus, lambda x: ak.elu(x, x.dtype.type(0.5))],
+    ids=["sigmoid", "tanh", "silu", "selu", "softplus", "elu"],
+)
 def test_shapes_and_float64_are_served(kernel) -> None:  # noqa: ANN001
     x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(2, 3, 4)
     assert kernel(x).shape == (2, 3, 4)

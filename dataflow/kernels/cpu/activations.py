@@ -40,8 +40,13 @@ def leaky_relu(x, alpha):  # type: ignore[no-untyped-def]
     return out.reshape(x.shape)
 
 
-@kernel
 def elu(x, alpha):  # type: ignore[no-untyped-def]
+    """float32 through ``vector_f32``'s vectorised loop, other dtypes through libm."""
+    return f32.elu(x, alpha) if x.dtype == np.float32 else _elu_libm(x, alpha)
+
+
+@kernel
+def _elu_libm(x, alpha):  # type: ignore[no-untyped-def]
     src = np.ascontiguousarray(x).ravel()
     out = np.empty_like(src)
     for i in range(src.size):
@@ -50,8 +55,13 @@ def elu(x, alpha):  # type: ignore[no-untyped-def]
     return out.reshape(x.shape)
 
 
-@kernel
 def selu(x):  # type: ignore[no-untyped-def]
+    """float32 through ``vector_f32``'s vectorised loop, other dtypes through libm."""
+    return f32.selu(x) if x.dtype == np.float32 else _selu_libm(x)
+
+
+@kernel
+def _selu_libm(x):  # type: ignore[no-untyped-def]
     src = np.ascontiguousarray(x).ravel()
     out = np.empty_like(src)
     for i in range(src.size):
@@ -94,8 +104,13 @@ def gelu_tanh(x):  # type: ignore[no-untyped-def]
     return out.reshape(x.shape)
 
 
-@kernel
 def softplus(x):  # type: ignore[no-untyped-def]
+    """float32 through ``vector_f32``'s vectorised loop, other dtypes through libm."""
+    return f32.softplus(x) if x.dtype == np.float32 else _softplus_libm(x)
+
+
+@kernel
+def _softplus_libm(x):  # type: ignore[no-untyped-def]
     src = np.ascontiguousarray(x).ravel()
     out = np.empty_like(src)
     for i in range(src.size):

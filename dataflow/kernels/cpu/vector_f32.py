@@ -1,4 +1,5 @@
-"""float32 activation loops that LLVM vectorises: sigmoid, silu and tanh, over an exp written in arithmetic.
+"""float32 activation loops that LLVM vectorises: sigmoid, silu, tanh, elu, selu and softplus, over an exp
+written in arithmetic.
 
 Why the plain kernels were 10-50x slower than PyTorch (256x1024 float32, one
 thread: sigmoid 1.85 ms against 0.10 ms, tanh 3.6 ms against 0.08 ms):
@@ -22,13 +23,21 @@ subnormal below it (``tests/dataflow/test_vector_f32.py``); beyond the range
 function fused loops use, up to |x| = 0.625, and ``1 - 2 / (exp(2|x|) + 1)``
 beyond, so that it reaches exactly 1 where libm's float32 tanh does (the
 rational function stops at 0.99999976, and PyTorch's gradient ``1 - y^2``
-there is 0, not 5e-7). Only float32 takes these: float64 keeps the libm loops.
+there is 0, not 5e-7). ``expm1_f32`` (elu, selu) is Taylor's series below
+|x| = 0.7 and ``exp - 1`` above; softplus's ``log1p(exp(-|x|))`` is an odd
+atanh series with positive terms only. Only float32 takes these: float64 keeps
+the libm loops.
+
+256x1024 float32, one thread, here (PyTorch): sigmoid 1.85 -> 0.25 ms (0.10),
+silu 1.86 -> 0.25 (0.10), tanh 3.5 -> 0.45 (0.08), elu 2.0 -> 0.30 (0.31),
+selu 2.1 -> 0.31 (0.31), softplus 3.1 -> 0.35 (0.39).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numba import njit, types
@@ -98,6 +107,48 @@ def tanh_f32v(v):  # type: ignore[no-untyped-def]
     return tanh_f32(v) if a < _TANH_SPLIT else big
 
 
+# expm1: Taylor's series to degree 10 for |x| < 0.7 (exp(x) - 1 would cancel there), exp_f32(x) - 1 beyond.
+_EXPM1_SPLIT = np.float32(0.7)
+_INVERSE_FACTORIALS = [np.float32(1.0 / math.factorial(k)) for k in range(2, 11)]
+F2, F3, F4, F5, F6, F7, F8, F9, F10 = _INVERSE_FACTORIALS
+
+
+@scalar
+def expm1_f32(v):  # type: ignore[no-untyped-def]
+    """``exp(v) - 1`` for one float32, without the cancellation near 0: 3 ulp at most."""
+    p = F10
+    p = p * v + F9
+    p = p * v + F8
+    p = p * v + F7
+    p = p * v + F6
+    p = p * v + F5
+    p = p * v + F4
+    p = p * v + F3
+    p = p * v + F2
+    near = v + v * v * p
+    far = exp_f32(v) - _ONE
+    return near if abs(v) < _EXPM1_SPLIT else far  # NaN: far is NaN
+
+
+# log1p(e) for e in [0, 1], as softplus needs it: 2 atanh(s) with s = e / (2 + e) <= 1/3, whose odd series
+# has only positive terms (no cancellation) and is below 1e-8 relative after s^15.
+_ATANH = [np.float32(1.0 / k) for k in (3, 5, 7, 9, 11, 13, 15)]
+A3, A5, A7, A9, A11, A13, A15 = _ATANH
+
+
+@scalar
+def softplus_f32(v):  # type: ignore[no-untyped-def]
+    """``log(1 + exp(v)) = max(v, 0) + log1p(exp(-|v|))`` for one float32: no overflow, no lost tail."""
+    e = exp_f32(-abs(v))
+    s = e / (_TWO + e)
+    u = s * s
+    q = ((((((A15 * u + A13) * u + A11) * u + A9) * u + A7) * u + A5) * u + A3) * u
+    # 2 s (1 + q) as e times a factor near 1: a subnormal e is rounded once, not halved and doubled.
+    log1p_e = e * ((_TWO + _TWO * q) / (_TWO + e))
+    top = v if v > _ZERO else _ZERO
+    return top + log1p_e if v == v else v
+
+
 def logistic(v: float) -> float:
     """The logistic function for fused float32 loops, whose operand may be float32 or float64: ``sigmoid_f32``
     for a float32, the libm form for a float64 (an expression with float64 literals in it), which keeps
@@ -152,12 +203,44 @@ def _tanh(src):  # type: ignore[no-untyped-def]
     return out
 
 
-def _flat(loop: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
-    """``loop`` over a flat view of ``x``, shaped back: inside Numba, ``x.ravel()`` types its
-    result so that LLVM no longer vectorises the loop (688 us instead of 212 us for exp here)."""
+@vector
+def _elu(src, alpha):  # type: ignore[no-untyped-def]
+    out = np.empty_like(src)
+    for i in range(src.size):
+        v = src[i]
+        low = alpha * expm1_f32(v)
+        out[i] = v if v > _ZERO else low  # NaN > 0 is false: the expm1 side, NaN
+    return out
 
-    def run(x: np.ndarray) -> np.ndarray:
-        return loop(np.ascontiguousarray(x).reshape(-1)).reshape(x.shape)
+
+_SELU_ALPHA = np.float32(1.6732632423543772848170429916717)
+_SELU_SCALE = np.float32(1.0507009873554804934193349852946)
+
+
+@vector
+def _selu(src):  # type: ignore[no-untyped-def]
+    out = np.empty_like(src)
+    for i in range(src.size):
+        v = src[i]
+        low = _SELU_ALPHA * expm1_f32(v)
+        out[i] = _SELU_SCALE * (v if v > _ZERO else low)
+    return out
+
+
+@vector
+def _softplus(src):  # type: ignore[no-untyped-def]
+    out = np.empty_like(src)
+    for i in range(src.size):
+        out[i] = softplus_f32(src[i])
+    return out
+
+
+def _flat(loop: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``loop`` over a flat view of ``x`` (then any constants), shaped back: inside Numba, ``x.ravel()``
+    types its result so that LLVM no longer vectorises the loop (688 us instead of 212 us for exp here)."""
+
+    def run(x: np.ndarray, *constants: Any) -> np.ndarray:
+        return loop(np.ascontiguousarray(x).reshape(-1), *constants).reshape(x.shape)
 
     run.__name__ = run.__qualname__ = loop.__name__.lstrip("_")
     return run
@@ -167,3 +250,6 @@ exp = _flat(_exp)
 sigmoid = _flat(_sigmoid)
 silu = _flat(_silu)
 tanh = _flat(_tanh)
+elu = _flat(_elu)
+selu = _flat(_selu)
+softplus = _flat(_softplus)
