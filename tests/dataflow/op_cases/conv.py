@@ -96,17 +96,33 @@ CASES: list[OpCase] = [
         OpCase(op, build, inputs, id=id_, wrt=(1,) if len(inputs) == 2 else None)
         for op, build, inputs, id_ in [
             ("MaxPool", lambda a: cg.max_pool(a, 2, 1, dilations=2), [rand(2, 5, 6, 2, seed=80)], "dilated"),
-            ("MaxPool", lambda a: cg.max_pool(a, (2, 3), (2, 1), dilations=(2, 2)), [rand(1, 6, 7, 2, seed=81)],
-             "dilated-strided"),
+            (
+                "MaxPool",
+                lambda a: cg.max_pool(a, (2, 3), (2, 1), dilations=(2, 2)),
+                [rand(1, 6, 7, 2, seed=81)],
+                "dilated-strided",
+            ),
             ("AvgPool", lambda a: cg.avg_pool(a, 2, (1, 2), dilations=(1, 3)), [rand(2, 4, 8, 2, seed=82)], "dilated"),
-            ("MaxPoolGrad", lambda a, b: conv.max_pool_grad(a, b, 2, 1, "VALID", dilations=2),
-             [rand(2, 5, 6, 2, seed=83), rand(2, 3, 4, 2, seed=84)], "dilated"),
-            ("MaxPoolGradGrad", lambda a, b: conv.max_pool_grad_grad(a, b, 2, (2, 1), "VALID", dilations=(2, 2)),
-             [rand(2, 6, 6, 2, seed=85), rand(2, 6, 6, 2, seed=86)], "dilated"),
-            ("AvgPoolGrad", lambda a, b: conv.avg_pool_grad(a, b, 2, (1, 2), "VALID", dilations=(1, 3)),
-             [rand(2, 4, 8, 2, seed=87), rand(2, 3, 3, 2, seed=88)], "dilated"),
+            (
+                "MaxPoolGrad",
+                lambda a, b: conv.max_pool_grad(a, b, 2, 1, "VALID", dilations=2),
+                [rand(2, 5, 6, 2, seed=83), rand(2, 3, 4, 2, seed=84)],
+                "dilated",
+            ),
+            (
+                "MaxPoolGradGrad",
+                lambda a, b: conv.max_pool_grad_grad(a, b, 2, (2, 1), "VALID", dilations=(2, 2)),
+                [rand(2, 6, 6, 2, seed=85), rand(2, 6, 6, 2, seed=86)],
+                "dilated",
+            ),
+            (
+                "AvgPoolGrad",
+                lambda a, b: conv.avg_pool_grad(a, b, 2, (1, 2), "VALID", dilations=(1, 3)),
+                [rand(2, 4, 8, 2, seed=87), rand(2, 3, 3, 2, seed=88)],
+                "dilated",
+            ),
         ]
-    ],  # fmt: skip
+    ],
     # ------------------------------------------------------- max pool + argmax
     OpCase(
         "MaxPoolWithArgmax",
