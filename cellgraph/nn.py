@@ -15,6 +15,7 @@ live here as they do there.
 
 from __future__ import annotations
 
+from cellgraph.dataflow.ops.array_more import depth_to_space, space_to_depth
 from cellgraph.dataflow.ops.conv import avg_pool, conv2d, max_pool
 from cellgraph.dataflow.ops.conv_more import conv1d, conv2d_transpose, depthwise_conv2d, max_pool_with_argmax
 
@@ -23,7 +24,9 @@ __all__ = [
     "conv1d",
     "conv2d",
     "conv2d_transpose",
+    "depth_to_space",
     "depthwise_conv2d",
     "max_pool",
     "max_pool_with_argmax",
+    "space_to_depth",
 ]
