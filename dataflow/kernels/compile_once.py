@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from numba.core import sigutils
 from numba.core.compiler_lock import global_compiler_lock
 
 # How long a process waits for another one's compile of the same kernel before compiling it itself.
@@ -81,8 +82,8 @@ def cache_dir(name: str) -> Path | None:
 
 
 def add_listener(listener: Callable[[CompileEvent], None]) -> Callable[[], None]:
-    """Call ``listener`` (on the compiling thread) after each kernel signature is compiled or loaded; returns a
-    function that removes it."""
+    """Call ``listener`` (on the compiling thread, inside Numba's compiler lock: keep it short) after each kernel
+    signature is compiled or loaded; returns a function that removes it."""
     _listeners.append(listener)
     return lambda: _listeners.remove(listener) if listener in _listeners else None
 
@@ -99,12 +100,14 @@ def compile_once(dispatcher: Any) -> Any:
 
     def locked_compile(sig: Any) -> Any:
         with global_compiler_lock:
+            if tuple(sigutils.normalize_signature(sig)[0]) in dispatcher.overloads:
+                return numba_compile(sig)  # this process has it: no lock to wait for (a caller being typed asks)
             before = sum(dispatcher._cache_misses.values()), sum(dispatcher._cache_hits.values())
             with _locked(lock_path) as waited:
                 entry = numba_compile(sig)
             after = sum(dispatcher._cache_misses.values()), sum(dispatcher._cache_hits.values())
-        if after != before:  # not a signature this process had already
-            _note(CompileEvent(name, "compiled" if after[0] > before[0] else "loaded", waited))
+            if after != before:  # counted under the lock: one thread at a time
+                _note(CompileEvent(name, "compiled" if after[0] > before[0] else "loaded", waited))
         return entry
 
     dispatcher.compile = locked_compile
