@@ -17,6 +17,13 @@ Once a step's kernels were all ready here, a marker in cellgraph's cache
 (keyed by the step, Numba's version and its cache folder) says so, and later
 jobs of that step skip this: loading a warm cache is the replicas' to do,
 and this process would only take a core from them.
+
+Examples
+--------
+>>> from types import SimpleNamespace
+>>> remote = SimpleNamespace(cluster=SimpleNamespace(kind="connected"))  # its workers have caches of their own
+>>> compile_beside(remote, worker=None) is None  # type: ignore[arg-type]
+True
 """
 
 from __future__ import annotations
@@ -93,7 +100,7 @@ def _marker(worker: TrainingGraph) -> Path | None:
     if folder is None:
         return None
     key = hashlib.sha256(worker.graphdef)
-    key.update(f"{numba.__version__} {numba.config.CACHE_DIR}".encode())
+    key.update(f"{numba.__version__} {getattr(numba.config, 'CACHE_DIR', '')}".encode())
     return folder / f"step-{key.hexdigest()[:24]}"
 
 
