@@ -240,8 +240,8 @@ class TrainingMonitor(widgets.VBox):
             events = list(self.job.events)
             self._events_shown = len(events)
             self.events_html.value = events_html(events)
-        # One action at a time, and none on an ended job.
-        busy = status != "running" or (self.action is not None and not self.action.done())
+        # One action at a time, and none on an ended job (a starting one can be stopped: job.stop waits for its start).
+        busy = status not in LIVE or (self.action is not None and not self.action.done())
         self.stop_button.disabled = self.scale_button.disabled = busy
         if self._note:
             self.message.value, self._note = html.escape(self._note), ""
