@@ -31,6 +31,14 @@ the libm loops.
 256x1024 float32, one thread, here (PyTorch): sigmoid 1.85 -> 0.25 ms (0.10),
 silu 1.86 -> 0.25 (0.10), tanh 3.5 -> 0.45 (0.08), elu 2.0 -> 0.30 (0.31),
 selu 2.1 -> 0.31 (0.31), softplus 3.1 -> 0.35 (0.39).
+
+Examples
+--------
+>>> import numpy as np
+>>> sigmoid(np.array([-100.0, 0.0, 3.0], np.float32))  # the tail keeps its digits
+array([3.7835059e-44, 5.0000000e-01, 9.5257413e-01], dtype=float32)
+>>> tanh(np.array([-20.0, 0.5], np.float32))  # exactly -1 where float32's tanh is
+array([-1.        ,  0.46211717], dtype=float32)
 """
 
 from __future__ import annotations
