@@ -1,9 +1,10 @@
 """Models out and in: the example models through a saved model, ONNX Runtime and ONNX import.
 
-Each example model (mlp, mini-Inception) is trained a few Adam steps on the
-digits, then its logits on the test set are computed four ways: the training
-session; ``cg.load_model`` in a new Python process; ONNX Runtime on
-``cg.onnx.export``'s file; and ``cg.onnx.import_model`` of that file. The
+Each example model (mlp, mini-Inception, ResNet, Inception-v3, Transformer,
+LSTM) is trained a few Adam steps on the digits, then its logits on the test
+set are computed four ways: the training session (in inference mode, a
+training switch fed False); ``cg.load_model`` in a new Python process; ONNX
+Runtime on ``cg.onnx.export``'s file; and ``cg.onnx.import_model`` of that file. The
 largest absolute difference from the session over all of them is
 ``max_abs_diff`` (target <= 1e-4, float32), and every way must predict the same
 classes. Batches of 1 and 37 rows check that the batch dimension is dynamic.
@@ -30,6 +31,7 @@ from typing import Any
 from _common import emit, machine, parser, setup_threads, source, versions
 
 TARGET_DIFF = 1e-4
+MODELS = ("mlp", "inception", "resnet", "inception_v3", "transformer", "lstm")
 TARGET_PASS_RATE = 0.85
 LOADER = """
 import sys
@@ -65,7 +67,11 @@ def _one_model(name: str, steps: int, repeats: int, folder: Path) -> dict[str, A
     for i in range(steps):
         rows = slice((i * 64) % 1344, (i * 64) % 1344 + 64)
         session.run(model.train_op, {model.x: x_train[rows], model.y: data.y_train[rows]})
-    want = {k: session.run(model.logits, {model.x: x[:n]}) for k, n in (("full", len(x)), ("one", 1), ("batch37", 37))}
+    switch = {model.training: False} if model.training is not None else {}
+    want = {
+        k: session.run(model.logits, {model.x: x[:n], **switch})
+        for k, n in (("full", len(x)), ("one", 1), ("batch37", 37))
+    }
 
     saved = cg.save_model(folder / f"{name}-saved", model.x, model.logits, session)
     np.save(folder / "x.npy", x)
@@ -86,13 +92,14 @@ def _one_model(name: str, steps: int, repeats: int, folder: Path) -> dict[str, A
     for way, outs in (("saved_new_process", loaded), ("onnxruntime", onnx_out), ("onnx_import", imported_out)):
         diffs[way] = max(float(np.abs(outs[k] - want[k]).max()) for k in want)
         same = same and all((outs[k].argmax(1) == want[k].argmax(1)).all() for k in want)
-    run_session = session.make_callable([model.logits], [model.x])
+    run_session = session.make_callable([model.logits], [model.x, *switch])
+    off = [np.array(False)] * len(switch)
     return {
         "model": name,
         "max_abs_diff": max(diffs.values()),
         "diffs": diffs,
         "predictions_identical": bool(same),
-        "cellgraph_ms": _median_ms(lambda: run_session(x), repeats),
+        "cellgraph_ms": _median_ms(lambda: run_session(x, *off), repeats),
         "onnxruntime_ms": _median_ms(lambda: runtime.run(None, {"x": x}), repeats),
         "test_rows": len(x),
         "train_steps": steps,
@@ -105,7 +112,7 @@ def main() -> None:
     started = time.perf_counter()
     steps, repeats = (5, 5) if args.quick else (200, 30)
     with tempfile.TemporaryDirectory() as tmp:
-        results = [_one_model(name, steps, repeats, Path(tmp)) for name in ("mlp", "inception")]
+        results = [_one_model(name, steps, repeats, Path(tmp)) for name in MODELS]
     for r in results:
         print(
             f"{r['model']}: max |diff| {r['max_abs_diff']:.2e} (saved in a new process "
