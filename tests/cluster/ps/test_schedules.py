@@ -4,6 +4,8 @@ definition and the same numbers as the local executor, the protobuf and checkpoi
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 import cellgraph as cg
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.job_spec import optimizer_config
+from cellgraph.cluster.ps.checkpoint import read_shard_checkpoint, write_shard_checkpoint
 from cellgraph.cluster.ps.config import OptimizerConfig, TrainingConfig, VariableSpec
 from cellgraph.cluster.ps.messages import optimizer_from_proto, optimizer_to_proto
 from cellgraph.cluster.ps.store import ParameterStore
@@ -96,6 +99,8 @@ def test_a_schedule_goes_through_the_protobuf_and_the_checkpoint_manifest_unchan
     config = OptimizerConfig("adam", schedule, beta1=0.8)  # type: ignore[arg-type]
     assert optimizer_from_proto(optimizer_to_proto(config)) == config
     assert OptimizerConfig.from_fields(dataclasses.asdict(config)) == config
+    # A manifest is JSON: tuples come back as lists.
+    assert OptimizerConfig.from_fields(json.loads(json.dumps(dataclasses.asdict(config)))) == config
     assert optimizer_from_proto(optimizer_to_proto(OptimizerConfig("sgd", 0.5))).learning_rate == 0.5
 
 
@@ -184,3 +189,14 @@ def test_cg_train_with_a_schedule_matches_the_local_session_step_by_step() -> No
     for _ in range(steps):
         sess2.run(train2, {x2: x_data})
     assert not np.allclose(sess2.run(w2), local, rtol=1e-3)
+
+
+def test_a_checkpoint_keeps_the_schedule(tmp_path: Path) -> None:
+    w = np.full(4, 2.0, np.float32)
+    config = OptimizerConfig("momentum", SCHEDULES[2], momentum=0.5)
+    info = write_shard_checkpoint(
+        tmp_path, tensors={"w": w, "w/momentum": np.zeros_like(w)}, versions={"w": 3},
+        specs=[VariableSpec("w", w.dtype, w.shape)], global_step=3, shard=0, num_shards=1, job_id="sched",
+        optimizer=config, training=TrainingConfig(),
+    )  # fmt: skip
+    assert read_shard_checkpoint(tmp_path, info.name, 0, 1).optimizer == config
