@@ -15,6 +15,7 @@ forward path; strided ones scatter a GEMM's patch rows back (col2im).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -252,10 +253,13 @@ def conv2d_backprop_input(dy, f, h, w, sh, sw, dh, dw, pt, pl):  # type: ignore[
     return dx
 
 
-# Grouped convolutions (depthwise ones included) walk the windows directly: a
-# group's GEMM is too narrow (a depthwise one is 1 channel wide) for BLAS to pay
-# for the unrolled patches. The innermost loop runs over a group's output
-# channels, or over all channels when each group has one input and one output.
+# Depthwise convolutions (one input channel a group) walk the windows directly:
+# a group's GEMM would be 1 channel deep, too narrow for BLAS to pay for the
+# unrolled patches (64 8x8 images of 32 channels: 0.16 ms direct, 2.6 ms as 32
+# GEMMs). Wider groups are one im2col + GEMM each (2 groups of 16 channels:
+# 0.74 ms, against 9.1 ms walking the windows). The innermost loop runs over a
+# group's output channels, or over all channels when each group has one input
+# and one output.
 @kernel
 def grouped_forward(x, f, groups, sh, sw, dh, dw, pt, pl, oh, ow):  # type: ignore[no-untyped-def]
     n, h, w, c = x.shape
@@ -377,16 +381,36 @@ class Geometry:
         return found
 
 
+def _by_group(
+    groups: int, parts: list[np.ndarray], run: Callable[..., np.ndarray], shape: tuple[int, ...]
+) -> np.ndarray:
+    """``run`` on each group's slices of ``parts`` (each split into ``groups`` equal
+    slices along its last axis), the results side by side along the last axis."""
+    out = np.empty(shape, parts[0].dtype)
+    width = shape[-1] // groups
+    for g in range(groups):
+        sliced = [np.ascontiguousarray(np.split(a, groups, axis=-1)[g]) for a in parts]
+        out[..., g * width : (g + 1) * width] = run(*sliced)
+    return out
+
+
 def conv2d(strides: tuple[int, int], padding: Padding, dilations: tuple[int, int] = (1, 1), groups: int = 1) -> Kernel:
     """Kernel of (x, filters) -> y."""
     geometry, (sh, sw), (dh, dw) = Geometry(strides, padding, dilations), strides, dilations
 
+    def forward(x: np.ndarray, f: np.ndarray, oh: int, ow: int, pt: int, pl: int) -> np.ndarray:
+        return conv2d_forward(x, f, sh, sw, dh, dw, pt, pl, oh, ow)
+
     def run(x: np.ndarray, f: np.ndarray) -> np.ndarray:
         oh, ow, pt, pl = geometry(x.shape[1], x.shape[2], f.shape[0], f.shape[1])
         x, f = np.ascontiguousarray(x), np.ascontiguousarray(f)
-        if groups > 1:
+        if groups > 1 and f.shape[2] == 1:
             return grouped_forward(x, f, groups, sh, sw, dh, dw, pt, pl, oh, ow)
-        return conv2d_forward(x, f, sh, sw, dh, dw, pt, pl, oh, ow)
+        if groups > 1:
+            return _by_group(
+                groups, [x, f], lambda a, b: forward(a, b, oh, ow, pt, pl), (x.shape[0], oh, ow, f.shape[3])
+            )
+        return forward(x, f, oh, ow, pt, pl)
 
     return run
 
@@ -397,12 +421,17 @@ def conv2d_input_grad(
     """Kernel of (like, filters, dy) -> dx; ``like`` (the input) only lends its shape."""
     geometry, (sh, sw), (dh, dw) = Geometry(strides, padding, dilations), strides, dilations
 
-    def run(like: np.ndarray, f: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    def run(like: Any, f: np.ndarray, dy: np.ndarray) -> np.ndarray:
         h, w = like.shape[1], like.shape[2]
         _, _, pt, pl = geometry(h, w, f.shape[0], f.shape[1])
         dy, f = np.ascontiguousarray(dy), np.ascontiguousarray(f)
-        if groups > 1:
+        if groups > 1 and f.shape[2] == 1:
             return grouped_backprop_input(dy, f, h, w, groups, sh, sw, dh, dw, pt, pl)
+        if groups > 1:
+            shape = (dy.shape[0], h, w, f.shape[2] * groups)
+            return _by_group(
+                groups, [dy, f], lambda a, b: conv2d_backprop_input(a, b, h, w, sh, sw, dh, dw, pt, pl), shape
+            )
         return conv2d_backprop_input(dy, f, h, w, sh, sw, dh, dw, pt, pl)
 
     return run
@@ -414,12 +443,17 @@ def conv2d_filter_grad(
     """Kernel of (x, like, dy) -> dfilters; ``like`` (the filter) only lends its shape."""
     geometry, (sh, sw), (dh, dw) = Geometry(strides, padding, dilations), strides, dilations
 
-    def run(x: np.ndarray, like: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    def filters(x: np.ndarray, dy: np.ndarray, kh: int, kw: int, pt: int, pl: int) -> np.ndarray:
+        return conv2d_backprop_filter(x, dy, kh, kw, sh, sw, dh, dw, pt, pl)
+
+    def run(x: np.ndarray, like: Any, dy: np.ndarray) -> np.ndarray:
         kh, kw = like.shape[0], like.shape[1]
         _, _, pt, pl = geometry(x.shape[1], x.shape[2], kh, kw)
         x, dy = np.ascontiguousarray(x), np.ascontiguousarray(dy)
-        if groups > 1:
+        if groups > 1 and like.shape[2] == 1:
             return grouped_backprop_filter(x, dy, kh, kw, groups, sh, sw, dh, dw, pt, pl)
-        return conv2d_backprop_filter(x, dy, kh, kw, sh, sw, dh, dw, pt, pl)
+        if groups > 1:
+            return _by_group(groups, [x, dy], lambda a, b: filters(a, b, kh, kw, pt, pl), tuple(like.shape))
+        return filters(x, dy, kh, kw, pt, pl)
 
     return run
