@@ -38,6 +38,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -88,6 +89,7 @@ def train(
     seed: int = 0,
     metrics_interval_s: float = 0.5,
     timeout_s: float = 60.0,
+    overlap: bool = True,
 ) -> Job:
     """Train ``loss`` on ``cluster`` with ``replicas`` replicas; return the ``Job`` at once, while it starts.
 
@@ -130,14 +132,20 @@ def train(
     timeout_s
         The deadline of every call to the parameter servers, and of the wait
         for a lost one to be restarted.
+    overlap
+        Send each gradient the moment backprop computes it, while the rest is
+        computed (the default); ``False`` sends them all after the backward
+        pass, as a baseline to measure what the overlap saves.
     """
+    if not isinstance(overlap, bool):
+        raise TrainingError(f"cg.train: overlap must be True or False, got {overlap!r}")
     spec = JobSpec.build(
         loss, data, cluster=cluster, optimizer=optimizer, replicas=replicas, batch_size=batch_size, steps=steps,
         mode=mode, replicas_to_aggregate=replicas_to_aggregate, max_staleness=max_staleness,
         checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume_from=resume_from,
         nonfinite=nonfinite, seed=seed, metrics_interval_s=metrics_interval_s, timeout_s=timeout_s,
     )  # fmt: skip
-    return Job(spec, cluster)
+    return Job(replace(spec, overlap=overlap), cluster)
 
 
 class Job:

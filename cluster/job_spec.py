@@ -69,6 +69,7 @@ class JobSpec:
     seed: int
     metrics_interval_s: float
     timeout_s: float
+    overlap: bool = True  # gradients sent while backprop goes on (cg.train's ``overlap``)
 
     @property
     def rows(self) -> int:

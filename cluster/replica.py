@@ -178,6 +178,7 @@ class ReplicaSpec:
     seed: int = 0
     metrics_interval_s: float = 1.0
     timeout_s: float = 60.0
+    overlap: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ps_addresses", tuple(self.ps_addresses))
@@ -301,7 +302,10 @@ def _train(
             out=values,
         )
         try:
-            loss, grads = loaded.compute(values, batches.next(), on_gradient=streamed.push)
+            loss, grads = loaded.compute(values, batches.next(), on_gradient=streamed.push if spec.overlap else None)
+            if not spec.overlap:  # the baseline: every gradient leaves after the backward pass
+                for name, grad in grads.items():
+                    streamed.push(name, grad)
         except BaseException as err:
             streamed.abort()  # whatever stopped the step (a KeyboardInterrupt too), its held streams go back
             if isinstance(err, CellgraphError) and not isinstance(err, ParameterServerError):

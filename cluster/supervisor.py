@@ -116,6 +116,7 @@ class Supervisor:
                         spec.seed + i,
                         spec.metrics_interval_s,
                         spec.timeout_s,
+                        spec.overlap,
                     )  # fmt: skip
                 )
                 state.futures.append(self.replicas.submit(i, worker))

@@ -83,6 +83,8 @@ CASES = {
             "cpu_efficiency_vs_local",
         ],  # fmt: skip
     ),
+    # Root only (network namespaces); elsewhere it prints {"skipped": ...}, and the test is skipped with the reason.
+    "netns_scaling": (["netns_scaling.py"], ["step_ms_overlap", "step_ms_no_overlap", "overlap_step_ratio"]),
     "ps_fanin": (["ps_fanin.py"], ["pushes_per_s_8", "pushes_per_s_256", "ratio", "pushes_8", "pushes_256"]),
     # max_steps_lost may be 0 (a kill just after a checkpoint), so it is not in the positive keys.
     "recovery": (["recovery.py"], ["max_recovery_s", "checkpoint_every", "steps"]),
@@ -128,6 +130,8 @@ def test_quick_run_ends_with_json(case: str) -> None:
         assert result == {"gpu": None, "skipped": "no CUDA GPU"}
         assert "no CUDA GPU is present" in proc.stdout
         return
+    if result.get("benchmark") == "netns_scaling" and "skipped" in result:
+        pytest.skip(f"netns_scaling: {result['skipped']}")
     if result.get("browser_missing"):
         pytest.skip(result["skipped"])
     if result.get("torch_missing"):

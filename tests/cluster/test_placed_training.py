@@ -163,3 +163,26 @@ def test_mini_inception_trains_on_its_placement(two_ps: Cluster) -> None:
         assert float((logits.argmax(axis=1) == data.y_test).mean()) >= 0.9
     finally:
         job.close()
+
+
+def test_overlap_must_be_a_bool() -> None:
+    loss, _, _ = pinned_model()
+    with pytest.raises(TrainingError, match="cg.train: overlap must be True or False, got 'no'"):
+        cg.train(loss, [], cluster=None, overlap="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_without_overlap_every_gradient_leaves_after_the_backward_pass(two_ps: Cluster) -> None:
+    data = digits.load()
+    loss, _, _ = pinned_model()
+    job = cg.train(
+        loss, (data.x_train, data.y_train.astype(np.int32)), cluster=two_ps, replicas=2, batch_size=64, steps=60,
+        checkpoint_every=None, metrics_interval_s=0.1, overlap=False,
+    )  # fmt: skip
+    try:
+        job.wait(TIMEOUT)
+        assert job.status == "finished" and job.global_step() == 60
+        # Nothing was sent while the step computed: no communication overlapped it.
+        assert job.metrics and all(m["overlap_fraction"] == 0.0 for m in job.metrics)
+    finally:
+        job.close()
