@@ -6,6 +6,9 @@ the output (ScatterNd adds into it; repeated rows sum, as TensorFlow's do).
 The two are each other's adjoints, so each one's gradient is the other;
 GatherNd's scatters into zeros shaped like ``params`` at run time
 (ScatterNdLike, internal), since ``params`` may have unknown dims.
+
+``cg.gather`` with ``batch_dims`` is BatchGather here (and its gradient
+BatchGatherGrad): each batch of ``params`` gathered at its own batch of indices.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
-"""More array ops: stack, unstack, split, tile, broadcast_to, reverse.
+"""More array ops: stack, unstack, split, tile, broadcast_to, reverse, pad's mirror
+modes, space_to_depth and depth_to_space.
 
-Split, Tile (with its internal gradient TileGrad) and BroadcastTo are ops of
-their own: each moves data in one pass that no chain of the existing ops does
-as cheaply. The rest are compositions, as fast as an op of their own would be:
+Split, Tile (with its internal gradient TileGrad), BroadcastTo and MirrorPad
+(with MirrorPadGrad, ``cg.pad`` in REFLECT or SYMMETRIC mode) are ops of their
+own: each moves data in one pass that no chain of the existing ops does as
+cheaply. The rest are compositions, as fast as an op of their own would be:
 ``stack`` is ExpandDims (a view) and one Concat, ``unstack`` one Split and a
 Squeeze (a view) per piece, ``reverse`` one StridedSlice with step -1 on the
-reversed axes. Their gradients are those of the ops they are made of.
+reversed axes, space_to_depth and depth_to_space a Transpose between two
+Reshapes. Their gradients are those of the ops they are made of.
 
 Attrs are plain ints and tuples, as in ``array.py``, so a GraphDef keeps them.
 """
