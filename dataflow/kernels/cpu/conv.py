@@ -410,7 +410,7 @@ def conv2d(strides: tuple[int, int], padding: Padding, dilations: tuple[int, int
             return _by_group(
                 groups, [x, f], lambda a, b: forward(a, b, oh, ow, pt, pl), (x.shape[0], oh, ow, f.shape[3])
             )
-        return forward(x, f, oh, ow, pt, pl)
+        return conv2d_forward(x, f, sh, sw, dh, dw, pt, pl, oh, ow)
 
     return run
 
@@ -454,6 +454,6 @@ def conv2d_filter_grad(
             return grouped_backprop_filter(x, dy, kh, kw, groups, sh, sw, dh, dw, pt, pl)
         if groups > 1:
             return _by_group(groups, [x, dy], lambda a, b: filters(a, b, kh, kw, pt, pl), tuple(like.shape))
-        return filters(x, dy, kh, kw, pt, pl)
+        return conv2d_backprop_filter(x, dy, kh, kw, sh, sw, dh, dw, pt, pl)
 
     return run
