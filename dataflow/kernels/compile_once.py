@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from numba.core import sigutils
 from numba.core.compiler_lock import global_compiler_lock
+from numba.core.registry import CPUDispatcher
 
 # How long a process waits for another one's compile of the same kernel before compiling it itself.
 COMPILE_WAIT_S = 600.0
@@ -90,6 +91,8 @@ def add_listener(listener: Callable[[CompileEvent], None]) -> Callable[[], None]
 
 def compile_once(dispatcher: Any) -> Any:
     """``dispatcher`` (a Numba ``CPUDispatcher``) whose compiles take the machine-wide lock of its cache; returned."""
+    if not _on_cpu(dispatcher):  # a CUDA kernel (or the simulator's): compiled where it runs
+        return dispatcher
     cache = dispatcher._cache  # Numba's cache of this function; a NullCache (no path) when caching is off
     index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
     if index is None:
@@ -112,6 +115,10 @@ def compile_once(dispatcher: Any) -> Any:
 
     dispatcher.compile = locked_compile
     return dispatcher
+
+
+def _on_cpu(dispatcher: Any) -> bool:
+    return isinstance(dispatcher, CPUDispatcher)
 
 
 def _note(event: CompileEvent) -> None:
