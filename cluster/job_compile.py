@@ -13,6 +13,10 @@ cluster's workers have caches of their own: nothing is compiled here then.
 
 The step is the one the replicas run: their partition of the placed step
 (``PlacedTraining.worker``), on one batch of the data, at the initial values.
+Its backward pass is compiled first, from zeros fed where it reads the
+forward pass's tensors: the replicas start with the forward pass, so on two
+cores two processes compile different kernels at once instead of taking
+turns on the same ones, and each loads what the other compiled.
 Once a step's kernels were all ready here, a marker in cellgraph's cache
 (keyed by the step, Numba's version and its cache folder) says so, and later
 jobs of that step skip this: loading a warm cache is the replicas' to do,
@@ -36,10 +40,11 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from cellgraph.dataflow.graph import Node, Tensor
 from cellgraph.dataflow.kernels.compile_once import CompileEvent, add_listener, cache_dir
 
 from .job_state import JobState
-from .training_graph import TrainingGraph, load
+from .training_graph import LoadedGraph, TrainingGraph, load
 
 # How often, while kernels compile, the job's events say how many are ready (the monitor shows events).
 NOTE_EVERY_S = 10.0
@@ -78,6 +83,7 @@ def _compile(state: JobState, worker: TrainingGraph, marker: Path | None) -> Non
     try:
         loaded = load(worker)
         batch = loaded.convert([array[: state.spec.batch_size] for array in state.spec.arrays])
+        _backward_first(loaded, state.spec.batch_size)
         loaded.compute(worker.initial, batch)
     except Exception as err:  # noqa: BLE001 - the replicas compile what this could not, and report their own errors
         state.event(
@@ -102,6 +108,30 @@ def _marker(worker: TrainingGraph) -> Path | None:
     key = hashlib.sha256(worker.graphdef)
     key.update(f"{numba.__version__} {getattr(numba.config, 'CACHE_DIR', '')}".encode())
     return folder / f"step-{key.hexdigest()[:24]}"
+
+
+def _backward_first(loaded: LoadedGraph, rows: int) -> None:
+    """Run the step's backward pass alone (its kernels compile), zeros fed for the forward tensors it reads; nothing
+    when a shape is not known but for its batch dimension (the whole step compiles it all then)."""
+    forward = _ancestors([loaded.loss])
+    backward = _ancestors(loaded.gradients) - forward
+    reads = {t.name: t for node in backward for t in node.inputs if t.node in forward}
+    if any(t.shape is None or sum(d is None for d in t.shape) > 1 for t in reads.values()):
+        return
+    zeros = {t: np.zeros(tuple(rows if d is None else d for d in t.shape), t.dtype) for t in reads.values()}
+    loaded.session.run(list(loaded.gradients), zeros)
+
+
+def _ancestors(tensors: list[Tensor]) -> set[Node]:
+    """The nodes ``tensors`` are computed from, theirs included."""
+    seen: set[Node] = set()
+    todo = [t.node for t in tensors]
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo += [t.node for t in node.inputs] + list(node.control_inputs)
+    return seen
 
 
 def _split(ready: dict[str, int]) -> str:
