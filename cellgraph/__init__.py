@@ -70,7 +70,7 @@ from cellgraph.dataflow.ops.array import (
     squeeze,
     transpose,
 )
-from cellgraph.dataflow.ops.array_index import gather_nd, scatter_nd
+from cellgraph.dataflow.ops.array_index import gather_nd, scatter_nd, tensor_scatter_nd_max, tensor_scatter_nd_min
 from cellgraph.dataflow.ops.array_more import (
     broadcast_to,
     depth_to_space,

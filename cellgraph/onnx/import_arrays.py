@@ -1,11 +1,13 @@
-"""Import rows of ONNX's array ops that map onto cellgraph's own: Tile, Expand, GatherND and Size.
+"""Import rows of ONNX's array ops that map onto cellgraph's own: Tile, Expand, GatherND,
+ScatterND and Size.
 
-ScatterND has no row: four of its seven conformance cases reduce repeated
-indices by mul, max or min, and cellgraph's scatter only sums.
+ScatterND adds (reduction add) or replaces (none) through cellgraph's
+scatter-add into zeros shaped like the data; mul, max and min are
+``tensor_scatter_reduce``.
 
 Tile's repeats and Expand's shape must be known when the graph is built (they
-are attrs of cellgraph's Tile and BroadcastTo); GatherND reads its
-indices at run time. ONNX lets an index be negative (from the end):
+are attrs of cellgraph's Tile and BroadcastTo); GatherND and ScatterND read
+their indices at run time. ONNX lets an index be negative (from the end):
 where the dims it counts from are known, one is added as their size.
 
 Examples
@@ -32,6 +34,7 @@ import numpy as np
 
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
+from cellgraph.dataflow.ops import array_index
 
 from .common import ImportRow
 
@@ -102,6 +105,36 @@ def _check_gather_nd(n: NodeInfo) -> str | None:
     return None
 
 
+def _scatter_nd(b: Builder, n: NodeInfo) -> list[Tensor]:
+    data, indices, updates = b.ins(n, 3)
+    depth = indices.shape[-1]
+    assert depth is not None
+    indices = _from_end(indices, data.shape[:depth])
+    reduction = _reduction(n)
+    if reduction in ("mul", "max", "min"):
+        return [array_index.tensor_scatter_reduce(data, indices, updates, reduction)]
+    added = array_index._scatter_nd_like(indices, updates, data)
+    if reduction == "add":
+        return [data + added]
+    # none: each indexed slice replaced by its update (ONNX leaves repeated rows undefined).
+    hit = array_index._scatter_nd_like(indices, cg.ones_like(updates), data)
+    return [cg.where(cg.greater(hit, cg.zeros_like(hit)), added, data)]
+
+
+def _reduction(n: NodeInfo) -> str:
+    reduction = n.attrs["reduction"]
+    return reduction.decode() if isinstance(reduction, bytes) else str(reduction)
+
+
+def _check_scatter_nd(n: NodeInfo) -> str | None:
+    if _reduction(n) not in ("none", "add", "mul", "max", "min"):
+        return f"ScatterND with reduction {_reduction(n)!r}"
+    indices = n.shape(1)
+    if indices is None or indices[-1] is None:
+        return "ScatterND whose indices' last dim is unknown until the graph runs"
+    return None
+
+
 def _size_value(n: NodeInfo) -> np.ndarray | None:
     shape = n.shape(0)
     return None if shape is None or None in shape else np.array(math.prod(d or 0 for d in shape), np.int64)
@@ -111,6 +144,7 @@ ARRAYS: dict[str, ImportRow] = {
     "Tile":      ImportRow(_tile, {}, (1,)),
     "Expand":    ImportRow(_expand, {}, (1,), _check_expand),
     "GatherND":  ImportRow(_gather_nd, {"batch_dims": 0}, check=_check_gather_nd),
+    "ScatterND": ImportRow(_scatter_nd, {"reduction": "none"}, check=_check_scatter_nd),
     # A static shape gives the size now; otherwise cellgraph's Size computes it.
     "Size":      ImportRow(lambda b, n: [cg.size(b.ins(n)[0], out_type="int64")], fold=_size_value),
 }  # fmt: skip

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import INTS
-from ..errors import ShapeError
+from ..errors import GraphError, ShapeError
 from ..graph import Tensor
 from ..kernels.cpu import array_index as k
 from ..kernels.cuda import cuda_kernel
-from ..opdef import InferContext, OpDef, Shape, TensorSpec, register_op
+from ..opdef import InferContext, OpDef, Shape, TensorSpec, not_differentiable, register_op
 from ..shapes import fmt
 from .base import TensorLike, apply, as_tensor, graph_of
 
@@ -227,6 +227,63 @@ def batch_gather(params: Tensor, indices: Tensor, axis: int, batch_dims: int, na
     return apply("BatchGather", [params, indices], {"axis": axis, "batch_dims": batch_dims}, name=name)
 
 
+# ------------------------------------------------- TensorScatterReduce
+def _infer_tensor_scatter(ctx: InferContext) -> TensorSpec:
+    data, indices, updates = ctx.inputs
+    if updates.dtype != data.dtype:
+        raise ctx.dtype_error(f"updates are {updates.dtype}, the tensor they go into is {data.dtype}")
+    return _infer_scatter(ctx, indices, updates, data.shape)
+
+
+_FOLD = {"max": np.maximum, "min": np.minimum, "mul": np.multiply}
+
+
+def _ref_tensor_scatter(attrs: Attrs, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    out = np.array(data)
+    fold = _FOLD[attrs["reduction"]]
+    rows = _rows(indices)
+    for row, update in zip(rows, updates.reshape((rows.shape[0],) + data.shape[indices.shape[-1] :])):
+        _check_row(row, data.shape, "tensor")
+        out[tuple(row)] = fold(out[tuple(row)], update)
+    return out
+
+
+register_op(OpDef(
+    name="TensorScatterReduce", family=FAMILY, infer=_infer_tensor_scatter, reference=_ref_tensor_scatter,
+    # Which of several values a max or min kept, or a product over repeated rows, has no
+    # gradient rule here (TensorFlow registers none for its TensorScatterMax and Min either).
+    grad=not_differentiable,
+    kernels={"cpu": lambda node, ctx: k.tensor_scatter_reduce(node.attrs["reduction"]),
+             "cuda": cuda_kernel("array_index", "tensor_scatter_reduce_op")},
+))  # fmt: skip
+
+
+def tensor_scatter_reduce(
+    tensor: TensorLike, indices: TensorLike, updates: TensorLike, reduction: str, name: str = "tensor_scatter"
+) -> Tensor:
+    """``tensor`` with the update of each row of ``indices`` folded in by ``reduction``
+    ("max", "min" or "mul"; repeated rows fold in turn). Not differentiable."""
+    if reduction not in k.REDUCTIONS:
+        raise GraphError(f"tensor_scatter_reduce: reduction must be 'max', 'min' or 'mul', got {reduction!r}")
+    g = graph_of([tensor, indices, updates])
+    operands = [as_tensor(v, graph=g) for v in (tensor, indices, updates)]
+    return apply("TensorScatterReduce", operands, {"reduction": reduction}, name=name)
+
+
+def tensor_scatter_nd_max(
+    tensor: TensorLike, indices: TensorLike, updates: TensorLike, name: str = "tensor_scatter_nd_max"
+) -> Tensor:
+    """``tensor`` with each row's slice the maximum of itself and the row's update (``tf.tensor_scatter_nd_max``)."""
+    return tensor_scatter_reduce(tensor, indices, updates, "max", name)
+
+
+def tensor_scatter_nd_min(
+    tensor: TensorLike, indices: TensorLike, updates: TensorLike, name: str = "tensor_scatter_nd_min"
+) -> Tensor:
+    """``tensor`` with each row's slice the minimum of itself and the row's update (``tf.tensor_scatter_nd_min``)."""
+    return tensor_scatter_reduce(tensor, indices, updates, "min", name)
+
+
 def gather_nd(params: TensorLike, indices: TensorLike, name: str = "gather_nd") -> Tensor:
     """Slices of ``params`` at the coordinates in the rows of ``indices`` (``tf.gather_nd``).
 
@@ -264,4 +321,4 @@ def _scatter_nd_like(indices: Tensor, updates: Tensor, like: Tensor) -> Tensor:
     return apply("ScatterNdLike", [indices, updates, like], name="scatter_nd_like")
 
 
-__all__ = ["gather_nd", "scatter_nd"]
+__all__ = ["gather_nd", "scatter_nd", "tensor_scatter_nd_max", "tensor_scatter_nd_min", "tensor_scatter_reduce"]

@@ -130,3 +130,30 @@ def test_gather_batch_dims_bad_index_and_batch_fail_at_the_node() -> None:
         _run(y, {p: params, i: np.array([[0], [5]], np.int32)})
     with pytest.raises(cg.ExecutionError, match=r"batch dims of params \(2, 3\) and indices \(3, 1\) differ"):
         _run(y, {p: params, i: np.zeros((3, 1), np.int32)})
+
+
+# ----------------------------------------- tensor_scatter_nd_max / min / reduce
+def test_tensor_scatter_reductions_fold_repeated_rows_in_turn() -> None:
+    t = ph(3, name="t")
+    idx = np.array([[1], [1], [2]], np.int32)
+    updates = np.array([5.0, 7.0, -4.0], np.float32)
+    hi, lo = cg.tensor_scatter_nd_max(t, idx, updates), cg.tensor_scatter_nd_min(t, idx, updates)
+    prod = cg.dataflow.ops.array_index.tensor_scatter_reduce(t, idx, updates, "mul")
+    got = _run([hi, lo, prod], {t: np.array([1.0, 6.0, 2.0], np.float32)})
+    np.testing.assert_array_equal(got[0], [1.0, 7.0, 2.0])
+    np.testing.assert_array_equal(got[1], [1.0, 5.0, -4.0])
+    np.testing.assert_array_equal(got[2], [1.0, 210.0, -8.0])
+
+
+def test_tensor_scatter_reduce_errors() -> None:
+    t = ph(3, 2, name="t")
+    with raises(cg.GraphError, "tensor_scatter_reduce: reduction must be 'max', 'min' or 'mul', got 'sum'"):
+        cg.dataflow.ops.array_index.tensor_scatter_reduce(t, np.zeros((1, 1), np.int32), np.ones((1, 2)), "sum")
+    with raises(cg.DTypeError, "updates are int32, the tensor they go into is float32"):
+        cg.tensor_scatter_nd_max(t, np.zeros((1, 1), np.int32), np.ones((1, 2), np.int32))
+    with raises(cg.ShapeError, "updates (1, 3) do not fit indices (1, 1) into (3, 2): expected (1, 2)"):
+        cg.tensor_scatter_nd_min(t, np.zeros((1, 1), np.int32), np.ones((1, 3), np.float32))
+    y = cg.tensor_scatter_nd_max(t, np.array([[3]], np.int32), np.ones((1, 2), np.float32), name="fold")
+    with pytest.raises(cg.ExecutionError, match=r"^TensorScatterReduce 'fold' .* failed while running: .*"
+                       r"indices\[0\] = \[3\] does not index into tensor \(3, 2\)"):  # fmt: skip
+        _run(y, {t: np.zeros((3, 2), np.float32)})

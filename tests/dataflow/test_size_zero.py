@@ -241,6 +241,10 @@ def _scatter_nd(node: cg.Node, shapes: Shapes) -> list[str]:
     if node.op == "ScatterNdLike":
         like = "abcdefgh"[: len(shapes[2])]
         return [rows + "K", rows + like[depth:], like]
+    if node.op == "TensorScatterReduce":  # (tensor, indices, updates)
+        rows, depth = "pqrs"[: len(shapes[1]) - 1], shapes[1][-1]
+        data = "abcdefgh"[: len(shapes[0])]
+        return [data, rows + "K", rows + data[depth:]]
     return [rows + "K", rows + "WXYZ"[: len(shapes[1]) - len(rows)]]
 
 
@@ -296,6 +300,7 @@ RULES: dict[str, Rule] = {
     "ScatterNdLike":      _tied(_scatter_nd, _DEPTH),
     "BatchGather":        _tied(_batch_gather),
     "BatchGatherGrad":    _tied(_batch_gather),
+    "TensorScatterReduce": _tied(_scatter_nd, _DEPTH),
     "MirrorPad":          _mirror_pad,
     "MirrorPadGrad":      _mirror_pad,
 }  # fmt: skip
@@ -325,6 +330,7 @@ ERROR_WORDS = {
     "GatherNd": "does not index into params",
     "ScatterNdLike": "does not index into output",
     "BatchGather": "is out of range [0, 0)",
+    "TensorScatterReduce": "does not index into tensor",
     "BatchGatherGrad": "is out of range [0, 0)",
     "SparseSoftmaxCrossEntropyWithLogits": "is outside the valid range [0, 0)",
 }

@@ -1,5 +1,5 @@
-"""ONNX's Tile, Expand, GatherND and Size come in as cellgraph's tile, broadcast_to,
-gather_nd and size; what they cannot express is refused, naming why. (The array ops'
+"""ONNX's Tile, Expand, GatherND, ScatterND and Size come in as cellgraph's tile,
+broadcast_to, gather_nd, a scatter (add, replace, or tensor_scatter_reduce) and size; what they cannot express is refused, naming why. (The array ops'
 export cases are rows of test_onnx_export.py, from onnx_array_cases.py.)"""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _model(node: onnx.NodeProto, inputs: list, initializers: list = ()) -> onnx.
 
 
 def test_the_array_rows_pass_every_onnx_conformance_case() -> None:
-    results = conformance.run(["Tile", "Expand", "GatherND", "Size"])
+    results = conformance.run(["Tile", "Expand", "GatherND", "ScatterND", "Size"])
     for op, r in results.items():
         assert r.total and len(r.passed) == r.total, (op, r.failed, r.unsupported)
 

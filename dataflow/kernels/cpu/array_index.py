@@ -49,6 +49,27 @@ def _scatter_rows(rows, updates, out, dims):  # type: ignore[no-untyped-def]
             out[flat, i] += updates[r, i]
 
 
+# TensorScatterReduce's reductions, by the code its loops take.
+REDUCTIONS = {"max": 0, "min": 1, "mul": 2}
+
+
+@kernel
+def _reduce_rows(rows, updates, out, dims, mode):  # type: ignore[no-untyped-def]
+    """Each row's update (m, inner) folded into out (prod(dims), inner) by max, min or product, in row order."""
+    for r in range(rows.shape[0]):
+        flat = 0
+        for j in range(rows.shape[1]):
+            flat = flat * dims[j] + rows[r, j]
+        for i in range(updates.shape[1]):
+            u = updates[r, i]
+            if mode == 0:
+                out[flat, i] = max(out[flat, i], u)
+            elif mode == 1:
+                out[flat, i] = min(out[flat, i], u)
+            else:
+                out[flat, i] *= u
+
+
 def bad_row_error(indices: np.ndarray, rows: np.ndarray, bad: int, shape: tuple[int, ...], what: str) -> IndexError:
     """The error for row ``bad`` of ``indices`` (seen as ``rows``): it names the row and its coordinates."""
     where = tuple(int(i) for i in np.unravel_index(bad, indices.shape[:-1])) if indices.ndim > 1 else ()
@@ -177,6 +198,26 @@ def batch_gather_grad(batch_dims: int, axis: int) -> Callable[[np.ndarray, np.nd
         bad = _batch_scatter_add(flat_updates, idx, out.reshape(b, pre, n, post))
         if bad >= 0:
             raise bad_batch_index(indices, bad, n, axis, f"output {like.shape}")
+        return out
+
+    return run
+
+
+def tensor_scatter_reduce(reduction: str) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """``data`` with each row's update folded in by ``reduction`` (max, min or mul)."""
+    mode = REDUCTIONS[reduction]
+
+    def run(data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
+        k = indices.shape[-1]
+        rows = as_rows(indices)
+        dims = np.asarray(data.shape[:k], np.int64)
+        bad = _first_bad_row(rows, dims)
+        if bad >= 0:
+            raise bad_row_error(indices, rows, bad, data.shape, "tensor")
+        inner = math.prod(data.shape[k:])
+        out = np.array(data, order="C")
+        flat_out = out.reshape(math.prod(data.shape[:k]), inner)  # counted: inner may be 0
+        _reduce_rows(rows, contiguous(updates).reshape(rows.shape[0], inner), flat_out, dims, mode)
         return out
 
     return run

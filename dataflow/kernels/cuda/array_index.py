@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, int64
 
-from ..cpu.array_index import bad_batch_index, bad_row_error, batch_blocks, batch_gather_shape
+from ..cpu.array_index import REDUCTIONS, bad_batch_index, bad_row_error, batch_blocks, batch_gather_shape
 from . import launch
 from .array import _flat
 from .elementwise import fill
@@ -180,5 +180,52 @@ def batch_gather_grad_op(node: Any, ctx: Any) -> Callable[[Any, Any, Any], Any]:
     def run(updates: Any, indices: Any, like: Any) -> Any:
         shape = tuple(like.shape)
         return _batch_launch(_batch_scatter_add, updates, indices, fill(shape, updates.dtype, 0), shape, node)
+
+    return run
+
+
+# ------------------------------------------------ TensorScatterReduce
+@cuda.jit
+def _scatter_reduce(rows, data, updates, out, depth, dims, inner, m, mode, flag):  # type: ignore[no-untyped-def]
+    """Thread ``i`` folds into element ``i`` of ``data`` every update aimed at it, in row
+    order: no atomics (there is none for a product), and the same order as the CPU loop,
+    at the cost of each thread reading every row (work: elements x rows)."""
+    i = cuda.grid(1)
+    if i < m and _slice_start(rows, i, depth, dims, inner) < 0:
+        cuda.atomic.min(flag, 0, int64(i))
+    if i < out.size:
+        v = data[i]
+        here = i - i % inner
+        for r in range(m):
+            if _slice_start(rows, r, depth, dims, inner) == here:
+                u = updates[r * inner + i % inner]
+                if mode == 0:
+                    v = max(v, u)
+                elif mode == 1:
+                    v = min(v, u)
+                else:
+                    v = v * u
+        out[i] = v
+
+
+def tensor_scatter_reduce_op(node: Any, ctx: Any) -> Callable[[Any, Any, Any], Any]:
+    mode = REDUCTIONS[node.attrs["reduction"]]
+
+    def run(data: Any, indices: Any, updates: Any) -> Any:
+        shape, ishape = tuple(data.shape), tuple(indices.shape)
+        depth = ishape[-1]
+        m = math.prod(ishape[:-1])
+        inner = math.prod(shape[depth:])
+        out = cuda.device_array(shape, data.dtype)
+        flag = fill((1,), np.int64, m)
+        dims = tuple(shape[:depth]) if depth else (1,)
+        work = max(out.size, m)
+        if work:
+            blocks, threads = launch(work)
+            _scatter_reduce[blocks, threads](
+                _flat(indices), _flat(data), _flat(updates), _flat(out), depth, dims, max(inner, 1), m, mode, flag
+            )
+        _raise_bad(flag, indices, m, shape, "tensor")
+        return out
 
     return run

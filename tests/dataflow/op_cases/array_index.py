@@ -56,3 +56,17 @@ CASES = [
     OpCase("BatchGatherGrad", lambda u, i, like: _batch_grad(u, i, like, 2), [rand(2, 2, 3), batch_ids, rand(2, 2, 3)],
            static_shapes=[(None, 2, 3), (None, 3), (None, 2, None)], wrt=(0,), id="axis2-unknown"),
 ]  # fmt: skip
+
+_reduce_ids = np.array([[1], [0], [1]], np.int32)  # row 1 twice: the reductions fold in turn
+CASES += [
+    OpCase("TensorScatterReduce", lambda t, i, u: array_index.tensor_scatter_reduce(t, i, u, "max"),
+           [rand(3, 4), _reduce_ids, rand(3, 4, seed=2)], grad=False, id="max"),
+    OpCase("TensorScatterReduce", lambda t, i, u: array_index.tensor_scatter_reduce(t, i, u, "min"),
+           [rand(3, 4), _reduce_ids, rand(3, 4, seed=2)], static_shapes=[(None, 4), (None, 1), (None, 4)], grad=False,
+           id="min-unknown-dims"),
+    OpCase("TensorScatterReduce", lambda t, i, u: array_index.tensor_scatter_reduce(t, i, u, "mul"),
+           [rand(3, 4), pairs[:2], rand(2, 5, seed=3)[:, :1].reshape(2)], grad=False, id="mul-elements"),
+    OpCase("TensorScatterReduce", lambda t, i, u: array_index.tensor_scatter_reduce(t, i, u, "max"),
+           [np.arange(12, dtype=np.int32).reshape(3, 4), _reduce_ids, np.full((3, 4), 5, np.int32)], grad=False,
+           id="max-int32"),
+]  # fmt: skip
