@@ -35,7 +35,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from distributed import Client, LocalCluster, Nanny
 from distributed.security import Security
@@ -139,6 +139,12 @@ class Cluster:
         self._owns_client = owns_client
         self._assigned: tuple[list[str], list[str] | None] | None = None
         self._jobs: dict[str, list[str]] = {}
+        # A job whose servers run in its training workers (ps_placement="colocated"): their names, in shard order
+        # (a worker Dask restarts keeps its name, and the job's plugin starts its server there again).
+        self._hosts: dict[str, list[str]] = {}
+        self.ps_placement: str = "dedicated"
+        """Where jobs on this cluster put their parameter servers by default: ``"dedicated"`` (the PS workers) or
+        ``"colocated"`` (one shard in each of the job's training workers; ``Cluster.local(ps="colocated")``)."""
         # What close() runs first: each open job's own close (replicas told to stop, servers stopped), so that the
         # workers shut down with nothing running and no job's supervisor looks at a client that is gone.
         self._job_closers: dict[str, Callable[[], None]] = {}
@@ -149,7 +155,7 @@ class Cluster:
     def local(
         cls,
         workers: int = 2,
-        ps: int = 1,
+        ps: int | Literal["colocated"] = 1,
         threads_per_worker: int = 1,
         gpus: int | None = None,
         secure: bool = False,
@@ -162,7 +168,8 @@ class Cluster:
         workers
             Training worker processes (Dask resource ``worker``).
         ps
-            Parameter-server worker processes (Dask resource ``ps``).
+            Parameter-server worker processes (Dask resource ``ps``), or ``"colocated"``: none, and every job
+            runs one parameter-server shard in each of its training workers (``cg.train(ps_placement=...)``).
         threads_per_worker
             Threads of each worker process.
         gpus
@@ -178,10 +185,13 @@ class Cluster:
         ...     cluster.ps_workers(), cluster.training_workers()
         (['tcp://127.0.0.1:40123'], ['tcp://127.0.0.1:35761', 'tcp://127.0.0.1:41889'])
         """
-        if workers < 1 or ps < 0 or threads_per_worker < 1 or (gpus is not None and gpus < 0):
+        colocated = ps == "colocated"
+        if colocated:
+            ps = 0
+        if isinstance(ps, str) or workers < 1 or ps < 0 or threads_per_worker < 1 or (gpus is not None and gpus < 0):
             raise ClusterError(
                 f"Cluster.local(workers={workers}, ps={ps}, threads_per_worker={threads_per_worker}, gpus={gpus}): "
-                "needs workers >= 1, ps >= 0, threads_per_worker >= 1 and gpus >= 0 (or None)"
+                "needs workers >= 1, ps >= 0 (or 'colocated'), threads_per_worker >= 1 and gpus >= 0 (or None)"
             )
         deadline = time.monotonic() + timeout
         security = Security.temporary() if secure else None
@@ -226,7 +236,9 @@ class Cluster:
         except BaseException:
             _close_quietly(client, local)
             raise
-        return cls(client, local_cluster=local, owns_client=True, kind="local")
+        made = cls(client, local_cluster=local, owns_client=True, kind="local")
+        made.ps_placement = "colocated" if colocated else "dedicated"
+        return made
 
     def scale(self, workers: int, timeout: float = 60.0) -> None:
         """Run ``workers`` training workers from now on (a cluster this process started; PS workers stay).
@@ -465,7 +477,13 @@ class Cluster:
         )
 
     # ------------------------------------------------------------------ parameter servers
-    def start_parameter_servers(self, job_id: str, token: str, checkpoint_dir: str | Path | None = None) -> list[str]:
+    def start_parameter_servers(
+        self,
+        job_id: str,
+        token: str,
+        checkpoint_dir: str | Path | None = None,
+        hosts: Sequence[str] | None = None,
+    ) -> list[str]:
         """Start job ``job_id``'s parameter server in every PS worker; return their ``host:port``, in PS-task order.
 
         Parameters
@@ -476,6 +494,9 @@ class Cluster:
             The token every call to the servers must carry.
         checkpoint_dir
             Where the servers save and restore checkpoints (reachable from every PS worker).
+        hosts
+            Addresses of the workers to run the servers in, in shard order, instead of the PS workers: a
+            colocated job's training workers.
 
         Examples
         --------
@@ -492,15 +513,23 @@ class Cluster:
                 f"parameter servers for job '{job_id}' already run at {', '.join(self._jobs[job_id])}; "
                 f"call stop_parameter_servers('{job_id}') first, or use another job id"
             )
-        ps = self.ps_workers()
+        ps = list(hosts) if hosts is not None else self.ps_workers()
         if not ps:
             raise ClusterError(
                 f"job '{job_id}' needs a parameter-server worker and this cluster has none: start it with "
-                "Cluster.local(ps=1), give workers the Dask resource 'ps', or call cluster.assign(ps=...)"
+                "Cluster.local(ps=1), give workers the Dask resource 'ps', call cluster.assign(ps=...), or "
+                "train with ps_placement='colocated'"
             )
         # With roles from resources, the plugin picks its workers by resource itself, so a PS worker that
-        # Dask restarts starts its server again; with roles assigned by hand it is told the addresses.
-        chosen = ps if self._assigned is not None else None
+        # Dask restarts starts its server again; with roles assigned by hand it is told the addresses; a
+        # colocated job names its hosts by worker name, which a restarted worker keeps.
+        chosen: Sequence[str] | None = ps if self._assigned is not None else None
+        if hosts is not None:
+            info = self._workers_info()
+            unknown = [a for a in ps if a not in info]
+            if unknown:
+                raise ClusterError(f"job '{job_id}': no worker at {', '.join(unknown)} to run a parameter server in")
+            chosen = self._hosts[job_id] = [str(info[a].get("name", a)) for a in ps]
         plugin = ParameterServerPlugin(token, job_id, checkpoint_dir, workers=chosen)
         name = plugin_name(job_id)
         try:
@@ -522,6 +551,14 @@ class Cluster:
             )
         self._jobs[job_id] = [str(found[a]) for a in ps]
         return list(self._jobs[job_id])
+
+    def _servers_of(self, job_id: str) -> list[str]:
+        """The workers that host job ``job_id``'s servers now, in shard order: its hosts (by name), or the PS workers."""
+        names = self._hosts.get(job_id)
+        if names is None:
+            return self.ps_workers()
+        by_name = {str(w.get("name")): a for a, w in self._workers_info().items()}
+        return [by_name[n] for n in names if n in by_name]
 
     def parameter_servers(
         self, job_id: str, timeout: float = CALL_TIMEOUT_S, replacing: Sequence[str] = ()
@@ -545,7 +582,7 @@ class Cluster:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                ps = self.ps_workers()
+                ps = self._servers_of(job_id)
                 found = self._run(server_address, ps, f"find job '{job_id}''s servers", job_id) if ps else {}
                 addresses = [str(found[a]) for a in ps if found.get(a)]
                 if len(ps) == wanted and len(addresses) == wanted and not gone & set(addresses):
@@ -573,6 +610,7 @@ class Cluster:
             running = ", ".join(f"'{j}'" for j in self._jobs) or "none"
             raise ClusterError(f"no parameter servers of job '{job_id}' were started here; running jobs: {running}")
         del self._jobs[job_id]
+        self._hosts.pop(job_id, None)
         call_with_deadline(
             lambda: self.client.unregister_worker_plugin(plugin_name(job_id)), f"stop job '{job_id}''s servers"
         )

@@ -52,7 +52,7 @@ from cellgraph.dataflow.session import Session
 
 from .cluster import CALL_TIMEOUT_S, Cluster
 from .job_compile import compile_beside
-from .job_spec import JobSpec, optimizer_config
+from .job_spec import JobSpec, PsPlacement, optimizer_config
 from .job_state import JobState, Status
 from .job_tasks import ps_variable, replica_stop_name, replicas_topic, stop_event_name
 from .placed_training import PlacedTraining
@@ -90,6 +90,7 @@ def train(
     metrics_interval_s: float = 0.5,
     timeout_s: float = 60.0,
     overlap: bool = True,
+    ps_placement: PsPlacement | None = None,
 ) -> Job:
     """Train ``loss`` on ``cluster`` with ``replicas`` replicas; return the ``Job`` at once, while it starts.
 
@@ -132,6 +133,11 @@ def train(
     timeout_s
         The deadline of every call to the parameter servers, and of the wait
         for a lost one to be restarted.
+    ps_placement
+        ``"dedicated"``: the parameter servers run in the cluster's PS workers;
+        ``"colocated"``: one shard in each of the job's training workers, so
+        the servers' bandwidth grows with the job. By default the cluster's
+        (``Cluster.local(ps="colocated")`` makes colocated the default).
     overlap
         Send each gradient the moment backprop computes it, while the rest is
         computed (the default); ``False`` sends them all after the backward
@@ -144,6 +150,7 @@ def train(
         mode=mode, replicas_to_aggregate=replicas_to_aggregate, max_staleness=max_staleness,
         checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume_from=resume_from,
         nonfinite=nonfinite, seed=seed, metrics_interval_s=metrics_interval_s, timeout_s=timeout_s,
+        ps_placement=ps_placement,
     )  # fmt: skip
     return Job(replace(spec, overlap=overlap), cluster)
 

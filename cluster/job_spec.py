@@ -43,6 +43,9 @@ from .ps import OptimizerConfig, TrainingConfig
 from .ps.config import NONFINITE, NonFinite
 from .training_graph import TrainingError, TrainingGraph, prepare
 
+# Where a job's parameter servers run: the cluster's PS workers, or one shard in each of its training workers.
+PsPlacement = Literal["dedicated", "colocated"]
+
 Mode = Literal["sync", "async"]
 
 
@@ -70,6 +73,7 @@ class JobSpec:
     metrics_interval_s: float
     timeout_s: float
     overlap: bool = True  # gradients sent while backprop goes on (cg.train's ``overlap``)
+    ps_placement: PsPlacement = "dedicated"  # the PS workers, or a shard in each of the job's training workers
 
     @property
     def rows(self) -> int:
@@ -97,6 +101,7 @@ class JobSpec:
         seed: int,
         metrics_interval_s: float,
         timeout_s: float,
+        ps_placement: PsPlacement | None = None,
     ) -> JobSpec:
         """The spec of ``cg.train(loss, data, ...)``; ``TrainingError`` naming every bad argument."""
         if not isinstance(cluster, Cluster) or cluster.closed:
@@ -116,11 +121,16 @@ class JobSpec:
                     f"{replicas} replicas need {replicas} training workers and the cluster has {len(workers)}: "
                     f"pass replicas={len(workers)}, or start the cluster with workers={replicas}"
                 )
+            if ps_placement is None:
+                ps_placement = "colocated" if cluster.ps_placement == "colocated" else "dedicated"
+            if ps_placement not in ("dedicated", "colocated"):
+                problems.append(f"ps_placement must be 'dedicated' or 'colocated', got {ps_placement!r}")
             # Checked here, in the caller: the job starts its servers on its own thread, after cg.train returned.
-            if not cluster.ps_workers():
+            elif ps_placement == "dedicated" and not cluster.ps_workers():
                 problems.append(
                     "the cluster has no parameter-server worker: start it with Cluster.local(ps=1), give workers "
-                    "the Dask resource 'ps', or call cluster.assign(ps=...)"
+                    "the Dask resource 'ps', call cluster.assign(ps=...), or pass ps_placement='colocated' "
+                    "(a shard in each training worker)"
                 )
         try:
             config = optimizer_config(optimizer)
@@ -151,6 +161,7 @@ class JobSpec:
             batch_size=batch_size, steps=steps, checkpoint_every=checkpoint_every,
             checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir), resume_from=resume_from,
             seed=seed, metrics_interval_s=float(metrics_interval_s), timeout_s=float(timeout_s),
+            ps_placement="colocated" if ps_placement == "colocated" else "dedicated",
         )  # fmt: skip
 
 

@@ -72,7 +72,8 @@ class Supervisor:
         scope the cluster cannot honour fails there."""
         state = self.state
         if state.placed is None:
-            ps_tasks = len(state.cluster.ps_workers())
+            colocated = state.spec.ps_placement == "colocated"
+            ps_tasks = state.spec.replicas if colocated else len(state.cluster.ps_workers())
             state.placed = place_training(state.spec.graph, state.spec.optimizer, ps_tasks=ps_tasks)
         return state.placed
 
@@ -83,7 +84,12 @@ class Supervisor:
         state, spec = self.state, self.state.spec
         client = state.cluster.client
         placed = self.place()
-        state.addresses = list(state.cluster.start_parameter_servers(state.job_id, state.token, state.checkpoint_dir))
+        workers = state.cluster.training_workers()[: spec.replicas]
+        # Colocated: shard i in replica i's worker.
+        hosts = workers if spec.ps_placement == "colocated" else None
+        state.addresses = list(
+            state.cluster.start_parameter_servers(state.job_id, state.token, state.checkpoint_dir, hosts=hosts)
+        )
         try:
             state.ps = ParameterClient(state.addresses, state.token, timeout=spec.timeout_s)
             state.ps.init(
@@ -99,7 +105,6 @@ class Supervisor:
             client.subscribe_topic(replicas_topic(state.job_id), self.replicas.on_replica_start)
             client.subscribe_topic(worker_log_topic(state.job_id), self.on_worker_record)
             distributed.Event(state.stop_name, client=client).clear()
-            workers = state.cluster.training_workers()[: spec.replicas]
             per = spec.rows // spec.replicas
             for i, worker in enumerate(workers):
                 state.shards.append([a[i * per : (i + 1) * per] for a in spec.arrays])
@@ -125,7 +130,7 @@ class Supervisor:
             raise
         state.event(
             f"started {spec.replicas} replica(s) in {state.training.mode} mode on {', '.join(workers)}; "
-            f"PS at {', '.join(state.addresses)}"
+            f"PS at {', '.join(state.addresses)}" + (" (a shard in each replica's worker)" if hosts is not None else "")
         )
         self.watch.look()
         self.thread = threading.Thread(target=self._run, name=f"cellgraph-{state.job_id}-watch", daemon=True)

@@ -62,6 +62,8 @@ class Placement:
     # A split variable (and each slot of the same shape) -> its row ranges.
     partitions: dict[str, list[Partition]] = field(default_factory=dict)
     variable_bytes: dict[str, int] = field(default_factory=dict)
+    # A scalar slot (Adam's step count) of a split variable -> that variable: each partition keeps its own copy.
+    scalar_slot_of: dict[str, str] = field(default_factory=dict)
     strategy: str = "greedy"
     graph_version: int = 0
 
@@ -69,7 +71,11 @@ class Placement:
         """Bytes of variables (slots included) held by each ``ps`` device."""
         load = {d: 0 for d in self.devices if DeviceSpec.parse(d).job == "ps"}
         for name, nbytes in self.variable_bytes.items():
-            parts = self.partitions.get(name) or [(self.device_of[name], 0, 1)]
+            owner = self.scalar_slot_of.get(name)
+            if owner is not None:  # one whole copy with every partition of its variable
+                parts = [(device, 0, 1) for device, _, _ in self.partitions[owner]]
+            else:
+                parts = self.partitions.get(name) or [(self.device_of[name], 0, 1)]
             rows = parts[-1][2]
             for device, start, stop in parts:
                 if device in load:
@@ -371,10 +377,9 @@ class _Placer:
                 count = min(len(self.ps), rows, max(2, math.ceil(nbytes / threshold)))
                 cuts[var.name] = row_ranges(rows, count)
                 for part, (start, stop) in enumerate(cuts[var.name]):
+                    # A slot of the variable's shape is cut with it; a scalar one is copied to every part.
                     share = sum(
-                        _nbytes(s) * (stop - start) // rows
-                        if s.specs[0].shape == shape
-                        else (_nbytes(s) if part == 0 else 0)
+                        _nbytes(s) * (stop - start) // rows if s.specs[0].shape == shape else _nbytes(s)
                         for s in [var, *slots.get(var.name, [])]
                     )
                     items.append(PsItem(var.name, part, share, order))
@@ -406,6 +411,9 @@ class _Placer:
                 if var.name in cuts and slot.specs[0].shape == var.specs[0].shape:
                     placement.partitions[slot.name] = list(placement.partitions[var.name])
                     self.settle(slot, first, f"slot of variable '{var.name}': split with it")
+                elif var.name in cuts:
+                    placement.scalar_slot_of[slot.name] = var.name
+                    self.settle(slot, first, f"slot of variable '{var.name}': a copy with each of its partitions")
                 else:
                     self.settle(slot, first, f"slot of variable '{var.name}': follows it")
 

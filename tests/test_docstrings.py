@@ -42,6 +42,7 @@ NO_EXAMPLES = {
     "cellgraph.optim",
     "cellgraph.testing",
     "cellgraph.testing.jupyterlab",
+    "cellgraph.testing.netns",
     "cellgraph.dataflow.dtypes",
     "cellgraph.dataflow.errors",
     "cellgraph.dataflow.fusion",

@@ -59,7 +59,13 @@ def test_variables_are_balanced_by_bytes_across_ps_tasks(inception: Model) -> No
         assert placement.device_of[var.name] in (PS0, PS1), var.name
     load = placement.ps_load_bytes()
     total = sum(v.attrs["initial_value"].nbytes for v in inception.graph.variables())
-    assert set(load) == {PS0, PS1} and sum(load.values()) == total
+    # Adam's scalar step count of a split variable is held once per partition, as the parameter servers hold it.
+    copies = sum(
+        placement.variable_bytes[slot] * (len(placement.partitions[owner]) - 1)
+        for slot, owner in placement.scalar_slot_of.items()
+    )
+    assert placement.scalar_slot_of and copies > 0
+    assert set(load) == {PS0, PS1} and sum(load.values()) == total + copies
     assert abs(load[PS0] - load[PS1]) <= 0.10 * total / 2, load
     # The largest variable is bigger than a fair share, so it is split to balance.
     assert [d for d, _, _ in placement.partitions["logits/kernel"]] == [PS0, PS1]
@@ -279,8 +285,13 @@ def test_a_big_variable_is_split_along_axis_0_covering_every_row_once(fresh_grap
     assert placement.reasons["big"].startswith(
         "variable of 16,000 bytes, over the split threshold of 4,000: split along axis 0 into 3 partitions (rows 0:334"
     )
-    assert sum(placement.ps_load_bytes().values()) == sum(
-        v.attrs["initial_value"].nbytes for v in fresh_graph.variables()
+    # The scalar slot "Adam/big/t" is held once with each of big's 3 partitions.
+    assert placement.scalar_slot_of == {"Adam/big/t": "big"}
+    assert placement.reasons["Adam/big/t"] == "slot of variable 'big': a copy with each of its partitions"
+    assert (
+        sum(placement.ps_load_bytes().values())
+        == sum(v.attrs["initial_value"].nbytes for v in fresh_graph.variables())
+        + 2 * placement.variable_bytes["Adam/big/t"]
     )
     assert placement.device_of[train.name] == CPU
     assert cg.placement.place(fresh_graph, [PS0, PS1, PS2, CPU], split_threshold_bytes=10**6).partitions == {}
