@@ -1,5 +1,5 @@
 """Export rows of the issue-16 array ops: Split, Tile, BroadcastTo, MirrorPad, GatherNd,
-ScatterNd, BatchGather, Shape, Size and Range.
+ScatterNd, TensorScatterReduce, BatchGather, Shape, Size and Range.
 
 Most have an ONNX op of the same meaning. ONNX's indices are int64 (cellgraph's
 may be int32: cast first), and its Shape and Size give int64 (cast back to an
@@ -87,6 +87,18 @@ def _scatter_nd(e: Emitter, node: Node) -> None:
     e.node("ScatterND", [zeros, index, updates], e.outs(node), reduction="add")  # repeated rows sum
 
 
+def _tensor_scatter(e: Emitter, node: Node) -> None:
+    reduction = node.attrs["reduction"]
+    if reduction != "mul" and e.opset < 18:
+        raise OnnxError(
+            f"{node.describe()}: ScatterND's reduction {reduction!r} needs opset 18 or newer, not {e.opset}: "
+            "export with opset=18"
+        )
+    data, indices, updates = e.ins(node)
+    index = _int64(e, indices, node.inputs[1].dtype)
+    e.node("ScatterND", [data, index, updates], e.outs(node), reduction=reduction)
+
+
 def _batch_gather(e: Emitter, node: Node) -> None:
     batch_dims, axis = node.attrs["batch_dims"], node.attrs["axis"]
     if axis != batch_dims:
@@ -116,6 +128,7 @@ ARRAY_EXPORTERS: dict[str, Callable[[Emitter, Node], object]] = {  # what a row 
     "MirrorPad":   _mirror_pad,
     "GatherNd":    _gather_nd,
     "ScatterNd":   _scatter_nd,
+    "TensorScatterReduce": _tensor_scatter,
     "BatchGather": _batch_gather,
     "Shape":       _measure("Shape"),
     "Size":        _measure("Size"),

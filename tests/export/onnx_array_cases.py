@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 import cellgraph as cg
+from cellgraph.dataflow.ops import array_index
 
 Case = Callable[[], tuple[list[cg.Tensor], cg.Tensor]]
 F = "float32"
@@ -44,6 +45,13 @@ def _scatter_nd() -> tuple[list[cg.Tensor], cg.Tensor]:
     return [x], cg.scatter_nd(cg.constant(np.array([[1], [0], [1]], np.int32)), rows, (2, 4))
 
 
+def _tensor_scatter() -> tuple[list[cg.Tensor], cg.Tensor]:
+    x = _x()
+    rows = cg.reduce_sum(x, axis=0)  # (3, 4)
+    index = cg.constant(np.array([[2], [0]], np.int32))
+    return [x], array_index.tensor_scatter_reduce(rows, index, rows[:2] * 0.5, "mul")  # max and min need opset 18
+
+
 def _batch_gather() -> tuple[list[cg.Tensor], cg.Tensor]:
     x = _x((2, 3, 4))
     return [x], cg.gather(x, cg.constant(np.array([[2, 0], [1, 1]], np.int32)), batch_dims=1)
@@ -63,6 +71,7 @@ ARRAY_CASES: dict[str, Case] = {
                           + cg.pad(x, ((0, 0), (3, 0), (0, 4)), mode="SYMMETRIC")),
     "GatherNd":    _gather_nd,
     "ScatterNd":   _scatter_nd,
+    "TensorScatterReduce": _tensor_scatter,
     "BatchGather": _batch_gather,
     "Shape":       _unary(lambda x: cg.cast(cg.shape(x), F) + cg.cast(cg.shape(x, out_type="int64"), F)),
     "Size":        _unary(lambda x: cg.cast(cg.size(x), F) + cg.cast(cg.size(x, out_type="int64"), F)),

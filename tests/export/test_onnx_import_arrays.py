@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -65,3 +66,18 @@ def test_a_batch_gather_along_a_later_axis_is_not_exported(tmp_path: Path) -> No
         y = cg.gather(x, cg.constant(np.array([[1], [0]], np.int32)), axis=2, batch_dims=1, name="pick")
     with pytest.raises(OnnxError, match=r"BatchGather 'pick' .*: gather with axis 2 after batch_dims 1 has no ONNX"):
         cg.onnx.export(tmp_path / "m.onnx", [x], y, cg.Session(g))
+
+
+def test_tensor_scatter_max_exports_at_opset_18_and_is_refused_before(tmp_path: Path) -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((3, 2), name="x")
+        index = cg.constant(np.array([[1], [1], [0]], np.int32))  # row 1 twice: ONNX folds repeats in turn too
+        y = cg.tensor_scatter_nd_max(x, index, x * 2.0, name="fold")
+    session = cg.Session(g)
+    with pytest.raises(OnnxError, match=r"TensorScatterReduce 'fold' .*: ScatterND's reduction 'max' needs opset 18"):
+        cg.onnx.export(tmp_path / "m17.onnx", [x], y, session, opset=17)
+    model = cg.onnx.export(tmp_path / "m18.onnx", [x], y, session, opset=18)
+    data = np.array([[1.0, -2.0], [3.0, 0.5], [-1.0, 4.0]], np.float32)
+    [got] = ort.InferenceSession(model.SerializeToString()).run(None, {"x": data})
+    np.testing.assert_array_equal(got, session.run(y, {x: data}))
