@@ -47,6 +47,7 @@ The last line of stdout is one JSON object.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import tempfile
@@ -84,6 +85,9 @@ class JobRun:
     global_steps: int
     samples_per_cpu_s: float = 0.0  # samples trained / CPU-s of every cluster process, cg.train to the end
     overlap: float = 0.0  # mean overlap_fraction of the steady-state metrics
+    # Spread of the replicas' step times: the standard deviation of log(step time) over the steady-state metrics
+    # windows (each a mean over its window's steps, so a lower bound of the per-step jitter).
+    jitter_sigma: float = 0.0
 
 
 @contextmanager
@@ -161,6 +165,9 @@ def run_job(cg: Any, cluster: Any, model: Any, data: tuple[Any, Any], replicas: 
         global_steps=global_steps,
         samples_per_cpu_s=global_steps * replicas * args.batch / max(cpu_used, 1e-9),
         overlap=statistics.fmean(m.get("overlap_fraction", 0.0) for m in steady) if steady else 0.0,
+        jitter_sigma=statistics.pstdev(math.log(m["step_time_s"]) for m in steady if m["step_time_s"] > 0)
+        if len(steady) > 1
+        else 0.0,
     )
 
 
@@ -361,6 +368,7 @@ def main() -> None:
             "target_cpu_efficiency": TARGET_CPU_EFFICIENCY,
             "cpu_efficiency_met": cpu_efficiency >= TARGET_CPU_EFFICIENCY,
             "overlap_fraction": overlap,
+            "step_time_jitter_sigma": statistics.median(run.jitter_sigma for run in runs if run.replicas == 2),
             "target_overlap_fraction": TARGET_OVERLAP,
             "overlap_met": overlap >= TARGET_OVERLAP,
             "batch": args.batch,

@@ -90,7 +90,14 @@ CASES = {
     "recovery": (["recovery.py"], ["max_recovery_s", "checkpoint_every", "steps"]),
     "scaling_model": (
         ["scaling_model.py"],
-        ["efficiency_at_100", "best_shards_at_100", "samples_per_s_at_100", "efficiency_at_100_fast_step"],
+        [
+            "efficiency_at_100",
+            "efficiency_at_100_sigma_0_1",
+            "efficiency_at_100_dedicated",
+            "best_shards_at_100",
+            "samples_per_s_at_100",
+            "efficiency_at_100_fast_step",
+        ],
     ),
     # cublas_tflops and matmul_ratio are null without CuPy, so only cellgraph's side is checked.
     "gpu_kernels": (
@@ -142,3 +149,22 @@ def test_quick_run_ends_with_json(case: str) -> None:
         value = result[key]
         assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{key} = {value!r}"
         assert math.isfinite(value) and value > 0, f"{key} = {value!r}"
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("", "the file is empty; save a benchmark's stdout in it"),
+        ("not json\n", "its last line is not a benchmark's JSON line"),
+    ],
+)
+def test_scaling_model_refuses_a_measured_file_that_is_no_benchmark_output(
+    tmp_path: Path, content: str, words: str
+) -> None:
+    bad = tmp_path / "run.txt"
+    bad.write_text(content)
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "scaling_model.py"), "--quick", "--measured", str(bad)],
+        capture_output=True, text=True, timeout=120, cwd=BENCHMARKS.parent,
+    )  # fmt: skip
+    assert proc.returncode != 0 and f"--measured {bad}: {words}" in proc.stderr
