@@ -29,6 +29,7 @@ from cellgraph.dataflow.kernels.cpu.conv import axis_padding, window
 
 from .common import DTYPE_TO_ONNX, INT64_MAX, INT64_MIN, OnnxError
 from .export_arrays import ARRAY_EXPORTERS
+from .export_nn import NN_EXPORTERS
 
 if TYPE_CHECKING:
     from .exporter import Emitter
@@ -478,4 +479,5 @@ EXPORTERS: dict[str, Row] = {
     "Relu6":        _relu6,
     "HardSigmoid":  same("HardSigmoid", alpha=1.0 / 6.0, beta=0.5),
     **ARRAY_EXPORTERS,  # export_arrays.py: split, tile, broadcast_to, mirror pad, gather_nd, shape, range, ...
+    **NN_EXPORTERS,  # export_nn.py: BatchMatMul, LayerNorm, PlaceholderWithDefault
 }  # fmt: skip

@@ -36,6 +36,8 @@ def test_the_example_models_run_in_onnx_runtime_as_in_the_session(trained: Train
     # The batch dimension stays dynamic, on the way in and out.
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     assert model.graph.output[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    # A training switch is no input: the export is the inference graph, the switch fixed off.
+    assert [i.name for i in model.graph.input] == ["x"]
     for rows in (1, 37, len(trained.x_test)):
         x = trained.x_test[:rows]
         [got] = run_onnx(model, {"x": x})
@@ -51,10 +53,11 @@ def test_an_exported_model_imported_again_gives_the_same_outputs(trained: Traine
     for rows in (1, 37, len(trained.x_test)):
         x = trained.x_test[:rows]
         assert np.abs(imported(x) - trained.logits(x)).max() <= 1e-4
-    # The trained weights came in as variables under their own names.
-    assert set(trained.session.variable_values()) >= set(imported.signature["variables"]) - {
-        n for n in imported.signature["variables"] if n.startswith("const")
-    }
+    # The trained weights came in as variables under their own names (the graph's constants,
+    # such as batch norm's epsilon, and the exporter's own, const__N, came in as variables too).
+    consts = {n.name for n in m.graph if n.op == "Const"}
+    consts |= {n for n in imported.signature["variables"] if n.startswith("const__")}
+    assert set(trained.session.variable_values()) >= set(imported.signature["variables"]) - consts
 
 
 # ------------------------------------------------ one row per exported op
@@ -120,6 +123,29 @@ def _xent() -> tuple[list[cg.Tensor], cg.Tensor]:
     while node.op != "SparseSoftmaxCrossEntropyWithLogits":
         node = node.inputs[0].node
     return [logits, labels], cg.reduce_sum(node.output(1), axis=1) + node.output(0)
+
+
+def _batch_matmul() -> tuple[list[cg.Tensor], cg.Tensor]:
+    x = _x()  # (N, 3, 4): every adjoint flag, and a matrix shared by the batch
+    gram = cg.matmul(x, x, transpose_b=True)  # (N, 3, 3)
+    outer = cg.matmul(x, x, transpose_a=True)  # (N, 4, 4)
+    both = cg.matmul(cg.transpose(x, (0, 2, 1)), x, transpose_a=True, transpose_b=True)  # (N, 3, 3)
+    shared = cg.matmul(x, cg.variable(cg.init.glorot_uniform, shape=(4, 4), name="w"))
+    return [x], cg.matmul(gram + both, x) + cg.matmul(x, outer) + shared
+
+
+def _layer_norm() -> tuple[list[cg.Tensor], cg.Tensor]:
+    x = _x()
+    last = cg.layers.layer_norm(x, name="last")
+    gamma = cg.variable(cg.init.glorot_uniform, shape=(3, 4), name="gamma")
+    both = cg.layer_norm(x, gamma, np.full((3, 4), 0.5, np.float32), begin_axis=1, epsilon=1e-3)
+    return [x], last + both
+
+
+def _placeholder_with_default() -> tuple[list[cg.Tensor], cg.Tensor]:
+    x = _x()
+    scale = cg.placeholder_with_default(np.arange(4, dtype=np.float32), (4,), name="scale")
+    return [x], x * scale
 
 
 CASES: dict[str, Case] = {
@@ -213,6 +239,9 @@ CASES: dict[str, Case] = {
     "Silu":         _unary(act.silu),
     "Relu6":        _unary(lambda x: act.relu6(x * 4.0)),
     "HardSigmoid":  _unary(lambda x: act.hard_sigmoid(x * 4.0)),
+    "BatchMatMul":  _batch_matmul,
+    "LayerNorm":    _layer_norm,
+    "PlaceholderWithDefault": _placeholder_with_default,
 }  # fmt: skip
 CASES.update(ARRAY_CASES)  # onnx_array_cases.py: the issue-16 array ops
 
