@@ -79,3 +79,25 @@ def test_export_refuses_an_unknown_format(tmp_path: Path, capsys: pytest.Capture
         main(["export", "--checkpoint", str(tmp_path), "--model", "mlp", "--format", "tflite", "-o", "x"])
     assert exit_info.value.code == 2
     assert "cellgraph export: error: argument --format: invalid choice: 'tflite'" in capsys.readouterr().err
+
+
+def test_export_of_a_batch_normalized_model_fixes_its_training_switch_off(
+    data: digits.Split, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The ResNet's checkpoint (moving statistics included) exports as it evaluates: the switch off.
+    trained = train("resnet", data, steps=3)
+    values = trained.session.variable_values()
+    folder = tmp_path / "ckpt"
+    write_shard_checkpoint(
+        folder, job_id="cli", shard=0, num_shards=1, global_step=3, tensors=values,
+        versions=dict.fromkeys(values, 3), specs=[VariableSpec(k, v.dtype, v.shape) for k, v in values.items()],
+        optimizer=OptimizerConfig(), training=TrainingConfig(),
+    )  # fmt: skip
+    out = tmp_path / "resnet.onnx"
+    assert main(["export", "--checkpoint", str(folder), "--model", "resnet", "--format", "onnx", "-o", str(out)]) == 0
+    assert "wrote the ONNX model of resnet (x:0 -> " in capsys.readouterr().out
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x"]
+    for rows in (1, 37):
+        x = trained.x_test[:rows]
+        assert np.abs(session.run(None, {"x": x})[0] - trained.logits(x)).max() <= 1e-4
