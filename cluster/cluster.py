@@ -28,12 +28,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent import futures
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -41,19 +38,16 @@ from distributed import Client, LocalCluster, Nanny
 from distributed.security import Security
 from distributed.system import MEMORY_LIMIT
 
-from cellgraph.dataflow.errors import CellgraphError
-
-from .ps_plugin import PS_RESOURCE, ParameterServerPlugin, plugin_name, server_address
+from .calls import CALL_TIMEOUT_S, call_with_deadline
+from .errors import ClusterError
+from .ps_hosting import ParameterServerHosting
+from .ps_plugin import PS_RESOURCE
 from .reach import open_client, tls_configured, unreachable
 
 T = TypeVar("T")
 
 WORKER_RESOURCE = "worker"
 GPU_RESOURCE = "GPU"
-# Deadline of each question the cluster asks its workers or scheduler (client.run, plugin (un)registration).
-CALL_TIMEOUT_S = 30.0
-# How often parameter_servers() looks again for servers that a restarted PS worker starts.
-RESTART_POLL_S = 0.25
 CHECK_CONNECT = (
     "check that the scheduler is running, that the address and port are right (e.g. tcp://host:8786), "
     "and that no firewall blocks the port"
@@ -65,10 +59,6 @@ TLS_MISSING = (
     "security=distributed.security.Security(tls_ca_file=..., tls_client_cert=..., tls_client_key=...), or set "
     "distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and .key in Dask's configuration"
 )
-
-
-class ClusterError(CellgraphError):
-    """A cluster that could not be started or reached, or a role assignment that does not fit its workers."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +99,7 @@ def _visible_gpus() -> int:
     return len(numba_cuda.gpus)
 
 
-class Cluster:
+class Cluster(ParameterServerHosting):
     """A Dask cluster whose workers are parameter servers (``ps``) and training workers (``worker``).
 
     Build one with ``Cluster.local``, ``Cluster.connect`` or ``Cluster.from_client``;
@@ -139,9 +129,7 @@ class Cluster:
         self._owns_client = owns_client
         self._assigned: tuple[list[str], list[str] | None] | None = None
         self._jobs: dict[str, list[str]] = {}
-        # A job whose servers run in its training workers (ps_placement="colocated"): their names, in shard order
-        # (a worker Dask restarts keeps its name, and the job's plugin starts its server there again).
-        self._hosts: dict[str, list[str]] = {}
+        self._hosts: dict[str, list[str]] = {}  # a colocated job's hosts (ps_hosting)
         self.ps_placement: str = "dedicated"
         """Where jobs on this cluster put their parameter servers by default: ``"dedicated"`` (the PS workers) or
         ``"colocated"`` (one shard in each of the job's training workers; ``Cluster.local(ps="colocated")``)."""
@@ -476,152 +464,6 @@ class Cluster:
             f"{what} on workers {', '.join(workers)}",
         )
 
-    # ------------------------------------------------------------------ parameter servers
-    def start_parameter_servers(
-        self,
-        job_id: str,
-        token: str,
-        checkpoint_dir: str | Path | None = None,
-        hosts: Sequence[str] | None = None,
-    ) -> list[str]:
-        """Start job ``job_id``'s parameter server in every PS worker; return their ``host:port``, in PS-task order.
-
-        Parameters
-        ----------
-        job_id
-            The job; one set of servers per job.
-        token
-            The token every call to the servers must carry.
-        checkpoint_dir
-            Where the servers save and restore checkpoints (reachable from every PS worker).
-        hosts
-            Addresses of the workers to run the servers in, in shard order, instead of the PS workers: a
-            colocated job's training workers.
-
-        Examples
-        --------
-        >>> cluster.start_parameter_servers("job-1", token="s3cret")  # doctest: +SKIP
-        ['127.0.0.1:39441']
-        """
-        if not job_id or not token:
-            raise ClusterError(
-                f"start_parameter_servers(job_id={job_id!r}, token=...): both must be non-empty strings "
-                "(cellgraph.cluster.ps.new_token() makes a token)"
-            )
-        if job_id in self._jobs:
-            raise ClusterError(
-                f"parameter servers for job '{job_id}' already run at {', '.join(self._jobs[job_id])}; "
-                f"call stop_parameter_servers('{job_id}') first, or use another job id"
-            )
-        ps = list(hosts) if hosts is not None else self.ps_workers()
-        if not ps:
-            raise ClusterError(
-                f"job '{job_id}' needs a parameter-server worker and this cluster has none: start it with "
-                "Cluster.local(ps=1), give workers the Dask resource 'ps', call cluster.assign(ps=...), or "
-                "train with ps_placement='colocated'"
-            )
-        # With roles from resources, the plugin picks its workers by resource itself, so a PS worker that
-        # Dask restarts starts its server again; with roles assigned by hand it is told the addresses; a
-        # colocated job names its hosts by worker name, which a restarted worker keeps.
-        chosen: Sequence[str] | None = ps if self._assigned is not None else None
-        if hosts is not None:
-            info = self._workers_info()
-            unknown = [a for a in ps if a not in info]
-            if unknown:
-                raise ClusterError(f"job '{job_id}': no worker at {', '.join(unknown)} to run a parameter server in")
-            chosen = self._hosts[job_id] = [str(info[a].get("name", a)) for a in ps]
-        plugin = ParameterServerPlugin(token, job_id, checkpoint_dir, workers=chosen)
-        name = plugin_name(job_id)
-        try:
-            call_with_deadline(
-                lambda: self.client.register_plugin(plugin, name=name), f"start job '{job_id}''s servers"
-            )
-        except Exception as err:
-            self._unregister(name)
-            raise ClusterError(
-                f"could not start the parameter servers of job '{job_id}' on {', '.join(ps)}: {err}"
-            ) from err
-        found = self._run(server_address, ps, f"find job '{job_id}''s servers", job_id)
-        missing = [a for a in ps if not found.get(a)]
-        if missing:
-            self._unregister(name)
-            raise ClusterError(
-                f"no parameter server of job '{job_id}' runs on PS worker(s) {', '.join(missing)}; "
-                "did the worker restart while it started? Try again"
-            )
-        self._jobs[job_id] = [str(found[a]) for a in ps]
-        return list(self._jobs[job_id])
-
-    def _servers_of(self, job_id: str) -> list[str]:
-        """The workers that host job ``job_id``'s servers now, in shard order: its hosts (by name), or the PS workers."""
-        names = self._hosts.get(job_id)
-        if names is None:
-            return self.ps_workers()
-        by_name = {str(w.get("name")): a for a, w in self._workers_info().items()}
-        return [by_name[n] for n in names if n in by_name]
-
-    def parameter_servers(
-        self, job_id: str, timeout: float = CALL_TIMEOUT_S, replacing: Sequence[str] = ()
-    ) -> list[str]:
-        """Job ``job_id``'s servers' ``host:port`` now, in PS-task order.
-
-        With ``replacing`` (servers that stopped answering), wait at most
-        ``timeout`` seconds until every PS worker hosts a server again and none
-        is at a replaced address: Dask's nanny restarts a lost PS worker, and
-        the scheduler sends it the job's plugin, which starts a new, empty server.
-
-        Examples
-        --------
-        >>> cluster.parameter_servers("job-1", timeout=60, replacing=["127.0.0.1:39441"])  # doctest: +SKIP
-        ['127.0.0.1:40517']
-        """
-        if job_id not in self._jobs:
-            running = ", ".join(f"'{j}'" for j in self._jobs) or "none"
-            raise ClusterError(f"no parameter servers of job '{job_id}' were started here; running jobs: {running}")
-        wanted, gone = len(self._jobs[job_id]), set(replacing)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                ps = self._servers_of(job_id)
-                found = self._run(server_address, ps, f"find job '{job_id}''s servers", job_id) if ps else {}
-                addresses = [str(found[a]) for a in ps if found.get(a)]
-                if len(ps) == wanted and len(addresses) == wanted and not gone & set(addresses):
-                    self._jobs[job_id] = addresses
-                    return list(addresses)
-                seen = f"PS workers {', '.join(ps) or 'none'}, servers at {', '.join(addresses) or 'none'}"
-            except Exception as err:  # a worker that died a moment ago, still on the scheduler's list: ask again
-                seen = f"{type(err).__name__}: {err}"
-            if time.monotonic() > deadline:
-                raise ClusterError(
-                    f"job '{job_id}' needs {wanted} parameter server(s) in place of {', '.join(sorted(gone)) or 'none'}"
-                    f", and {timeout:g} s later there are: {seen}. Does the cluster restart lost workers (a nanny), "
-                    "with the 'ps' resource?"
-                )
-            time.sleep(RESTART_POLL_S)
-
-    def stop_parameter_servers(self, job_id: str) -> None:
-        """Stop job ``job_id``'s parameter servers (each lets calls in flight finish, briefly).
-
-        Examples
-        --------
-        >>> cluster.stop_parameter_servers("job-1")  # doctest: +SKIP
-        """
-        if job_id not in self._jobs:
-            running = ", ".join(f"'{j}'" for j in self._jobs) or "none"
-            raise ClusterError(f"no parameter servers of job '{job_id}' were started here; running jobs: {running}")
-        del self._jobs[job_id]
-        self._hosts.pop(job_id, None)
-        call_with_deadline(
-            lambda: self.client.unregister_worker_plugin(plugin_name(job_id)), f"stop job '{job_id}''s servers"
-        )
-
-    def _unregister(self, name: str) -> None:
-        """Take a plugin off every worker after a failed start; a failure here would hide the first one."""
-        try:
-            call_with_deadline(lambda: self.client.unregister_worker_plugin(name), f"remove plugin {name}")
-        except Exception:  # noqa: S110 - the caller raises the error that matters
-            pass
-
     # ------------------------------------------------------------------ lifetime
     def on_close(self, job_id: str, close: Callable[[], None]) -> None:
         """Have ``close()`` call ``close`` (a job's) before it shuts anything down."""
@@ -688,33 +530,6 @@ class Cluster:
         from cellgraph.widgets.reprs import cluster_bundle
 
         return cluster_bundle(self, include, exclude)
-
-
-def call_with_deadline(call: Callable[[], T], what: str, timeout: float = CALL_TIMEOUT_S) -> T:
-    """``call()``, or a ClusterError after ``timeout`` seconds naming ``what`` did not finish.
-
-    The client's blocking calls have no deadline of their own; the call runs on
-    a daemon thread that finishes when the cluster answers or the client closes.
-    Not a ThreadPoolExecutor's thread: Python joins those at exit, so one call
-    that never returns would keep the process (a CLI after Ctrl-C) from ending.
-    """
-    outcome: futures.Future[T] = futures.Future()
-
-    def run() -> None:
-        if not outcome.set_running_or_notify_cancel():
-            return
-        try:
-            outcome.set_result(call())
-        except BaseException as err:  # noqa: BLE001 - handed to the caller, who raises it
-            outcome.set_exception(err)
-
-    threading.Thread(target=run, name="cellgraph-cluster-call", daemon=True).start()
-    try:
-        return outcome.result(timeout)
-    except futures.TimeoutError as err:
-        raise ClusterError(
-            f"{what}: no answer within {timeout:g} s; is a worker stuck (holding the GIL) or gone?"
-        ) from err
 
 
 def _scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:

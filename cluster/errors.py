@@ -29,6 +29,10 @@ STATUS_CODES = (
 )
 
 
+class ClusterError(CellgraphError):
+    """A cluster that could not be started or reached, or a role assignment that does not fit its workers."""
+
+
 class ParameterServerError(CellgraphError):
     """A request the parameter service refused, or could not answer.
 

@@ -43,6 +43,7 @@ NO_EXAMPLES = {
     "cellgraph.testing",
     "cellgraph.testing.jupyterlab",
     "cellgraph.testing.netns",
+    "cellgraph.cluster.ps_hosting",
     "cellgraph.dataflow.dtypes",
     "cellgraph.dataflow.errors",
     "cellgraph.dataflow.fusion",

@@ -179,7 +179,7 @@ def test_local_refuses_bad_counts() -> None:
         Cluster.local(workers=0, ps=1)
     assert str(info.value) == (
         "Cluster.local(workers=0, ps=1, threads_per_worker=1, gpus=None): "
-        "needs workers >= 1, ps >= 0, threads_per_worker >= 1 and gpus >= 0 (or None)"
+        "needs workers >= 1, ps >= 0 (or 'colocated'), threads_per_worker >= 1 and gpus >= 0 (or None)"
     )
     assert isinstance(info.value, CellgraphError)
 
@@ -297,7 +297,8 @@ def test_start_parameter_servers_refusals(wrapper: Cluster) -> None:
         wrapper.start_parameter_servers("job-c", "token")
     assert str(info.value) == (
         "job 'job-c' needs a parameter-server worker and this cluster has none: start it with "
-        "Cluster.local(ps=1), give workers the Dask resource 'ps', or call cluster.assign(ps=...)"
+        "Cluster.local(ps=1), give workers the Dask resource 'ps', call cluster.assign(ps=...), or train with "
+        "ps_placement='colocated'"
     )
 
 
