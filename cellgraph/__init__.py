@@ -157,6 +157,7 @@ from cellgraph.dataflow.ops.nn import (
     tanh,
 )
 from cellgraph.dataflow.ops.normalization import batch_norm, layer_norm
+from cellgraph.dataflow.ops.placeholder_default import placeholder_with_default
 from cellgraph.dataflow.ops.reductions import (
     argmax,
     argmin,
@@ -167,8 +168,6 @@ from cellgraph.dataflow.ops.reductions import (
     reduce_min,
     reduce_prod,
 )
-
-from cellgraph.dataflow.ops.placeholder_default import placeholder_with_default
 
 # Every public op function, from every family, as cg.<name>.
 from cellgraph.dataflow.ops.state import (
