@@ -12,7 +12,13 @@ per op of a cellgraph step (its plan's steps timed one by one) and of a
 PyTorch step (torch.profiler).
 
     python benchmarks/train_step.py --model mlp|cnn|resnet|transformer [--large] [--profile]
-                                    [--quick] [--threads N] [--no-fuse]
+                                    [--training-constant] [--quick] [--threads N] [--no-fuse]
+
+``--training-constant`` (resnet) is a diagnosis, not the model as shipped: it
+builds batch norm with ``training=True`` (a Python bool) where the model has a
+``training_switch`` placeholder, to measure what the switch costs (with the
+placeholder, batch norm computes both the training and the inference output,
+selects one with ``where``, and back-propagates through both).
 
 ``--no-fuse`` builds the cellgraph session with ``fuse=False`` (one kernel per
 elementwise op), to measure what elementwise fusion does to the step.
@@ -155,10 +161,17 @@ def main() -> None:
     p.add_argument(
         "--large", action="store_true", help=f"resnet at batch {LARGE_BATCH} on {LARGE_SIZE}x{LARGE_SIZE} inputs"
     )
+    p.add_argument(
+        "--training-constant",
+        action="store_true",
+        help="diagnosis: batch norm built with training=True instead of the model's training_switch placeholder",
+    )
     p.add_argument("--profile", action="store_true", help="print (and emit) seconds per op of one step on each side")
     args = p.parse_args()
     if args.large and args.model != "resnet":
         raise SystemExit(f"--large is the resnet's compute-bound case; --model {args.model} has none")
+    if args.training_constant and args.model != "resnet":
+        raise SystemExit(f"--training-constant is about batch norm's switch; --model {args.model} has no batch norm")
     setup_threads(args.threads)
     started = time.perf_counter()
 
@@ -167,7 +180,7 @@ def main() -> None:
     import cellgraph as cg
     from cellgraph.examples import deep_models, models
 
-    name = f"train_step_{args.model}{'_large' if args.large else ''}"
+    name = f"train_step_{args.model}{'_large' if args.large else ''}{'_training_constant' if args.training_constant else ''}"
     torch = import_torch(args.threads, name)
 
     batch, size = (LARGE_BATCH, LARGE_SIZE) if args.large else (BATCH, 8)
@@ -175,16 +188,14 @@ def main() -> None:
         optimizer, optimizer_name = cg.optim.Adam(ADAM_LEARNING_RATE), f"Adam({ADAM_LEARNING_RATE})"
     else:
         optimizer, optimizer_name = cg.optim.SGD(LEARNING_RATE), f"SGD({LEARNING_RATE})"
-    if args.large:
-        model = deep.resnet_large(cg, optimizer, LARGE_SIZE, WIDTHS)
-    else:
-        build = {
-            "mlp": models.mlp,
-            "cnn": models.mini_inception,
-            "resnet": deep_models.resnet,
-            "transformer": deep_models.transformer,
-        }[args.model]
-        model = build(optimizer=optimizer)
+    build = {
+        "mlp": models.mlp,
+        "cnn": models.mini_inception,
+        "resnet": deep_models.resnet,
+        "transformer": deep_models.transformer,
+    }[args.model]
+    with deep.training_constant(cg, args.training_constant):
+        model = deep.resnet_large(cg, optimizer, LARGE_SIZE, WIDTHS) if args.large else build(optimizer=optimizer)
     batches = digits_batches(np, model.image_input, batch, size // 8)
     fuse = not args.no_fuse
     sess = cg.Session(model.graph, fuse=fuse)
@@ -259,6 +270,7 @@ def main() -> None:
             "benchmark": name,
             "model": args.model,
             "large": args.large,
+            "training_constant": args.training_constant,
             "input_size": size,
             "first_loss_cellgraph": float(first_loss),
             "first_loss_torch": t_first_loss,

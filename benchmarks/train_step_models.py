@@ -18,8 +18,10 @@ its generated function calls in order.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 # (torch parameter or buffer, cellgraph variable name, layout): what ``copy_weights`` copies.
@@ -172,6 +174,21 @@ def resnet_large(cg: Any, optimizer: Any, size: int, widths: tuple[int, int, int
             h = residual_block(h, width, 1 if stage == 0 else 2, training, name=f"stage{stage + 1}")
         logits = cg.layers.dense(cg.reduce_mean(h, axis=(1, 2)), 10, name="logits")
         return finish("resnet-large", g, x, y, logits, optimizer, True, training)
+
+
+@contextlib.contextmanager
+def training_constant(cg: Any, on: bool) -> Iterator[None]:
+    """With ``on``, models built inside get ``True`` from ``cg.layers.training_switch``: batch norm in training
+    mode only, no placeholder, no ``where`` between the two modes (the diagnosis of ``--training-constant``)."""
+    if not on:
+        yield
+        return
+    switch = cg.layers.training_switch
+    cg.layers.training_switch = lambda *args, **kwargs: True
+    try:
+        yield
+    finally:
+        cg.layers.training_switch = switch
 
 
 def profile_plan(plan: Any, feed_values: tuple[Any, ...], repeats: int) -> list[tuple[str, float, int]]:
