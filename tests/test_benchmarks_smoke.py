@@ -42,6 +42,19 @@ CASES = {
         ["train_step.py", "--model", "cnn"],
         ["cellgraph_sps", "torch_sps", "ratio", "peak_bytes", "live_bytes_lower_bound", "threads"],
     ),
+    # The deep models: the PyTorch twin starts from cellgraph's weights (the run stops unless the step-0 losses agree).
+    "train_step_resnet": (
+        ["train_step.py", "--model", "resnet", "--profile"],
+        ["cellgraph_sps", "torch_sps", "ratio", "peak_bytes", "live_bytes_lower_bound", "first_loss_torch", "threads"],
+    ),
+    "train_step_transformer": (
+        ["train_step.py", "--model", "transformer"],
+        ["cellgraph_sps", "torch_sps", "ratio", "peak_bytes", "live_bytes_lower_bound", "first_loss_torch", "threads"],
+    ),
+    "train_step_resnet_large": (
+        ["train_step.py", "--model", "resnet", "--large", "--training-constant"],
+        ["cellgraph_sps", "torch_sps", "ratio", "peak_bytes", "live_bytes_lower_bound", "first_loss_torch", "threads"],
+    ),
     "ps_throughput": (
         ["ps_throughput.py"],
         [
@@ -168,3 +181,21 @@ def test_scaling_model_refuses_a_measured_file_that_is_no_benchmark_output(
         capture_output=True, text=True, timeout=120, cwd=BENCHMARKS.parent,
     )  # fmt: skip
     assert proc.returncode != 0 and f"--measured {bad}: {words}" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "words"),
+    [
+        ("--large", "--large is the resnet's compute-bound case; --model transformer has none"),
+        (
+            "--training-constant",
+            "--training-constant is about batch norm's switch; --model transformer has no batch norm",
+        ),
+    ],
+)
+def test_train_step_refuses_a_resnet_flag_for_another_model(flag: str, words: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "train_step.py"), "--model", "transformer", flag, "--quick"],
+        capture_output=True, text=True, timeout=120, cwd=BENCHMARKS.parent,
+    )  # fmt: skip
+    assert proc.returncode != 0 and words in proc.stderr
