@@ -106,3 +106,67 @@ def test_merging_two_unknown_axes_is_refused_with_advice() -> None:
         c = cg.placeholder((None, 4, 5), name="c")
         with pytest.raises(cg.ShapeError, match="cannot merge axes 'xyk' of 'bxyk', more than one of unknown size"):
             cg.einsum("bxyk,bkz->bxyz", b, c)
+
+
+# Each einsum is a chain of ops the op table checks one by one (CUDA column
+# included); these check the chains: gradients by central finite differences,
+# and a size-0 label, against np.einsum.
+CHAINS = {
+    "bqhd,bkhd->bhqk": ([(2, 3, 2, 4), (2, 5, 2, 4)], None),
+    "bhqk,bkhd->bqhd": ([(2, 2, 3, 5), (2, 5, 2, 4)], [(None, 2, 3, 5), (None, 5, 2, 4)]),
+    "btd,de->bte": ([(2, 3, 4), (4, 5)], [(None, 3, 4), (4, 5)]),
+    "ij,ij->i": ([(3, 4), (3, 4)], None),
+    "abc,cd,de->abe": ([(2, 3, 4), (4, 5), (5, 2)], None),
+    "ji,kj": ([(3, 2), (4, 3)], None),
+    "ijk->j": ([(2, 3, 4)], None),
+}
+
+
+def _chain(equation: str, arrays: list[np.ndarray], static: list | None) -> tuple:
+    g = cg.Graph()
+    with g.as_default():
+        tensors = [
+            cg.placeholder(static[i] if static else a.shape, "float64", name=f"in{i}") for i, a in enumerate(arrays)
+        ]
+        out = cg.einsum(equation, *tensors)
+    return g, tensors, out
+
+
+@pytest.mark.parametrize("equation", list(CHAINS))
+def test_einsum_gradients_match_finite_differences(equation: str) -> None:
+    shapes, static = CHAINS[equation]
+    arrays = [RNG.uniform(-1, 1, size=s) for s in shapes]
+    g, tensors, out = _chain(equation, arrays, static)
+    weights = RNG.uniform(0.5, 1.5, size=np.einsum(equation, *arrays).shape)
+    with g.as_default():
+        loss = cg.reduce_sum(out * cg.constant(weights, dtype="float64"))
+        grads = cg.gradients(loss, tensors)
+    sess = cg.Session(g)
+    feeds = dict(zip(tensors, arrays))
+    for i, got in enumerate(sess.run(grads, feeds)):
+        numeric = np.zeros_like(arrays[i])
+        for index in np.ndindex(*arrays[i].shape):
+            values = []
+            for step in (1e-6, -1e-6):
+                bumped = arrays[i].copy()
+                bumped[index] += step
+                values.append(float(sess.run(loss, {**feeds, tensors[i]: bumped})))
+            numeric[index] = (values[0] - values[1]) / 2e-6
+        np.testing.assert_allclose(got, numeric, rtol=1e-5, atol=1e-7, err_msg=f"{equation}: operand {i}")
+
+
+@pytest.mark.parametrize("equation", list(CHAINS))
+def test_einsum_with_an_empty_label_matches_numpy(equation: str) -> None:
+    """Each label in turn is size 0 in every operand that has it."""
+    shapes = CHAINS[equation][0]
+    inputs = equation.split("->")[0].split(",")
+    for label in sorted(set("".join(inputs))):
+        arrays = [
+            RNG.uniform(-1, 1, size=[0 if c == label else d for c, d in zip(labels, s)])
+            for labels, s in zip(inputs, shapes)
+        ]
+        g, tensors, out = _chain(equation, arrays, None)
+        got = cg.Session(g).run(out, dict(zip(tensors, arrays)))
+        want = np.einsum(equation, *arrays)
+        assert got.shape == want.shape, (label, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, err_msg=f"{equation} with {label!r} empty")
