@@ -90,6 +90,7 @@ from cellgraph.dataflow.ops.conv import (
     max_pool,
 )
 from cellgraph.dataflow.ops.conv_more import conv1d, conv2d_transpose, depthwise_conv2d, max_pool_with_argmax
+from cellgraph.dataflow.ops.cumulative import cumprod, cumsum
 from cellgraph.dataflow.ops.einsum import einsum
 from cellgraph.dataflow.ops.logic import (
     greater,

@@ -11,6 +11,7 @@ from . import (
     batch_matmul,
     conv,
     conv_more,
+    cumulative,
     einsum,
     logic,
     math,
@@ -29,7 +30,7 @@ from .base import atomic_op
 FAMILIES = (
     state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, conv_more, array,
     training, transfer, array_more, placeholder_default, schedule, array_index, array_shape,
-    einsum,
+    einsum, cumulative,
 )  # fmt: skip
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray

@@ -506,3 +506,7 @@ ROWS += ARRAY_ROWS
 from .rows_conv import CONV_ROWS  # noqa: E402
 
 ROWS += CONV_ROWS
+
+from .rows_cumulative import CUMULATIVE_ROWS  # noqa: E402
+
+ROWS += CUMULATIVE_ROWS

@@ -1,0 +1,58 @@
+"""Oracle rows of ops/cumulative.py: cumsum and cumprod with every flag, and einsum.
+
+PyTorch has no exclusive or reverse scan, so the torch side says them with
+flips and a shift (``_scan``); cumprod's rows hold zeros, where PyTorch's
+gradient (like cellgraph's CumprodGrad) is exact. Einsum is a composition of
+ops with rows of their own; its rows check the compositions the Transformer
+uses against ``torch.einsum``. Rows follow ``rows.py``'s conventions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import cellgraph as cg
+
+from .rows import ZERO, Row, fixed, x
+
+try:
+    import torch
+except ImportError:  # the comparisons skip (test_ops.py); the table still loads
+    torch = None  # type: ignore[assignment]
+
+# One zero in the first row, two in the second: the cases a division-based rule gets wrong.
+ZEROS = np.array([[0.5, -1.5, 0.0, 0.8, 1.1], [0.0, 1.5, -2.0, 0.0, 0.7]])
+
+
+def _scan(t: Any, dim: int, product: bool = False, exclusive: bool = False, reverse: bool = False) -> Any:
+    if reverse:
+        t = torch.flip(t, [dim])
+    y = torch.cumprod(t, dim) if product else torch.cumsum(t, dim)
+    if exclusive:
+        first = torch.ones_like(y.narrow(dim, 0, 1)) if product else torch.zeros_like(y.narrow(dim, 0, 1))
+        y = torch.cat([first, y.narrow(dim, 0, y.shape[dim] - 1)], dim)
+    return torch.flip(y, [dim]) if reverse else y
+
+
+CUMULATIVE_ROWS: list[Row] = [
+    Row("Cumsum", lambda a: cg.cumsum(a, 1), lambda a: torch.cumsum(a, 1), [x("n", 5)], variants=ZERO),
+    Row("Cumsum", lambda a: cg.cumsum(a, 0, exclusive=True), lambda a: _scan(a, 0, exclusive=True), [x("n", 3)],
+        id="exclusive-batch", sizes={"n": 4}),
+    Row("Cumsum", lambda a: cg.cumsum(a, -1, exclusive=True, reverse=True),
+        lambda a: _scan(a, 2, exclusive=True, reverse=True), [x("n", 2, 4)], id="exclusive-reverse", variants=ZERO),
+    Row("Cumprod", lambda a: cg.cumprod(a, 1), lambda a: torch.cumprod(a, 1), [x("n", 5, low=0.5, high=1.5)],
+        variants=ZERO),
+    Row("Cumprod", lambda a: cg.cumprod(a, 1), lambda a: torch.cumprod(a, 1), [fixed(ZEROS)], id="zeros"),
+    Row("Cumprod", lambda a: cg.cumprod(a, 1, exclusive=True, reverse=True),
+        lambda a: _scan(a, 1, product=True, exclusive=True, reverse=True), [fixed(ZEROS)], id="zeros-exclusive-reverse"),
+    Row("Cumprod", lambda a: cg.cumprod(a, 0, reverse=True), lambda a: _scan(a, 0, product=True, reverse=True),
+        [x("n", 3)], id="reverse-batch", sizes={"n": 4}),
+    Row("BatchMatMul", lambda q, k: cg.einsum("bqhd,bkhd->bhqk", q, k),
+        lambda q, k: torch.einsum("bqhd,bkhd->bhqk", q, k), [x("n", 3, 2, 4), x("n", 5, 2, 4)], id="einsum-scores",
+        variants=ZERO),
+    Row("Transpose", lambda p, v: cg.einsum("bhqk,bkhd->bqhd", p, v),
+        lambda p, v: torch.einsum("bhqk,bkhd->bqhd", p, v), [x("n", 2, 3, 5), x("n", 5, 2, 4)], id="einsum-values",
+        variants=ZERO),
+]  # fmt: skip
