@@ -103,7 +103,12 @@ METRIC_KEYS = (
     "steps",  # steps this replica has done so far
     "final",  # True on the last message, sent as the replica returns
     "time",  # the replica's wall clock (time.time()) when the message was made
+    # Every step's loss since the previous message: {"step": [...], "loss": [...]} (at most STEP_LOSSES of them,
+    # evenly spaced, the latest always kept), so that a curve has a point per step even when messages are few.
+    "step_losses",
 )
+# The most per-step losses one metrics message carries.
+STEP_LOSSES = 256
 
 
 # A replica whose servers stopped answering waits this many times its timeout for new ones: the job's own wait
@@ -508,6 +513,14 @@ class _Batches:
 _RATE_KEYS = ("examples_per_s", "step_time_s", "staleness", "overlap_fraction")
 
 
+def _step_losses(points: list[tuple[int, float]]) -> dict[str, list[float]]:
+    """``points`` as columns, at most ``STEP_LOSSES`` of them, evenly spaced, the latest always kept."""
+    if len(points) > STEP_LOSSES:
+        last = len(points) - 1
+        points = [points[round(i * last / (STEP_LOSSES - 1))] for i in range(STEP_LOSSES)]
+    return {"step": [float(s) for s, _ in points], "loss": [float(v) for _, v in points]}
+
+
 class _Meter:
     """Counts steps and sends a metrics message at most once per interval (and one at the end)."""
 
@@ -533,6 +546,7 @@ class _Meter:
         self.window_time = 0.0
         self.window_staleness = 0
         self.window_overlap = 0.0
+        self.window_losses: list[tuple[int, float]] = []
 
     def record(
         self, step: int, loss: float, seconds: float, staleness: int, ps_bytes: int = 0, overlap: float = 0.0
@@ -544,6 +558,7 @@ class _Meter:
         self.window_time += seconds
         self.window_staleness = max(self.window_staleness, staleness)
         self.window_overlap += overlap
+        self.window_losses.append((step, loss))
         if time.perf_counter() - self.last_emit >= self.spec.metrics_interval_s:
             self.flush()
 
@@ -574,6 +589,7 @@ class _Meter:
             "steps": self.total_steps,
             "final": final,
             "time": time.time(),
+            "step_losses": _step_losses(self.window_losses),
         }
         self.emit(message)
         self.last_message, self.last_emit = message, now

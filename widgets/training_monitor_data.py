@@ -43,6 +43,8 @@ RATE_WINDOW_S = 5.0
 # The most points a curve sends to the browser: every update sends a line whole, and hours of metrics would make
 # each one a large message (the shape of a curve shows at this many points).
 MAX_POINTS = 2000
+# The most per-step losses kept per replica (then thinned to half): the curve is drawn from at most MAX_POINTS.
+KEPT_LOSSES = 100_000
 # A replica more than this fraction below the median rate is a straggler.
 STRAGGLER_MARGIN = 0.2
 # About as many ticks as bqplot draws on a 260-pixel axis: the format must tell neighbouring ticks apart.
@@ -61,6 +63,8 @@ class MetricSeries:
     def __init__(self) -> None:
         self._columns: dict[int, dict[str, list[float]]] = {}
         self._final: dict[int, bool] = {}
+        # Per replica, every step's loss the messages carried (``step_losses``): the loss curve's points.
+        self._losses: dict[int, tuple[list[float], list[float]]] = {}
         self.count = 0
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> None:
@@ -71,6 +75,13 @@ class MetricSeries:
                 columns[key].append(_number(message.get(key)))
             # A replica that left (scaled down, or the job ended) sent its last message; one run again sends more.
             self._final[int(message["replica"])] = bool(message.get("final"))
+            per_step = message.get("step_losses")
+            if per_step:
+                steps, losses = self._losses.setdefault(int(message["replica"]), ([], []))
+                steps.extend(float(s) for s in per_step["step"])
+                losses.extend(float(v) for v in per_step["loss"])
+                if len(steps) > KEPT_LOSSES:  # hours of steps: every other point, the latest kept
+                    self._losses[int(message["replica"])] = thin(steps, losses, KEPT_LOSSES // 2)
             self.count += 1
 
     @property
@@ -99,7 +110,11 @@ class MetricSeries:
         return list(self._columns.get(replica, {}).get(key, []))
 
     def curve(self, replica: int, key: str) -> tuple[list[float], list[float]]:
-        """``(global steps, values)`` of ``key`` for ``replica``, leaving out messages without a value."""
+        """``(global steps, values)`` of ``key`` for ``replica``, leaving out messages without a value; for the
+        loss, every step's the messages carried."""
+        if key == "loss" and replica in self._losses:
+            steps, losses = self._losses[replica]
+            return list(steps), list(losses)
         points = [(s, v) for s, v in zip(self.column(replica, "step"), self.column(replica, key)) if not math.isnan(v)]
         return [s for s, _ in points], [v for _, v in points]
 

@@ -270,6 +270,10 @@ def test_metrics_are_rate_limited_and_have_the_documented_keys(monkeypatch: pyte
     # Each step pushes a gradient and pulls a value of every variable.
     per_step = 2 * sum(np.asarray(v).nbytes for v in tg.initial.values())
     assert [m["ps_bytes"] for m in messages] == [m["steps"] * per_step for m in messages]
+    # Every step's loss reached the messages, in order, however few the messages were.
+    steps = [s for m in messages for s in m["step_losses"]["step"]]
+    assert steps == [float(s) for s in range(1, 31)]
+    assert [m["step_losses"]["loss"][-1] for m in messages] == [m["loss"] for m in messages]
 
 
 def test_replica_errors_name_the_replica_and_what_to_change() -> None:

@@ -217,3 +217,25 @@ def test_the_text_summary_compares_only_training_replicas_and_folds_checkpoints(
     assert "straggler" not in text
     assert "    12:00:20 checkpoints: 20 written, latest ckpt-0000002000 (every 100 steps), about one every 1 s" in text
     assert "    12:00:00 scaled to 2 replica(s)" in text and text.count("ckpt-") == 1
+
+
+def test_a_short_job_draws_a_point_per_step_from_the_messages_step_losses() -> None:
+    # Two messages for 300 steps (a fast job, messages every half second): the curve has all 300 points.
+    series = MetricSeries()
+    for first in (1, 151):
+        steps = list(range(first, first + 150))
+        series.extend(
+            [
+                {
+                    "replica": 0,
+                    "step": steps[-1],
+                    "loss": 1.0 / steps[-1],
+                    "steps": steps[-1],
+                    "time": float(first),
+                    "step_losses": {"step": steps, "loss": [1.0 / s for s in steps]},
+                }
+            ]  # fmt: skip
+        )
+    xs, ys = series.curve(0, "loss")
+    assert xs == [float(s) for s in range(1, 301)] and ys[-1] == 1.0 / 300
+    assert series.curve(0, "steps")[0] == [150.0, 300.0]  # other metrics: a point per message

@@ -233,8 +233,10 @@ def shown_curve(monitor: TrainingMonitor, replica: int) -> tuple[list[float], li
 
 
 def job_curve(job: Job, replica: int) -> tuple[list[float], list[float]]:
+    """Every step's loss the job's metrics messages carried (``step_losses``), in order."""
     rows = [m for m in job.metrics if m["replica"] == replica and m["loss"] is not None]
-    return [float(m["step"]) for m in rows], [float(m["loss"]) for m in rows]
+    steps = [float(s) for m in rows for s in m["step_losses"]["step"]]
+    return steps, [float(v) for m in rows for v in m["step_losses"]["loss"]]
 
 
 @pytest.mark.slow
@@ -255,7 +257,7 @@ def test_the_monitor_shows_what_the_job_reports(cluster: Cluster, data: digits.S
         wait_for(lambda: {m["replica"] for m in job.metrics if m["final"]} == {0, 1}, "both replicas' final metrics")
         monitor.refresh()
 
-        for r in (0, 1):  # the curves grew, and hold every message the job received, in order
+        for r in (0, 1):  # the curves grew, and hold every step's loss the job received, in order
             assert len(shown_curve(monitor, r)[0]) > early[r]
             assert shown_curve(monitor, r) == job_curve(job, r)
         assert monitor.series.count == len(job.metrics)
