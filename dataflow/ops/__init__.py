@@ -13,6 +13,7 @@ from . import (
     conv_more,
     cumulative,
     einsum,
+    top_k,
     logic,
     math,
     math_unary,
@@ -30,7 +31,7 @@ from .base import atomic_op
 FAMILIES = (
     state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, conv_more, array,
     training, transfer, array_more, placeholder_default, schedule, array_index, array_shape,
-    einsum, cumulative,
+    einsum, cumulative, top_k,
 )  # fmt: skip
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray

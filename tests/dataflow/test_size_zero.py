@@ -262,6 +262,12 @@ def _mirror_pad(node: cg.Node, shapes: Shapes, i: int, a: int) -> Shapes | str:
     return _broadcast(node, shapes, i, a)
 
 
+def _top_k(node: cg.Node, shapes: Shapes, i: int, a: int) -> Shapes | str:
+    if a == len(shapes[i]) - 1 and node.attrs["k"]:
+        return f"k = {node.attrs['k']} entries cannot come from an empty last axis: refused (test_top_k.py)"
+    return _broadcast(node, shapes, i, a)
+
+
 RULES: dict[str, Rule] = {
     "MatMul":             _tied(_matmul),
     "BatchMatMul":        _batch_matmul,
@@ -303,6 +309,7 @@ RULES: dict[str, Rule] = {
     "TensorScatterReduce": _tied(_scatter_nd, _DEPTH),
     "MirrorPad":          _mirror_pad,
     "MirrorPadGrad":      _mirror_pad,
+    "TopK":               _top_k,
 }  # fmt: skip
 
 # Rows with no variant, and why.

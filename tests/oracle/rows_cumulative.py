@@ -56,3 +56,9 @@ CUMULATIVE_ROWS: list[Row] = [
         lambda p, v: torch.einsum("bhqk,bkhd->bqhd", p, v), [x("n", 2, 3, 5), x("n", 5, 2, 4)], id="einsum-values",
         variants=ZERO),
 ]  # fmt: skip
+
+CUMULATIVE_ROWS += [
+    Row("TopK", lambda a: cg.top_k(a, 3)[0], lambda a: torch.topk(a, 3).values, [x("n", 6)], id="values"),
+    Row("TopK", lambda a: cg.top_k(a, 2)[0], lambda a: torch.topk(a, 2).values, [x("n", 2, 5)], id="rank3",
+        variants=ZERO),
+]  # fmt: skip
