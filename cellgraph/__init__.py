@@ -92,6 +92,7 @@ from cellgraph.dataflow.ops.conv import (
 from cellgraph.dataflow.ops.conv_more import conv1d, conv2d_transpose, depthwise_conv2d, max_pool_with_argmax
 from cellgraph.dataflow.ops.cumulative import cumprod, cumsum
 from cellgraph.dataflow.ops.einsum import einsum
+from cellgraph.dataflow.ops.resize import resize
 from cellgraph.dataflow.ops.top_k import top_k
 from cellgraph.dataflow.ops.logic import (
     greater,

@@ -21,6 +21,7 @@ from . import (
     normalization,
     placeholder_default,
     reductions,
+    resize,
     schedule,
     state,
     training,
@@ -31,7 +32,7 @@ from .base import atomic_op
 FAMILIES = (
     state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, conv_more, array,
     training, transfer, array_more, placeholder_default, schedule, array_index, array_shape,
-    einsum, cumulative, top_k,
+    einsum, cumulative, top_k, resize,
 )  # fmt: skip
 
 # Every public op function is all-or-nothing: a rejected op leaves no stray

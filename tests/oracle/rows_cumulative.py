@@ -62,3 +62,18 @@ CUMULATIVE_ROWS += [
     Row("TopK", lambda a: cg.top_k(a, 2)[0], lambda a: torch.topk(a, 2).values, [x("n", 2, 5)], id="rank3",
         variants=ZERO),
 ]  # fmt: skip
+
+
+def _interpolate(t: Any, size: tuple[int, int], mode: str) -> Any:
+    extra = {"align_corners": False} if mode == "bilinear" else {}
+    nchw = torch.nn.functional.interpolate(t.permute(0, 3, 1, 2), size=size, mode=mode, **extra)
+    return nchw.permute(0, 2, 3, 1)
+
+
+# cg.resize (ops/resize.py) ends in an Add (bilinear) or a Gather (nearest, PyTorch's "nearest-exact").
+CUMULATIVE_ROWS += [
+    Row("Add", lambda a: cg.resize(a, (7, 3)), lambda a: _interpolate(a, (7, 3), "bilinear"), [x("n", 4, 5, 2)],
+        id="resize-bilinear", variants=ZERO),
+    Row("Gather", lambda a: cg.resize(a, (2, 6), "nearest"), lambda a: _interpolate(a, (2, 6), "nearest-exact"),
+        [x("n", 5, 4, 3)], id="resize-nearest", variants=ZERO),
+]  # fmt: skip
