@@ -149,13 +149,16 @@ def copy_weights(torch: Any, copies: list[Copy], values: dict[str, Any]) -> None
     """Set each PyTorch tensor in ``copies`` to cellgraph's value, in PyTorch's layout."""
     with torch.no_grad():
         for target, name, layout in copies:
-            value = values[name]
+            raw = value = values[name]
             if layout == "conv":
                 value = value.transpose(3, 2, 0, 1)  # (kh, kw, in, out) -> (out, in, kh, kw)
             elif layout == "dense":
                 value = value.T  # (in, out) -> (out, in)
             if tuple(value.shape) != tuple(target.shape):
-                raise SystemExit(f"weight copy: {name} is {value.shape} in cellgraph, {tuple(target.shape)} in torch")
+                raise SystemExit(
+                    f"weight copy: {name} is {raw.shape} in cellgraph, which does not fit torch's "
+                    f"{tuple(target.shape)} ({layout} layout)"
+                )
             target.copy_(torch.from_numpy(value.copy()))
 
 

@@ -6,12 +6,15 @@ a shared CI machine would make them flaky.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -199,3 +202,38 @@ def test_train_step_refuses_a_resnet_flag_for_another_model(flag: str, words: st
         capture_output=True, text=True, timeout=120, cwd=BENCHMARKS.parent,
     )  # fmt: skip
     assert proc.returncode != 0 and words in proc.stderr
+
+
+def _benchmark_module(name: str) -> Any:
+    """A module of benchmarks/ (they import each other by bare name, as when run as scripts)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
+
+
+def test_train_step_stops_when_the_step0_losses_differ(capsys: pytest.CaptureFixture[str]) -> None:
+    train_step = _benchmark_module("train_step")
+    assert train_step.check_step0("resnet", 2.5, 2.5 + 1e-6, same_start=True) == pytest.approx(1e-6)
+    with pytest.raises(SystemExit, match=r"step-0 losses differ by 0\.1 > 0\.0001: the PyTorch resnet is not the same"):
+        train_step.check_step0("resnet", 2.5, 2.6, same_start=True)
+    with pytest.raises(SystemExit, match="differ by nan"):
+        train_step.check_step0("transformer", float("nan"), 2.6, same_start=True)
+    train_step.check_step0("mlp", 2.3, 2.4, same_start=False)  # each side's own weights: printed, not compared
+    assert "each side's own initial weights: not compared" in capsys.readouterr().out
+
+
+def test_train_step_weight_copy_refuses_a_shape_mismatch() -> None:
+    torch = pytest.importorskip("torch")
+    models = _benchmark_module("train_step_models")
+    copies: list[Any] = []
+    net = models.torch_transformer(torch, 32, 4, copies)
+    values = {name: np.zeros(tuple(reversed(t.shape)) if layout == "dense" else tuple(t.shape), np.float32)
+              for t, name, layout in copies}  # fmt: skip
+    models.copy_weights(torch, copies, values)
+    assert float(net.logits.weight.detach().abs().sum()) == 0.0  # the copy landed, transposed to PyTorch's layout
+    values["logits/kernel"] = np.zeros((10, 32), np.float32)  # PyTorch's layout, not cellgraph's (in, out)
+    with pytest.raises(
+        SystemExit,
+        match=r"weight copy: logits/kernel is \(10, 32\) in cellgraph, which does not fit torch's \(10, 32\) \(dense",
+    ):
+        models.copy_weights(torch, copies, values)
