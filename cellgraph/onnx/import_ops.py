@@ -36,6 +36,7 @@ from cellgraph.dataflow.ops import reductions as red
 
 from .common import COMPUTE_DTYPE, Build, ImportRow
 from .import_arrays import ARRAYS
+from .import_more import MORE
 from .import_normalization import NORMALIZATION
 from .import_shapes import SHAPES
 from .import_windows import check_avg_pool, check_conv, check_conv_transpose, check_max_pool, conv, conv_transpose, pool
@@ -517,4 +518,5 @@ IMPORTERS: dict[str, ImportRow] = {
     **NORMALIZATION,
     **SHAPES,
     **ARRAYS,
+    **MORE,
 }  # fmt: skip
