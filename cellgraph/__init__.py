@@ -92,8 +92,6 @@ from cellgraph.dataflow.ops.conv import (
 from cellgraph.dataflow.ops.conv_more import conv1d, conv2d_transpose, depthwise_conv2d, max_pool_with_argmax
 from cellgraph.dataflow.ops.cumulative import cumprod, cumsum
 from cellgraph.dataflow.ops.einsum import einsum
-from cellgraph.dataflow.ops.resize import resize
-from cellgraph.dataflow.ops.top_k import top_k
 from cellgraph.dataflow.ops.logic import (
     greater,
     is_finite,
@@ -171,6 +169,7 @@ from cellgraph.dataflow.ops.reductions import (
     reduce_min,
     reduce_prod,
 )
+from cellgraph.dataflow.ops.resize import resize
 
 # Every public op function, from every family, as cg.<name>.
 from cellgraph.dataflow.ops.state import (
@@ -183,6 +182,7 @@ from cellgraph.dataflow.ops.state import (
     placeholder,
     variable,
 )
+from cellgraph.dataflow.ops.top_k import top_k
 from cellgraph.dataflow.ops.training import (
     apply_adagrad,
     apply_adam,

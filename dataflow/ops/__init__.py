@@ -13,7 +13,6 @@ from . import (
     conv_more,
     cumulative,
     einsum,
-    top_k,
     logic,
     math,
     math_unary,
@@ -24,6 +23,7 @@ from . import (
     resize,
     schedule,
     state,
+    top_k,
     training,
     transfer,
 )
