@@ -46,6 +46,8 @@ from cellgraph.dataflow.session import Session, convert_feed
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import graph_pb2
 
+from .training_switch import fold_switches
+
 
 class TrainingError(CellgraphError):
     """A loss that cannot be trained as given (or data that does not fit it); the message says what to change."""
@@ -112,7 +114,8 @@ def prepare(loss: Tensor, data_feeds: Sequence[Tensor] | None = None) -> Trainin
             raise TrainingError(f"data feed {t.name!r} is not in the loss's graph (another graph, or a re-run cell)")
 
     # Gradients are built on a copy: nothing the user holds gains nodes, even when this fails halfway.
-    copy = from_graphdef(to_graphdef(graph))
+    # A replica never feeds a training switch: the branch its default does not take is left out of the step.
+    copy = from_graphdef(fold_switches(to_graphdef(graph), fed={t.name for t in feeds or []}))
     loss_c = copy.tensor(loss.name)
     position = {node.name: i for i, node in enumerate(copy.nodes)}
     upstream = sorted(schedule([loss_c], [], []), key=lambda n: position[n.name])
