@@ -108,6 +108,8 @@ class _PublishedAddresses:
 
 # A replica task's key names its job (ReplicaSet.submit): how a worker's log record is known to be about one.
 REPLICA_KEY = re.compile(r"cellgraph-replica-(job-[0-9a-f]+)")
+# How Dask's worker log records about itself begin when they are routed to the jobs running on it.
+WORKER_TROUBLE = ("Failed to communicate with scheduler during heartbeat",)
 
 
 class RouteJobRecords(logging.Filter):
@@ -125,6 +127,12 @@ class RouteJobRecords(logging.Filter):
         except Exception:  # noqa: BLE001 - a record that cannot be formatted is left to the handler as it is
             return True
         found = REPLICA_KEY.search(text)
+        if found is None and text.startswith(WORKER_TROUBLE):
+            # About the worker, not a task (a heartbeat the busy scheduler did not answer; Dask tries again): the
+            # jobs running here hear it rather than whatever notebook cell runs.
+            found = next(
+                (REPLICA_KEY.search(str(key)) for key in self._running_keys() if REPLICA_KEY.search(str(key))), None
+            )
         if found is None:
             return True
         if record.exc_info:
@@ -133,6 +141,12 @@ class RouteJobRecords(logging.Filter):
         with contextlib.suppress(Exception):  # a worker closing: the record is dropped rather than printed
             self.worker.log_event(worker_log_topic(found[1]), message)
         return False
+
+    def _running_keys(self) -> list[Any]:
+        try:
+            return list(self.worker.state.tasks)
+        except Exception:  # noqa: BLE001 - a worker closing has no state to ask: the record is printed as it is
+            return []
 
 
 def route_job_records(worker: Any) -> None:
