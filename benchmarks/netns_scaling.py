@@ -65,7 +65,7 @@ def main() -> None:
     setup_threads(args.threads)
     started = time.perf_counter()
 
-    from cellgraph.testing.netns import cannot_make_namespaces, dask_cluster, scheduler_address
+    from cellgraph.testing.netns import cannot_make_namespaces, connect, dask_cluster
 
     why = cannot_make_namespaces()
     if why:
@@ -85,17 +85,8 @@ def main() -> None:
         delay = args.delay if not no_delay else "none"
         for why_not in no_delay:
             print(f"note: {why_not}")
-        deadline = time.monotonic() + START_S
-        while True:
-            try:
-                cluster = cg.Cluster.connect(scheduler_address(hosts), timeout=5)
-                break
-            except cg.ClusterError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        cluster = connect(hosts, workers=3, timeout=START_S)
         try:
-            cluster.client.wait_for_workers(3, timeout=START_S)
             model = models.mini_inception()
             # Warm-up: every worker compiles the model's kernels (not measured).
             cg.train(

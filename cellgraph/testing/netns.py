@@ -19,9 +19,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cellgraph.cluster.cluster import Cluster
 
 SCHEDULER_PORT = 8786
 
@@ -145,3 +150,25 @@ def dask_cluster(workers: int = 2) -> Iterator[Hosts]:
 
 def scheduler_address(hosts: Hosts) -> str:
     return f"tcp://{hosts.addresses['scheduler']}:{SCHEDULER_PORT}"
+
+
+def connect(hosts: Hosts, workers: int, timeout: float) -> Cluster:
+    """A ``Cluster`` on ``dask_cluster``'s scheduler once it answers and ``workers`` workers joined, within
+    ``timeout`` seconds (its processes start in the background)."""
+    from cellgraph.cluster.cluster import Cluster, ClusterError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cluster = Cluster.connect(scheduler_address(hosts), timeout=5)
+            break
+        except ClusterError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    try:
+        cluster.client.wait_for_workers(workers, timeout=max(1.0, deadline - time.monotonic()))
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster

@@ -17,9 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 import cellgraph as cg
-from cellgraph.cluster.cluster import Cluster
 from cellgraph.examples import digits, models
-from cellgraph.testing.netns import Hosts, cannot_make_namespaces, dask_cluster, scheduler_address
+from cellgraph.testing.netns import Hosts, cannot_make_namespaces, connect, dask_cluster
 
 START_S = 60.0
 TIMEOUT_S = 180.0
@@ -36,18 +35,8 @@ def hosts() -> Iterator[Hosts]:
 
 @pytest.mark.slow
 def test_training_runs_across_hosts_and_survives_a_cut_link(hosts: Hosts) -> None:
-    scheduler = scheduler_address(hosts)
-    deadline = time.monotonic() + START_S
-    cluster = None
-    while cluster is None:
-        try:
-            cluster = Cluster.connect(scheduler, timeout=5)
-        except cg.ClusterError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    cluster = connect(hosts, workers=3, timeout=START_S)
     try:
-        cluster.client.wait_for_workers(3, timeout=START_S)
         workers = {w.address.split("//")[1].split(":")[0]: w.role for w in cluster.workers()}
         assert workers == {
             hosts.addresses["ps"]: "ps",
