@@ -44,6 +44,8 @@ NO_EXAMPLES = {
     "cellgraph.testing.jupyterlab",
     "cellgraph.testing.netns",
     "cellgraph.cluster.ps_hosting",
+    "cellgraph.dataflow.kernels.cpu.cumulative",
+    "cellgraph.dataflow.kernels.cpu.top_k",
     "cellgraph.dataflow.dtypes",
     "cellgraph.dataflow.errors",
     "cellgraph.dataflow.fusion",

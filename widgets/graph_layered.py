@@ -95,19 +95,43 @@ def _shifts(start: dict[str, float], length: dict[str, float], growth: dict[str,
     return {c: sums[bisect.bisect_right(edges, start[c] + EPSILON)] for c in start}
 
 
+class _Vertex(Vertex):  # type: ignore[misc]
+    """A vertex hashed by its position: grandalf keeps vertices and edges in sets, and objects hashed by address
+    made two layouts of the same graph differ from one build to the next."""
+
+    def __init__(self, data: str, rank: int) -> None:
+        super().__init__(data)
+        self.rank = rank
+
+    def __hash__(self) -> int:
+        return self.rank
+
+
+class _Edge(GEdge):  # type: ignore[misc]
+    def __init__(self, a: _Vertex, b: _Vertex, rank: int) -> None:
+        super().__init__(a, b)
+        self.rank = rank
+
+    def __hash__(self) -> int:
+        return self.rank
+
+
 def _sugiyama(members: list[str], sizes: dict[str, Size], edges: set[tuple[str, str]]) -> Box:
     vertices = {}
-    for c in members:
-        v = Vertex(c)
+    for i, c in enumerate(members):
+        v = _Vertex(c, i)
         v.view = _View(*sizes[c])
         vertices[c] = v
-    gedges = {pair: GEdge(vertices[pair[0]], vertices[pair[1]]) for pair in edges}
+    # Edges in the members' order, not the set's (string hashing varies per process): the same layout every run.
+    position = {c: i for i, c in enumerate(members)}
+    ordered = sorted(edges, key=lambda e: (position[e[0]], position[e[1]]))
+    gedges = {pair: _Edge(vertices[pair[0]], vertices[pair[1]], i) for i, pair in enumerate(ordered)}
     back = _back_edges(members, edges)
     graph = GGraph(list(vertices.values()), list(gedges.values()))
     sug = SugiyamaLayout(graph.C[0])
     sug.xspace, sug.yspace = XSPACE, YSPACE
     # Our own (iterative) cycle breaking: grandalf's is recursive.
-    sug.init_all(roots=[], inverted_edges=[gedges[pair] for pair in back])
+    sug.init_all(roots=[], inverted_edges=[gedges[pair] for pair in ordered if pair in back])
     sug.draw(N=1.5)
     left = min(v.view.xy[0] - v.view.w / 2 for v in vertices.values())
     top = min(v.view.xy[1] - v.view.h / 2 for v in vertices.values())

@@ -156,7 +156,7 @@ def test_an_unreachable_scheduler_fails_naming_it_and_the_reason() -> None:
         (["--lr", "fast"], "argument --lr: expected a positive float, got 'fast'"),
         (["--scheduler", "nonsense"], "'nonsense' is not a scheduler address (missing port number"),
         (["--scheduler", "tcp://h:1", "--workers", "3"], "--workers starts local worker processes"),
-        (["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
+        (["--model", "vgg16"], "argument --model: invalid choice: 'vgg16'"),
         (["--mode", "sometimes"], "argument --mode: invalid choice: 'sometimes'"),
         (
             ["--optimizer", "lamb"],

@@ -93,7 +93,7 @@ def test_a_cluster_without_parameter_servers_is_refused_in_the_caller(cluster: C
         assert "the cluster has no parameter-server worker: start it with Cluster.local(ps=1), give workers the " in (
             str(info.value)
         )
-        assert "Dask resource 'ps', or call cluster.assign(ps=...)" in str(info.value)
+        assert "Dask resource 'ps', call cluster.assign(ps=...), or pass ps_placement='colocated'" in str(info.value)
         assert cluster._jobs == {} and view._jobs == {}  # nothing started
     finally:
         view.close()

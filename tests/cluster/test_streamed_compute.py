@@ -20,9 +20,7 @@ def test_each_gradient_is_handed_over_as_computed_with_the_values_returned() -> 
     model = models.mlp()
     loaded = load(prepare(model.loss))
     rng = np.random.default_rng(0)
-    values = {
-        name: (0.1 * rng.normal(size=t.shape)).astype(t.dtype) for name, t in zip(loaded._names, loaded.variables)
-    }
+    values = {name: (0.1 * rng.normal(size=t.shape)).astype(t.dtype) for name, t in zip(loaded.names, loaded.variables)}
     batch = [rng.normal(size=(8, 64)).astype(np.float32), rng.integers(0, 10, size=8).astype(np.int32)]
     seen: list[tuple[str, np.ndarray]] = []
     loss, grads = loaded.compute(values, batch, on_gradient=lambda name, g: seen.append((name, g.copy())))
