@@ -86,9 +86,6 @@ class PlacedTraining:
     pulls: dict[str, str]
     pushes: dict[str, str]
 
-    def ps_devices(self) -> list[str]:
-        return [d for d in self.placement.devices if DeviceSpec.parse(d).job == "ps"]
-
 
 def place_training(
     tg: TrainingGraph, optimizer: OptimizerConfig, ps_tasks: int, strategy: str = "greedy"
