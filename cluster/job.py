@@ -271,7 +271,8 @@ class Job:
 
         Keys: ``shard``, ``address``, ``global_step``, ``held_bytes`` (its variables and their optimizer slots:
         ``placement.ps_load_bytes()`` of its ``ps`` task), ``bytes_in``, ``bytes_out``, ``updates``,
-        ``pushes_applied``, ``pushes_stale``, ``pushes_rejected`` and ``calls`` (answered calls by RPC name).
+        ``pushes_applied``, ``pushes_stale``, ``pushes_rejected``, ``calls`` (answered calls by RPC name) and
+        ``checkpoints_written`` (by this server for the job, old ones since deleted included).
         """
         ps = self._client()
         return [
@@ -287,6 +288,7 @@ class Job:
                 "pushes_stale": s.pushes_stale,
                 "pushes_rejected": s.pushes_rejected,
                 "calls": dict(s.calls),
+                "checkpoints_written": s.checkpoints_written,
             }
             for address, s in zip(self._state.addresses, ps.stats(), strict=True)
         ]

@@ -63,6 +63,7 @@ class Supervisor:
         self.recovery = ServerRecovery(state, self.watch)
         self.thread: threading.Thread | None = None
         self._skipped_seen: dict[int, int] = {}  # per shard: the steps_skipped already reported as an event
+        self._written_seen = 0  # the checkpoints every shard had written at the last look
         self._checkpoint_errors: set[str] = set()
         self._worker_records: list[dict[str, str]] = []  # Dask's event thread appends; this thread writes them
 
@@ -277,8 +278,13 @@ class Supervisor:
             if step > state.restore_step:
                 state.restore_point, state.restore_step = name, step
                 self._add_checkpoint(name)
+                # Each look sees only the newest: a fast job writes several between two looks, so say how many.
+                count = min(s.checkpoints_written for s in stats)
+                since = f"; {count - self._written_seen} since the last look" if count - self._written_seen > 1 else ""
+                self._written_seen = count  # a restarted server counts from 0 again
                 state.event(
-                    f"checkpoint {name} written (every {state.spec.checkpoint_every} steps) in {state.checkpoint_dir}"
+                    f"checkpoint {name} written (every {state.spec.checkpoint_every} steps{since}) in "
+                    f"{state.checkpoint_dir}"
                 )
         for s in stats:
             if s.checkpoint_error and s.checkpoint_error not in self._checkpoint_errors:

@@ -989,6 +989,7 @@ class StatsResponse(_message.Message):
     CHECKPOINT_ERROR_FIELD_NUMBER: _builtins.int
     STEPS_SKIPPED_FIELD_NUMBER: _builtins.int
     LAST_SKIPPED_FIELD_NUMBER: _builtins.int
+    CHECKPOINTS_WRITTEN_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """empty while the server waits for Init"""
     shard: _builtins.int
@@ -1009,6 +1010,8 @@ class StatsResponse(_message.Message):
     """nonfinite = SKIP_STEP: updates dropped for a NaN or Inf gradient"""
     last_skipped: _builtins.str
     """which step, replica and variable the last one was; empty: none"""
+    checkpoints_written: _builtins.int
+    """checkpoints this server wrote for its job (Save and every checkpoint_every)"""
     @_builtins.property
     def variables(self) -> _containers.RepeatedCompositeFieldContainer[Global___VariableStats]: ...
     @_builtins.property
@@ -1040,10 +1043,11 @@ class StatsResponse(_message.Message):
         checkpoint_error: _builtins.str = ...,
         steps_skipped: _builtins.int = ...,
         last_skipped: _builtins.str = ...,
+        checkpoints_written: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["training", b"training"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in", b"bytes_in", "bytes_out", b"bytes_out", "calls", b"calls", "checkpoint_error", b"checkpoint_error", "global_step", b"global_step", "job_id", b"job_id", "last_skipped", b"last_skipped", "latest_checkpoint", b"latest_checkpoint", "latest_checkpoint_step", b"latest_checkpoint_step", "pushes_applied", b"pushes_applied", "pushes_rejected", b"pushes_rejected", "pushes_stale", b"pushes_stale", "replicas", b"replicas", "shard", b"shard", "steps_skipped", b"steps_skipped", "training", b"training", "updates", b"updates", "variables", b"variables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in", b"bytes_in", "bytes_out", b"bytes_out", "calls", b"calls", "checkpoint_error", b"checkpoint_error", "checkpoints_written", b"checkpoints_written", "global_step", b"global_step", "job_id", b"job_id", "last_skipped", b"last_skipped", "latest_checkpoint", b"latest_checkpoint", "latest_checkpoint_step", b"latest_checkpoint_step", "pushes_applied", b"pushes_applied", "pushes_rejected", b"pushes_rejected", "pushes_stale", b"pushes_stale", "replicas", b"replicas", "shard", b"shard", "steps_skipped", b"steps_skipped", "training", b"training", "updates", b"updates", "variables", b"variables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

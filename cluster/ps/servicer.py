@@ -98,6 +98,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         self._save_lock = threading.Lock()  # one Save or Restore at a time
         self._writer: CheckpointWriter | None = None  # the job's own checkpoints (checkpoint_every)
         self._latest: tuple[str, int] = ("", -1)  # the newest checkpoint written: name, global step
+        self._written = 0  # checkpoints written for the job; the retention deletes old ones, so they are counted
 
     # ------------------------------------------------------------------ helpers
     def _job_store(self) -> tuple[pb.JobConfig, ParameterStore]:
@@ -435,6 +436,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                 training=store.training,
                 keep=self.keep_checkpoints,
             )
+            self._written += 1
             if state.global_step >= self._latest[1]:
                 self._latest = (info.name, state.global_step)
         return info
@@ -530,6 +532,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             checkpoint_error=self._writer.error if self._writer is not None else "",
             steps_skipped=stats.steps_skipped,
             last_skipped=stats.last_skipped,
+            checkpoints_written=self._written,
         )
 
     # ------------------------------------------------------------------ Reconfigure

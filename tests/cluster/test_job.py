@@ -48,9 +48,10 @@ def test_a_sync_job_trains_the_mlp_across_processes(cluster: Cluster, data: digi
         assert len(frame) == len(job.metrics) and set(frame["replica"]) == {0, 1}
         assert frame["ps_bytes"].max() > 0 and frame["step"].max() == 300
         assert any(m.get("final") for m in job.metrics)
-        # 15 checkpoints were written and the servers keep their newest 5: the job lists those that exist.
-        written = [e for e in job.events if "checkpoint ckpt-" in e and " written " in e]
-        assert len(written) > 5, job.events
+        # Up to 15 checkpoints were written (a busy writer skips one) and the servers keep their newest 5: the
+        # job lists those that exist. The events come from looks at the servers, which see only the newest.
+        assert shard["checkpoints_written"] > 5, shard
+        assert any("checkpoint ckpt-" in e and " written " in e for e in job.events), job.events
         on_disk = sorted(p.name for p in job.checkpoint_dir.iterdir() if p.name.startswith("ckpt-"))
         assert job.checkpoints == on_disk and len(on_disk) <= 5 and job.checkpoints[-1] == "ckpt-0000000300"
         # The job's token opens its servers: it is in no repr, event or summary.
@@ -68,19 +69,21 @@ def test_stop_ends_the_job_early_with_a_final_checkpoint(cluster: Cluster, data:
     model = models.mlp()
     job = cg.train(
         model.loss, (data.x_train, data.y_train), cluster=cluster, mode="async",
-        replicas=2, batch_size=32, steps=1_000_000, checkpoint_every=None,
+        replicas=2, batch_size=32, steps=1_000_000, checkpoint_every=1,
     )  # fmt: skip
     try:
         deadline = TIMEOUT
         import time
 
         start = time.monotonic()
-        while job.global_step() < 20 and time.monotonic() - start < deadline:
+        while job.global_step() < 40 and time.monotonic() - start < deadline:
             time.sleep(0.1)
         job.stop(timeout=TIMEOUT)
         assert job.status == "stopped"
         assert job.global_step() < 1_000_000
         assert job.checkpoints and any("final" in e for e in job.events)
+        # A checkpoint every step is several between two looks at the servers (every 0.2 s): the event counts them.
+        assert any("steps; " in e and " since the last look) in " in e for e in job.events), job.events
     finally:
         job.close()
 
