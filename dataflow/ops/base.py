@@ -68,7 +68,8 @@ def operand_array(value: Any, dtype: str, op: str | None = None) -> np.ndarray:
         if not np.array_equal(array, np.round(array)):
             # x + 1.5 with an int32 x must not quietly become x + 1.
             raise DTypeError(f"{where}cannot use {value!r} as {_a(dtype)} value: it is not a whole number")
-    elif not np.can_cast(array.dtype, target, "same_kind"):
+    # int -> int of either signedness is fine when every value fits (checked below): x + 1 with a uint8 x.
+    elif not (source in "iu" and target.kind in "iu") and not np.can_cast(array.dtype, target, "same_kind"):
         raise DTypeError(
             f"{where}cannot use {_a(array.dtype.name)} {'value' if array.ndim == 0 else 'array'} as {_a(dtype)} "
             f"operand: that changes its kind; convert it first (e.g. np.asarray(value, {dtype!r}))"
@@ -86,7 +87,7 @@ def operand_array(value: Any, dtype: str, op: str | None = None) -> np.ndarray:
 
 def _a(noun: str) -> str:
     """``noun`` with its indefinite article: "an int32", "a float32"."""
-    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+    return f"{'an' if noun[0] in 'aeio' else 'a'} {noun}"  # "a uint8": the u sounds like "you"
 
 
 def _short(value: Any) -> str:

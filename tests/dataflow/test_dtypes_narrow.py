@@ -32,8 +32,8 @@ def _values(dtype: str) -> np.ndarray:
     if dtype in ("float16", "bfloat16", "float32", "float64"):
         info = ml_dtypes.finfo(DTYPES[dtype])
         return np.array([0.0, -1.5, 3.25, float(info.max), float(info.tiny), -7.0], DTYPES[dtype])
-    info = np.iinfo(DTYPES[dtype])
-    return np.array([0, 1, info.min, info.max, 7], DTYPES[dtype])
+    ints = np.iinfo(DTYPES[dtype])
+    return np.array([0, 1, ints.min, ints.max, 7], DTYPES[dtype])
 
 
 @pytest.mark.parametrize("value", ["bfloat16", ml_dtypes.bfloat16, np.dtype(ml_dtypes.bfloat16)])
@@ -178,3 +178,11 @@ def test_cuda_kernels_refuse_half_floats_naming_the_node(dtype: str) -> None:
         "cpu device (cast to float32 to run it on a GPU)",
     ):
         node.opdef.kernels["cuda"](node, KernelContext(VariableStore()))
+
+
+def test_negative_python_int_is_refused_for_a_uint8_tensor() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2,), "uint8", name="x")
+        with raises(cg.DTypeError, "Sub: cannot use -1 as a uint8 value: it holds -1, outside uint8's range [0, 255]"):
+            x - (-1)
