@@ -71,3 +71,33 @@ def test_the_ops_that_do_not_store_half_floats_are_the_listed_ones() -> None:
             except cg.DTypeError:
                 refused.add(case.op)
     assert refused == set(NOT_HALF)
+
+
+def _fits(case: OpCase, dtype: str) -> bool:
+    """Whether the row has int32 inputs and every one of their values fits ``dtype``."""
+    ints = [x for x in case.inputs if x.dtype == np.int32]
+    info = np.iinfo(dtype)
+    return bool(ints) and all(not x.size or (x.min() >= info.min and x.max() <= info.max) for x in ints)
+
+
+INT_ROWS = [(c, d) for d in ("int8", "uint8", "int16") for c in CASES if _fits(c, d)]
+
+
+@pytest.mark.parametrize(("case", "dtype"), INT_ROWS, ids=[f"{c.label}-{d}" for c, d in INT_ROWS])
+def test_every_op_with_int_inputs_takes_the_small_ints(case: OpCase, dtype: str) -> None:
+    # The row's int32 inputs (data, indices, labels, shapes) as int8, uint8 or int16, where their values fit.
+    g, tensors, out, feeds, inputs = _build(case, {"int32": dtype})
+    node = out if isinstance(out, cg.Node) else out.node
+    got = cg.Session(g).run(node.outputs, feeds)
+    want = _outputs(node.opdef.reference(node.attrs, *_node_inputs(node, tensors, inputs)))
+    for value, expected, spec in zip(got, want, node.specs):
+        assert value.dtype == np.dtype(spec.dtype), f"{node.op}: kernel gave {value.dtype}, shape rule {spec.dtype}"
+        # A reference may widen (np.sum of int8 is int64): the node keeps its dtype, wrapping as TensorFlow does.
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.testing.assert_allclose(
+                value.astype(np.float64),
+                np.asarray(expected).astype(spec.dtype).astype(np.float64),
+                rtol=case.rtol,
+                atol=case.atol,
+                equal_nan=True,
+            )
