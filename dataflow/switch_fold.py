@@ -25,6 +25,21 @@ broadcast from).
 Treating ``0 * y`` as 0 differs from running it only where ``y`` is infinite
 or NaN (IEEE gives NaN), as it does in the cluster's fold, which leaves the
 untaken branch out before the gradients are built.
+
+Examples
+--------
+>>> import numpy as np
+>>> import cellgraph as cg
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder((None,), "float32", name="x")
+...     training = cg.layers.training_switch()
+...     y = cg.where(training, x * 2.0, cg.sqrt(x), name="y")
+>>> sess = cg.Session(g)
+>>> [n.op for n in sess.make_callable([y], [x]).order]  # no Sqrt, no Where
+['Const', 'Mul']
+>>> sess.run(y, {x: [4.0], training: False})  # fed, the switch is a value like any other
+array([2.], dtype=float32)
 """
 
 from __future__ import annotations
