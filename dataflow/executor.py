@@ -239,8 +239,13 @@ class Plan:
     def trace(self, *feed_values: np.ndarray) -> tuple[tuple[Any, ...], int]:
         """Run node by node, unfused; return the fetches and the largest live set in bytes.
 
-        Counts only buffers the plan owns (not feeds, variables, constants or
-        views), which is the lower bound that any buffer reuse can reach.
+        The live set after a node is the buffers its live tensors (computed and
+        not past their last use, or fetched) hold, each counted once: a view (a
+        reshape) holds its input's buffer for as long as the view lives, and an
+        op that may return a view but copied (a transpose) owns its copy.
+        Buffers that outlive the run (feeds, variables, constants, the state an
+        op returns) are not counted. What remains is the lower bound that any
+        buffer reuse can reach in this order.
         """
         env: dict[tuple[int, int], Any] = {_key(t): v for t, v in zip(self.feeds, feed_values, strict=True)}
         last: dict[tuple[int, int], int] = {}
@@ -248,20 +253,33 @@ class Plan:
             for t in [*node.outputs, *reads]:
                 last[_key(t)] = j
         fetched = {_key(t) for t in self.fetches}
-        owned: dict[tuple[int, int], int] = {}
+        # env keeps every value to the end, so no id below is reused by another array during the run.
+        outside = {id(_buffer(v)) for v in feed_values if isinstance(v, np.ndarray)}
+        live: dict[tuple[int, int], np.ndarray] = {}
         peak = 0
         for j, (node, kernel, reads) in enumerate(zip(self.order, self.kernels, self.reads, strict=True)):
             result = kernel(*(env[_key(t)] for t in reads))
             outs = result if len(node.specs) > 1 else (result,) if node.specs else ()
             for t, value in zip(node.outputs, outs, strict=True):
                 env[_key(t)] = value
-                aliased = node.opdef.view or id(node) in self.folding.guarded
-                if not aliased and isinstance(value, np.ndarray):
-                    owned[_key(t)] = value.nbytes
-            peak = max(peak, sum(owned.values()))
-            for key in [k for k in owned if last.get(k, -1) <= j and k not in fetched]:
-                del owned[key]
+                if not isinstance(value, np.ndarray):
+                    continue
+                if not node.inputs or node.opdef.stateful:  # a constant, a variable, or the state an op changed
+                    outside.add(id(_buffer(value)))
+                else:
+                    live[_key(t)] = value
+            held = {id(b): b.nbytes for b in map(_buffer, live.values()) if id(b) not in outside}
+            peak = max(peak, sum(held.values()))
+            for key in [k for k in live if last.get(k, -1) <= j and k not in fetched]:
+                del live[key]
         return tuple(env[_key(t)] for t in self.fetches), peak
+
+
+def _buffer(value: np.ndarray) -> np.ndarray:
+    """The array that owns ``value``'s memory (``value`` itself unless it is a view)."""
+    while isinstance(value.base, np.ndarray):
+        value = value.base
+    return value
 
 
 def _failure(step: Step, exc: BaseException) -> str:
