@@ -184,12 +184,19 @@ class MixedPrecision:
             finite = logical_and(finite, reduce_all(is_finite(g)), name="all_finite")
         unscaled = [(g, v) for g, (_, v) in zip(grads, pairs)]
         lrs, slots_of = opt._rates_and_slots(graph, unscaled, global_step)
-        # What a skipped step puts back: every variable and slot as it was before the update.
-        kept = [(v, mul(v, 1.0, name="before_step")) for _, v in unscaled]
-        kept += [(s, mul(s, 1.0, name="before_step")) for slots in slots_of for s in slots.values()]
+        # What a skipped step puts back: every variable and slot as it was before the update. The copy and the
+        # put-back read the variable in place after its update, so they run where it lives (placement follows
+        # colocation): on another device they would read a copy sent before the update.
+        kept = []
+        for t in [v for _, v in unscaled] + [s for slots in slots_of for s in slots.values()]:
+            with graph.colocate_with(t):
+                kept.append((t, mul(t, 1.0, name="before_step")))
         updates = opt._updates(unscaled, lrs, slots_of, after=[t for _, t in kept])
+        restores = []
         with graph.control_dependencies(updates):
-            restores = [assign(t, where(finite, t, before), name="keep_if_finite") for t, before in kept]
+            for t, before in kept:
+                with graph.colocate_with(t):
+                    restores.append(assign(t, where(finite, t, before), name="keep_if_finite"))
         good = variable(np.int64(0), dtype="int64", name="loss_scale/good_steps", trainable=False)
         steps = variable(np.int64(0), dtype="int64", name="loss_scale/steps", trainable=False)
         with graph.control_dependencies(restores):

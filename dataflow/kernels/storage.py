@@ -13,7 +13,8 @@ outputs are cast to the node's dtype, wrapping as TensorFlow's do.
 Nodes that involve none of these dtypes keep their kernel as it is: the wrapper
 costs nothing on the float32 path. Ops that update state in place (variables,
 assignments, optimizer updates) are never wrapped: they move values with NumPy,
-which stores half floats exactly, and an upcast copy would lose the update.
+which stores half floats exactly, and an upcast copy would lose the update. Nor
+are Send and Recv: a half tensor crosses between partitions in its own dtype.
 
 On the CUDA device a half-float node is refused when its kernel is bound, with
 the node named: the device kernels are float32/float64 only.
@@ -57,7 +58,9 @@ def _dtypes_of(node: Node) -> set[str]:
 def _cpu(factory: KernelFactory) -> KernelFactory:
     def bind(node: Node, ctx: KernelContext) -> Callable[..., Any]:
         kernel = factory(node, ctx)
-        if not _dtypes_of(node) & _NARROW:
+        # A stateful op with no inputs or no outputs (Recv, Send) moves a value between partitions as it is.
+        moves_only = node.opdef.stateful and not (node.inputs and node.specs)
+        if moves_only or not _dtypes_of(node) & _NARROW:
             return kernel
         # Upcast the half inputs only; int inputs (indices, labels) pass as they are.
         upcast = [np.dtype(COMPUTE_DTYPE[t.dtype]) if is_half(t.dtype) else None for t in node.inputs]

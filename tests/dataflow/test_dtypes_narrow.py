@@ -186,3 +186,31 @@ def test_negative_python_int_is_refused_for_a_uint8_tensor() -> None:
         x = cg.placeholder((2,), "uint8", name="x")
         with raises(cg.DTypeError, "Sub: cannot use -1 as a uint8 value: it holds -1, outside uint8's range [0, 255]"):
             x - (-1)
+
+
+class _Capture:
+    """A transport that keeps what is sent (the in-process one hands arrays over as they are)."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, np.ndarray] = {}
+
+    def send(self, key: str, value: np.ndarray) -> None:
+        self.sent[key] = value
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_tensor_crosses_partitions_in_its_own_dtype(dtype: str) -> None:
+    ps, worker = "/job:ps/task:0/device:cpu:0", "/job:worker/task:0/device:cpu:0"
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable([1.5, -2.0], dtype=dtype, name="w")
+        cg.identity(w * 2.0, name="y")
+    parts = cg.partition(g, {n.name: ps if n.name == "w" else worker for n in g.nodes})
+    send = next(n for n in parts.graphs[ps].nodes if n.op == "Send")
+    transport = _Capture()
+    kernel = send.opdef.kernels["cpu"](send, KernelContext(VariableStore(), transport))
+    kernel(np.array([1.5, -2.0], DTYPES[dtype]))
+    (value,) = transport.sent.values()
+    assert value.dtype == DTYPES[dtype]
+    session = cg.PartitionedSession(g, parts.device_of)
+    assert session.run("y:0").astype(np.float32).tolist() == [3.0, -4.0]

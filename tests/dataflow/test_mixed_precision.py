@@ -181,3 +181,33 @@ def test_the_loss_scale_op_has_no_cuda_kernel_and_says_so() -> None:
     node = next(n for n in g.nodes if n.op == "UpdateLossScale")
     assert "cuda" not in node.opdef.kernels
     assert node.opdef.stateful and scale.dtype == "float32"
+
+
+def test_partitioned_mixed_precision_moves_half_tensors_as_they_are_and_trains_as_one_device() -> None:
+    ps, worker = "/job:ps/task:0/device:cpu:0", "/job:worker/task:0/device:cpu:0"
+
+    def run(partitioned: bool) -> tuple[np.ndarray, list[str]]:
+        g, x, y, train, _ = _mlp(cg.optim.mixed_precision(cg.optim.Adam(1e-2)), hidden=16)
+        if partitioned:
+            # The state and the casts of the weights to float16 on the PS, a colocated node with its target (as
+            # placement does), the rest on the worker: float16 tensors cross to the worker.
+            places: dict[str, str] = {}
+            for n in g.nodes:  # in creation order: a colocation target comes first
+                target = n.attrs.get("_colocate")
+                if n.opdef.stateful or n.name.startswith("half"):
+                    places[n.name] = ps
+                else:
+                    places[n.name] = places[target] if target in places else worker
+            sess: cg.Session | cg.PartitionedSession = cg.PartitionedSession(g, places, timeout=20)
+            crossing = [e.tensor.dtype for e in cg.partition(g, places).edges]
+        else:
+            sess, crossing = cg.Session(g), []
+        data = digits.load()
+        for start in range(0, 192, 64):
+            sess.run(train, {x: data.x_train[start : start + 64], y: data.y_train[start : start + 64]})
+        return sess.run(g.tensor("w2:0")), crossing
+
+    alone, _ = run(False)
+    split, crossing = run(True)
+    assert "float16" in crossing
+    np.testing.assert_array_equal(split, alone)
