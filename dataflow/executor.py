@@ -183,9 +183,11 @@ class Plan:
 
     def _copies(self, i: int) -> bool:
         """Fetch ``i`` is handed out as a copy: a view may alias a variable or a constant, and a folded
-        fetch (or an add of zeros kept as its operand) another fetch."""
+        fetch (or an add of zeros kept as its operand) another fetch (on the CPU: ``_copy`` makes a host
+        array, and a device plan hands out device arrays)."""
         t = self.fetches[i]
-        return t.node.opdef.view or i in self._copied or id(t.node) in self.folding.guarded
+        folded = i in self._copied or id(t.node) in self.folding.guarded
+        return t.node.opdef.view or (folded and self.device == "cpu")
 
     # ----------------------------------------------------------------- run
     def __call__(self, *feed_values: np.ndarray) -> tuple[Any, ...]:

@@ -22,8 +22,8 @@ enlarges it. Those tensors are ones the plan computes anyway where possible
 (``Folding.settle`` replaces one it would not by the inputs its shape is
 broadcast from).
 
-Treating ``0 * y`` as 0 differs from running it only where ``y`` is infinite
-or NaN (IEEE gives NaN), as it does in the cluster's fold, which leaves the
+Treating ``0 * y`` and ``0 / y`` as 0 differs from running it only where ``y`` is infinite
+or NaN, or ``y`` is 0 (IEEE gives NaN), as it does in the cluster's fold, which leaves the
 untaken branch out before the gradients are built.
 
 Examples
@@ -121,6 +121,10 @@ def _product(ins: Sequence[Tensor], zeros: Zeros) -> tuple[Tensor, ...] | None:
     return None
 
 
+def _quotient(ins: Sequence[Tensor], zeros: Zeros) -> tuple[Tensor, ...] | None:
+    return (*zeros[_key(ins[0])], ins[1]) if _key(ins[0]) in zeros else None  # 0 / y, a gradient through y
+
+
 def _sum(ins: Sequence[Tensor], zeros: Zeros) -> tuple[Tensor, ...] | None:
     if not all(_key(t) in zeros for t in ins):
         return None  # one zero operand: fold() turns the add into the other operand
@@ -133,6 +137,7 @@ _ZERO_RULES: dict[str, ZeroRule] = {
     "Identity":     _same_shape,
     "SumToShapeOf": _sum_to_shape,
     "Mul":          _product,
+    "Div":          _quotient,
     "Add":          _sum,
 }  # fmt: skip
 

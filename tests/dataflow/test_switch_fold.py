@@ -168,3 +168,24 @@ def test_an_optimizer_step_waits_only_for_the_taken_gradients() -> None:
         after.append(sess.variable_values())
     for name, value in after[0].items():
         np.testing.assert_array_equal(value, after[1][name], err_msg=name)
+
+
+@pytest.mark.cuda
+def test_a_cuda_plan_folds_the_switch_and_gives_the_cpu_plans_gradients() -> None:
+    # A GPU plan folds wheres and the adds of zeros static shapes prove; keep_shape (NumPy) is CPU-only.
+    from numba import cuda
+
+    from cellgraph.dataflow.executor import Plan
+    from cellgraph.dataflow.variables import VariableStore
+
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((4, 3), "float32", name="x")
+        training = cg.layers.training_switch()
+        y = cg.where(training, x * 2.0, cg.sqrt(x * x + 1.0), name="y")
+        (dx,) = cg.gradients(cg.reduce_sum(y * y), [x])
+    xs = RNG.normal(size=(4, 3)).astype(np.float32)
+    plan = Plan(g, [dx], [], [x], VariableStore(), device="cuda")
+    assert "Sqrt" not in [n.op for n in plan.order] and not plan.folding.guarded
+    (got,) = plan(cuda.to_device(xs))
+    np.testing.assert_allclose(got.copy_to_host(), 8.0 * xs, rtol=1e-6)
