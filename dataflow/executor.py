@@ -63,9 +63,15 @@ class Plan:
         self.graph = graph
         self.feeds = list(feeds)
         # A training switch that is not fed is its default: only the branch it takes is scheduled
-        # (switch_fold.py), and a fetch of a folded tensor reads the tensor that stands for it.
+        # (switch_fold.py), and a fetch of a folded tensor reads the tensor that stands for it. Not in a
+        # partition (a plan with a transport): its Sends run whatever another partition folds, and a Recv
+        # folded away would leave a value queued for the next run to receive in place of its own.
         fed = {_key(t) for t in self.feeds}
-        self.folding = fold(schedule(list(fetches), list(targets), self.feeds), fed, guard=device == "cpu")
+        self.folding = (
+            fold(schedule(list(fetches), list(targets), self.feeds), fed, guard=device == "cpu")
+            if transport is None
+            else Folding()
+        )
         self.fetches = [self.folding.resolve(t) for t in fetches]
         # Fetches that now alias another tensor are handed out as copies, as a view's are.
         self._copied = {i for i, t in enumerate(fetches) if self.fetches[i] is not t}

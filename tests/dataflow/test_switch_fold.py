@@ -189,3 +189,23 @@ def test_a_cuda_plan_folds_the_switch_and_gives_the_cpu_plans_gradients() -> Non
     assert "Sqrt" not in [n.op for n in plan.order] and not plan.folding.guarded
     (got,) = plan(cuda.to_device(xs))
     np.testing.assert_allclose(got.copy_to_host(), 8.0 * xs, rtol=1e-6)
+
+
+def test_partitions_keep_every_send_received() -> None:
+    # The untaken branch on one device feeds the where on another: its value is sent whatever the switch,
+    # so the receiving partition must receive it too, or the next fed run would read a stale value.
+    ps, worker = "/job:ps/task:0/device:cpu:0", "/job:worker/task:0/device:cpu:0"
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((3,), "float32", name="x")
+        training = cg.layers.training_switch()
+        taken = x * 2.0
+        untaken = x + 100.0
+        y = cg.where(training, taken, untaken, name="y")
+    placement = {n.name: ps if n is untaken.node else worker for n in g.nodes}
+    sess = cg.PartitionedSession(g, placement, timeout=20)
+    ones = np.ones(3, np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(y, {x: ones}), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(sess.run(y, {x: ones * 3, training: False}), [103.0, 103.0, 103.0])
+    assert all(q.empty() for q in sess.transport._queues.values())
