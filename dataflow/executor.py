@@ -62,24 +62,7 @@ class Plan:
     ) -> None:
         self.graph = graph
         self.feeds = list(feeds)
-        # A training switch that is not fed is its default: only the branch it takes is scheduled
-        # (switch_fold.py), and a fetch of a folded tensor reads the tensor that stands for it. Not in a
-        # partition (a plan with a transport): its Sends run whatever another partition folds, and a Recv
-        # folded away would leave a value queued for the next run to receive in place of its own.
-        fed = {_key(t) for t in self.feeds}
-        self.folding = (
-            fold(schedule(list(fetches), list(targets), self.feeds), fed, guard=device == "cpu")
-            if transport is None
-            else Folding()
-        )
-        self.fetches = [self.folding.resolve(t) for t in fetches]
-        # Fetches that now alias another tensor are handed out as copies, as a view's are.
-        self._copied = {i for i, t in enumerate(fetches) if self.fetches[i] is not t}
-        if self.folding.guarded:
-            # An add of zeros kept as a shape check reads tensors of the zeros' shape: those computed anyway.
-            needed = schedule(self.fetches, list(targets), self.feeds, self.folding.operands, self.folding.controls)
-            self.folding.settle({id(n) for n in needed}, fed)
-        self.order = schedule(self.fetches, list(targets), self.feeds, self.folding.reads, self.folding.controls)
+        self.fetches, self.order = self._schedule(list(fetches), list(targets), device, transport)
         if ranks is not None:
             # A partition follows the whole graph's order (see Partitioned.ranks);
             # the sort is stable and the ranks respect every edge, so the order
@@ -105,6 +88,40 @@ class Plan:
         self._run: Callable[..., tuple[Any, ...]] = namespace["run"]
         self._namespace = namespace
         self._streaming: Callable[..., tuple[Any, ...]] | None = None  # made at the first stream()
+
+    def _schedule(
+        self, fetches: list[Tensor], targets: list[Node], device: str, transport: Any
+    ) -> tuple[list[Tensor], list[Node]]:
+        """The fetches as the plan computes them, and the nodes it runs.
+
+        A training switch that is not fed is its default: only the branch it
+        takes is scheduled (switch_fold.py), and a fetch of a folded tensor
+        reads the tensor that stands for it. Not in a partition (a plan with a
+        transport): its Sends run whatever another partition folds, and a Recv
+        folded away would leave a value queued for the next run to receive in
+        place of its own.
+        """
+        fed = {_key(t) for t in self.feeds}
+        whole = schedule(fetches, targets, self.feeds)
+        self.folding = fold(whole, fed, guard=device == "cpu") if transport is None else Folding()
+        resolved = [self.folding.resolve(t) for t in fetches]
+        # Fetches that now alias another tensor are handed out as copies, as a view's are.
+        self._copied = {i for i, t in enumerate(fetches) if resolved[i] is not t}
+        if not self.folding:
+            return resolved, whole
+        folded = schedule(resolved, targets, self.feeds, self.folding.operands, self.folding.controls)
+        # A state change on the branch not taken (an assign the where's operand depends on) still happens.
+        # Ops that change state hand back the state (a view of the variable) or nothing (Send); Dropout,
+        # stateful only in that each run draws a new mask, hands back a new array and is left out.
+        running = {id(n) for n in folded}
+        targets += [
+            n for n in whole if n.opdef.stateful and (n.opdef.view or not n.specs) and n.inputs and id(n) not in running
+        ]
+        if self.folding.guarded:
+            # An add of zeros kept as a shape check reads tensors of the zeros' shape: those computed anyway.
+            needed = schedule(resolved, targets, self.feeds, self.folding.operands, self.folding.controls)
+            self.folding.settle({id(n) for n in needed}, fed)
+        return resolved, schedule(resolved, targets, self.feeds, self.folding.reads, self.folding.controls)
 
     # ------------------------------------------------------------- steps
     def _steps(self, fuse: bool) -> list[Step]:

@@ -209,3 +209,16 @@ def test_partitions_keep_every_send_received() -> None:
         np.testing.assert_array_equal(sess.run(y, {x: ones}), [2.0, 2.0, 2.0])
     np.testing.assert_array_equal(sess.run(y, {x: ones * 3, training: False}), [103.0, 103.0, 103.0])
     assert all(q.empty() for q in sess.transport._queues.values())
+
+
+def test_a_state_change_on_the_untaken_branch_still_happens() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((), "float32", name="x")
+        counter = cg.variable(0.0, name="counter")
+        training = cg.layers.training_switch()
+        y = cg.where(training, x * 2.0, cg.assign_add(counter, 1.0) + x, name="y")
+    sess = cg.Session(g)
+    assert sess.run(y, {x: 1.0}) == 2.0
+    assert sess.run(y, {x: 1.0, training: False}) == 3.0
+    assert sess.variable_values()["counter"] == 2.0
