@@ -16,9 +16,11 @@ PyTorch step (torch.profiler).
 
 ``--training-constant`` (resnet) is a diagnosis, not the model as shipped: it
 builds batch norm with ``training=True`` (a Python bool) where the model has a
-``training_switch`` placeholder, to measure what the switch costs (with the
-placeholder, batch norm computes both the training and the inference output,
-selects one with ``where``, and back-propagates through both).
+``training_switch`` placeholder, to measure what the switch costs. The graph
+computes both the training and the inference output and selects one with
+``where``; a plan whose switch is not fed runs only the branch taken, forward
+and backward (``dataflow/switch_fold.py``), so the two should now be within
+noise of each other (the folded plan keeps the moving statistics' selects).
 
 ``--no-fuse`` builds the cellgraph session with ``fuse=False`` (one kernel per
 elementwise op), to measure what elementwise fusion does to the step.

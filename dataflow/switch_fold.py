@@ -22,6 +22,14 @@ enlarges it. Those tensors are ones the plan computes anyway where possible
 (``Folding.settle`` replaces one it would not by the inputs its shape is
 broadcast from).
 
+A ``where`` folds only when its taken branch has the where's static spec
+(``taken_branch``), as in the cluster's fold. With unknown dims the two
+branches could still differ at run time, a dim of 1 in the taken branch
+against n in the other, which the where would broadcast: the folded plan
+hands on the taken branch's own shape there. Checking that would need the
+other branch's shape, which for batch norm's training branch means running
+it; the branches of a training switch compute one tensor two ways.
+
 Treating ``0 * y`` and ``0 / y`` as 0 differs from running it only where ``y`` is infinite
 or NaN, or ``y`` is 0 (IEEE gives NaN), as it does in the cluster's fold, which leaves the
 untaken branch out before the gradients are built.
@@ -201,22 +209,22 @@ def fold(order: Sequence[Node], fed: set[Key], guard: bool = True) -> Folding:
     """The folding of the nodes ``order`` (topological, as ``schedule`` gives them) for feeds ``fed``.
 
     A fed tensor, a node with control inputs (its dependencies must still run)
-    and a node of several outputs are never folded. Without ``guard`` an add of
-    zeros is folded only where static shapes prove it (``keep_shape`` takes
-    NumPy arrays; a GPU plan's are device arrays).
+    and a node of several outputs are never folded. An add of zeros becomes
+    its other operand where the shapes prove that the zeros do not broadcast
+    it larger, else (with ``guard``) ``keep_shape`` of it; without ``guard``
+    only where proven (``keep_shape`` takes NumPy arrays; a GPU plan's are
+    device arrays).
     """
     folding = Folding()
     zeros: Zeros = {}
+    same = _SameShape(folding)
     for node in order:
         if len(node.specs) != 1 or node.control_inputs or _key(node.output(0)) in fed:
             continue
         out = node.output(0)
         branch = taken_branch(node, lambda t: _key(t) in fed)
         if branch is not None:
-            taken = folding.resolve(branch)
-            folding.replaced[_key(out)] = taken
-            if taken.node.op == "ZerosLike" and _key(taken) not in zeros:  # the untaken side of where's gradient
-                zeros[_key(taken)] = (folding.resolve(taken.node.inputs[0]),)
+            _fold_where(node, folding.resolve(branch), zeros, folding)
             continue
         rule = _ZERO_RULES.get(node.op)
         if rule is None:
@@ -226,18 +234,65 @@ def fold(order: Sequence[Node], fed: set[Key], guard: bool = True) -> Folding:
         if shaped is not None:
             zeros[_key(out)] = shaped
         elif node.op == "Add":
-            _fold_add(node, ins, zeros, folding, guard)
+            _fold_add(node, ins, zeros, folding, same, guard)
     return folding
 
 
-def _fold_add(node: Node, ins: Sequence[Tensor], zeros: Zeros, folding: Folding, guard: bool) -> None:
-    """``x + zeros``: ``x`` where the static shapes prove it, else (with ``guard``) ``keep_shape``."""
+class _SameShape:
+    """Which tensors have one run-time shape: an elementwise op's output has the shape of an operand of
+    its static shape that no other operand can stretch, so each tensor leads back to a representative."""
+
+    def __init__(self, folding: Folding) -> None:
+        self.folding = folding
+        self._of: dict[Key, Key] = {}
+
+    def representative(self, t: Tensor) -> Key:
+        t = self.folding.resolve(t)
+        seen = []
+        while _key(t) not in self._of:
+            seen.append(_key(t))
+            node = t.node
+            if node.opdef.elementwise is None or len(node.specs) != 1:
+                break
+            ins = [self.folding.resolve(u) for u in node.inputs]
+            lead = next(
+                (
+                    u
+                    for u in ins
+                    if u.shape == t.shape and all(cannot_stretch(v.shape, u.shape) for v in ins if v is not u)
+                ),
+                None,
+            )
+            if lead is None:
+                break
+            t = lead
+        found = self._of.get(_key(t), _key(t))
+        for k in seen:
+            self._of[k] = found
+        return found
+
+    def covers(self, x: Tensor, shaped: Sequence[Tensor]) -> bool:
+        """Broadcasting ``x`` with ``shaped`` leaves ``x``'s run-time shape as it is: each cannot stretch it
+        statically, or has ``x``'s run-time shape."""
+        rep = self.representative(x)
+        return all(cannot_stretch(s.shape, x.shape) or self.representative(s) == rep for s in shaped)
+
+
+def _fold_where(node: Node, taken: Tensor, zeros: Zeros, folding: Folding) -> None:
+    """``where(switch, a, b)`` as its taken branch (``taken_branch`` checked that it has the where's spec)."""
+    folding.replaced[_key(node.output(0))] = taken
+    if taken.node.op == "ZerosLike" and _key(taken) not in zeros:  # the untaken side of where's gradient
+        zeros[_key(taken)] = (folding.resolve(taken.node.inputs[0]),)
+
+
+def _fold_add(node: Node, ins: Sequence[Tensor], zeros: Zeros, folding: Folding, same: _SameShape, guard: bool) -> None:
+    """``x + zeros``: ``x`` where the shapes prove it, else (with ``guard``) ``keep_shape``."""
     out = node.output(0)
     for zero, x in ((ins[0], ins[1]), (ins[1], ins[0])):
         if _key(zero) not in zeros or x.dtype != out.dtype:
             continue
         shaped = zeros[_key(zero)]
-        if x.shape == out.shape and all(cannot_stretch(s.shape, x.shape) for s in (zero, *shaped)):
+        if x.shape == out.shape and same.covers(x, shaped):
             folding.replaced[_key(out)] = x
         elif guard:
             folding.guarded[id(node)] = (x, shaped)
