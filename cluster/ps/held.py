@@ -325,7 +325,7 @@ class PullPlan:
                 request.min_step = min_step
             self.requests[shard] = request
 
-    def receiver(self, shard: int) -> ShardReceiver:
+    def receiver(self, shard: int, on_piece: Callable[[str], None] | None = None) -> ShardReceiver:
         specs = self.specs[shard]
         return ShardReceiver(
             shard,
@@ -333,15 +333,19 @@ class PullPlan:
                 name: TensorAssembler(spec, f"variable '{name}' from shard {shard}", out=rows(self.whole[name], spec))
                 for name, spec in specs.items()
             },
+            on_piece,
         )
 
 
 class ShardReceiver:
     """Writes one shard's pulled chunks into the whole arrays; knows its global step and the versions sent."""
 
-    def __init__(self, shard: int, assemblers: dict[str, TensorAssembler]) -> None:
+    def __init__(
+        self, shard: int, assemblers: dict[str, TensorAssembler], on_piece: Callable[[str], None] | None = None
+    ) -> None:
         self.shard = shard
         self.assemblers = assemblers
+        self.on_piece = on_piece  # told each variable whose piece from this shard is whole (streamed steps)
         self.step = 0
         self.versions: dict[str, int] = {}
 
@@ -356,6 +360,8 @@ class ShardReceiver:
                 )
             assembler.add(value.chunk, content)
             self.step, self.versions[value.chunk.name] = value.global_step, value.version
+            if self.on_piece is not None and assembler.received == assembler.total:
+                self.on_piece(value.chunk.name)
 
     def finish(self) -> tuple[int, dict[str, int]]:
         for assembler in self.assemblers.values():
