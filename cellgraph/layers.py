@@ -42,6 +42,25 @@ def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
     return ACTIVATIONS[activation]
 
 
+def _kernel_then_bias(
+    x: Tensor,
+    kernel_shape: tuple[int, ...],
+    kernel_init: Initializer,
+    apply_kernel: Callable[[Tensor, Tensor], Tensor],
+    bias_init: Initializer | None,
+) -> Tensor:
+    """``apply_kernel(x, kernel)``, plus a bias over its last axis unless ``bias_init`` is None.
+
+    The ``kernel`` and ``bias`` variables of every weighted layer, made in the
+    caller's name scope in this order (a checkpoint or a PS layout lists them so).
+    """
+    kernel = variable(kernel_init, shape=kernel_shape, dtype=x.dtype, name="kernel")
+    y = apply_kernel(x, kernel)
+    if bias_init is None:
+        return y
+    return nn.bias_add(y, variable(bias_init, shape=(kernel_shape[-1],), dtype=x.dtype, name="bias"))
+
+
 def dense(
     x: Tensor,
     units: int,
@@ -59,10 +78,7 @@ def dense(
         )
     activate = _activation(activation)
     with x.graph.atomic(), name_scope(name):
-        kernel = variable(kernel_init, shape=(x.shape[-1], units), dtype=x.dtype, name="kernel")
-        y = math.matmul(x, kernel)
-        if use_bias:
-            y = nn.bias_add(y, variable(bias_init, shape=(units,), dtype=x.dtype, name="bias"))
+        y = _kernel_then_bias(x, (x.shape[-1], units), kernel_init, math.matmul, bias_init if use_bias else None)
         return activate(y)
 
 
@@ -93,10 +109,12 @@ def conv2d(
     activate = _activation(activation)
     with x.graph.atomic(), name_scope(name):
         per_group = x.shape[3] // groups if isinstance(groups, int) and groups > 0 else x.shape[3]
-        kernel = variable(kernel_init, shape=(kh, kw, per_group, filters), dtype=x.dtype, name="kernel")
-        y = conv.conv2d(x, kernel, strides=strides, padding=padding, dilations=dilations, groups=groups)
-        if use_bias:
-            y = nn.bias_add(y, variable(initializers.zeros, shape=(filters,), dtype=x.dtype, name="bias"))
+
+        def convolve(x: Tensor, kernel: Tensor) -> Tensor:
+            return conv.conv2d(x, kernel, strides=strides, padding=padding, dilations=dilations, groups=groups)
+
+        shape = (kh, kw, per_group, filters)
+        y = _kernel_then_bias(x, shape, kernel_init, convolve, initializers.zeros if use_bias else None)
         return activate(y)
 
 

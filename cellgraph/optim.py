@@ -1,5 +1,6 @@
 """Optimizers: ``cg.optim.SGD``, ``Momentum``, ``Adam``, ``AdamW``, ``RMSProp``, ``Adagrad``; ``clip_by_global_norm``;
-learning-rate schedules ``piecewise_constant``, ``exponential_decay`` and ``cosine_decay`` (with warm-up).
+learning-rate schedules ``piecewise_constant``, ``exponential_decay`` and ``cosine_decay`` (with warm-up);
+``mixed_precision`` (float32 master weights, float16 or bfloat16 compute, a dynamic loss scale).
 
 Each optimizer is an entry of ``cellgraph.dataflow.optimizer_registry``, which
 the parameter servers read too; a schedule (``cellgraph.dataflow.schedules``)
@@ -8,6 +9,7 @@ is accepted wherever a learning rate is, locally and on the parameter servers.
 
 from __future__ import annotations
 
+from cellgraph.dataflow.mixed_precision import LossScaleWarning, MixedPrecision, mixed_precision
 from cellgraph.dataflow.optimizers import SGD, Adagrad, Adam, AdamW, Momentum, Optimizer, RMSProp, clip_by_global_norm
 from cellgraph.dataflow.schedules import (
     CosineDecay,
@@ -26,6 +28,8 @@ __all__ = [
     "AdamW",
     "CosineDecay",
     "ExponentialDecay",
+    "LossScaleWarning",
+    "MixedPrecision",
     "Momentum",
     "Optimizer",
     "PiecewiseConstant",
@@ -34,5 +38,6 @@ __all__ = [
     "clip_by_global_norm",
     "cosine_decay",
     "exponential_decay",
+    "mixed_precision",
     "piecewise_constant",
 ]

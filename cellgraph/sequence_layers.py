@@ -20,6 +20,7 @@ from cellgraph.dataflow.graph import Tensor, name_scope
 from cellgraph.dataflow.ops import array, math, math_unary, nn
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
+from cellgraph.layers import dense  # layers.py imports this module last, once dense is defined
 
 Initializer = Callable[..., object]
 INT_DTYPES = ("int32", "int64", "int16", "int8", "uint8")
@@ -59,16 +60,6 @@ def embedding(
     with ids.graph.atomic(), name_scope(name):
         table = variable(embeddings_init, shape=(vocab_size, dim), name="embeddings")
         return array.gather(table, ids, name="lookup")
-
-
-def _projection(x: Tensor, units: int, name: str) -> Tensor:
-    """``x @ kernel + bias`` over the last axis of a (batch, time, features) ``x``."""
-    features = x.shape[-1]
-    assert features is not None
-    with name_scope(name):
-        kernel = variable(initializers.glorot_uniform, shape=(features, units), dtype=x.dtype, name="kernel")
-        bias = variable(initializers.zeros, shape=(units,), dtype=x.dtype, name="bias")
-        return nn.bias_add(math.matmul(x, kernel), bias)
 
 
 def _sequence_check(x: Tensor, what: str, layer: str, name: str) -> tuple[int, int]:
@@ -139,16 +130,17 @@ def multi_head_attention(
         _check_mask(mask, (num_heads, t_q, t_k), name)
     with query.graph.atomic(), name_scope(name):
         width = num_heads * key_dim
-        q = _heads(_projection(query, width, "query"), t_q, num_heads, key_dim)
-        k = _heads(_projection(key, width, "key"), t_k, num_heads, key_dim)
-        v = _heads(_projection(value, width, "value"), t_k, num_heads, key_dim)
+        # The projections are dense layers: x @ kernel + bias over the last axis.
+        q = _heads(dense(query, width, name="query"), t_q, num_heads, key_dim)
+        k = _heads(dense(key, width, name="key"), t_k, num_heads, key_dim)
+        v = _heads(dense(value, width, name="value"), t_k, num_heads, key_dim)
         scores = math.matmul(q, k, transpose_b=True) * (1.0 / pymath.sqrt(key_dim))  # (batch, heads, t_q, t_k)
         if mask is not None:
             scores = math_unary.where(mask, scores, MASKED_SCORE, name="masked")
         weights = nn.softmax(scores, axis=-1, name="weights")
         attended = math.matmul(weights, v)  # (batch, heads, t_q, key_dim)
         merged = array.reshape(array.transpose(attended, (0, 2, 1, 3)), (-1, t_q, width))
-        return _projection(merged, d, "output")
+        return dense(merged, d, name="output")
 
 
 def _heads(x: Tensor, time: int, heads: int, key_dim: int) -> Tensor:

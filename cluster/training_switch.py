@@ -8,6 +8,9 @@ default. ``fold_switches`` rewires every consumer of such a ``where`` to the
 branch taken, before the gradients are built: the other branch, and its
 backward pass, are left out of the step (a batch-norm network's step computed
 both normalizations and back-propagated through both: 1.75 times the time).
+Which ``where`` folds, and to which branch, is ``dataflow.switch_fold``'s rule,
+the one a local plan follows; here it rewires the graph itself, so the
+gradients built next never see the other branch.
 
 Examples
 --------
@@ -29,10 +32,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-import numpy as np
-
-from cellgraph.dataflow.graph import Node
 from cellgraph.dataflow.graphdef import from_graphdef
+from cellgraph.dataflow.switch_fold import taken_branch
 from cellgraph.protos import graph_pb2
 
 
@@ -43,9 +44,9 @@ def fold_switches(graphdef: graph_pb2.GraphDef, fed: Collection[str]) -> graph_p
     graph = from_graphdef(graphdef)
     taken: dict[str, str] = {}
     for node in graph.nodes:
-        choice = _taken_branch(node, fed)
-        if choice is not None:
-            taken[node.output(0).name] = choice
+        branch = taken_branch(node, lambda t: t.name in fed)
+        if branch is not None:
+            taken[node.output(0).name] = branch.name
     if not taken:
         return graphdef
 
@@ -59,22 +60,3 @@ def fold_switches(graphdef: graph_pb2.GraphDef, fed: Collection[str]) -> graph_p
     for proto in out.node:
         proto.input[:] = [resolve(name) for name in proto.input]
     return out
-
-
-def _taken_branch(node: Node, fed: Collection[str]) -> str | None:
-    """The name of the input ``node`` (a ``Where``) passes on, when its condition is a switch at its default."""
-    if node.op != "Where" or len(node.inputs) != 3:
-        return None
-    switch = node.inputs[0].node
-    if switch.op != "PlaceholderWithDefault" or switch.output(0).name in fed or node.inputs[0].shape != ():
-        return None
-    default = switch.inputs[0].node
-    if default.op != "Const":
-        return None
-    value = np.asarray(default.attrs["value"])
-    if value.shape != () or value.dtype != np.bool_:
-        return None
-    branch = node.inputs[1] if bool(value) else node.inputs[2]
-    if branch.spec != node.output(0).spec:  # a branch broadcast by the where: its consumers need the full shape
-        return None
-    return branch.name

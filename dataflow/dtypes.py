@@ -1,29 +1,47 @@
-"""The dtypes a tensor can have, and their canonical names."""
+"""The dtypes a tensor can have, and their canonical names.
+
+float16 and bfloat16 are *storage* dtypes: a tensor holds them, but no kernel
+computes in them. Numba knows neither (bfloat16 is an ``ml_dtypes`` extension
+type), so every kernel reads half inputs as float32 and rounds its outputs back
+to the half dtype (round to nearest even, as NumPy and ml_dtypes cast), which
+is also what makes reductions and matmul/conv accumulate in float32
+(``dataflow/kernels/storage.py`` does it, once, for every op).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .errors import DTypeError
 
 # Canonical name -> NumPy dtype. The names are what GraphDefs and messages use.
 DTYPES: dict[str, np.dtype[Any]] = {
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
     "float32": np.dtype(np.float32),
     "float64": np.dtype(np.float64),
+    "int8": np.dtype(np.int8),
+    "uint8": np.dtype(np.uint8),
+    "int16": np.dtype(np.int16),
     "int32": np.dtype(np.int32),
     "int64": np.dtype(np.int64),
     "bool": np.dtype(np.bool_),
 }
-FLOATS = frozenset({"float32", "float64"})
-INTS = frozenset({"int32", "int64"})
+# Stored in half precision, computed in float32.
+HALF_FLOATS = frozenset({"float16", "bfloat16"})
+FLOATS = frozenset({"float32", "float64"}) | HALF_FLOATS
+INTS = frozenset({"int8", "uint8", "int16", "int32", "int64"})
+# The dtype a kernel computes in for each storage-only dtype.
+COMPUTE_DTYPE = {"float16": "float32", "bfloat16": "float32"}
 
 DTypeLike = str | type | np.dtype[Any]
 
 
 def as_dtype(value: DTypeLike) -> str:
-    """Return the canonical dtype name for ``value`` ("float32", np.float32, ...)."""
+    """Return the canonical dtype name for ``value`` ("float32", np.float32, ml_dtypes.bfloat16, ...)."""
     if value is None:
         raise DTypeError(f"a dtype is required; cellgraph knows {', '.join(DTYPES)}")
     try:
@@ -36,4 +54,15 @@ def as_dtype(value: DTypeLike) -> str:
 
 
 def is_float(dtype: str) -> bool:
+    """Whether ``dtype`` is a floating dtype (half floats included): differentiable, and what float ops take."""
     return dtype in FLOATS
+
+
+def is_half(dtype: str) -> bool:
+    """Whether ``dtype`` is a storage-only half float (float16, bfloat16)."""
+    return dtype in HALF_FLOATS
+
+
+def kind(dtype: str) -> str:
+    """NumPy's kind letter of ``dtype``, with bfloat16 (an extension type, kind 'V') counted as 'f'."""
+    return "f" if dtype in FLOATS else DTYPES[dtype].kind

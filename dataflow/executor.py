@@ -23,6 +23,7 @@ from .fusion import find_segments, is_constant, segment_kernel
 from .graph import Graph, Node, Tensor
 from .kernels.cuda import fusion as cuda_fusion
 from .opdef import KernelContext
+from .switch_fold import Folding, fold, keep_shape
 from .threads import ensure_configured
 from .variables import VariableStore
 
@@ -60,9 +61,19 @@ class Plan:
         ranks: dict[int, float] | None = None,
     ) -> None:
         self.graph = graph
-        self.fetches = list(fetches)
         self.feeds = list(feeds)
-        self.order = schedule(self.fetches, list(targets), self.feeds)
+        # A training switch that is not fed is its default: only the branch it takes is scheduled
+        # (switch_fold.py), and a fetch of a folded tensor reads the tensor that stands for it.
+        fed = {_key(t) for t in self.feeds}
+        self.folding = fold(schedule(list(fetches), list(targets), self.feeds), fed, guard=device == "cpu")
+        self.fetches = [self.folding.resolve(t) for t in fetches]
+        # Fetches that now alias another tensor are handed out as copies, as a view's are.
+        self._copied = {i for i, t in enumerate(fetches) if self.fetches[i] is not t}
+        if self.folding.guarded:
+            # An add of zeros kept as a shape check reads tensors of the zeros' shape: those computed anyway.
+            needed = schedule(self.fetches, list(targets), self.feeds, self.folding.operands, self.folding.controls)
+            self.folding.settle({id(n) for n in needed}, fed)
+        self.order = schedule(self.fetches, list(targets), self.feeds, self.folding.reads, self.folding.controls)
         if ranks is not None:
             # A partition follows the whole graph's order (see Partitioned.ranks);
             # the sort is stable and the ranks respect every edge, so the order
@@ -76,7 +87,8 @@ class Plan:
         ensure_configured()
         self.device = device
         ctx = KernelContext(variables, transport)
-        self.kernels = [_bind(node, ctx, device) for node in self.order]
+        self.kernels = [_bind(node, ctx, device, self.folding) for node in self.order]
+        self.reads = [self.folding.reads(node) for node in self.order]
         self.steps = self._steps(fuse)
         self._filename = f"<cellgraph plan {next(_plan_ids)}>"
         self.source, self._line_to_step = self._generate()
@@ -100,18 +112,20 @@ class Plan:
                 constants[_key(node.output(0))] = np.asarray(value) if self.device == "cpu" else value
         # A segment runs as one Numba loop on the CPU, as one generated kernel on a GPU.
         fused_kernel = {"cpu": segment_kernel, "cuda": cuda_fusion.segment_kernel}.get(self.device) if fuse else None
-        segments = find_segments(self.order, {_key(t) for t in self.fetches}) if fused_kernel else []
+        segments = (
+            find_segments(self.order, {_key(t) for t in self.fetches}, self.folding.reads, set(self.folding.guarded))
+            if fused_kernel
+            else []
+        )
         segment_of = {id(n): seg for seg in segments for n in seg.nodes}
         kernel_of = {id(n): k for n, k in zip(self.order, self.kernels, strict=True)}
         steps: list[Step] = []
-        for node, kernel in zip(self.order, self.kernels, strict=True):
+        for node, kernel, reads in zip(self.order, self.kernels, self.reads, strict=True):
             seg = segment_of.get(id(node))
             if seg is None:
                 constant = _key(node.output(0)) in constants if node.specs else False
                 value = constants.get(_key(node.output(0))) if constant else None
-                steps.append(
-                    Step([node], node.inputs, node.outputs, (lambda v=value: v) if constant else kernel, constant)
-                )
+                steps.append(Step([node], reads, node.outputs, (lambda v=value: v) if constant else kernel, constant))
             elif node is seg.nodes[-1]:  # a segment runs where its output is made
                 assert fused_kernel is not None
                 fused = fused_kernel(seg, [kernel_of[id(n)] for n in seg.nodes], constants)
@@ -160,7 +174,7 @@ class Plan:
             line_to_step[len(lines)] = step
             if notify:
                 for i in (i for out in outs for i in fetch_indices.get(out, [])):
-                    view = self.fetches[i].node.opdef.view
+                    view = self._copies(i)
                     lines.append(
                         f"    _on({i}, {'_copy(' + names[_key(self.fetches[i])] + ')' if view else names[_key(self.fetches[i])]})"
                     )
@@ -168,12 +182,17 @@ class Plan:
                 lines.append(f"    del {', '.join(dying[j])}")
         lines += [f"    _wait({i})" for i in sorted(unread)]
         results = []
-        for t in self.fetches:
+        for i, t in enumerate(self.fetches):
             name = names[_key(t)]
-            # A view may alias a variable or a constant: hand out a copy.
-            results.append(f"_copy({name})" if t.node.opdef.view else name)
+            results.append(f"_copy({name})" if self._copies(i) else name)
         lines.append(f"    return ({', '.join(results)}{',' if results else ''})")
         return "\n".join(lines) + "\n", line_to_step
+
+    def _copies(self, i: int) -> bool:
+        """Fetch ``i`` is handed out as a copy: a view may alias a variable or a constant, and a folded
+        fetch (or an add of zeros kept as its operand) another fetch."""
+        t = self.fetches[i]
+        return t.node.opdef.view or i in self._copied or id(t.node) in self.folding.guarded
 
     # ----------------------------------------------------------------- run
     def __call__(self, *feed_values: np.ndarray) -> tuple[Any, ...]:
@@ -267,28 +286,47 @@ class Plan:
     def trace(self, *feed_values: np.ndarray) -> tuple[tuple[Any, ...], int]:
         """Run node by node, unfused; return the fetches and the largest live set in bytes.
 
-        Counts only buffers the plan owns (not feeds, variables, constants or
-        views), which is the lower bound that any buffer reuse can reach.
+        The live set after a node is the buffers its live tensors (computed and
+        not past their last use, or fetched) hold, each counted once: a view (a
+        reshape) holds its input's buffer for as long as the view lives, and an
+        op that may return a view but copied (a transpose) owns its copy.
+        Buffers that outlive the run (feeds, variables, constants, the state an
+        op returns) are not counted. What remains is the lower bound that any
+        buffer reuse can reach in this order.
         """
         env: dict[tuple[int, int], Any] = {_key(t): v for t, v in zip(self.feeds, feed_values, strict=True)}
         last: dict[tuple[int, int], int] = {}
-        for j, node in enumerate(self.order):
-            for t in [*node.outputs, *node.inputs]:
+        for j, (node, reads) in enumerate(zip(self.order, self.reads, strict=True)):
+            for t in [*node.outputs, *reads]:
                 last[_key(t)] = j
         fetched = {_key(t) for t in self.fetches}
-        owned: dict[tuple[int, int], int] = {}
+        # env keeps every value to the end, so no id below is reused by another array during the run.
+        outside = {id(_buffer(v)) for v in feed_values if isinstance(v, np.ndarray)}
+        live: dict[tuple[int, int], np.ndarray] = {}
         peak = 0
-        for j, (node, kernel) in enumerate(zip(self.order, self.kernels, strict=True)):
-            result = kernel(*(env[_key(t)] for t in node.inputs))
+        for j, (node, kernel, reads) in enumerate(zip(self.order, self.kernels, self.reads, strict=True)):
+            result = kernel(*(env[_key(t)] for t in reads))
             outs = result if len(node.specs) > 1 else (result,) if node.specs else ()
             for t, value in zip(node.outputs, outs, strict=True):
                 env[_key(t)] = value
-                if not node.opdef.view and isinstance(value, np.ndarray):
-                    owned[_key(t)] = value.nbytes
-            peak = max(peak, sum(owned.values()))
-            for key in [k for k in owned if last.get(k, -1) <= j and k not in fetched]:
-                del owned[key]
+                if not isinstance(value, np.ndarray):
+                    continue
+                if not node.inputs or node.opdef.stateful:  # a constant, a variable, or the state an op changed
+                    outside.add(id(_buffer(value)))
+                else:
+                    live[_key(t)] = value
+            held = {id(b): b.nbytes for b in map(_buffer, live.values()) if id(b) not in outside}
+            peak = max(peak, sum(held.values()))
+            for key in [k for k in live if last.get(k, -1) <= j and k not in fetched]:
+                del live[key]
         return tuple(env[_key(t)] for t in self.fetches), peak
+
+
+def _buffer(value: np.ndarray) -> np.ndarray:
+    """The array that owns ``value``'s memory (``value`` itself unless it is a view)."""
+    while isinstance(value.base, np.ndarray):
+        value = value.base
+    return value
 
 
 def _failure(step: Step, exc: BaseException) -> str:
@@ -313,7 +351,9 @@ def _feed_indices(step: Step, names: dict[tuple[int, int], str]) -> list[int]:
     return [int(name[1:]) for name in (names[_key(t)] for t in step.inputs) if name.startswith("f")]
 
 
-def _bind(node: Node, ctx: KernelContext, device: str) -> Callable[..., Any]:
+def _bind(node: Node, ctx: KernelContext, device: str, folding: Folding) -> Callable[..., Any]:
+    if id(node) in folding.guarded:
+        return keep_shape
     opdef = node.opdef
     factory = opdef.kernels.get(device)
     if factory is None:
@@ -322,8 +362,16 @@ def _bind(node: Node, ctx: KernelContext, device: str) -> Callable[..., Any]:
     return factory(node, ctx)
 
 
-def schedule(fetches: list[Tensor], targets: list[Node], feeds: list[Tensor]) -> list[Node]:
-    """Nodes the fetches and targets need, inputs first; fed tensors cut the graph."""
+def schedule(
+    fetches: list[Tensor],
+    targets: list[Node],
+    feeds: list[Tensor],
+    reads: Callable[[Node], list[Tensor]] | None = None,
+    controls: Callable[[Node], list[Node]] | None = None,
+) -> list[Node]:
+    """Nodes the fetches and targets need, inputs first; fed tensors cut the graph. ``reads`` and
+    ``controls`` give the tensors a node's step reads and the nodes it waits for (default: its inputs and
+    control inputs; a plan's ``Folding`` leaves some out)."""
     fed = {(id(t.node), t.index) for t in feeds}
     order: list[Node] = []
     state: dict[int, int] = {}  # 1 = on the stack, 2 = done
@@ -342,8 +390,8 @@ def schedule(fetches: list[Tensor], targets: list[Node], feeds: list[Tensor]) ->
                 continue
             state[id(node)] = 1
             stack.append((node, True))
-            deps = [t.node for t in node.inputs if (id(t.node), t.index) not in fed]
-            deps += node.control_inputs
+            deps = [t.node for t in (reads(node) if reads else node.inputs) if (id(t.node), t.index) not in fed]
+            deps += controls(node) if controls else node.control_inputs
             for dep in reversed(deps):
                 if not state.get(id(dep)):
                     stack.append((dep, False))

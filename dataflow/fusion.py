@@ -39,6 +39,8 @@ class Segment:
     """Fused nodes in execution order; the last one's output is the segment's."""
 
     nodes: list[Node] = field(default_factory=list)
+    # The tensors each node reads: its inputs, unless the plan folded some (switch_fold.Folding.reads).
+    reads: Callable[[Node], Sequence[Tensor]] = field(default=lambda node: node.inputs, repr=False)
 
     @property
     def output(self) -> Tensor:
@@ -49,7 +51,7 @@ class Segment:
         inside = {id(n) for n in self.nodes}
         seen: dict[Key, Tensor] = {}
         for node in self.nodes:
-            for t in node.inputs:
+            for t in self.reads(node):
                 if id(t.node) not in inside:
                     seen.setdefault(_key(t), t)
         return list(seen.values())
@@ -69,34 +71,44 @@ def is_constant(node: Node) -> bool:
     return not node.inputs and not node.opdef.stateful and not node.control_inputs and len(node.specs) == 1
 
 
-def find_segments(order: Sequence[Node], keep: set[Key]) -> list[Segment]:
+def find_segments(
+    order: Sequence[Node],
+    keep: set[Key],
+    reads: Callable[[Node], Sequence[Tensor]] | None = None,
+    unfused: set[int] | None = None,
+) -> list[Segment]:
     """Segments of two or more fusable nodes; ``keep`` holds tensors needed outside
-    the plan's nodes (fetches), which must stay materialised.
+    the plan's nodes (fetches), which must stay materialised. ``reads`` gives the
+    tensors a node reads (default: its inputs); nodes whose id is in ``unfused``
+    run on their own (a plan's adds of zeros, kept as a shape check).
 
     A node joins only the segment of the node scheduled right before it
     (constants aside): a segment runs where its last node was, so joining one
     made earlier would keep that segment's inputs alive longer and raise the
     plan's peak memory instead of lowering it.
     """
+    read = reads or (lambda node: node.inputs)
+    skip = unfused or set()
     uses: dict[Key, int] = {}
     for node in order:
-        for t in node.inputs:
+        for t in read(node):
             uses[_key(t)] = uses.get(_key(t), 0) + 1
     segments: list[Segment] = []
     current: Segment | None = None
     for node in order:
         if is_constant(node):
             continue
+        fusable = _fusable(node) and id(node) not in skip
         joins = (
             current is not None
-            and _fusable(node)
-            and any(t.node is current.nodes[-1] and uses.get(_key(t)) == 1 and _key(t) not in keep for t in node.inputs)
+            and fusable
+            and any(t.node is current.nodes[-1] and uses.get(_key(t)) == 1 and _key(t) not in keep for t in read(node))
         )
         if joins:
             assert current is not None
             current.nodes.append(node)
             continue
-        current = Segment([node]) if _fusable(node) else None
+        current = Segment([node], read) if fusable else None
         if current is not None:
             segments.append(current)
     return [s for s in segments if len(s.nodes) > 1]
@@ -199,7 +211,7 @@ def loop_body(
             operand[_key(t)] = f"x{k}[i]"
     body = []
     for j, node in enumerate(segment.nodes):
-        operands = [operand[_key(t)] for t in node.inputs]
+        operands = [operand[_key(t)] for t in segment.reads(node)]
         assert node.opdef.elementwise is not None
         # An expression may name the node's attrs too: "{alpha!r}" is LeakyRelu's alpha.
         body.append(f"        t{j} = DT({node.opdef.elementwise.format(*operands, **node.attrs)})")
@@ -264,7 +276,7 @@ def segment_kernel(
         env: dict[Key, Any] = dict(constants)
         env.update((_key(t), x) for t, x in zip(dynamic, xs, strict=True))
         for node, kernel in members:
-            env[_key(node.output(0))] = kernel(*(env[_key(t)] for t in node.inputs))
+            env[_key(node.output(0))] = kernel(*(env[_key(t)] for t in segment.reads(node)))
         return np.asarray(env[_key(segment.output)])
 
     def run(*xs: np.ndarray) -> np.ndarray:

@@ -48,6 +48,11 @@ DTYPE_ENUM: dict[str, tensor_pb2.DataType.ValueType] = {
     "int32": tensor_pb2.DT_INT32,
     "int64": tensor_pb2.DT_INT64,
     "bool": tensor_pb2.DT_BOOL,
+    "float16": tensor_pb2.DT_FLOAT16,
+    "bfloat16": tensor_pb2.DT_BFLOAT16,
+    "int8": tensor_pb2.DT_INT8,
+    "uint8": tensor_pb2.DT_UINT8,
+    "int16": tensor_pb2.DT_INT16,
 }
 DTYPE_NAME = {enum: name for name, enum in DTYPE_ENUM.items()}
 assert set(DTYPE_ENUM) == set(DTYPES), "every cellgraph dtype needs a DataType in protos/tensor.proto"
@@ -88,7 +93,7 @@ def from_tensor_proto(proto: tensor_pb2.TensorProto) -> np.ndarray:
     shape = tuple(proto.shape.dim)
     if any(d < 0 for d in shape):
         raise GraphError(f"a tensor value needs every dim known, got shape {fmt(shape)}")
-    wire = np.dtype(name).newbyteorder("<")
+    wire = DTYPES[name].newbyteorder("<")
     expected = int(np.prod(shape, dtype=np.int64)) * wire.itemsize
     if len(proto.content) != expected:
         raise GraphError(
@@ -97,7 +102,7 @@ def from_tensor_proto(proto: tensor_pb2.TensorProto) -> np.ndarray:
     if name == "bool" and proto.content and max(proto.content) > 1:
         raise GraphError("a bool tensor's content bytes must each be 0 or 1")
     # A copy in native byte order: aligned, owned, and independent of the message.
-    array = np.frombuffer(proto.content, dtype=wire).reshape(shape).astype(np.dtype(name), copy=True)
+    array = np.frombuffer(proto.content, dtype=wire).reshape(shape).astype(DTYPES[name], copy=True)
     array.flags.writeable = False
     return array
 

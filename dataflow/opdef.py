@@ -102,6 +102,10 @@ OPS: Registry[OpDef] = Registry("op")
 
 
 def register_op(opdef: OpDef) -> OpDef:
+    # Every op takes the storage-only half floats through one kernel wrapper.
+    from .kernels.storage import wrap
+
+    wrap(opdef)
     return OPS.register(opdef.name, opdef, depth=2)
 
 

@@ -19,6 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from .autodiff import gradients
+from .dtypes import is_half
 from .errors import DTypeError, GradientError, GraphError
 from .graph import Graph, Node, Tensor
 from .ops import training
@@ -90,39 +91,69 @@ class Optimizer:
         name: str | None = None,
     ) -> Node:
         """One node that applies every update (and increments ``global_step``)."""
+        pairs = self._checked(grads_and_vars, global_step)
+        graph = pairs[0][1].graph
+        with graph.atomic(), graph.name_scope(name or self.name):
+            lrs, slots_of = self._rates_and_slots(graph, pairs, global_step)
+            updates: list[Tensor | Node] = list(self._updates(pairs, lrs, slots_of))
+            if global_step is not None:
+                with graph.control_dependencies(updates):
+                    return group(assign_add(global_step, 1), name="update")
+            return group(*updates, name="update")
+
+    def _checked(
+        self, grads_and_vars: Sequence[tuple[Tensor | None, Tensor]], global_step: Tensor | None
+    ) -> list[tuple[Tensor, Tensor]]:
+        """The pairs with a gradient, once every one is known to be updatable (nothing built yet)."""
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
         if not pairs:
             names = ", ".join(v.name for _, v in grads_and_vars)
             raise GradientError(f"{self.name}: no gradient flows to any of {names}")
-        graph = pairs[0][1].graph
         for _, var in pairs:  # check every pair before building anything
             if var.node.op != "Variable":
                 raise GraphError(f"{self.name}: can only update variables, not {var.node.describe()}")
+            if is_half(var.dtype):
+                # The updates would round every step's small change away in half precision.
+                raise DTypeError(
+                    f"{self.name}: variable {var.node.name!r} is {var.dtype}; optimizers update float32 or float64 "
+                    "variables: keep it float32 and train with cg.optim.mixed_precision (float32 master weights, "
+                    f"{var.dtype} compute)"
+                )
         if isinstance(self.learning_rate, Schedule) and global_step is None:
             raise GraphError(
                 f"{self.name}: learning rate {self.learning_rate!r} is a schedule of the global step; pass "
                 "global_step= (a scalar int variable, trainable=False) to minimize or apply_gradients"
             )
-        updates: list[Tensor | Node] = []
-        with graph.atomic(), graph.name_scope(name or self.name):
-            lrs: dict[str, Tensor] = {}
-            slots_of: list[dict[str, Tensor]] = []
-            for _, var in pairs:
-                if var.dtype not in lrs:
-                    lrs[var.dtype] = self._learning_rate(global_step, var.dtype)
-                slots_of.append({s.name: self._slot(graph, var, s.name, s.scalar) for s in self.definition.slots})
-            # Every gradient of a step reads the values from before the step:
-            # no update may run until all of them exist (b's gradient in
-            # a * b reads a, so a's update must wait for it), as in PyTorch,
-            # where optimizer.step() follows the whole backward pass.
-            ready = group(*(grad for grad, _ in pairs), name="gradients_ready")
-            with graph.control_dependencies([ready]):
-                for (grad, var), var_slots in zip(pairs, slots_of):
-                    updates.append(self._update(var, grad, lrs[var.dtype], var_slots))
-            if global_step is not None:
-                with graph.control_dependencies(updates):
-                    return group(assign_add(global_step, 1), name="update")
-            return group(*updates, name="update")
+        return pairs
+
+    def _rates_and_slots(
+        self, graph: Graph, pairs: Sequence[tuple[Tensor, Tensor]], global_step: Tensor | None
+    ) -> tuple[dict[str, Tensor], list[dict[str, Tensor]]]:
+        """The learning rate of each variable dtype, and each variable's slots by slot name."""
+        lrs: dict[str, Tensor] = {}
+        slots_of: list[dict[str, Tensor]] = []
+        for _, var in pairs:
+            if var.dtype not in lrs:
+                lrs[var.dtype] = self._learning_rate(global_step, var.dtype)
+            slots_of.append({s.name: self._slot(graph, var, s.name, s.scalar) for s in self.definition.slots})
+        return lrs, slots_of
+
+    def _updates(
+        self,
+        pairs: Sequence[tuple[Tensor, Tensor]],
+        lrs: dict[str, Tensor],
+        slots_of: Sequence[dict[str, Tensor]],
+        after: Sequence[Tensor | Node] = (),
+    ) -> list[Tensor]:
+        """One update per pair, none of which runs before every gradient (and ``after``) exists."""
+        graph = pairs[0][1].graph
+        # Every gradient of a step reads the values from before the step:
+        # no update may run until all of them exist (b's gradient in
+        # a * b reads a, so a's update must wait for it), as in PyTorch,
+        # where optimizer.step() follows the whole backward pass.
+        ready = group(*(grad for grad, _ in pairs), *after, name="gradients_ready")
+        with graph.control_dependencies([ready]):
+            return [self._update(var, grad, lrs[var.dtype], slots) for (grad, var), slots in zip(pairs, slots_of)]
 
     def minimize(
         self, loss: Tensor, var_list: Sequence[Tensor] | None = None, global_step: Tensor | None = None

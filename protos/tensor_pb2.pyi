@@ -36,6 +36,13 @@ class _DataTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DataType.Val
     DT_INT32: _DataType.ValueType  # 3
     DT_INT64: _DataType.ValueType  # 4
     DT_BOOL: _DataType.ValueType  # 5
+    DT_FLOAT16: _DataType.ValueType  # 6
+    """IEEE half: stored, computed in float32"""
+    DT_BFLOAT16: _DataType.ValueType  # 7
+    """ml_dtypes.bfloat16: stored, computed in float32"""
+    DT_INT8: _DataType.ValueType  # 8
+    DT_UINT8: _DataType.ValueType  # 9
+    DT_INT16: _DataType.ValueType  # 10
 
 class DataType(_DataType, metaclass=_DataTypeEnumTypeWrapper):
     """The dtypes a tensor can have; names match cellgraph's canonical dtype names."""
@@ -47,6 +54,13 @@ DT_FLOAT64: DataType.ValueType  # 2
 DT_INT32: DataType.ValueType  # 3
 DT_INT64: DataType.ValueType  # 4
 DT_BOOL: DataType.ValueType  # 5
+DT_FLOAT16: DataType.ValueType  # 6
+"""IEEE half: stored, computed in float32"""
+DT_BFLOAT16: DataType.ValueType  # 7
+"""ml_dtypes.bfloat16: stored, computed in float32"""
+DT_INT8: DataType.ValueType  # 8
+DT_UINT8: DataType.ValueType  # 9
+DT_INT16: DataType.ValueType  # 10
 Global___DataType: _TypeAlias = DataType  # noqa: Y015
 
 @_typing.final

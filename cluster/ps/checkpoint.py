@@ -8,7 +8,7 @@ Each shard of a job saves its own part of the state, one folder per step::
 The data is plain safetensors, so any tool that reads the format reads it (the
 job id and step are in its header's metadata too). The manifest holds what
 safetensors cannot: versions, the variables' specs, the optimizer and training
-configs, and the data file's size and sha256.
+configs, and the data file's size and sha256 (its JSON: ``checkpoint_manifest.py``).
 
 Crash safety rests on one rule: **the manifest is the commit point**. Each file
 is written in a hidden staging folder beside it, fsynced, renamed over its
@@ -44,10 +44,8 @@ True
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -55,9 +53,7 @@ import shutil
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import safetensors.numpy
@@ -65,6 +61,7 @@ import safetensors.numpy
 from cellgraph.dataflow.shapes import fmt
 
 from ..errors import ParameterServerError
+from .checkpoint_manifest import build_manifest, damaged, dump_manifest, read_manifest, spec_from_json
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
 
 __all__ = [
@@ -75,9 +72,6 @@ __all__ = [
     "read_shard_checkpoint",
     "write_shard_checkpoint",
 ]
-
-FORMAT = "cellgraph-ps-checkpoint"
-FORMAT_VERSION = 1
 
 # [0-9], not \d: \d also matches other scripts' digits, and the name comes off the wire.
 _NAME = re.compile(r"ckpt-([0-9]{10})")
@@ -235,29 +229,18 @@ def _commit(
     size, sha256 = _write_atomically(
         info.data_file, lambda tmp: safetensors.numpy.save_file(arrays, tmp, metadata=metadata)
     )
-    manifest = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "job_id": job_id,
-        "shard": info.shard,
-        "num_shards": info.num_shards,
-        "global_step": info.step,
-        "versions": {name: int(version) for name, version in versions.items()},
-        "tensors": {name: {"dtype": a.dtype.name, "shape": list(a.shape)} for name, a in arrays.items()},
-        "specs": [_spec_to_json(spec) for spec in specs],
-        "optimizer": dataclasses.asdict(optimizer),
-        "training": dataclasses.asdict(training),
-        "file": {"name": info.data_file.name, "size": size, "sha256": sha256},
-        "written_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
-    }
-
-    def write_manifest(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2)
-            f.write("\n")
-            f.flush()
-
-    _write_atomically(info.manifest_file, write_manifest)  # the commit
+    manifest = build_manifest(
+        info,
+        job_id=job_id,
+        arrays=arrays,
+        versions=versions,
+        specs=specs,
+        optimizer=optimizer,
+        training=training,
+        size=size,
+        sha256=sha256,
+    )
+    _write_atomically(info.manifest_file, lambda tmp: dump_manifest(manifest, tmp))  # the commit
 
 
 def _write_atomically(final: Path, write: Callable[[Path], None]) -> tuple[int, str]:
@@ -405,7 +388,7 @@ def list_checkpoints(directory: str | Path, shard: int, num_shards: int) -> list
     for folder in _checkpoint_folders(root):
         info = CheckpointInfo(folder.name, _step_of(folder.name), shard, num_shards, root)
         try:
-            manifest = _read_manifest(info)
+            manifest = read_manifest(info)
             complete = info.data_file.stat().st_size == manifest["file"]["size"]
         except (ParameterServerError, OSError):
             complete = False
@@ -458,27 +441,27 @@ def read_shard_checkpoint(directory: str | Path, name: str, shard: int, num_shar
     root = Path(directory)
     info = CheckpointInfo(name, _step_of(name), shard, num_shards, root)
     try:
-        manifest = _read_manifest(info)
+        manifest = read_manifest(info)
     except FileNotFoundError:
         raise _not_found(info) from None
     data_file = info.data_file
     try:
         data = data_file.read_bytes()
     except FileNotFoundError:
-        raise _damaged(info, data_file, "it is missing, though the manifest names it") from None
+        raise damaged(info, data_file, "it is missing, though the manifest names it") from None
     if len(data) != manifest["file"]["size"]:
-        raise _damaged(info, data_file, f"it is {len(data)} bytes, the manifest says {manifest['file']['size']}")
+        raise damaged(info, data_file, f"it is {len(data)} bytes, the manifest says {manifest['file']['size']}")
     sha256 = hashlib.sha256(data).hexdigest()
     if sha256 != manifest["file"]["sha256"]:
-        raise _damaged(info, data_file, f"its sha256 is {sha256}, the manifest says {manifest['file']['sha256']}")
+        raise damaged(info, data_file, f"its sha256 is {sha256}, the manifest says {manifest['file']['sha256']}")
     try:
         loaded = safetensors.numpy.load(data)
     except Exception as exc:  # safetensors raises its own SafetensorError, and others for odd headers
-        raise _damaged(info, data_file, f"safetensors cannot parse it ({exc})") from exc
+        raise damaged(info, data_file, f"safetensors cannot parse it ({exc})") from exc
     del data
     try:
         expected = {k: (np.dtype(v["dtype"]), tuple(v["shape"])) for k, v in manifest["tensors"].items()}
-        specs = [_spec_from_json(s) for s in manifest["specs"]]
+        specs = [spec_from_json(s) for s in manifest["specs"]]
         checkpoint = ShardCheckpoint(
             info=info,
             job_id=str(manifest["job_id"]),
@@ -491,48 +474,11 @@ def read_shard_checkpoint(directory: str | Path, name: str, shard: int, num_shar
             training=TrainingConfig(**manifest["training"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError, ParameterServerError) as exc:
-        raise _damaged(info, info.manifest_file, f"its contents do not parse ({exc!r})") from exc
+        raise damaged(info, info.manifest_file, f"its contents do not parse ({exc!r})") from exc
     actual = {k: (v.dtype, v.shape) for k, v in checkpoint.tensors.items()}
     if actual != expected:
-        raise _damaged(info, data_file, f"its tensors {_describe(actual)} are not the manifest's {_describe(expected)}")
+        raise damaged(info, data_file, f"its tensors {_describe(actual)} are not the manifest's {_describe(expected)}")
     return checkpoint
-
-
-def _read_manifest(info: CheckpointInfo) -> dict[str, Any]:
-    """The manifest, checked far enough to trust its file record and that it belongs where it lies."""
-    path = info.manifest_file
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise  # the caller decides: skipped by listing, NOT_FOUND when asked for by name
-    except OSError as exc:
-        raise ParameterServerError(
-            f"checkpoint {info.name}: cannot read manifest {path}: {exc}", "FAILED_PRECONDITION"
-        ) from exc
-    try:
-        manifest = json.loads(raw)  # bytes: bad UTF-8 is damage too, caught here
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _damaged(info, path, f"it is not JSON ({exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise _damaged(info, path, f"it is not a {FORMAT} manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        # Not damage: a newer writer. Still unloadable here, so not a checkpoint for listing either.
-        raise ParameterServerError(
-            f"checkpoint {info.name}: manifest {path} has format version {manifest.get('format_version')!r}; "
-            f"this cellgraph reads version {FORMAT_VERSION}",
-            "FAILED_PRECONDITION",
-        )
-    for key, want in (("shard", info.shard), ("num_shards", info.num_shards), ("global_step", info.step)):
-        if manifest.get(key) != want:
-            raise _damaged(info, path, f"its {key} is {manifest.get(key)!r}, where its name and place say {want}")
-    record = manifest.get("file")
-    if (
-        not isinstance(record, dict)
-        or not isinstance(record.get("size"), int)
-        or not isinstance(record.get("sha256"), str)
-    ):
-        raise _damaged(info, path, f"its file record {record!r} lacks an integer size and a sha256")
-    return manifest
 
 
 # ---------------------------------------------------------------------- helpers
@@ -573,43 +519,12 @@ def _shard_lock(root: Path, shard: int, num_shards: int) -> threading.Lock:
         return _LOCKS.setdefault(key, threading.Lock())
 
 
-def _spec_to_json(spec: VariableSpec) -> dict[str, Any]:
-    return {
-        "name": spec.name,
-        "dtype": np.dtype(spec.dtype).name,
-        "shape": list(spec.shape),
-        "full_shape": None if spec.full_shape is None else list(spec.full_shape),
-        "rows": None if spec.rows is None else list(spec.rows),
-        "moving": spec.moving,
-    }
-
-
-def _spec_from_json(raw: dict[str, Any]) -> VariableSpec:
-    full_shape, rows = raw["full_shape"], raw["rows"]
-    return VariableSpec(
-        name=str(raw["name"]),
-        dtype=np.dtype(raw["dtype"]),
-        shape=tuple(int(d) for d in raw["shape"]),
-        full_shape=None if full_shape is None else tuple(int(d) for d in full_shape),
-        rows=None if rows is None else (int(rows[0]), int(rows[1])),
-        moving=bool(raw.get("moving", False)),  # absent from manifests written before moving statistics
-    )
-
-
 def _describe(tensors: Mapping[str, tuple[np.dtype, tuple[int, ...]]]) -> str:
     return "{" + ", ".join(f"{k}: {dtype}{fmt(shape)}" for k, (dtype, shape) in sorted(tensors.items())) + "}"
 
 
 def _invalid(message: str) -> ParameterServerError:
     return ParameterServerError(message, "INVALID_ARGUMENT")
-
-
-def _damaged(info: CheckpointInfo, path: Path, why: str) -> ParameterServerError:
-    # DATA_LOSS would be the exact status, but the service answers with STATUS_CODES only.
-    return ParameterServerError(
-        f"checkpoint {info.name} for shard {info.shard} of {info.num_shards} is damaged: file {path}: {why}",
-        "FAILED_PRECONDITION",
-    )
 
 
 def _not_found(info: CheckpointInfo) -> ParameterServerError:

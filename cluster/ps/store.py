@@ -14,8 +14,6 @@ server follows the trajectory it would follow in one process.
 
 from __future__ import annotations
 
-import asyncio
-import math
 import threading
 import time
 import weakref
@@ -28,7 +26,8 @@ from ...dataflow.kernels.cpu.training import all_finite
 from ...dataflow.shapes import fmt
 from ..errors import ParameterServerError
 from .config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec, listed, quoted
-from .records import PushOutcome, Replica, StoreState, StoreStats, Waiter
+from .records import PushOutcome, Replica, StoreState, StoreStats
+from .step_waiters import StepWaiters, check_timeout
 from .updates import STEP_COUNT_DTYPE, STEP_COUNT_SLOT, UPDATES
 
 TRAINABLE = ("float32", "float64")
@@ -149,7 +148,7 @@ class ParameterStore:
         # An update copies a tensor first only while a reader still holds that view (see _own).
         self._lent: dict[str, weakref.ref[np.ndarray]] = {}
         # Calls awaiting a later step (until_step): futures on the server's event loop, not threads.
-        self._waiters: set[Waiter] = set()
+        self._waiters = StepWaiters(self._lock)
 
     def _check_initial(self, initial: Mapping[str, np.ndarray]) -> None:
         problem = _key_mismatch("initial values", initial, self.specs)
@@ -418,27 +417,16 @@ class ParameterStore:
             # server writes it outside the lock (take_snapshot). A newer one replaces one not yet taken.
             self._snapshot = self._lend_state()
         self._lock.notify_all()
-        self._wake()
-
-    def _wake(self, error: ParameterServerError | None = None) -> None:
-        """Settle every waiter whose step is reached, or all of them with ``error``; called under the lock."""
-        done = [w for w in self._waiters if error is not None or self._global_step >= w.step]
-        for waiter in done:
-            self._waiters.discard(waiter)
-            waiter.settle(error if error is not None else self._global_step)
+        self._waiters.release(self._global_step)
 
     def abort_waiters(self, message: str, code: str) -> int:
         """End every call awaiting a step with ``ParameterServerError(message, code)``; return how many there were."""
-        with self._lock:
-            count = len(self._waiters)
-            self._wake(ParameterServerError(message, code))
-            return count
+        return self._waiters.abort(ParameterServerError(message, code))
 
     @property
     def waiting(self) -> int:
         """How many calls await a later step now."""
-        with self._lock:
-            return len(self._waiters)
+        return len(self._waiters)
 
     def take_snapshot(self) -> StoreState | None:
         """The state copied at the latest multiple of ``checkpoint_every`` not yet taken (then forgotten)."""
@@ -458,10 +446,7 @@ class ParameterStore:
         >>> store.wait_for_step(0, timeout=1.0)
         0
         """
-        if not (math.isfinite(timeout) and timeout >= 0):
-            raise ParameterServerError(
-                f"timeout must be a finite number of seconds, 0 or more, got {timeout}", "INVALID_ARGUMENT"
-            )
+        check_timeout(timeout)
         with self._lock:
             if not self._lock.wait_for(lambda: self._global_step >= step, timeout):
                 raise ParameterServerError(self._waiting_message(step, timeout), "DEADLINE_EXCEEDED")
@@ -475,25 +460,16 @@ class ParameterStore:
         ``DEADLINE_EXCEEDED`` as ``wait_for_step`` does; a restore or a stopping
         server ends it with the error they give (``abort_waiters``).
         """
-        if not (math.isfinite(timeout) and timeout >= 0):
-            raise ParameterServerError(
-                f"timeout must be a finite number of seconds, 0 or more, got {timeout}", "INVALID_ARGUMENT"
-            )
-        loop = asyncio.get_running_loop()
+        check_timeout(timeout)
         with self._lock:
             if self._global_step >= step:
                 return self._global_step
-            waiter = Waiter(step, loop, loop.create_future())
-            self._waiters.add(waiter)
+            waiter = self._waiters.park(step)
         try:
-            async with asyncio.timeout(timeout):
-                return await waiter.future
+            return await self._waiters.outcome(waiter, timeout)
         except TimeoutError:
             with self._lock:
                 raise ParameterServerError(self._waiting_message(step, timeout), "DEADLINE_EXCEEDED") from None
-        finally:
-            with self._lock:
-                self._waiters.discard(waiter)
 
     def _waiting_message(self, step: int, timeout: float) -> str:
         now = self._global_step
@@ -587,7 +563,7 @@ class ParameterStore:
             self._discard_aggregation()
             self._snapshot = None  # copied from the state this one replaces
             self._lock.notify_all()
-            self._wake(
+            self._waiters.abort(
                 ParameterServerError(
                     f"{reason} (job {self.job_id!r}, global step {self._global_step}) while this call waited "
                     "for a later step; the gradients of the step in progress were discarded: register again, "

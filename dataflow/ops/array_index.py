@@ -27,7 +27,7 @@ from ..kernels.cpu import array_index as k
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, OpDef, Shape, TensorSpec, not_differentiable, register_op
 from ..shapes import fmt
-from .base import TensorLike, apply, as_tensor, graph_of
+from .base import TensorLike, apply, as_tensor, fits, graph_of
 
 FAMILY = "array"
 Dys = list[Tensor | None]
@@ -40,10 +40,23 @@ def _dy(dys: Dys) -> Tensor:
     return dy
 
 
-def _check_indices(ctx: InferContext, indices: TensorSpec, target: Shape, what: str) -> int:
-    """The depth ``k`` of ``indices`` (its last dim) into ``target``, or a ShapeError/DTypeError."""
+def _check_index_dtype(ctx: InferContext, indices: TensorSpec) -> None:
     if indices.dtype not in INTS:
         raise ctx.dtype_error(f"indices must be int32 or int64, got {indices.dtype}")
+
+
+def _check_updates(ctx: InferContext, updates: TensorSpec, indices: TensorSpec, into: Shape, expected: Shape) -> None:
+    """A ShapeError unless ``updates`` fit the ``expected`` shape of what ``indices`` address in ``into``."""
+    if not fits(updates.shape, expected):
+        raise ctx.shape_error(
+            f"updates {fmt(updates.shape)} do not fit indices {fmt(indices.shape)} into {fmt(into)}: "
+            f"expected {fmt(expected)}"
+        )
+
+
+def _check_indices(ctx: InferContext, indices: TensorSpec, target: Shape, what: str) -> int:
+    """The depth ``k`` of ``indices`` (its last dim) into ``target``, or a ShapeError/DTypeError."""
+    _check_index_dtype(ctx, indices)
     if indices.rank == 0 or indices.shape[-1] is None:
         raise ctx.shape_error(
             f"indices {fmt(indices.shape)} need a last dim of known size: the number of coordinates per row"
@@ -63,14 +76,7 @@ def _infer_gather_nd(ctx: InferContext) -> TensorSpec:
 
 def _infer_scatter(ctx: InferContext, indices: TensorSpec, updates: TensorSpec, shape: Shape) -> TensorSpec:
     depth = _check_indices(ctx, indices, shape, "the output")
-    expected = indices.shape[:-1] + shape[depth:]
-    if len(updates.shape) != len(expected) or any(
-        a is not None and b is not None and a != b for a, b in zip(updates.shape, expected)
-    ):
-        raise ctx.shape_error(
-            f"updates {fmt(updates.shape)} do not fit indices {fmt(indices.shape)} into {fmt(shape)}: "
-            f"expected {fmt(expected)}"
-        )
+    _check_updates(ctx, updates, indices, shape, indices.shape[:-1] + shape[depth:])
     return TensorSpec(shape, updates.dtype)
 
 
@@ -107,14 +113,19 @@ def _ref_gather_nd(attrs: Attrs, params: np.ndarray, indices: np.ndarray) -> np.
     return slices.reshape(indices.shape[:-1] + params.shape[depth:])
 
 
-def _ref_scatter(indices: np.ndarray, updates: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """NumPy's ``add.at``: the plain statement of the sum (the kernel is a Numba loop)."""
-    out = np.zeros(shape, updates.dtype)
+def _fold_rows(out: np.ndarray, indices: np.ndarray, updates: np.ndarray, fold: Any, what: str) -> np.ndarray:
+    """Fold each row's update into ``out`` in turn (a repeated row folds again): the plain statement
+    of a scatter, one row at a time (the kernels are Numba loops)."""
     rows = _rows(indices)
-    for row, update in zip(rows, updates.reshape((rows.shape[0],) + tuple(shape[indices.shape[-1] :]))):
-        _check_row(row, shape, "output")
-        out[tuple(row)] += update
+    for row, update in zip(rows, updates.reshape((rows.shape[0],) + out.shape[indices.shape[-1] :])):
+        _check_row(row, out.shape, what)
+        out[tuple(row)] = fold(out[tuple(row)], update)
     return out
+
+
+def _ref_scatter(indices: np.ndarray, updates: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Zeros of ``shape`` with the updates summed in."""
+    return _fold_rows(np.zeros(shape, updates.dtype), indices, updates, np.add, "output")
 
 
 register_op(OpDef(
@@ -140,8 +151,7 @@ register_op(OpDef(
 # ---------------------------------------------- gather with batch_dims
 def _check_batch(ctx: InferContext, params: Shape, indices: TensorSpec) -> tuple[int, int]:
     batch_dims, axis = ctx.attrs["batch_dims"], ctx.attrs["axis"]
-    if indices.dtype not in INTS:
-        raise ctx.dtype_error(f"indices must be int32 or int64, got {indices.dtype}")
+    _check_index_dtype(ctx, indices)
     if not 0 <= batch_dims <= indices.rank:
         raise ctx.shape_error(f"batch_dims {batch_dims} is out of range for indices {fmt(indices.shape)}")
     if not batch_dims <= axis < len(params):
@@ -167,13 +177,7 @@ def _infer_batch_gather(ctx: InferContext) -> TensorSpec:
 def _infer_batch_gather_grad(ctx: InferContext) -> TensorSpec:
     updates, indices, like = ctx.inputs
     batch_dims, axis = _check_batch(ctx, like.shape, indices)
-    expected = k.batch_gather_shape(like.shape, indices.shape, batch_dims, axis)
-    if len(updates.shape) != len(expected) or any(
-        a is not None and b is not None and a != b for a, b in zip(updates.shape, expected)
-    ):
-        raise ctx.shape_error(
-            f"updates {fmt(updates.shape)} do not fit indices {fmt(indices.shape)} into {fmt(like.shape)}"
-        )
+    _check_updates(ctx, updates, indices, like.shape, k.batch_gather_shape(like.shape, indices.shape, batch_dims, axis))
     return TensorSpec(like.shape, updates.dtype)
 
 
@@ -239,13 +243,7 @@ _FOLD = {"max": np.maximum, "min": np.minimum, "mul": np.multiply}
 
 
 def _ref_tensor_scatter(attrs: Attrs, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
-    out = np.array(data)
-    fold = _FOLD[attrs["reduction"]]
-    rows = _rows(indices)
-    for row, update in zip(rows, updates.reshape((rows.shape[0],) + data.shape[indices.shape[-1] :])):
-        _check_row(row, data.shape, "tensor")
-        out[tuple(row)] = fold(out[tuple(row)], update)
-    return out
+    return _fold_rows(np.array(data), indices, updates, _FOLD[attrs["reduction"]], "tensor")
 
 
 register_op(OpDef(

@@ -30,7 +30,7 @@ from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelFactory, OpDef, TensorSpec, register_op
 from ..shapes import fmt
 from .array import concat, expand_dims, getitem, reshape, squeeze, transpose
-from .base import TensorLike, apply, apply_node, as_tensor, graph_of
+from .base import TensorLike, apply, apply_node, as_tensor, fits, graph_of
 from .math import sum_to_shape_of, zeros_like
 
 FAMILY = "array"
@@ -186,9 +186,7 @@ def stack(values: Sequence[TensorLike], axis: int = 0, name: str = "stack") -> T
     tensors = [as_tensor(v, graph=g) for v in values]
     first = tensors[0]
     for t in tensors[1:]:
-        if len(t.shape) != len(first.shape) or any(
-            x is not None and y is not None and x != y for x, y in zip(t.shape, first.shape)
-        ):
+        if not fits(t.shape, first.shape):
             raise ShapeError(
                 f"stack needs tensors of one shape: {first.name!r} is {fmt(first.shape)}, {t.name!r} is {fmt(t.shape)}"
             )
@@ -210,11 +208,7 @@ def _infer_tile_grad(ctx: InferContext) -> TensorSpec:
     g, x = ctx.inputs
     multiples = ctx.attrs["multiples"]
     tiled = tuple(None if d is None else d * m for d, m in zip(x.shape, multiples))
-    if (
-        len(multiples) != x.rank
-        or g.rank != x.rank
-        or any(a is not None and b is not None and a != b for a, b in zip(g.shape, tiled))
-    ):
+    if len(multiples) != x.rank or not fits(g.shape, tiled):
         raise ctx.shape_error(f"gradient {fmt(g.shape)} is not {fmt(x.shape)} tiled {multiples}")
     return TensorSpec(x.shape, g.dtype)
 

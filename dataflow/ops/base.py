@@ -8,7 +8,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from ..dtypes import as_dtype, is_float
+from ..dtypes import DTYPES, as_dtype, is_float, kind
 from ..errors import DTypeError
 from ..graph import Graph, Node, Tensor, get_default_graph
 from ..opdef import InferContext, Shape, TensorSpec
@@ -60,18 +60,21 @@ def operand_array(value: Any, dtype: str, op: str | None = None) -> np.ndarray:
     target = np.dtype(as_dtype(dtype))
     where = f"{op}: " if op else ""
     what = _short(value) if array.ndim == 0 else f"{_a(array.dtype.name)} array"
-    if array.dtype.kind not in "biuf":
+    # bfloat16 is an extension type (NumPy kind 'V'): ask cellgraph's kind of it.
+    source = kind(array.dtype.name) if array.dtype.name in DTYPES else array.dtype.kind
+    if source not in "biuf":
         raise DTypeError(f"{where}cannot use {what} ({array.dtype}) as {_a(dtype)} value")
-    if array.ndim == 0 and array.dtype.kind == "f" and target.kind in "iub":
+    if array.ndim == 0 and source == "f" and target.kind in "iub":
         if not np.array_equal(array, np.round(array)):
             # x + 1.5 with an int32 x must not quietly become x + 1.
             raise DTypeError(f"{where}cannot use {value!r} as {_a(dtype)} value: it is not a whole number")
-    elif not np.can_cast(array.dtype, target, "same_kind"):
+    # int -> int of either signedness is fine when every value fits (checked below): x + 1 with a uint8 x.
+    elif not (source in "iu" and target.kind in "iu") and not np.can_cast(array.dtype, target, "same_kind"):
         raise DTypeError(
             f"{where}cannot use {_a(array.dtype.name)} {'value' if array.ndim == 0 else 'array'} as {_a(dtype)} "
             f"operand: that changes its kind; convert it first (e.g. np.asarray(value, {dtype!r}))"
         )
-    if target.kind in "iu" and array.size and array.dtype.kind in "iuf":
+    if target.kind in "iu" and array.size and source in "iuf":
         info = np.iinfo(target)
         low, high = array.min(), array.max()
         if low < info.min or high > info.max:
@@ -84,7 +87,7 @@ def operand_array(value: Any, dtype: str, op: str | None = None) -> np.ndarray:
 
 def _a(noun: str) -> str:
     """``noun`` with its indefinite article: "an int32", "a float32"."""
-    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+    return f"{'an' if noun[0] in 'aeio' else 'a'} {noun}"  # "a uint8": the u sounds like "you"
 
 
 def _short(value: Any) -> str:
@@ -133,7 +136,7 @@ def infer_same(ctx: InferContext) -> TensorSpec:
 
 def infer_float_unary(ctx: InferContext) -> TensorSpec:
     x = ctx.inputs[0]
-    if x.dtype not in ("float32", "float64"):
+    if not is_float(x.dtype):
         raise ctx.dtype_error(f"expects a float tensor, got {x.dtype}")
     return x
 
@@ -151,7 +154,7 @@ def infer_broadcast(ctx: InferContext, out_dtype: str | None = None) -> TensorSp
 
 def infer_float_broadcast(ctx: InferContext) -> TensorSpec:
     spec = infer_broadcast(ctx)
-    if spec.dtype not in ("float32", "float64"):
+    if not is_float(spec.dtype):
         raise ctx.dtype_error(f"expects float tensors, got {spec.dtype}")
     return spec
 

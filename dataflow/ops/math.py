@@ -177,7 +177,13 @@ def _grad_cast(node: Node, dys: Dys) -> list[Tensor | None]:
 
 def _cast_kernel(node: Node, ctx: Any) -> Any:
     dtype = np.dtype(node.attrs["dtype"])
-    return lambda x: x.astype(dtype)
+
+    def cast_kernel(x: np.ndarray) -> np.ndarray:
+        # Past a narrow float's range the cast is inf, as IEEE 754 defines it: not worth a warning.
+        with np.errstate(over="ignore"):
+            return x.astype(dtype)
+
+    return cast_kernel
 
 
 register_op(OpDef(

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from ..dtypes import FLOATS, INTS
+from ..dtypes import COMPUTE_DTYPE, FLOATS, INTS
 from ..graph import Node, Tensor
 from ..kernels.cpu import math_more as mk
 from ..kernels.cuda import cuda_kernel
@@ -70,7 +70,8 @@ def typed_kernel(fn: Callable[..., Any], *constants: float | str) -> KernelFacto
     rank-0 operands, so a rank-0 node's result is wrapped back into an array."""
 
     def factory(node: Node, ctx: KernelContext) -> Callable[..., Any]:
-        dtype = np.dtype(node.inputs[-1].dtype)
+        # A half input reaches the kernel as float32 (kernels/storage.py): so do the constants.
+        dtype = np.dtype(COMPUTE_DTYPE.get(node.inputs[-1].dtype, node.inputs[-1].dtype))
         values = [dtype.type(node.attrs[c] if isinstance(c, str) else c) for c in constants]
         out = np.dtype(node.specs[0].dtype)
         if node.specs[0].shape:

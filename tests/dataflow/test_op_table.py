@@ -35,6 +35,8 @@ BUILT_INDIRECTLY = {"Placeholder": "a placeholder is fed, never computed: its ro
 NO_ROW = {
     "Send": "moves a value to another partition and computes nothing: tests/dataflow/test_partition.py",
     "Recv": "yields what its Send was given, nothing of its own: tests/dataflow/test_partition.py",
+    "UpdateLossScale": "moves cg.optim.mixed_precision's loss scale and counters in place: "
+    "tests/dataflow/test_mixed_precision.py",
 }
 
 

@@ -42,6 +42,11 @@ def _gemm_each(a3, b3, ia, ib, ta, tb, out):  # type: ignore[no-untyped-def]
     return out
 
 
+# At or below this many multiply-adds per matrix NumPy's matmul loop beats one BLAS call per matrix, whose
+# fixed cost is several times an 8x8x8 product's arithmetic (attention over 8 tokens made 256 such calls).
+SMALL = 16 * 16 * 16
+
+
 def batch_index(batch: tuple[int, ...], full: tuple[int, ...]) -> np.ndarray:
     """For each matrix of the broadcast batch ``full`` (C order), the flat index of the
     matrix of an operand with batch dims ``batch`` that it reads."""
@@ -73,6 +78,8 @@ def batch_matmul(transpose_a: bool, transpose_b: bool) -> Callable[[np.ndarray, 
             out2 = np.empty((flat_a.shape[0], n), a.dtype)
             np.dot(flat_a, rhs, out2)
             return out2.reshape(shape)  # b has no batch dims: a's are the whole batch
+        if m * n * k <= SMALL:  # broadcasts by strides, without a copy, as the index map does
+            return np.matmul(np.swapaxes(a, -1, -2) if transpose_a else a, np.swapaxes(b, -1, -2) if transpose_b else b)
         out = np.empty((math.prod(full), m, n), a.dtype)
         ia, ib = batch_index(a.shape[:-2], full), batch_index(b.shape[:-2], full)
         _gemm_each(_matrices(a), _matrices(b), ia, ib, transpose_a, transpose_b, out)

@@ -90,7 +90,7 @@ def segment_kernel(
         env: dict[Key, Any] = dict(embedded)
         env.update((_key(t), x) for t, x in zip(dynamic, xs, strict=True))
         for node, kernel in members:
-            env[_key(node.output(0))] = kernel(*(env[_key(t)] for t in node.inputs))
+            env[_key(node.output(0))] = kernel(*(env[_key(t)] for t in segment.reads(node)))
         return env[_key(segment.output)]
 
     def run(*xs: Any) -> Any:
