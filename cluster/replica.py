@@ -8,11 +8,13 @@ the parameter servers, and loops:
 
 1. take the next ``batch_size`` rows of its shard (shuffled once per epoch),
 2. run ``[loss, *gradients]`` with the variables' values fed from the last pull,
-3. ``push_pull`` the gradients, tagged with the global step the values came
-   from; a ``sync`` replica asks for the values of the next step
-   (``min_step=step + 1``), so it waits for the other replicas' gradients,
-   an ``async`` one takes whatever the servers have now. A ``stale`` push
-   (dropped by the servers) just continues with the fresh values.
+3. push the gradients as backprop computes them, tagged with the global step
+   the values came from, then pull; a ``sync`` replica asks for the values of
+   the next step (``min_step=step + 1``), so it waits for the other replicas'
+   gradients, an ``async`` one takes whatever the servers have now. A
+   ``stale`` push (dropped by the servers) just continues with the fresh
+   values. The next step starts while that pull is still arriving
+   (``replica_loop.py``).
 
 It stops when the global step reaches ``spec.steps`` or when ``stop`` is set
 (after finishing its current step). Every wait is bounded by the client's
@@ -73,8 +75,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -87,6 +88,7 @@ from .errors import ParameterServerError
 from .ps.client import ParameterClient
 from .ps.config import Mode, VariableSpec
 from .ps.results import PullResult
+from .replica_loop import TrainingLoop, naming
 from .training_graph import LoadedGraph, TrainingError, TrainingGraph, load
 
 # The keys of every metrics message, in the order a table would show them.
@@ -260,7 +262,7 @@ def run_replica(
         except ParameterServerError as err:
             pulled = link.rejoin(err, 0, stop)  # a rerun replica may start while its servers are being restarted
         loop_start = time.perf_counter()
-        stopped = pulled is None or _train(spec, loaded, batches, link, pulled, meter, stop)
+        stopped = pulled is None or TrainingLoop(spec, loaded, batches, link, meter, stop).run(pulled)
         seconds = time.perf_counter() - loop_start
     finally:
         link.client.close()
@@ -279,78 +281,6 @@ def run_replica(
     }
 
 
-def _train(
-    spec: ReplicaSpec,
-    loaded: LoadedGraph,
-    batches: _Batches,
-    link: _Link,
-    pulled: PullResult,
-    meter: _Meter,
-    stop: StopSignal | None,
-) -> bool:
-    """The pull-compute-push loop; True if ``stop`` ended it."""
-    sync = spec.mode == "sync"
-    step, values = pulled.global_step, pulled.values
-    meter.start(step)
-    while step < spec.steps:
-        if stop is not None and stop.is_set():
-            return True
-        began = time.perf_counter()
-        # Each gradient leaves for its parameter server the moment backprop has computed it, while the rest
-        # is computed (communication hidden behind compute); the step's values are used up by the time the
-        # pull answers, so the next ones are pulled into the same buffers.
-        streamed = link.client.start_step(
-            step=step,
-            replica_id=spec.replica_id,
-            min_step=step + 1 if sync else None,
-            names=spec.graph.held,
-            out=values,
-        )
-        try:
-            loss, grads = loaded.compute(values, batches.next(), on_gradient=streamed.push if spec.overlap else None)
-            if not spec.overlap:  # the baseline: every gradient leaves after the backward pass
-                for name, grad in grads.items():
-                    streamed.push(name, grad)
-        except BaseException as err:
-            streamed.abort()  # whatever stopped the step (a KeyboardInterrupt too), its held streams go back
-            if isinstance(err, CellgraphError) and not isinstance(err, ParameterServerError):
-                raise TrainingError(f"{spec.name} failed computing step {step}: {err}") from err
-            raise
-        staleness, overlap = 0, 0.0
-        try:
-            with _naming(spec, f"step {step}"):
-                result = streamed.finish()
-            pushed, pulled, overlap = result.pushed, result.pulled, result.overlap
-            staleness = pushed.staleness
-        except ParameterServerError as err:
-            if err.code == "ALREADY_EXISTS":
-                # This replica's gradient for this step was counted already (a push retried after its answer was
-                # lost, or a rerun replica's second push): wait for the step like any other pusher.
-                try:
-                    with _naming(spec, f"step {step}"):
-                        pulled = link.client.pull(
-                            spec.graph.held, min_step=step + 1, replica_id=spec.replica_id, out=values
-                        )
-                except ParameterServerError as waited:
-                    rejoined = link.rejoin(waited, step, stop)
-                    if rejoined is None:
-                        return True
-                    step, values = rejoined.global_step, rejoined.values
-                    continue
-            else:
-                rejoined = link.rejoin(err, step, stop)
-                if rejoined is None:
-                    return True
-                step, values = rejoined.global_step, rejoined.values
-                continue  # this step's gradient was computed from values the restored servers no longer hold
-        # A "stale" push was dropped; the values pulled with it are fresh all the same.
-        link.rejoins_in_row = 0
-        step, values = pulled.global_step, pulled.values
-        traffic = sum(g.nbytes for g in grads.values()) + sum(v.nbytes for v in pulled.values.values())
-        meter.record(step, loss, time.perf_counter() - began, staleness, traffic, overlap)
-    return False
-
-
 class _Link:
     """The replica's client of the job's parameter servers, re-opened at their new addresses when they move."""
 
@@ -366,7 +296,7 @@ class _Link:
     def join(self) -> PullResult:
         """Register with the servers, check they hold this graph's job, and pull every variable."""
         spec = self.spec
-        with _naming(spec, "joining the job"):
+        with naming(spec, "joining the job"):
             info = self.client.register(spec.replica_id)
             _check_job(spec, {name: pieces[0][1] for name, pieces in info.layout.items()}, info.training.mode)
             return self.client.pull(spec.graph.held, replica_id=spec.replica_id)
@@ -436,15 +366,6 @@ def _dask_worker() -> Any:
         return get_worker()
     except ValueError:  # "No worker found": not inside a task
         return None
-
-
-@contextmanager
-def _naming(spec: ReplicaSpec, what: str) -> Iterator[None]:
-    """Put the replica's name in front of a parameter-server error (the client's message names the server)."""
-    try:
-        yield
-    except ParameterServerError as err:
-        raise ParameterServerError(f"{spec.name}, {what}: {err}", err.code) from err
 
 
 def _check_job(spec: ReplicaSpec, held: dict[str, VariableSpec], mode: str) -> None:

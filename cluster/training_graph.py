@@ -261,14 +261,21 @@ class LoadedGraph:
         values: Mapping[str, np.ndarray],
         batch: Sequence[np.ndarray],
         on_gradient: Callable[[str, np.ndarray], None] | None = None,
+        wait: Callable[[str], None] | None = None,
     ) -> tuple[float, dict[str, np.ndarray]]:
         """The loss and each variable's gradient for variable ``values`` and one ``batch``.
 
         ``values`` must have the variables' dtypes and shapes (as pulled from
         a parameter server); ``batch`` those of the placeholders (``convert``).
         ``on_gradient(name, gradient)`` is called the moment each gradient is
-        computed, while backprop goes on (a replica sends it then).
+        computed, while backprop goes on (a replica sends it then). With
+        ``wait``, ``values`` may still be arriving: ``wait(name)`` is called
+        just before the first kernel that reads variable ``name`` (with
+        ``on_gradient`` only).
         """
+        if wait is not None:
+            for name in self._states:  # copied below, before any kernel runs
+                wait(name)
         # The parameter service hands a 0-d variable back with shape (1,) (np.ascontiguousarray in
         # ParameterClient.init makes it 1-d); reshape is a view, and free when the shape already fits.
         # A moving statistic is fed a copy (small): an unplaced graph's own assignment writes the new value into
@@ -292,7 +299,16 @@ class LoadedGraph:
                 if i > 0:  # fetch 0 is the loss
                     on_gradient(names[i - 1], pushed(i - 1, value))
 
-            loss, *fetched = self._run.stream(ready, *feeds, *batch)
+            if wait is None:
+                loss, *fetched = self._run.stream(ready, *feeds, *batch)
+            else:
+                variables = self.names
+
+                def before_use(i: int) -> None:
+                    if i < len(variables):  # the feeds after the variables are the batch's, here already
+                        wait(variables[i])
+
+                loss, *fetched = self._run.stream_gated(ready, before_use, *feeds, *batch)
         return float(loss), {name: pushed(i, value) for i, (name, value) in enumerate(zip(names, fetched))}
 
 

@@ -88,6 +88,7 @@ class Plan:
         self._run: Callable[..., tuple[Any, ...]] = namespace["run"]
         self._namespace = namespace
         self._streaming: Callable[..., tuple[Any, ...]] | None = None  # made at the first stream()
+        self._gated: Callable[..., tuple[Any, ...]] | None = None  # made at the first stream_gated()
 
     def _schedule(
         self, fetches: list[Tensor], targets: list[Node], device: str, transport: Any
@@ -162,9 +163,10 @@ class Plan:
                 names.setdefault(_key(t), f"c{j}" if step.constant else f"v{j}_{i}")
         return names
 
-    def _generate(self, notify: bool = False) -> tuple[str, dict[int, Step]]:
+    def _generate(self, notify: bool = False, gate: bool = False) -> tuple[str, dict[int, Step]]:
         """The plan as one Python function; with ``notify``, it calls ``_on(i, value)`` the moment fetch ``i``
-        has been computed (``stream``), not only at the end."""
+        has been computed (``stream``), not only at the end; with ``gate``, ``_wait(i)`` just before the first
+        kernel that reads feed ``i`` (a feed no kernel reads: before the return)."""
         names = self._names()
         fetched = {names[_key(t)] for t in self.fetches}
         last: dict[str, int] = {}
@@ -176,7 +178,8 @@ class Plan:
             if name not in fetched and name.startswith("v"):
                 dying.setdefault(j, []).append(name)
         params = ", ".join(f"f{i}" for i in range(len(self.feeds)))
-        lines = [f"def run({params}{', _on' if notify else ''}):"]
+        lines = [f"def run({params}{', _on' if notify else ''}{', _wait' if gate else ''}):"]
+        unread = set(range(len(self.feeds))) if gate else set()
         fetch_indices: dict[str, list[int]] = {}
         for i, t in enumerate(self.fetches):
             fetch_indices.setdefault(names[_key(t)], []).append(i)
@@ -185,6 +188,9 @@ class Plan:
             if step.constant:
                 continue
             args = ", ".join(names[_key(t)] for t in step.inputs)
+            for i in sorted(unread.intersection(_feed_indices(step, names))):
+                lines.append(f"    _wait({i})")
+                unread.discard(i)
             outs = [names[_key(t)] for t in step.outputs]
             call = f"k{j}({args})"
             lines.append(f"    {', '.join(outs)} = {call}" if outs else f"    {call}")
@@ -197,6 +203,7 @@ class Plan:
                     )
             if dying.get(j):
                 lines.append(f"    del {', '.join(dying[j])}")
+        lines += [f"    _wait({i})" for i in sorted(unread)]
         results = []
         for i, t in enumerate(self.fetches):
             name = names[_key(t)]
@@ -253,6 +260,46 @@ class Plan:
             return self._streaming(*feed_values, on_fetch)
         except Exception as exc:
             filename, lines = self._stream_source
+            step = _failed_step_in(exc, filename, lines)
+            if step is None:
+                raise
+            raise ExecutionError(_failure(step, exc)) from exc
+
+    def stream_gated(
+        self, on_fetch: Callable[[int, Any], None], before_use: Callable[[int], None], *feed_values: np.ndarray
+    ) -> tuple[Any, ...]:
+        """``stream``, calling ``before_use(i)`` just before the first kernel that reads feed ``i``.
+
+        A replica's next step starts while its variables are still arriving
+        from the parameter servers: each feed is waited for where it is first
+        needed, so the first layers compute while the last ones' values are on
+        the wire.
+
+        Examples
+        --------
+        >>> import cellgraph as cg
+        >>> g = cg.Graph()
+        >>> with g.as_default():
+        ...     x = cg.placeholder((2,), name="x")
+        ...     w = cg.placeholder((2,), name="w")
+        ...     z = (x * 2.0) * w
+        >>> seen = []
+        >>> plan = cg.Session(g, fuse=False).make_callable([z], [x, w])
+        >>> _ = plan.stream_gated(lambda i, v: seen.append(f"fetch {i}"), lambda i: seen.append(f"feed {i}"),
+        ...                       np.ones(2, np.float32), np.ones(2, np.float32))
+        >>> seen  # w (feed 1) is waited for only when x * 2 is done and the product needs it
+        ['feed 0', 'feed 1', 'fetch 0']
+        """
+        if self._gated is None:
+            source, lines = self._generate(notify=True, gate=True)
+            filename = f"{self._filename[:-1]} gated>"
+            namespace = dict(self._namespace)
+            exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+            self._gated, self._gated_source = namespace["run"], (filename, lines)
+        try:
+            return self._gated(*feed_values, on_fetch, before_use)
+        except Exception as exc:
+            filename, lines = self._gated_source
             step = _failed_step_in(exc, filename, lines)
             if step is None:
                 raise
@@ -322,6 +369,11 @@ def _failed_step_in(exc: BaseException, filename: str, line_to_step: dict[int, S
             return line_to_step.get(tb.tb_lineno)
         tb = tb.tb_next
     return None
+
+
+def _feed_indices(step: Step, names: dict[tuple[int, int], str]) -> list[int]:
+    """The feeds ``step``'s kernel reads (feed ``i`` is named ``f{i}`` in the generated code)."""
+    return [int(name[1:]) for name in (names[_key(t)] for t in step.inputs) if name.startswith("f")]
 
 
 def _bind(node: Node, ctx: KernelContext, device: str, folding: Folding) -> Callable[..., Any]:

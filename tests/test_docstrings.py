@@ -60,7 +60,6 @@ NO_EXAMPLES = {
     "cellgraph.dataflow.kernels.cpu.pool",
     "cellgraph.dataflow.kernels.cpu.reduce",
     "cellgraph.dataflow.kernels.cpu.scalar",
-    "cellgraph.dataflow.kernels.cpu.training",
     "cellgraph.dataflow.opdef",
     "cellgraph.dataflow.ops",
     "cellgraph.dataflow.ops.base",

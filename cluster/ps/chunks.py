@@ -133,6 +133,8 @@ class TensorAssembler:
         self._starts: list[int] = []
         self._stops: list[int] = []
         self.received = 0
+        # Set by a server that checked the whole tensor for NaN and Inf as it arrived (the store skips it then).
+        self.finite = False
 
     def _buffer(self) -> np.ndarray:
         """The flat bytes written into (the array made now if it was not yet)."""

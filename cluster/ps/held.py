@@ -35,7 +35,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -68,14 +68,17 @@ def step_frames(
     pull: pb.PullRequest | None,
     wait_s: float,
     max_chunk: int,
-) -> list[bytes]:
+) -> Iterator[bytes]:
     """A step's StepRequest frames: the header, the gradients' chunks packed into messages of up to about
-    ``ONE_MESSAGE_BYTES`` (``more`` set on all but the last), and the pull on the last one."""
+    ``ONE_MESSAGE_BYTES`` (``more`` set on all but the last), and the pull on the last one.
+
+    Made one at a time, as the stream asks for the next: each message is
+    joined (the one copy of its gradients' bytes) while gRPC sends the one
+    before, not all of a big push before its first byte leaves."""
     # The last message's own fields, joined by hand: a copy of the pull into a StepRequest and its
     # serialization cost more than the rest of a small step's framing.
     tail = b"".join([*(length_delimited(_PULL, [pull.SerializeToString()]) if pull is not None else []), _WAIT])
     tail += struct.pack("<d", wait_s)
-    frames: list[bytes] = []
     parts: list[Any] = length_delimited(_HEADER, [header.SerializeToString()]) if header is not None else []
     size = 0
     for spec, piece in pieces:
@@ -83,12 +86,25 @@ def step_frames(
             field = length_delimited(_CHUNKS, chunk)
             nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in field)
             if size and size + nbytes > ONE_MESSAGE_BYTES:
-                frames.append(b"".join([*parts, _MORE]))
+                yield b"".join([*parts, _MORE])
                 parts, size = [], 0
             parts += field
             size += nbytes
-    frames.append(b"".join([*parts, tail]))
-    return frames
+    yield b"".join([*parts, tail])
+
+
+class _FrameSource:
+    """A step's frames from ``step_frames``, read by ``HeldStream._exchange`` like its queue: (frame, is_last)."""
+
+    def __init__(self, frames: Iterator[bytes]) -> None:
+        self._frames = frames
+        self._next: bytes | None = next(frames)  # a step has at least one message
+
+    async def get(self) -> tuple[bytes, bool]:
+        frame = self._next
+        assert frame is not None
+        self._next = next(self._frames, None)
+        return frame, self._next is None
 
 
 class StepTimeout(grpc.RpcError):
@@ -193,14 +209,12 @@ class HeldStream:
         self.broken = False
 
     def step(
-        self, frames: Sequence[bytes], on_answer: Callable[[Framed[pb.StepResponse]], None], seconds: float, scope: Any
+        self, frames: Iterator[bytes], on_answer: Callable[[Framed[pb.StepResponse]], None], seconds: float, scope: Any
     ) -> None:
-        """Send one step's frames and hand each message of its answer to ``on_answer`` (on the loop thread)."""
-        queue: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue()
-        for i, frame in enumerate(frames):  # the loop has not seen the queue yet: filling it here is safe
-            queue.put_nowait((frame, i == len(frames) - 1))
+        """Send one step's frames (made on the loop thread as each is sent) and hand each message of its answer
+        to ``on_answer`` (on the loop thread)."""
         self.broken = True  # until the step's answer is read through
-        STEP_LOOP.run(self._exchange(queue, on_answer, []), seconds, scope)
+        STEP_LOOP.run(self._exchange(_FrameSource(frames), on_answer, []), seconds, scope)
         self.broken = False
 
     def start_streamed(
@@ -216,7 +230,7 @@ class HeldStream:
 
     async def _exchange(
         self,
-        frames: asyncio.Queue[tuple[bytes, bool]],
+        frames: asyncio.Queue[tuple[bytes, bool]] | _FrameSource,
         on_answer: Callable[[Framed[pb.StepResponse]], None],
         sent: list[float],
     ) -> None:
@@ -325,7 +339,7 @@ class PullPlan:
                 request.min_step = min_step
             self.requests[shard] = request
 
-    def receiver(self, shard: int) -> ShardReceiver:
+    def receiver(self, shard: int, on_piece: Callable[[str], None] | None = None) -> ShardReceiver:
         specs = self.specs[shard]
         return ShardReceiver(
             shard,
@@ -333,15 +347,19 @@ class PullPlan:
                 name: TensorAssembler(spec, f"variable '{name}' from shard {shard}", out=rows(self.whole[name], spec))
                 for name, spec in specs.items()
             },
+            on_piece,
         )
 
 
 class ShardReceiver:
     """Writes one shard's pulled chunks into the whole arrays; knows its global step and the versions sent."""
 
-    def __init__(self, shard: int, assemblers: dict[str, TensorAssembler]) -> None:
+    def __init__(
+        self, shard: int, assemblers: dict[str, TensorAssembler], on_piece: Callable[[str], None] | None = None
+    ) -> None:
         self.shard = shard
         self.assemblers = assemblers
+        self.on_piece = on_piece  # told each variable whose piece from this shard is whole (streamed steps)
         self.step = 0
         self.versions: dict[str, int] = {}
 
@@ -356,6 +374,8 @@ class ShardReceiver:
                 )
             assembler.add(value.chunk, content)
             self.step, self.versions[value.chunk.name] = value.global_step, value.version
+            if self.on_piece is not None and assembler.received == assembler.total:
+                self.on_piece(value.chunk.name)
 
     def finish(self) -> tuple[int, dict[str, int]]:
         for assembler in self.assemblers.values():

@@ -25,6 +25,7 @@ from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 from cellgraph.protos import tensor_pb2
 
+from ...dataflow.kernels.cpu.training import all_finite
 from ..errors import ParameterServerError
 from . import checkpoint
 from .auth import AsyncTokenAuthInterceptor
@@ -357,13 +358,18 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         check_chunk_size(content.nbytes, self.max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
         assembler.add(chunk, content)
         self.counters.add(bytes_in=content.nbytes)
+        if assembler.received == assembler.total and store.training.nonfinite != "apply":
+            # Checked for NaN and Inf now, while the rest of the push is still on the wire, not all at its end.
+            assembler.finite = all_finite(assembler.finish().reshape(-1))
 
     def push(
         self, store: ParameterStore, header: pb.PushHeader, assemblers: dict[str, TensorAssembler]
     ) -> pb.PushResponse:
         """Hand a whole push, every gradient assembled, to the store."""
         grads = {name: a.finish() for name, a in assemblers.items()}
-        outcome = store.push(header.replica_id, header.step, grads)
+        outcome = store.push(
+            header.replica_id, header.step, grads, {name for name, a in assemblers.items() if a.finite}
+        )
         self._checkpoint_if_due(store)
         return pb.PushResponse(
             status=_PUSH_STATUS[outcome.status],

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -189,7 +189,9 @@ class ParameterStore:
             replica.last_seen = time.time()
             return self._global_step
 
-    def push(self, replica_id: int, step: int, grads: Mapping[str, np.ndarray]) -> PushOutcome:
+    def push(
+        self, replica_id: int, step: int, grads: Mapping[str, np.ndarray], finite: Collection[str] = ()
+    ) -> PushOutcome:
         """Take one replica's gradients, computed from the parameters at global step ``step``.
 
         ``grads`` must hold a gradient for every variable of the shard. In sync
@@ -217,7 +219,7 @@ class ParameterStore:
             except ParameterServerError:
                 self._pushes_rejected += 1
                 raise
-            nonfinite = self._nonfinite(replica_id, step, grads) if self.training.nonfinite != "apply" else None
+            nonfinite = self._nonfinite(replica_id, step, grads, finite) if self.training.nonfinite != "apply" else None
             if nonfinite is not None and self.training.nonfinite == "reject":
                 self._pushes_rejected += 1
                 raise ParameterServerError(
@@ -275,18 +277,21 @@ class ParameterStore:
                 f"replica {replica_id} already pushed a gradient for step {step}", "ALREADY_EXISTS"
             )
 
-    def _nonfinite(self, replica_id: int, step: int, grads: Mapping[str, np.ndarray]) -> str | None:
-        """What is wrong with the first gradient holding NaN or Inf, or None; called under the lock."""
+    def _nonfinite(
+        self, replica_id: int, step: int, grads: Mapping[str, np.ndarray], finite: Collection[str]
+    ) -> str | None:
+        """What is wrong with the first gradient holding NaN or Inf, or None; called under the lock. The gradients
+        named in ``finite`` were checked already (by the server, as they arrived)."""
         for name in self.specs:
-            if all_finite(grads[name].reshape(-1)):
+            if name in finite or all_finite(grads[name].reshape(-1)):
                 continue
-            finite = np.isfinite(grads[name])
-            if not finite.all():
+            good = np.isfinite(grads[name])
+            if not good.all():
                 nans = int(np.count_nonzero(np.isnan(grads[name])))
-                infs = finite.size - int(np.count_nonzero(finite)) - nans
+                infs = good.size - int(np.count_nonzero(good)) - nans
                 return (
                     f"replica {replica_id}'s gradient for {quoted(name)} at step {step} holds {nans:,} NaN "
-                    f"and {infs:,} Inf of {finite.size:,} values"
+                    f"and {infs:,} Inf of {good.size:,} values"
                 )
         return None
 

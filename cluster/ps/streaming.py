@@ -5,7 +5,11 @@ it each gradient the moment the executor has computed it (``push``); the step
 packs gradients into messages of about ``FLUSH_BYTES`` and sends each on its
 shard's held Step stream at once, from the step loop's thread, while the
 replica's thread goes on computing. ``finish`` sends the last message of each
-shard (the pull after the push) and waits for the answers.
+shard (the pull after the push) and waits for the answers; or, in two
+halves, ``send_last`` and then ``result``: between them the replica starts
+its next step, and ``wait_for(name)`` holds it back at the first use of each
+variable until that variable's pulled value has arrived (the pull hidden
+behind the next step's compute).
 
 In sync mode nothing changes for the server: a push is still taken whole,
 when its last message arrives, and the pull still waits for the step's update.
@@ -36,6 +40,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -66,8 +72,61 @@ class StepResult:
 
     pushed: PushResult
     pulled: PullResult
-    overlap: float  # share of communication time that ran while the replica still computed (0 to 1)
+    overlap: float  # share of communication time that ran while the replica computed (0 to 1)
     communication_s: float  # from the first message sent to the last answer received
+
+
+class Arrivals:
+    """Which variables of a streamed step's pull have arrived whole (every piece, from every shard).
+
+    The step loop's thread reports each piece (``piece``) and each shard's
+    end (``shard_done``); the replica's thread waits for a variable
+    (``wait``). A shard that ended without sending a piece it owed, or with
+    an error, wakes every waiter: the step's ``result`` says why.
+    """
+
+    def __init__(self, plan: PullPlan) -> None:
+        self._left: dict[str, int] = {}  # pieces still to come, by variable
+        self._owed: dict[int, set[str]] = {}  # by shard: its variables not yet whole
+        for shard, specs in plan.specs.items():
+            for name, spec in specs.items():
+                if spec.nbytes:  # a piece of no bytes is never sent a chunk: it is whole already
+                    self._left[name] = self._left.get(name, 0) + 1
+                    self._owed.setdefault(shard, set()).add(name)
+        self._changed = threading.Condition()
+        self.failed = False
+        self.waited_s = 0.0  # how long the replica's thread waited in ``wait``
+
+    def piece(self, shard: int, name: str) -> None:
+        with self._changed:
+            owed = self._owed.get(shard, set())
+            if name not in owed:  # told twice (a chunk of no bytes after the last): counted once
+                return
+            owed.discard(name)
+            self._left[name] -= 1
+            if not self._left[name]:
+                del self._left[name]
+                self._changed.notify_all()
+
+    def shard_done(self, shard: int, ok: bool) -> None:
+        with self._changed:
+            if not ok or self._owed.get(shard):
+                self.failed = True
+                self._changed.notify_all()
+
+    def wait(self, name: str, deadline: float) -> bool:
+        """Whether ``name`` arrived whole before ``deadline`` (False: the step failed or ran out of time)."""
+        with self._changed:
+            if name not in self._left:
+                return True
+            began = time.monotonic()
+            while name in self._left and not self.failed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+            self.waited_s += time.monotonic() - began
+            return name not in self._left
 
 
 class _ShardSend:
@@ -83,6 +142,7 @@ class _ShardSend:
         self.pushing = False  # a gradient of this shard was added: its first message carries the push's header
         self.started = False
         self.answers: list[pb.PushResponse] = []
+        self.answered = 0.0  # when the answer's last message came (time.monotonic)
         self.future: concurrent.futures.Future[None] | None = None
 
     def on_answer(self, framed: Framed[pb.StepResponse]) -> None:  # on the step loop
@@ -90,6 +150,8 @@ class _ShardSend:
             self.answers.append(framed.message.push)
         if self.receiver is not None and framed.message.values:
             self.receiver.add(framed, framed.message.values)
+        if framed.message.last:
+            self.answered = time.monotonic()
 
 
 class StreamedStep:
@@ -114,13 +176,19 @@ class StreamedStep:
         self.started = time.monotonic()
         self.grads: dict[str, np.ndarray] = {}
         self.shards: dict[int, _ShardSend] = {}
+        self.arrivals = Arrivals(self.plan)
+        self.computed = 0.0  # when send_last was called: the replica's compute of this step was done
 
     def _shard(self, shard: int) -> _ShardSend:
         send = self.shards.get(shard)
         if send is None:
             self.client._stub(shard)  # channels of this process
             stream = self.client._pools[shard].take(self.client._metadata)
-            receiver = self.plan.receiver(shard) if shard in self.plan.requests else None
+            receiver = (
+                self.plan.receiver(shard, functools.partial(self.arrivals.piece, shard))
+                if shard in self.plan.requests
+                else None
+            )
             send = self.shards[shard] = _ShardSend(stream, receiver)
         return send
 
@@ -151,11 +219,20 @@ class StreamedStep:
         if not send.started:
             send.started = True
             send.future = send.stream.start_streamed(send.frames, send.on_answer, send.sent)
+            shard = next(s for s, each in self.shards.items() if each is send)
+            send.future.add_done_callback(
+                lambda done: self.arrivals.shard_done(shard, not done.cancelled() and done.exception() is None)
+            )
         put_threadsafe(send.frames, (frame, last is not None))
 
     def finish(self) -> StepResult:
         """Send every shard's last message (the pull) and wait for the answers, within the step's deadline."""
-        computed = time.monotonic()
+        self.send_last()
+        return self.result()
+
+    def send_last(self) -> None:
+        """Send every shard's last message (the pull after the push); the answers arrive meanwhile."""
+        self.computed = time.monotonic()
         missing = [name for name in self.client._need_layout() if name not in self.grads]
         if missing and self.grads:
             self.abort()
@@ -170,6 +247,21 @@ class StreamedStep:
             # The last message's own fields: step_frames' tail (the pull, the server's wait) without a push.
             [tail] = step_frames([], None, request, 0.9 * left, self.client.max_chunk_bytes)
             self._flush(send, last=tail)
+
+    def wait_for(self, name: str) -> bool:
+        """Wait until variable ``name``'s pulled value is whole (after ``send_last``), within the step's deadline;
+        False when the step failed or ran out of time (``result`` raises why)."""
+        return self.arrivals.wait(name, self.started + self.timeout)
+
+    def result(self, next_started: float | None = None) -> StepResult:
+        """Wait for every shard's answer (after ``send_last``), within the step's deadline.
+
+        ``next_started``: when the replica's next step began computing (it read
+        this pull's values as they arrived); the overlap then counts the time
+        it computed while this answer was on the wire, less its waits for
+        values in ``wait_for``.
+        """
+        deadline = self.started + self.timeout
         pushed: dict[int, pb.PushResponse] = {}
         pulled: dict[int, tuple[int, dict[str, int]]] = {}
         sends = dict(self.shards)
@@ -182,10 +274,13 @@ class StreamedStep:
                     pulled[shard] = send.receiver.finish()
         finally:
             self.abort()  # gives every stream back (closed if its step did not end well)
-        answered = time.monotonic()
+        answered = max((send.answered for send in sends.values()), default=0.0) or time.monotonic()
         first = min((t for send in sends.values() for t in send.sent[:1]), default=answered)
         communication = max(answered - first, 1e-9)
-        overlap = min(1.0, max(0.0, (computed - first) / communication))
+        busy = self.computed - first
+        if next_started is not None:
+            busy += max(0.0, answered - next_started) - self.arrivals.waited_s
+        overlap = min(1.0, max(0.0, busy / communication))
         return StepResult(push_result(pushed), self.client._pull_result(self.plan, pulled), overlap, communication)
 
     def _wait(self, shard: int, send: _ShardSend, deadline: float) -> None:

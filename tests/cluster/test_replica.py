@@ -15,6 +15,7 @@ import pytest
 
 import cellgraph as cg
 from cellgraph.cluster import replica as replica_module
+from cellgraph.cluster import replica_loop
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import OptimizerConfig, ParameterClient, TrainingConfig, create_server, new_token
 from cellgraph.cluster.replica import METRIC_KEYS, ReplicaSpec, metrics_topic, run_replica
@@ -203,13 +204,15 @@ def test_stop_event_ends_the_replica_after_its_step() -> None:
         def emit(message: dict[str, Any]) -> None:
             seen.append(message["steps"])
             if message["steps"] == 3:
-                stop.set()  # while step 3's metrics go out: that step is done, no fourth begins
+                # Step 3's metrics go out when its answer is settled, while step 4 computes (its pull hidden
+                # behind step 4): step 4 is finished and counted, no fifth begins.
+                stop.set()
 
         spec = ReplicaSpec("job", 0, tg, addrs, token, mode="async", batch_size=16, steps=10_000, metrics_interval_s=0)
         summary = run_replica(spec, data, emit=emit, stop=stop)
-        assert summary["stopped"] and summary["steps"] == 3 and summary["global_step"] == 3
-        assert ps.pull().global_step == 3
-        assert seen == [1, 2, 3, 3]  # one message per step (interval 0), then the final one
+        assert summary["stopped"] and summary["steps"] == 4 and summary["global_step"] == 4
+        assert ps.pull().global_step == 4
+        assert seen == [1, 2, 3, 4, 4]  # one message per step (interval 0), then the final one
 
 
 class FakeClock:
@@ -247,11 +250,15 @@ def test_metrics_are_rate_limited_and_have_the_documented_keys(monkeypatch: pyte
     interval, tick, batch = 1.0, 0.25, 16
     clock = FakeClock()
     monkeypatch.setattr(replica_module, "time", clock)
+    monkeypatch.setattr(replica_loop, "time", clock)
     with ps_job(tg, training=TrainingConfig("async")) as (addrs, token, _):
         messages: list[dict[str, Any]] = []
+        # overlap=False: each step is counted when it ends, before the next begins (with the overlap, a step is
+        # counted during the next one, when its answer is settled: the same messages, a tick later).
         spec = ReplicaSpec(
-            "job", 7, tg, addrs, token, mode="async", batch_size=batch, steps=10**9, metrics_interval_s=interval
-        )
+            "job", 7, tg, addrs, token, mode="async", batch_size=batch, steps=10**9, metrics_interval_s=interval,
+            overlap=False,
+        )  # fmt: skip
         summary = run_replica(spec, data, emit=messages.append, stop=StopAfter(30, clock, tick))
     assert summary["stopped"] and summary["steps"] == 30 and summary["global_step"] == 30
     assert [m["steps"] for m in messages] == [1, 5, 9, 13, 17, 21, 25, 29, 30]

@@ -63,9 +63,10 @@ def test_a_step_that_stops_with_any_exception_gives_its_streams_back(monkeypatch
 
     compute = LoadedGraph.compute
 
-    def interrupted(self: LoadedGraph, values: Any, batch: Any, on_gradient: Any = None) -> Any:
+    def interrupted(self: LoadedGraph, values: Any, batch: Any, on_gradient: Any = None, wait: Any = None) -> Any:
         if on_gradient is None:  # the replica's warm-up step, before it joins
             return compute(self, values, batch)
+        on_gradient("b", np.float32(0.0).reshape(()))  # the step takes its streams at its first gradient
         raise KeyboardInterrupt  # not a CellgraphError: the step's streams must be given back all the same
 
     monkeypatch.setattr(StreamedStep, "abort", counted)

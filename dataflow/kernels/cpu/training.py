@@ -12,15 +12,39 @@ import numpy as np
 
 from . import kernel
 
+# A float is NaN or Inf exactly when its exponent bits are all ones: the unsigned view of each float dtype, and
+# the mask of those bits.
+_EXPONENT_BITS = {
+    np.dtype(np.float32): (np.uint32, 0x7F800000),
+    np.dtype(np.float64): (np.uint64, 0x7FF0000000000000),
+}
+
+
+def all_finite(x: np.ndarray) -> bool:
+    """Whether flat C-contiguous ``x`` holds no NaN or Inf (the parameter server checks every gradient it receives).
+
+    One pass that allocates nothing (``np.isfinite(x).all()`` makes a bool
+    array as big as ``x``), counting the values whose exponent bits are all
+    ones in integer arithmetic, which the compiler vectorises: 8.6 ms for 25M
+    float32 values here, against 40 ms for a float loop that stops at the first
+    NaN (the exit and ``isfinite`` on each value kept it scalar).
+
+    >>> all_finite(np.array([1.0, -2.5, 3e38], np.float32)), all_finite(np.array([0.0, np.nan]))
+    (True, False)
+    """
+    bits = _EXPONENT_BITS.get(x.dtype)
+    if bits is None or not x.flags.c_contiguous:  # another dtype, or strided: NumPy's check
+        return bool(np.isfinite(x).all())
+    unsigned, mask = bits
+    return int(_count_all_ones(x.view(unsigned), unsigned(mask))) == 0
+
 
 @kernel
-def all_finite(x):  # type: ignore[no-untyped-def]
-    # One pass that stops at the first NaN or Inf and allocates nothing (np.isfinite(x).all() makes a bool
-    # array as big as x): the parameter server checks every gradient it receives.
-    for i in range(x.size):
-        if not math.isfinite(x[i]):
-            return False
-    return True
+def _count_all_ones(bits, mask):  # type: ignore[no-untyped-def]
+    count = 0
+    for i in range(bits.size):
+        count += (bits[i] & mask) == mask
+    return count
 
 
 @kernel
