@@ -25,12 +25,17 @@ Build = Callable[["Builder", "NodeInfo"], "list[Tensor]"]
 Check = Callable[["NodeInfo"], "str | None"]
 
 # cellgraph dtype name <-> onnx.TensorProto.DataType value (the enum's numbers are ONNX's spec).
-DTYPE_TO_ONNX: dict[str, int] = {"float32": 1, "int32": 6, "int64": 7, "bool": 9, "float64": 11}
+# float16 and bfloat16 cross in their own type (cellgraph stores them and computes in float32, as
+# ONNX Runtime's CPU kernels do); int8, uint8 and int16 compute in their own type and wrap as ONNX's do.
+DTYPE_TO_ONNX: dict[str, int] = {
+    "float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7, "bool": 9,
+    "float16": 10, "float64": 11, "bfloat16": 16,
+}  # fmt: skip
 ONNX_TO_DTYPE: dict[int, str] = {code: name for name, code in DTYPE_TO_ONNX.items()}
-# ONNX types cellgraph has no tensors of, and the cellgraph dtype an imported model computes them in:
-# every value fits, integer results wrap back at the model's boundary as ONNX's would (modular
-# arithmetic), and float16 / bfloat16 are computed in float32 (more precisely than in the narrow type).
-WIDENED: dict[int, str] = {3: "int32", 2: "int32", 5: "int32", 4: "int32", 12: "int64", 10: "float32", 16: "float32"}
+# ONNX types cellgraph has no tensors of, and the wider cellgraph dtype an imported model computes
+# them in: every value fits, and integer results wrap back at the model's boundary as ONNX's would
+# (modular arithmetic): uint16 as int32, uint32 as int64.
+WIDENED: dict[int, str] = {4: "int32", 12: "int64"}
 # The cellgraph dtype each ONNX type that can be imported computes in.
 COMPUTE_DTYPE: dict[int, str] = {**ONNX_TO_DTYPE, **WIDENED}
 
@@ -56,7 +61,7 @@ def onnx_code(array: np.ndarray) -> int | None:
 
 
 def widen(array: np.ndarray) -> np.ndarray:
-    """``array`` in the cellgraph dtype its ONNX type computes in (int8 as int32, float16 as float32, ...)."""
+    """``array`` in the cellgraph dtype its ONNX type computes in (uint16 as int32, uint32 as int64)."""
     code = onnx_code(array)
     return array.astype(WIDENED[code]) if code in WIDENED else array
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.graph import Node
 from cellgraph.dataflow.kernels.cpu.activations import GELU_CUBIC, SELU_ALPHA, SELU_SCALE, SQRT_2_OVER_PI, SQRT_HALF
 from cellgraph.dataflow.kernels.cpu.conv import axis_padding, window
@@ -334,7 +335,7 @@ def _clip(e: Emitter, node: Node) -> None:
 def _floor_div(e: Emitter, node: Node) -> None:
     a, b = e.ins(node)
     dtype = node.inputs[0].dtype
-    if dtype in ("float32", "float64"):
+    if is_float(dtype):
         e.node("Floor", [e.node("Div", [a, b])[0]], e.outs(node))
         return
     # Integers: floor of the float64 quotient, exact while |a| < 2**53 (every int32).
@@ -345,7 +346,7 @@ def _floor_div(e: Emitter, node: Node) -> None:
 
 def _floor_mod(e: Emitter, node: Node) -> None:
     a, b = e.ins(node)
-    if node.inputs[0].dtype in ("float32", "float64"):
+    if is_float(node.inputs[0].dtype):
         # a - floor(a / b) * b: the sign of the divisor, as Python's %.
         q = e.node("Floor", [e.node("Div", [a, b])[0]])[0]
         e.node("Sub", [a, e.node("Mul", [q, b])[0]], e.outs(node))

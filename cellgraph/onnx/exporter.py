@@ -4,7 +4,9 @@ The graph exported is the inference graph (``cellgraph.inference``): only what
 the outputs need, dropout switched off. Variables and constants become
 initializers named after their nodes; placeholders become graph inputs whose
 unknown dims stay dynamic (``batch`` for the first). Every op is translated by
-its row in ``export_ops.EXPORTERS``; the model is checked with
+its row in ``export_ops.EXPORTERS``; a node whose ONNX op has no float16 or
+bfloat16 in the opset is computed in float32 between Casts, as cellgraph
+computes it (``export_half``); the model is checked with
 ``onnx.checker`` (with shape inference) before it is written.
 """
 
@@ -18,10 +20,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from cellgraph.dataflow.dtypes import is_half
 from cellgraph.dataflow.graph import Node, Tensor
 
 from ..inference import Source, inference_graph, trained_values
 from .common import DTYPE_TO_ONNX, MAX_OPSET, MIN_OPSET, OnnxError
+from .export_half import HALF, float32_for_half
 from .export_ops import EXPORTERS
 
 PRODUCER = "cellgraph"
@@ -108,7 +112,12 @@ def to_onnx(
         else:
             EXPORTERS[node.op](emitter, node)
     graph_outputs = [_value_info(value_name(t), t) for t in model.tensors(model.outputs)]
-    onnx_graph = helper.make_graph(emitter.nodes, "cellgraph", graph_inputs, graph_outputs, emitter.initializers)
+    nodes = emitter.nodes
+    types = {v.name: v.type.tensor_type.elem_type for v in graph_inputs}
+    types.update({t.name: t.data_type for t in emitter.initializers})
+    if any(code in HALF for code in types.values()) or any(is_half(t.dtype) for n in graph.nodes for t in n.outputs):
+        nodes = float32_for_half(nodes, types, opset, emitter.fresh)
+    onnx_graph = helper.make_graph(nodes, "cellgraph", graph_inputs, graph_outputs, emitter.initializers)
     result = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)], producer_name=PRODUCER)
     try:
         onnx.checker.check_model(result, full_check=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import cellgraph as cg
+from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
@@ -139,9 +140,7 @@ def _norm_reduce(kind: str) -> object:
         total = cg.reduce_sum(mapped(x), axis=axes or None, keepdims=bool(n.attrs["keepdims"]))
         if kind == "L2":
             return [
-                cg.sqrt(total)
-                if total.dtype in ("float32", "float64")
-                else cg.cast(cg.sqrt(cg.cast(total, "float64")), total.dtype)
+                cg.sqrt(total) if is_float(total.dtype) else cg.cast(cg.sqrt(cg.cast(total, "float64")), total.dtype)
             ]
         return [cg.log(total) if kind == "LogSum" else total]
 

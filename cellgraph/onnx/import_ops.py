@@ -28,6 +28,7 @@ import numpy as np
 from onnx import numpy_helper
 
 import cellgraph as cg
+from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import activations as act
 from cellgraph.dataflow.ops import logic
@@ -73,12 +74,12 @@ def _via_float64(fn: Callable[[Tensor, Tensor], Tensor], x: Tensor, y: Tensor) -
 
 def _div(b: Builder, n: NodeInfo) -> list[Tensor]:
     x, y = b.ins(n, 2)
-    return [cg.div(x, y) if x.dtype in ("float32", "float64") else _via_float64(cg.div, x, y)]
+    return [cg.div(x, y) if is_float(x.dtype) else _via_float64(cg.div, x, y)]
 
 
 def _pow(b: Builder, n: NodeInfo) -> list[Tensor]:
     x, y = b.ins(n, 2)
-    if x.dtype not in ("float32", "float64"):
+    if not is_float(x.dtype):
         return [_via_float64(cg.pow, x, y)]
     # ONNX lets the exponent have its own type; cellgraph's Pow takes one dtype.
     return [cg.pow(x, y if y.dtype == x.dtype else cg.cast(y, x.dtype))]
@@ -386,7 +387,7 @@ def _mod(b: Builder, n: NodeInfo) -> list[Tensor]:
         return [mu.mod(a, c)]  # Python's %: the divisor's sign
     # C's fmod, the dividend's sign: a - c * trunc(a / c), in float64 for integers
     # (exact for every int32), trunc(q) being sign(q) * floor(|q|).
-    x, y = (a, c) if a.dtype in ("float32", "float64") else (cg.cast(a, "float64"), cg.cast(c, "float64"))
+    x, y = (a, c) if is_float(a.dtype) else (cg.cast(a, "float64"), cg.cast(c, "float64"))
     q = x / y
     r = x - y * (mu.sign(q) * mu.floor(mu.abs(q)))
     return [r if r.dtype == a.dtype else cg.cast(r, a.dtype)]

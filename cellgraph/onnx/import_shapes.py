@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import cellgraph as cg
+from cellgraph.dataflow.dtypes import COMPUTE_DTYPE
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import math_unary as mu
 
@@ -132,8 +133,10 @@ def _move_last(t: Tensor, axis: int) -> Tensor:
 def _one_hot(b: Builder, n: NodeInfo) -> list[Tensor]:
     indices = cg.cast(b.ins(n)[0], "int64")
     depth = int(np.asarray(b.static(n.inputs[1])).reshape(-1)[0])
-    off, on = (v.item() for v in np.asarray(b.static(n.inputs[2])).reshape(-1)[:2])
-    dtype = np.asarray(b.static(n.inputs[2])).dtype.name
+    values = np.asarray(b.static(n.inputs[2]))
+    dtype = values.dtype.name
+    # Python scalars for the attributes: a bfloat16 scalar's item() is still a bfloat16.
+    off, on = (v.item() for v in values.reshape(-1)[:2].astype(COMPUTE_DTYPE.get(dtype, dtype)))
     # ONNX counts a negative index from the end; beyond [-depth, depth) the row is all off_value.
     below = cg.cast(cg.less(indices, cg.zeros_like(indices)), "int64")
     y = cg.one_hot(indices + below * depth, depth, on_value=on, off_value=off, dtype=dtype)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import cellgraph as cg
+from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.graph import Tensor
 
 if TYPE_CHECKING:
@@ -280,7 +281,7 @@ def conv_transpose(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 def pool(b: Builder, n: NodeInfo) -> list[Tensor]:
     source = b.ins(n)[0]
-    if source.dtype not in ("float32", "float64"):
+    if not is_float(source.dtype):
         # cellgraph's pools are for floats: integers pool in float64 (exact for every int32) and come back.
         return [cg.cast(y, source.dtype) for y in _pool(n, cg.cast(source, "float64"))]
     return _pool(n, source)

@@ -38,6 +38,7 @@ import onnx
 from onnx import numpy_helper
 
 import cellgraph as cg
+from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 
@@ -47,9 +48,9 @@ from .import_ops import IMPORTERS
 
 
 class ImportedModel(LoadedModel):
-    """A ``LoadedModel`` of an ONNX model: values of ONNX types cellgraph has no tensors of (int8,
-    float16, ...) cross its boundary converted, in to the dtype they compute in and out back to the
-    ONNX type (``signature["widened"]`` lists them)."""
+    """A ``LoadedModel`` of an ONNX model: values of ONNX types cellgraph has no tensors of (uint16,
+    uint32) cross its boundary converted, in to the dtype they compute in and out back to the ONNX
+    type (``signature["widened"]`` lists them)."""
 
     def __init__(
         self,
@@ -69,7 +70,7 @@ class ImportedModel(LoadedModel):
             fed.append(array.astype(t.dtype) if onnx_code(array) in WIDENED else array)
         result = super().__call__(*fed, *args[len(self.inputs) :])
         results = list(result) if isinstance(result, tuple) else [result]
-        # Back to the narrow type as ONNX would have it: integers wrap, a float16 past its range is inf.
+        # Back to the narrow type as ONNX would have it: integers wrap.
         with np.errstate(over="ignore", invalid="ignore"):
             back = [
                 r if kind is None else np.asarray(r).astype(kind)
@@ -306,7 +307,7 @@ class Builder:
 
     def _variable(self, name: str, value: np.ndarray) -> Tensor:
         value = np.asarray(value)
-        trainable = value.dtype.kind == "f"
+        trainable = is_float(value.dtype.name)  # bfloat16 included (NumPy's kind for it is 'V')
         t = cg.variable(value, dtype=value.dtype.name, name=cell_name(name), trainable=trainable)
         self.variables[name] = t
         return t

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import INTS, as_dtype
+from ..dtypes import COMPUTE_DTYPE, INTS, as_dtype
 from ..errors import DTypeError, GraphError, ShapeError
 from ..graph import Node, Tensor
 from ..kernels.cpu import array as k
@@ -686,7 +686,11 @@ register_op(OpDef(
     name="OneHot", family=FAMILY, infer=_infer_one_hot, reference=_ref_one_hot,
     grad=not_differentiable,  # a function of integer indices: nothing flows back
     kernels={
-        "cpu": lambda node, ctx: k.one_hot(*(node.attrs[a] for a in ("depth", "on_value", "off_value", "dtype"))),
+        # A half-float one-hot is filled in float32 (Numba has no bfloat16) and rounded by the storage wrapper.
+        "cpu": lambda node, ctx: k.one_hot(
+            node.attrs["depth"], node.attrs["on_value"], node.attrs["off_value"],
+            COMPUTE_DTYPE.get(node.attrs["dtype"], node.attrs["dtype"]),
+        ),
         "cuda": _cuda("one_hot_op"),
     },
 ))  # fmt: skip
