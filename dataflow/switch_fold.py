@@ -221,6 +221,7 @@ def fold(order: Sequence[Node], fed: set[Key], guard: bool = True) -> Folding:
     for node in order:
         if len(node.specs) != 1 or node.control_inputs or _key(node.output(0)) in fed:
             continue
+        same.note(node)
         out = node.output(0)
         branch = taken_branch(node, lambda t: _key(t) in fed)
         if branch is not None:
@@ -238,38 +239,40 @@ def fold(order: Sequence[Node], fed: set[Key], guard: bool = True) -> Folding:
     return folding
 
 
+# The ops whose output has the run-time shape of one input (its index), whatever the other holds.
+_SHAPED_LIKE = {"SumToShapeOf": 1, "BroadcastLike": 1, "ZerosLike": 0, "OnesLike": 0}
+
+
 class _SameShape:
     """Which tensors have one run-time shape: an elementwise op's output has the shape of an operand of
-    its static shape that no other operand can stretch, so each tensor leads back to a representative."""
+    its static shape that every other operand either cannot stretch or has the run-time shape of, and
+    ``_SHAPED_LIKE``'s ops the shape of the input named, so each tensor leads back to a representative.
+    Nodes are noted in topological order."""
 
     def __init__(self, folding: Folding) -> None:
         self.folding = folding
         self._of: dict[Key, Key] = {}
 
     def representative(self, t: Tensor) -> Key:
-        t = self.folding.resolve(t)
-        seen = []
-        while _key(t) not in self._of:
-            seen.append(_key(t))
-            node = t.node
-            if node.opdef.elementwise is None or len(node.specs) != 1:
-                break
-            ins = [self.folding.resolve(u) for u in node.inputs]
-            lead = next(
-                (
-                    u
-                    for u in ins
-                    if u.shape == t.shape and all(cannot_stretch(v.shape, u.shape) for v in ins if v is not u)
-                ),
-                None,
-            )
-            if lead is None:
-                break
-            t = lead
-        found = self._of.get(_key(t), _key(t))
-        for k in seen:
-            self._of[k] = found
-        return found
+        key = _key(self.folding.resolve(t))
+        return self._of.get(key, key)
+
+    def note(self, node: Node) -> None:
+        out = node.output(0)
+        ins = [self.folding.resolve(u) for u in node.inputs]
+        like = _SHAPED_LIKE.get(node.op)
+        if like is not None:
+            self._of[_key(out)] = self.representative(ins[like])
+            return
+        if node.opdef.elementwise is None or len(node.specs) != 1:
+            return
+        for u in ins:
+            if u.shape == out.shape and all(
+                v is u or cannot_stretch(v.shape, u.shape) or self.representative(v) == self.representative(u)
+                for v in ins
+            ):
+                self._of[_key(out)] = self.representative(u)
+                return
 
     def covers(self, x: Tensor, shaped: Sequence[Tensor]) -> bool:
         """Broadcasting ``x`` with ``shaped`` leaves ``x``'s run-time shape as it is: each cannot stretch it

@@ -222,3 +222,19 @@ def test_a_state_change_on_the_untaken_branch_still_happens() -> None:
     assert sess.run(y, {x: 1.0}) == 2.0
     assert sess.run(y, {x: 1.0, training: False}) == 3.0
     assert sess.variable_values()["counter"] == 2.0
+
+
+def test_an_add_of_zeros_shaped_like_its_other_operand_folds_without_a_check() -> None:
+    # p's gradient from the where is zeros shaped by p (unknown batch); the other, from p * 3, is an
+    # elementwise op of p with a scalar: the same run-time shape, so the add is p's gradient outright.
+    g = cg.Graph()
+    with g.as_default():
+        p = cg.placeholder((None, 3), "float32", name="p")
+        training = cg.layers.training_switch(False)
+        y = cg.where(training, p * 5.0, cg.sqrt(p * p + 1.0), name="y")
+        loss = cg.reduce_sum(y) + cg.reduce_sum(p * 3.0)
+        (dp,) = cg.gradients(loss, [p])
+    plan = cg.Session(g).make_callable([dp], [p])
+    assert not plan.folding.guarded
+    ps = RNG.normal(size=(4, 3)).astype(np.float32)
+    np.testing.assert_allclose(plan(ps)[0], ps / np.sqrt(ps * ps + 1.0) + 3.0, rtol=1e-6)
