@@ -36,8 +36,19 @@ ONNX_TO_DTYPE: dict[int, str] = {code: name for name, code in DTYPE_TO_ONNX.item
 # them in: every value fits, and integer results wrap back at the model's boundary as ONNX's would
 # (modular arithmetic): uint16 as int32, uint32 as int64.
 WIDENED: dict[int, str] = {4: "int32", 12: "int64"}
-# The cellgraph dtype each ONNX type that can be imported computes in.
+# The cellgraph dtype each ONNX type that a node can make computes in.
 COMPUTE_DTYPE: dict[int, str] = {**ONNX_TO_DTYPE, **WIDENED}
+# ONNX types a model may read but no node of an imported model may make: every value is exact in the
+# cellgraph dtype beside it, so a graph input or initializer of one, and a Cast from it (dequantizing
+# float8 or int4 weights), are exact. A node making one (a Cast to float8) is refused: its rounding and
+# saturation to the narrow grid are not expressible, and computing it wider would skip exactly them.
+READ_ONLY: dict[int, str] = {
+    17: "float16", 18: "float16", 19: "float16", 20: "float16",  # FLOAT8E4M3FN(UZ), FLOAT8E5M2(FNUZ)
+    21: "uint8", 22: "int8", 25: "uint8", 26: "int8",  # UINT4, INT4, UINT2, INT2
+    23: "float16", 24: "float32",  # FLOAT4E2M1; FLOAT8E8M0 (powers of two from 2**-127)
+}  # fmt: skip
+# The cellgraph dtype each ONNX type that can be read (a node's input, a graph input) computes in.
+READ_DTYPE: dict[int, str] = {**COMPUTE_DTYPE, **READ_ONLY}
 
 # The opsets this exporter writes and this importer reads (default domain).
 MIN_OPSET = 17
@@ -60,10 +71,15 @@ def onnx_code(array: np.ndarray) -> int | None:
         return None
 
 
+def is_wider(code: int | None) -> bool:
+    """Whether values of ONNX type ``code`` are computed in a wider cellgraph dtype (uint16, float8, int4, ...)."""
+    return code in WIDENED or code in READ_ONLY
+
+
 def widen(array: np.ndarray) -> np.ndarray:
-    """``array`` in the cellgraph dtype its ONNX type computes in (uint16 as int32, uint32 as int64)."""
+    """``array`` in the cellgraph dtype its ONNX type computes in (uint16 as int32, float8 as float16, ...)."""
     code = onnx_code(array)
-    return array.astype(WIDENED[code]) if code in WIDENED else array
+    return array.astype(READ_DTYPE[code]) if code is not None and is_wider(code) else array
 
 
 def onnx_dtype_name(code: int) -> str:

@@ -43,7 +43,7 @@ from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 
 from ..saved_model import LoadedModel
-from .common import COMPUTE_DTYPE, WIDENED, OnnxError, onnx_code, onnx_dtype_name, widen
+from .common import COMPUTE_DTYPE, READ_DTYPE, WIDENED, OnnxError, is_wider, onnx_code, onnx_dtype_name, widen
 from .import_ops import IMPORTERS
 
 
@@ -64,10 +64,7 @@ class ImportedModel(LoadedModel):
         self.output_types = output_types
 
     def __call__(self, *args: Any) -> Any:
-        fed = []
-        for t, arg in zip(self.inputs, args, strict=False):
-            array = np.asarray(arg)
-            fed.append(array.astype(t.dtype) if onnx_code(array) in WIDENED else array)
+        fed = [widen(np.asarray(arg)) for arg in args[: len(self.inputs)]]
         result = super().__call__(*fed, *args[len(self.inputs) :])
         results = list(result) if isinstance(result, tuple) else [result]
         # Back to the narrow type as ONNX would have it: integers wrap.
@@ -246,12 +243,13 @@ def _check_node(
                 "is built (an initializer or a Constant): cellgraph's shapes are static; "
                 "pass its value in static_inputs"
             )
-    for value_name in [*node.input, *node.output]:
+    # A node may read the types cellgraph reads wider (float8, int4, ...) but make none of them.
+    for value_name, readable in [*((n, READ_DTYPE) for n in node.input), *((n, COMPUTE_DTYPE) for n in node.output)]:
         t = types.get(value_name)
         code = t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else None
         if value_name in known:
             code = onnx_code(known[value_name]) or 0
-        if code and code not in COMPUTE_DTYPE:
+        if code and code not in readable:
             raise _unsupported(f"dtype {onnx_dtype_name(code)} of value {value_name!r}", info)
     reason = row.check(info) if row.check is not None else None
     if reason is not None:
@@ -336,7 +334,7 @@ class Builder:
 def _placeholder(value: onnx.ValueInfoProto) -> Tensor:
     t = value.type.tensor_type
     dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-    return cg.placeholder(dims, COMPUTE_DTYPE[t.elem_type], name=cell_name(value.name))
+    return cg.placeholder(dims, READ_DTYPE[t.elem_type], name=cell_name(value.name))
 
 
 def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[str, Any] | None = None) -> ImportedModel:
@@ -357,7 +355,7 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
     fed = [v for v in g.input if v.name not in initializers and v.name not in (static_inputs or {})]
     for v in fed:
         code = v.type.tensor_type.elem_type
-        if code not in COMPUTE_DTYPE:
+        if code not in READ_DTYPE:
             raise OnnxError(f"graph input {v.name!r} has dtype {onnx_dtype_name(code)}, which cellgraph does not have")
     graph = Graph()
     builder = Builder(graph, initializers, known)
@@ -387,7 +385,7 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
     types = _types(model)
     codes = [types[v.name].tensor_type.elem_type if v.name in types else 0 for v in g.output]
     widened = {
-        v.name: onnx_dtype_name(v.type.tensor_type.elem_type) for v in fed if v.type.tensor_type.elem_type in WIDENED
+        v.name: onnx_dtype_name(v.type.tensor_type.elem_type) for v in fed if is_wider(v.type.tensor_type.elem_type)
     }
     widened.update({v.name: onnx_dtype_name(code) for v, code in zip(g.output, codes, strict=True) if code in WIDENED})
     signature["widened"] = widened

@@ -177,3 +177,42 @@ def test_a_bfloat16_one_hot_is_filled_in_float32_and_rounded() -> None:
     assert got.dtype == ml_dtypes.bfloat16
     # 1 + 2**-8 is halfway between two bfloat16s: it rounds to the even one, 1.0.
     assert got.astype(np.float32).tolist() == [[1.0, -2.0, -2.0], [-2.0, -2.0, 1.0], [-2.0, -2.0, -2.0]]
+
+
+def test_float8_and_int4_values_are_read_exactly_and_a_cast_to_them_is_refused() -> None:
+    # Dequantizing: float8 and int4 weights, and a float8 graph input, cast to cellgraph's types.
+    w8 = numpy_helper.from_array(np.array([0.5, -448.0, 2.0**-9], ml_dtypes.float8_e4m3fn), "w8")
+    q4 = numpy_helper.from_array(np.array([-8, 7, 3], ml_dtypes.int4), "q4")
+    model = _onnx_model(
+        [
+            helper.make_node("Cast", ["w8"], ["weights"], to=TensorProto.FLOAT),
+            helper.make_node("Cast", ["q4"], ["levels"], to=TensorProto.INT8),
+            helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),
+        ],
+        {"x": TensorProto.FLOAT8E5M2},
+        {"weights": TensorProto.FLOAT, "levels": TensorProto.INT8, "x16": TensorProto.FLOAT16},
+        [w8, q4],
+    )
+    model.opset_import[0].version = 21
+    x = np.array([57344.0, -(2.0**-16), 1.5], ml_dtypes.float8_e5m2)
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    imported = cg.onnx.import_model(model)
+    # Read in the cellgraph dtype that holds every value exactly; no node makes a float8 or int4.
+    assert [t.dtype for t in imported.inputs] == ["float16"]
+    assert imported.signature["widened"] == {"x": "FLOAT8E5M2"}
+    got = imported(x)
+    for g_, w_ in zip(got, want, strict=True):
+        assert g_.dtype == w_.dtype and g_.tolist() == w_.tolist()
+    assert got[0].tolist() == [0.5, -448.0, 2.0**-9] and got[1].tolist() == [-8, 7, 3]
+
+    quantize = _onnx_model(
+        [helper.make_node("Cast", ["v"], ["q"], name="quantize", to=TensorProto.FLOAT8E4M3FN)],
+        {"v": TensorProto.FLOAT},
+        {"q": TensorProto.FLOAT8E4M3FN},
+    )
+    quantize.opset_import[0].version = 21
+    with pytest.raises(
+        cg.onnx.OnnxError,
+        match=r"dtype FLOAT8E4M3FN of value 'q' has no cellgraph equivalent \(Cast node 'quantize', opset 21\)",
+    ):
+        cg.onnx.import_model(quantize)
