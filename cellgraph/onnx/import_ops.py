@@ -31,7 +31,7 @@ import cellgraph as cg
 from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import activations as act
-from cellgraph.dataflow.ops import logic
+from cellgraph.dataflow.ops import logic, nn
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
@@ -359,18 +359,31 @@ def _check_shape(n: NodeInfo) -> str | None:
     return "Shape of an input whose shape is unknown until the graph runs" if _shape_value(n) is None else None
 
 
+def _training(n: NodeInfo) -> tuple[bool, float]:
+    """Whether a Dropout node is in training mode, and its ratio (inputs known at build time)."""
+    mode, ratio = n.static_value(2), n.static_value(1)
+    return mode is not None and bool(mode.reshape(-1)[0]), 0.5 if ratio is None else float(ratio.reshape(-1)[0])
+
+
 def _dropout(b: Builder, n: NodeInfo) -> list[Tensor]:
-    # Imported for inference: every unit kept, unscaled, and the mask all true.
     x = b.ins(n)[0]
-    return [cg.identity(x), cg.cast(cg.ones_like(x), "bool")]
+    training, ratio = _training(n)
+    if not training or ratio == 0.0:
+        # Inference (or nothing to drop): every unit kept, unscaled, and the mask all true.
+        return [cg.identity(x), cg.cast(cg.ones_like(x), "bool")]
+    # Training mode: cellgraph's Dropout draws a fresh mask each run (seeded by the node's seed
+    # attribute when it has one), scales the kept units by 1 / (1 - ratio), and gives the scaled
+    # mask as its second output, whose nonzeros are ONNX's boolean mask.
+    seed = n.attrs["seed"]
+    y = nn.dropout(x, ratio, seed=None if seed is None else int(seed), name="dropout")
+    scaled = y.node.output(1)
+    return [y, logic.not_equal(scaled, cg.zeros_like(scaled))]
 
 
 def _check_dropout(n: NodeInfo) -> str | None:
-    mode, ratio = n.static_value(2), n.static_value(1)
-    if mode is not None and bool(mode.reshape(-1)[0]):
-        # Training mode draws a random mask, except at ratio 0, where it keeps every unit.
-        if ratio is None or float(ratio.reshape(-1)[0]) != 0.0:
-            return "Dropout in training mode (a random mask) with a ratio other than 0"
+    training, ratio = _training(n)
+    if training and not 0.0 <= ratio < 1.0:
+        return f"Dropout in training mode with ratio {ratio} (cellgraph drops a fraction in [0, 1))"
     return None
 
 
