@@ -87,8 +87,8 @@ class Plan:
         exec(compile(self.source, self._filename, "exec"), namespace)  # noqa: S102 - our own generated code
         self._run: Callable[..., tuple[Any, ...]] = namespace["run"]
         self._namespace = namespace
-        self._streaming: Callable[..., tuple[Any, ...]] | None = None  # made at the first stream()
-        self._gated: Callable[..., tuple[Any, ...]] | None = None  # made at the first stream_gated()
+        # The generated functions of stream() and stream_gated(), made at their first use: function, file, lines.
+        self._variants: dict[str, tuple[Callable[..., tuple[Any, ...]], str, dict[int, Step]]] = {}
 
     def _schedule(
         self, fetches: list[Tensor], targets: list[Node], device: str, transport: Any
@@ -250,20 +250,7 @@ class Plan:
         >>> seen  # y (fetch 1) is ready before z (fetch 0)
         [1, 0]
         """
-        if self._streaming is None:
-            source, lines = self._generate(notify=True)
-            filename = f"{self._filename[:-1]} streaming>"
-            namespace = dict(self._namespace)
-            exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-            self._streaming, self._stream_source = namespace["run"], (filename, lines)
-        try:
-            return self._streaming(*feed_values, on_fetch)
-        except Exception as exc:
-            filename, lines = self._stream_source
-            step = _failed_step_in(exc, filename, lines)
-            if step is None:
-                raise
-            raise ExecutionError(_failure(step, exc)) from exc
+        return self._run_variant("streaming", *feed_values, on_fetch)
 
     def stream_gated(
         self, on_fetch: Callable[[int, Any], None], before_use: Callable[[int], None], *feed_values: np.ndarray
@@ -290,16 +277,22 @@ class Plan:
         >>> seen  # w (feed 1) is waited for only when x * 2 is done and the product needs it
         ['feed 0', 'feed 1', 'fetch 0']
         """
-        if self._gated is None:
-            source, lines = self._generate(notify=True, gate=True)
-            filename = f"{self._filename[:-1]} gated>"
+        return self._run_variant("gated", *feed_values, on_fetch, before_use)
+
+    def _run_variant(self, variant: str, *args: Any) -> tuple[Any, ...]:
+        """Run the generated function ``variant`` ("streaming": with ``_on``; "gated": with ``_on`` and
+        ``_wait``), made at its first use; a kernel's failure names its node, as ``__call__``'s does."""
+        made = self._variants.get(variant)
+        if made is None:
+            source, lines = self._generate(notify=True, gate=variant == "gated")
+            filename = f"{self._filename[:-1]} {variant}>"
             namespace = dict(self._namespace)
             exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-            self._gated, self._gated_source = namespace["run"], (filename, lines)
+            made = self._variants[variant] = (namespace["run"], filename, lines)
+        run, filename, lines = made
         try:
-            return self._gated(*feed_values, on_fetch, before_use)
+            return run(*args)
         except Exception as exc:
-            filename, lines = self._gated_source
             step = _failed_step_in(exc, filename, lines)
             if step is None:
                 raise
