@@ -12,9 +12,10 @@ The inference time per test-set batch is reported for the session and ONNX
 Runtime (one thread each). Then ONNX's own node conformance cases of every ONNX
 op cellgraph imports run through ``import_model``: ``conformance_pass_rate`` is
 passed / all cases of those ops (target >= 0.85); beside it, the rate without
-the cases that pass computed in a wider type (int8 as int32, float16 as
-float32: ``conformance_pass_rate_strict``), and over the cases not refused for
-their dtype.
+the cases that pass computed in a wider type (uint16 as int32, float8 read as
+float16: ``conformance_pass_rate_strict``), over the cases not refused for
+their dtype, and how many passes are random draws (Dropout in training mode)
+checked against the op's definition (``conformance_random``).
 
     python benchmarks/onnx_roundtrip.py [--quick] [--threads N]
 """
@@ -127,6 +128,7 @@ def main() -> None:
     rate = conformance.pass_rate(results_by_op)
     strict = conformance.pass_rate(results_by_op, widened=False)
     widened = sum(len(r.widened) for r in results_by_op.values())
+    random = sum(len(r.random) for r in results_by_op.values())
     cases = sum(r.total for r in results_by_op.values())
     in_dtypes = cases - sum(conformance.dtype_refusals(r) for r in results_by_op.values())
     passed = sum(len(r.passed) for r in results_by_op.values())
@@ -137,7 +139,8 @@ def main() -> None:
         f"max |diff| {max_diff:.2e} (target <= {TARGET_DIFF}: {'met' if max_diff <= TARGET_DIFF else 'NOT met'}); "
         f"conformance: {passed} of {cases} cases of {len(results_by_op)} ops pass = {rate:.1%} "
         f"(target >= {TARGET_PASS_RATE:.0%}: {'met' if rate >= TARGET_PASS_RATE else 'NOT met'}), "
-        f"{widened} of them computed in a wider type; {strict:.1%} without those; "
+        f"{widened} of them computed in a wider type; {strict:.1%} without those; {random} random draws "
+        "checked against the op's definition; "
         f"{passed} of {in_dtypes} not refused for their dtype = {passed / in_dtypes:.1%}; {failed} wrong answers"
     )
     emit(
@@ -155,6 +158,7 @@ def main() -> None:
             "conformance_pass_rate_cellgraph_dtypes": passed / in_dtypes,
             "conformance_pass_rate_strict": strict,
             "conformance_widened": widened,
+            "conformance_random": random,
             "conformance_cases": cases,
             "conformance_ops": len(results_by_op),
             "conformance_failed": failed,
