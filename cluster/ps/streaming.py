@@ -55,7 +55,18 @@ from cellgraph.protos import parameter_service_pb2 as pb
 from ..errors import ParameterServerError
 from .config import VariableSpec
 from .frames import Framed, chunk_parts, length_delimited
-from .held import _CHUNKS, _HEADER, _MORE, HeldStream, PullPlan, ShardReceiver, StepTimeout, put_threadsafe, step_frames
+from .held import (
+    _CHUNKS,
+    _HEADER,
+    _MORE,
+    ONE_MESSAGE_BYTES,
+    HeldStream,
+    PullPlan,
+    ShardReceiver,
+    StepTimeout,
+    put_threadsafe,
+    step_frames,
+)
 from .results import PullResult, PushResult, push_result
 
 if TYPE_CHECKING:
@@ -210,8 +221,12 @@ class StreamedStep:
         send.pushing = True
         for chunk in chunk_parts(spec.name, piece, self.client.max_chunk_bytes):
             field = length_delimited(_CHUNKS, chunk)
+            nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in field)
+            if send.size and send.size + nbytes > ONE_MESSAGE_BYTES:
+                # A message stays under gRPC's limit: a gradient bigger than one goes in several.
+                self._flush(send, last=None)
             send.parts += field
-            send.size += sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in field)
+            send.size += nbytes
 
     def _flush(self, send: _ShardSend, last: bytes | None) -> None:
         """Send what ``send`` holds (and, with ``last``, the step's last message's own fields)."""

@@ -105,3 +105,20 @@ def test_a_streamed_step_refuses_what_push_refuses_and_the_next_step_works(ps: S
         good.push(name, value)
     assert good.finish().pushed.status == "applied"
     assert client.pull().global_step == 1
+
+
+def test_a_gradient_bigger_than_one_message_goes_in_several(ps: Servers) -> None:
+    # 5 MiB of gradient for one variable: more than gRPC takes in one message (4 MiB). Before the fix, a
+    # streamed step put all of its chunks in one message and the server's gRPC refused it ("Internal error").
+    ps.start(1)
+    client = ps.client()
+    big = np.arange(5 * 1024 * 1024 // 4, dtype=F32)
+    client.init("big", {"big": big, "b": np.zeros(3, F32)}, OptimizerConfig("sgd", 1.0), TrainingConfig("async"))
+    client.register(0)
+    step = client.start_step(step=0, replica_id=0)
+    step.push("big", np.ones_like(big))
+    step.push("b", np.ones(3, F32))
+    result = step.finish()
+    assert result.pushed.status == "applied"
+    np.testing.assert_array_equal(result.pulled.values["big"], big - 1)
+    np.testing.assert_array_equal(result.pulled.values["b"], np.full(3, -1, F32))
