@@ -105,3 +105,6 @@ class ImportRow:
     # The oldest version of the op whose meaning the row follows. Older versions that only
     # differ in attributes need nothing here: their attributes are refused by name.
     since: int = 1
+    # Whether the op may make values of the types cellgraph only reads (READ_ONLY): a Cast that
+    # rounds into them exactly. No other row makes them.
+    makes_narrow: bool = False

@@ -35,8 +35,9 @@ from cellgraph.dataflow.ops import logic, nn
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import COMPUTE_DTYPE, Build, ImportRow
+from .common import Build, ImportRow
 from .import_arrays import ARRAYS
+from .import_cast import CAST
 from .import_more import MORE
 from .import_normalization import NORMALIZATION
 from .import_shapes import SHAPES
@@ -168,15 +169,6 @@ def _check_argmax(n: NodeInfo) -> str | None:
 
 def _softmax(fn: Callable[..., Tensor]) -> Build:
     return lambda b, n: [fn(b.ins(n)[0], axis=int(n.attrs["axis"]))]
-
-
-def _cast(b: Builder, n: NodeInfo) -> list[Tensor]:
-    return [cg.cast(b.ins(n)[0], COMPUTE_DTYPE[int(n.attrs["to"])])]
-
-
-def _check_cast(n: NodeInfo) -> str | None:
-    to = int(n.attrs["to"]) if n.attrs["to"] is not None else None
-    return None if to in COMPUTE_DTYPE else f"Cast to {n.dtype_name(to)}"
 
 
 def _reshape(b: Builder, n: NodeInfo) -> list[Tensor]:
@@ -467,7 +459,6 @@ IMPORTERS: dict[str, ImportRow] = {
     "LessOrEqual":    ImportRow(_comparison(cg.less_equal)),
     "Greater":        ImportRow(_comparison(cg.less, swap=True)),
     "GreaterOrEqual": ImportRow(_comparison(cg.greater_equal)),
-    "Cast":           ImportRow(_cast, {"to": None, "saturate": 1, "round_mode": "up"}, check=_check_cast),
     "MatMul":         ImportRow(_matmul),
     "Gemm":           ImportRow(_gemm, {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}),
     "ReduceSum":      ImportRow(_reduce(cg.reduce_sum), _REDUCE, (1,), _check_reduce),
@@ -529,6 +520,7 @@ IMPORTERS: dict[str, ImportRow] = {
     "Softsign":       ImportRow(_unary(act.softsign)),
     "HardSigmoid":    ImportRow(_hard_sigmoid, {"alpha": 0.2, "beta": 0.5}),
     "HardSwish":      ImportRow(_hard_swish),
+    **CAST,
     **NORMALIZATION,
     **SHAPES,
     **ARRAYS,

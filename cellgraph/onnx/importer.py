@@ -43,7 +43,7 @@ from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 
 from ..saved_model import LoadedModel
-from .common import COMPUTE_DTYPE, READ_DTYPE, WIDENED, OnnxError, is_wider, onnx_code, onnx_dtype_name, widen
+from .common import COMPUTE_DTYPE, READ_DTYPE, OnnxError, is_wider, onnx_code, onnx_dtype_name, widen
 from .import_ops import IMPORTERS
 
 
@@ -244,7 +244,8 @@ def _check_node(
                 "pass its value in static_inputs"
             )
     # A node may read the types cellgraph reads wider (float8, int4, ...) but make none of them.
-    for value_name, readable in [*((n, READ_DTYPE) for n in node.input), *((n, COMPUTE_DTYPE) for n in node.output)]:
+    made = READ_DTYPE if row.makes_narrow else COMPUTE_DTYPE
+    for value_name, readable in [*((n, READ_DTYPE) for n in node.input), *((n, made) for n in node.output)]:
         t = types.get(value_name)
         code = t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else None
         if value_name in known:
@@ -387,9 +388,9 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
     widened = {
         v.name: onnx_dtype_name(v.type.tensor_type.elem_type) for v in fed if is_wider(v.type.tensor_type.elem_type)
     }
-    widened.update({v.name: onnx_dtype_name(code) for v, code in zip(g.output, codes, strict=True) if code in WIDENED})
+    widened.update({v.name: onnx_dtype_name(code) for v, code in zip(g.output, codes, strict=True) if is_wider(code)})
     signature["widened"] = widened
-    output_types = [onnx.helper.tensor_dtype_to_np_dtype(code) if code in WIDENED else None for code in codes]
+    output_types = [onnx.helper.tensor_dtype_to_np_dtype(code) if is_wider(code) else None for code in codes]
     return ImportedModel(graph, inputs, outputs, signature, output_types)
 
 

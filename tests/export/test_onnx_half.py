@@ -179,7 +179,7 @@ def test_a_bfloat16_one_hot_is_filled_in_float32_and_rounded() -> None:
     assert got.astype(np.float32).tolist() == [[1.0, -2.0, -2.0], [-2.0, -2.0, 1.0], [-2.0, -2.0, -2.0]]
 
 
-def test_float8_and_int4_values_are_read_exactly_and_a_cast_to_them_is_refused() -> None:
+def test_float8_and_int4_values_are_read_exactly_and_a_cast_to_float8e8m0_is_refused() -> None:
     # Dequantizing: float8 and int4 weights, and a float8 graph input, cast to cellgraph's types.
     w8 = numpy_helper.from_array(np.array([0.5, -448.0, 2.0**-9], ml_dtypes.float8_e4m3fn), "w8")
     q4 = numpy_helper.from_array(np.array([-8, 7, 3], ml_dtypes.int4), "q4")
@@ -205,14 +205,45 @@ def test_float8_and_int4_values_are_read_exactly_and_a_cast_to_them_is_refused()
         assert g_.dtype == w_.dtype and g_.tolist() == w_.tolist()
     assert got[0].tolist() == [0.5, -448.0, 2.0**-9] and got[1].tolist() == [-8, 7, 3]
 
-    quantize = _onnx_model(
-        [helper.make_node("Cast", ["v"], ["q"], name="quantize", to=TensorProto.FLOAT8E4M3FN)],
+    scale = _onnx_model(
+        [helper.make_node("Cast", ["v"], ["q"], name="scale", to=TensorProto.FLOAT8E8M0)],
         {"v": TensorProto.FLOAT},
-        {"q": TensorProto.FLOAT8E4M3FN},
+        {"q": TensorProto.FLOAT8E8M0},
     )
-    quantize.opset_import[0].version = 21
+    scale.opset_import[0].version = 24
     with pytest.raises(
-        cg.onnx.OnnxError,
-        match=r"dtype FLOAT8E4M3FN of value 'q' has no cellgraph equivalent \(Cast node 'quantize', opset 21\)",
+        cg.onnx.OnnxError, match=r"Cast to FLOAT8E8M0 has no cellgraph equivalent \(Cast node 'scale', opset 24\)"
     ):
-        cg.onnx.import_model(quantize)
+        cg.onnx.import_model(scale)
+
+
+# 3000 values over 20 decades, and the edges: ties, the largest values, overflow, subnormals, inf, NaN.
+_WIDE = np.concatenate([
+    RNG.normal(size=3000) * 10.0 ** RNG.integers(-12, 8, 3000),
+    [0.0, -0.0, np.inf, -np.inf, np.nan, 448, 464, 465, 480, 240, 248, 57344, 61440, 61441, 6, 7, 5,
+     2.0**-9, 2.0**-10, 3 * 2.0**-11, 2.0**-17, 2.0**-18],
+]).astype(np.float32)  # fmt: skip
+_NARROW = [
+    (TensorProto.FLOAT8E4M3FN, 1), (TensorProto.FLOAT8E4M3FN, 0), (TensorProto.FLOAT8E4M3FNUZ, 1),
+    (TensorProto.FLOAT8E4M3FNUZ, 0), (TensorProto.FLOAT8E5M2, 1), (TensorProto.FLOAT8E5M2, 0),
+    (TensorProto.FLOAT8E5M2FNUZ, 1), (TensorProto.FLOAT8E5M2FNUZ, 0), (TensorProto.FLOAT4E2M1, 1),
+    (TensorProto.INT4, 1), (TensorProto.UINT4, 1), (TensorProto.INT2, 1), (TensorProto.UINT2, 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("to", "saturate"), _NARROW)
+def test_a_cast_to_a_narrow_type_rounds_exactly_as_onnxs_reference(to: int, saturate: int) -> None:
+    floats = to in (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+                    TensorProto.FLOAT8E5M2FNUZ, TensorProto.FLOAT4E2M1)  # fmt: skip
+    attrs = {"to": to, "saturate": saturate} if floats else {"to": to}
+    model = _onnx_model([helper.make_node("Cast", ["x"], ["y"], **attrs)], {"x": TensorProto.FLOAT}, {"y": to})
+    model.opset_import[0].version = 23
+    # Integers: every value in and around the type's range (ONNX leaves a cast out of range undefined).
+    x = _WIDE if floats else np.clip(_WIDE, -20, 20)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    imported = cg.onnx.import_model(model)
+    got = imported(x)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))  # NaN where NaN
+    # Held in a cellgraph dtype that holds each value exactly, converted at the boundary.
+    assert imported.outputs[0].dtype == ("float16" if floats else "uint8" if to in (21, 25) else "int8")
