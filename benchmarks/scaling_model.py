@@ -27,8 +27,10 @@ and shape sigma, independent across workers and steps; a sync step waits for
 the k-th fastest of n (the expected k-th order statistic, by quadrature). All
 n workers push and pull (a backup's late gradient still crosses the network);
 ``k`` batches count. A share ``--overlap`` of the transfer runs while the step
-computes (gradients leave during backprop: ``scaling.py``'s
-``overlap_fraction``); the rest adds to the step. The network is the PS's: no
+computes (gradients leave during backprop, the pull arrives during the next
+forward pass: ``overlap_large.py``'s ``overlap_fraction``, measured on a 67
+MB model; the mini-Inception's 32 KB leave in one message and show nothing);
+the rest adds to the step. The network is the PS's: no
 switch or NIC limit is modelled beyond it.
 
 Shards: dedicated parameter servers (1-16), or colocated (``cg.train(
@@ -37,8 +39,9 @@ shards as workers and the servers' bandwidth grows with the job).
 
 Measured inputs: ``--measured FILE ...`` reads the last JSON line of runs of
 ``ps_throughput.py`` (``ps_gbps``, its ``shards``), ``ps_latency.py``
-(``p50_ms``) and ``scaling.py`` (``step_time_1_ms``, ``replica_compute_ms``,
-``overlap_fraction``, ``step_time_jitter_sigma``), saved by the caller; each
+(``p50_ms``), ``scaling.py`` (``step_time_1_ms``, ``replica_compute_ms``,
+``step_time_jitter_sigma``) and ``overlap_large.py`` (``overlap_fraction``),
+saved by the caller; each
 input that no file gives keeps its default, and the output says which inputs
 were measured (and in which file) and which were assumed.
 
@@ -71,7 +74,7 @@ MEASURED_KEYS = {
     "latency_ms": ("ps_latency", "p50_ms"),
     "mini_step_ms": ("scaling", "step_time_1_ms"),
     "mini_compute_ms": ("scaling", "replica_compute_ms"),
-    "overlap": ("scaling", "overlap_fraction"),
+    "overlap": ("overlap_large", "overlap_fraction"),
     "measured_sigma": ("scaling", "step_time_jitter_sigma"),
 }
 INCEPTION_V3_PARAMS = 23_800_000
@@ -207,7 +210,9 @@ def main() -> None:
     p.add_argument(
         "--sigma", type=float, default=0.03, help="lognormal shape of a worker's step time (0.03; 0.1 reported too)"
     )
-    p.add_argument("--overlap", type=float, default=0.444, help="share of the transfer hidden (scaling.py; 0.444)")
+    p.add_argument(
+        "--overlap", type=float, default=0.601, help="share of the transfer hidden (overlap_large.py; 0.601)"
+    )
     p.add_argument("--measured", nargs="*", default=[], metavar="FILE", help="benchmark outputs to take inputs from")
     p.add_argument(
         "--ps-gbps", type=float, default=0.66, help="measured PS throughput, both ways (BENCHMARKS.md: 0.66)"

@@ -99,6 +99,7 @@ CASES = {
             "cpu_efficiency_vs_local",
         ],  # fmt: skip
     ),
+    "overlap_large": (["overlap_large.py"], ["model_mb", "overlap_fraction", "step_ms_overlap", "step_ms_no_overlap"]),
     # Root only (network namespaces); elsewhere it prints {"skipped": ...}, and the test is skipped with the reason.
     "netns_scaling": (["netns_scaling.py"], ["step_ms_overlap", "step_ms_no_overlap", "overlap_step_ratio"]),
     "ps_fanin": (["ps_fanin.py"], ["pushes_per_s_8", "pushes_per_s_256", "ratio", "pushes_8", "pushes_256"]),
