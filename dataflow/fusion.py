@@ -124,9 +124,18 @@ def _literal(value: np.ndarray) -> str:
     """Source for a constant: exact, because float32 -> float64 -> repr round-trips."""
     dtype = value.dtype.name
     if value.size == 1:
-        return f"np.{dtype}({float(value.reshape(-1)[0])!r})"
-    items = ", ".join(repr(float(v)) for v in value.reshape(-1))
+        return f"np.{dtype}({_number(float(value.reshape(-1)[0]))})"
+    items = ", ".join(_number(float(v)) for v in value.reshape(-1))
     return f"np.array([{items}], dtype=np.{dtype})"
+
+
+def _number(v: float) -> str:
+    """A float as source: repr, except that inf and nan are not names in the generated module."""
+    if math.isnan(v):
+        return "np.nan"
+    if math.isinf(v):
+        return "np.inf" if v > 0 else "-np.inf"
+    return repr(v)
 
 
 def _embeddable(segment: Segment, constants: dict[Key, np.ndarray]) -> dict[Key, np.ndarray]:

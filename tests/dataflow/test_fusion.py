@@ -133,3 +133,15 @@ def test_training_is_the_same_with_and_without_fusion() -> None:
         sess = cg.Session(m.graph, fuse=fuse)
         losses.append([float(sess.run([m.train_op, m.loss], {m.x: xb, m.y: yb})[1]) for _ in range(5)])
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+
+
+def test_infinite_and_nan_constants_are_written_as_numpy_names() -> None:
+    # repr(inf) is "inf", not a name in the generated loop's module: the fused kernel failed with NameError.
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None,), name="x")
+        y = cg.maximum(x * 2.0, np.float32(-np.inf)) + cg.minimum(x, np.float32(np.inf)) + np.float32(np.nan) * 0.0
+    got = cg.Session(g).run(y, {x: np.array([1.0, -2.0, 3.0], np.float32)})
+    want = cg.Session(g, fuse=False).run(y, {x: np.array([1.0, -2.0, 3.0], np.float32)})
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got).all()  # nan * 0 is nan: the constant reached the loop as nan
