@@ -61,15 +61,14 @@ from cellgraph.dataflow.ops.activations import (
 from cellgraph.dataflow.ops.array import (
     concat,
     expand_dims,
-    gather,
     getitem,
-    one_hot,
     pad,
     reshape,
     slice,
     squeeze,
     transpose,
 )
+from cellgraph.dataflow.ops.array_gather import gather, one_hot
 from cellgraph.dataflow.ops.array_index import gather_nd, scatter_nd, tensor_scatter_nd_max, tensor_scatter_nd_min
 from cellgraph.dataflow.ops.array_more import (
     broadcast_to,

@@ -17,7 +17,7 @@ import numpy as np
 from cellgraph import init as initializers
 from cellgraph.dataflow.errors import DTypeError, ShapeError
 from cellgraph.dataflow.graph import Tensor, name_scope
-from cellgraph.dataflow.ops import array, math, math_unary, nn
+from cellgraph.dataflow.ops import array, array_gather, math, math_unary, nn
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.layers import dense  # layers.py imports this module last, once dense is defined
@@ -59,7 +59,7 @@ def embedding(
             raise ShapeError(f"embedding layer {name!r}: {what} must be a positive int, got {value!r}")
     with ids.graph.atomic(), name_scope(name):
         table = variable(embeddings_init, shape=(vocab_size, dim), name="embeddings")
-        return array.gather(table, ids, name="lookup")
+        return array_gather.gather(table, ids, name="lookup")
 
 
 def _sequence_check(x: Tensor, what: str, layer: str, name: str) -> tuple[int, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (
     activations,
     array,
+    array_gather,
     array_index,
     array_more,
     array_shape,
@@ -31,6 +32,7 @@ from .base import atomic_op
 
 FAMILIES = (
     state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, conv_more, array,
+    array_gather,
     training, transfer, array_more, placeholder_default, schedule, array_index, array_shape,
     einsum, cumulative, top_k, resize,
 )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Array ops: reshape, transpose, concat, slice, pad, indexing, gather, one-hot.
+"""Array ops: reshape, transpose, concat, slice, pad, indexing (gather and one-hot: ``array_gather.py``).
 
 They move data without arithmetic, so their gradients move the upstream
 gradient back: a reshape's is a reshape, a slice's pads, a concat's splits, a
@@ -21,14 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import COMPUTE_DTYPE, INTS, as_dtype
 from ..errors import DTypeError, GraphError, ShapeError
 from ..graph import Node, Tensor
 from ..kernels.cpu import array as k
 from ..kernels.cuda import cuda_kernel
-from ..opdef import InferContext, KernelFactory, OpDef, Shape, TensorSpec, not_differentiable, register_op
+from ..opdef import InferContext, KernelFactory, OpDef, Shape, TensorSpec, register_op
 from ..shapes import fmt, num_elements
-from .base import TensorLike, apply, apply_node, as_tensor, graph_of
+from .base import TensorLike, apply, apply_node, as_tensor, fits, graph_of, upstream
 from .math import zeros_like
 
 FAMILY = "array"
@@ -61,23 +60,6 @@ def _scalar(value: Any, what: str, op: str) -> bool | int | float:
 def _axis(axis: int, rank: int) -> int:
     """``axis`` made non-negative when it is in range; else left for the shape rule to report."""
     return axis % rank if -rank <= axis < rank else axis
-
-
-def _fits(a: Shape, b: Shape) -> bool:
-    """Same rank, and equal wherever both dims are known."""
-    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
-
-
-def _dy(dys: Dys, i: int = 0) -> Tensor:
-    """Upstream gradient ``i``: a rule for a single-output op always gets one."""
-    dy = dys[i]
-    assert dy is not None
-    return dy
-
-
-def _check_indices(ctx: InferContext, indices: TensorSpec) -> None:
-    if indices.dtype not in INTS:
-        raise ctx.dtype_error(f"indices must be int32 or int64, got {indices.dtype}")
 
 
 # ---------------------------------------------------------------- Reshape
@@ -115,13 +97,13 @@ def _infer_reshape_like(ctx: InferContext) -> TensorSpec:
 register_op(OpDef(
     name="Reshape", family=FAMILY, infer=_infer_reshape,
     reference=lambda attrs, x: np.reshape(x, attrs["shape"]),
-    grad=lambda node, dys: [reshape_like(_dy(dys), node.inputs[0])],
+    grad=lambda node, dys: [reshape_like(upstream(dys), node.inputs[0])],
     kernels={"cpu": lambda node, ctx: k.reshape(node.attrs["shape"]), "cuda": _cuda("reshape_op")}, view=True,
 ))  # fmt: skip
 register_op(OpDef(
     name="ReshapeLike", family=FAMILY, infer=_infer_reshape_like,
     reference=lambda attrs, x, like: np.reshape(x, like.shape),
-    grad=lambda node, dys: [reshape_like(_dy(dys), node.inputs[0]), None],
+    grad=lambda node, dys: [reshape_like(upstream(dys), node.inputs[0]), None],
     kernels={"cpu": lambda node, ctx: k.reshape_like, "cuda": _cuda("reshape_like_op")}, view=True,
 ))  # fmt: skip
 
@@ -171,14 +153,14 @@ def _infer_squeeze(ctx: InferContext) -> TensorSpec:
 register_op(OpDef(
     name="ExpandDims", family=FAMILY, infer=_infer_expand_dims,
     reference=lambda attrs, x: np.expand_dims(x, attrs["axes"]),
-    grad=lambda node, dys: [squeeze(_dy(dys), node.attrs["axes"])],
+    grad=lambda node, dys: [squeeze(upstream(dys), node.attrs["axes"])],
     kernels={"cpu": lambda node, ctx: lambda x, _a=node.attrs["axes"]: np.expand_dims(x, _a),
              "cuda": _cuda("expand_dims_op")}, view=True,
 ))  # fmt: skip
 register_op(OpDef(
     name="Squeeze", family=FAMILY, infer=_infer_squeeze,
     reference=lambda attrs, x: np.squeeze(x, attrs["axes"]),
-    grad=lambda node, dys: [expand_dims(_dy(dys), node.attrs["axes"])],
+    grad=lambda node, dys: [expand_dims(upstream(dys), node.attrs["axes"])],
     # np.squeeze checks at run time that a dim unknown when building is 1.
     kernels={"cpu": lambda node, ctx: lambda x, _a=node.attrs["axes"]: np.squeeze(x, _a),
              "cuda": _cuda("squeeze_op")}, view=True,
@@ -221,7 +203,7 @@ def _infer_transpose(ctx: InferContext) -> TensorSpec:
 register_op(OpDef(
     name="Transpose", family=FAMILY, infer=_infer_transpose,
     reference=lambda attrs, x: np.transpose(x, attrs["perm"]),
-    grad=lambda node, dys: [transpose(_dy(dys), tuple(int(i) for i in np.argsort(node.attrs["perm"])))],
+    grad=lambda node, dys: [transpose(upstream(dys), tuple(int(i) for i in np.argsort(node.attrs["perm"])))],
     # view: an identity perm, or one that moves only size-1 dims, is already contiguous.
     kernels={"cpu": lambda node, ctx: k.transpose(node.attrs["perm"]), "cuda": _cuda("transpose_op")}, view=True,
 ))  # fmt: skip
@@ -262,7 +244,7 @@ def _infer_split_like(ctx: InferContext) -> list[TensorSpec]:
     g, likes, axis = ctx.inputs[0], ctx.inputs[1:], ctx.attrs["axis"]
     rest = g.shape[:axis] + g.shape[axis + 1 :]
     for like in likes:
-        if like.rank != g.rank or not _fits(rest, like.shape[:axis] + like.shape[axis + 1 :]):
+        if like.rank != g.rank or not fits(rest, like.shape[:axis] + like.shape[axis + 1 :]):
             raise ctx.shape_error(f"cannot split {fmt(g.shape)} on axis {axis} into a piece like {fmt(like.shape)}")
     sizes = [like.shape[axis] for like in likes]
     known = [size for size in sizes if size is not None]
@@ -285,7 +267,7 @@ def _ref_split_like(attrs: Attrs, g: np.ndarray, *likes: np.ndarray) -> Any:
 register_op(OpDef(
     name="Concat", family=FAMILY, infer=_infer_concat,
     reference=lambda attrs, *xs: np.concatenate(xs, attrs["axis"]),
-    grad=lambda node, dys: _split_like(_dy(dys), node.inputs, node.attrs["axis"]),
+    grad=lambda node, dys: _split_like(upstream(dys), node.inputs, node.attrs["axis"]),
     kernels={"cpu": lambda node, ctx: k.concat(node.attrs["axis"]), "cuda": _cuda("concat_op")},
 ))  # fmt: skip
 register_op(OpDef(
@@ -344,7 +326,7 @@ def _grad_slice(node: Node, dys: Dys) -> list[Tensor | None]:
     attrs = _strided_attrs(
         begin, tuple(b + max(s, 0) for b, s in zip(begin, size)), (1,) * len(begin), end_mask=end_mask
     )
-    return [_strided_slice_grad(_dy(dys), node.inputs[0], attrs)]
+    return [_strided_slice_grad(upstream(dys), node.inputs[0], attrs)]
 
 
 def _infer_pad(ctx: InferContext) -> TensorSpec:
@@ -366,7 +348,7 @@ def _grad_pad(node: Node, dys: Dys) -> list[Tensor | None]:
         strides=(1,) * len(paddings),
         end_mask=sum(1 << i for i, (_, a) in enumerate(paddings) if a == 0),
     )
-    return [apply("StridedSlice", [_dy(dys)], attrs, name="pad_grad")]
+    return [apply("StridedSlice", [upstream(dys)], attrs, name="pad_grad")]
 
 
 register_op(OpDef(
@@ -510,7 +492,7 @@ def _infer_strided_slice(ctx: InferContext) -> TensorSpec:
 def _infer_strided_slice_grad(ctx: InferContext) -> TensorSpec:
     g, like = ctx.inputs
     key = _index(ctx.attrs)
-    if not _fits(g.shape, _indexed_shape(ctx, like.shape, key)):
+    if not fits(g.shape, _indexed_shape(ctx, like.shape, key)):
         raise ctx.shape_error(f"gradient {fmt(g.shape)} does not fit {_fmt_index(key)} of {fmt(like.shape)}")
     return TensorSpec(like.shape, g.dtype)
 
@@ -524,13 +506,13 @@ def _ref_strided_slice_grad(attrs: Attrs, g: np.ndarray, like: np.ndarray) -> np
 register_op(OpDef(
     name="StridedSlice", family=FAMILY, infer=_infer_strided_slice,
     reference=lambda attrs, x: np.array(x[_index(attrs)]),
-    grad=lambda node, dys: [_strided_slice_grad(_dy(dys), node.inputs[0], node.attrs)],
+    grad=lambda node, dys: [_strided_slice_grad(upstream(dys), node.inputs[0], node.attrs)],
     kernels={"cpu": lambda node, ctx: k.strided_slice(_index(node.attrs)),
              "cuda": _cuda_indexed("strided_slice_op")}, view=True,
 ))  # fmt: skip
 register_op(OpDef(
     name="StridedSliceGrad", family=FAMILY, infer=_infer_strided_slice_grad, reference=_ref_strided_slice_grad,
-    grad=lambda node, dys: [apply("StridedSlice", [_dy(dys)], node.attrs, name="strided_slice"), None],
+    grad=lambda node, dys: [apply("StridedSlice", [upstream(dys)], node.attrs, name="strided_slice"), None],
     kernels={"cpu": lambda node, ctx: k.strided_slice_grad(_index(node.attrs)),
              "cuda": _cuda_indexed("strided_slice_grad_op")},
 ))  # fmt: skip
@@ -629,129 +611,4 @@ def getitem(x: TensorLike, key: Any, name: str = "getitem") -> Tensor:
     return apply("StridedSlice", [t], attrs, name=name)
 
 
-# ------------------------------------------------------- Gather, OneHot
-def _infer_gather(ctx: InferContext) -> TensorSpec:
-    params, indices = ctx.inputs
-    axis = ctx.attrs["axis"]
-    _check_indices(ctx, indices)
-    if not 0 <= axis < params.rank:
-        raise ctx.shape_error(f"axis {axis} is out of range for params {fmt(params.shape)}")
-    return TensorSpec(params.shape[:axis] + indices.shape + params.shape[axis + 1 :], params.dtype)
-
-
-def _infer_scatter_add_like(ctx: InferContext) -> TensorSpec:
-    updates, indices, like = ctx.inputs
-    axis = ctx.attrs["axis"]
-    _check_indices(ctx, indices)
-    if not 0 <= axis < like.rank or not _fits(
-        updates.shape, like.shape[:axis] + indices.shape + like.shape[axis + 1 :]
-    ):
-        raise ctx.shape_error(
-            f"updates {fmt(updates.shape)} do not fit indices {fmt(indices.shape)} into {fmt(like.shape)} on axis {axis}"
-        )
-    return TensorSpec(like.shape, updates.dtype)
-
-
-def _ref_scatter_add_like(attrs: Attrs, updates: np.ndarray, indices: np.ndarray, like: np.ndarray) -> np.ndarray:
-    out = np.zeros(like.shape, updates.dtype)
-    np.add.at(out, (builtins.slice(None),) * attrs["axis"] + (indices,), updates)
-    return out
-
-
-def _infer_one_hot(ctx: InferContext) -> TensorSpec:
-    indices, depth = ctx.inputs[0], ctx.attrs["depth"]
-    _check_indices(ctx, indices)
-    if depth < 0:
-        raise ctx.shape_error(f"depth must be >= 0, got {depth}")
-    return TensorSpec(indices.shape + (depth,), ctx.attrs["dtype"])
-
-
-def _ref_one_hot(attrs: Attrs, indices: np.ndarray) -> np.ndarray:
-    hot = indices[..., None] == np.arange(attrs["depth"])
-    return np.asarray(np.where(hot, attrs["on_value"], attrs["off_value"]), dtype=attrs["dtype"])
-
-
-register_op(OpDef(
-    name="Gather", family=FAMILY, infer=_infer_gather,
-    reference=lambda attrs, params, indices: np.take(params, indices, axis=attrs["axis"]),
-    grad=lambda node, dys: [_scatter_add_like(_dy(dys), node.inputs[1], node.inputs[0], node.attrs["axis"]), None],
-    kernels={"cpu": lambda node, ctx: k.gather(node.attrs["axis"]), "cuda": _cuda("gather_op")},
-))  # fmt: skip
-register_op(OpDef(
-    name="ScatterAddLike", family=FAMILY, infer=_infer_scatter_add_like, reference=_ref_scatter_add_like,
-    grad=lambda node, dys: [gather(_dy(dys), node.inputs[1], node.attrs["axis"]), None, None],
-    kernels={"cpu": lambda node, ctx: k.scatter_add_like(node.attrs["axis"]), "cuda": _cuda("scatter_add_like_op")},
-))  # fmt: skip
-register_op(OpDef(
-    name="OneHot", family=FAMILY, infer=_infer_one_hot, reference=_ref_one_hot,
-    grad=not_differentiable,  # a function of integer indices: nothing flows back
-    kernels={
-        # A half-float one-hot is filled in float32 (Numba has no bfloat16) and rounded by the storage wrapper.
-        "cpu": lambda node, ctx: k.one_hot(
-            node.attrs["depth"], node.attrs["on_value"], node.attrs["off_value"],
-            COMPUTE_DTYPE.get(node.attrs["dtype"], node.attrs["dtype"]),
-        ),
-        "cuda": _cuda("one_hot_op"),
-    },
-))  # fmt: skip
-
-
-def gather(
-    params: TensorLike, indices: TensorLike, axis: int | None = None, batch_dims: int = 0, name: str = "gather"
-) -> Tensor:
-    """Slices of ``params`` along ``axis`` at ``indices`` (ints in [0, size)).
-
-    The result has shape ``params.shape[:axis] + indices.shape + params.shape[axis + 1:]``;
-    an index out of range fails when the graph runs, naming the node. With
-    ``batch_dims`` b (TensorFlow's), the first b dims of both are a batch, each
-    batch of ``params`` indexed by its own batch of ``indices``: the result is
-    ``params.shape[:axis] + indices.shape[b:] + params.shape[axis + 1:]``;
-    ``axis`` defaults to b.
-
-    Examples
-    --------
-    >>> import cellgraph as cg
-    >>> g = cg.Graph()
-    >>> with g.as_default():
-    ...     table = cg.variable(cg.init.zeros, shape=(1000, 16), name="embedding")
-    ...     ids = cg.placeholder((None, 20), "int32", name="ids")
-    ...     vectors = cg.gather(table, ids)
-    >>> vectors.shape
-    (None, 20, 16)
-    """
-    g = graph_of([params, indices])
-    p, i = as_tensor(params, graph=g), as_tensor(indices, graph=g)
-    if batch_dims:
-        from .array_index import batch_gather
-
-        b = batch_dims + len(i.shape) if batch_dims < 0 else batch_dims
-        return batch_gather(p, i, b if axis is None else _axis(axis, len(p.shape)), b, name)
-    return apply("Gather", [p, i], {"axis": _axis(axis or 0, len(p.shape))}, name=name)
-
-
-def _scatter_add_like(updates: Tensor, indices: Tensor, like: Tensor, axis: int) -> Tensor:
-    """``updates`` summed at ``indices`` along ``axis`` into zeros shaped like ``like``
-    (TensorFlow's UnsortedSegmentSum, sized at run time by ``like``)."""
-    return apply("ScatterAddLike", [updates, indices, like], {"axis": axis}, name="scatter_add")
-
-
-def one_hot(
-    indices: TensorLike,
-    depth: int,
-    on_value: float | int | bool = 1,
-    off_value: float | int | bool = 0,
-    dtype: str = "float32",
-    name: str = "one_hot",
-) -> Tensor:
-    """A new last dim of size ``depth``: ``on_value`` at each index, ``off_value`` elsewhere
-    (a row of ``off_value`` for an index outside [0, depth))."""
-    attrs = {
-        "depth": operator.index(depth), "dtype": as_dtype(dtype),
-        "on_value": _scalar(on_value, "on_value", "one_hot"), "off_value": _scalar(off_value, "off_value", "one_hot"),
-    }  # fmt: skip
-    return apply("OneHot", [indices], attrs, name=name)
-
-
-__all__ = [
-    "concat", "expand_dims", "gather", "getitem", "one_hot", "pad", "reshape", "slice", "squeeze", "transpose",
-]  # fmt: skip
+__all__ = ["concat", "expand_dims", "getitem", "pad", "reshape", "slice", "squeeze", "transpose"]

@@ -27,17 +27,11 @@ from ..kernels.cpu import array_index as k
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, OpDef, Shape, TensorSpec, not_differentiable, register_op
 from ..shapes import fmt
-from .base import TensorLike, apply, as_tensor, fits, graph_of
+from .base import TensorLike, apply, as_tensor, fits, graph_of, upstream
 
 FAMILY = "array"
 Dys = list[Tensor | None]
 Attrs = dict[str, Any]
-
-
-def _dy(dys: Dys) -> Tensor:
-    dy = dys[0]
-    assert dy is not None
-    return dy
 
 
 def _check_index_dtype(ctx: InferContext, indices: TensorSpec) -> None:
@@ -130,20 +124,20 @@ def _ref_scatter(indices: np.ndarray, updates: np.ndarray, shape: tuple[int, ...
 
 register_op(OpDef(
     name="GatherNd", family=FAMILY, infer=_infer_gather_nd, reference=_ref_gather_nd,
-    grad=lambda node, dys: [_scatter_nd_like(node.inputs[1], _dy(dys), node.inputs[0]), None],
+    grad=lambda node, dys: [_scatter_nd_like(node.inputs[1], upstream(dys), node.inputs[0]), None],
     kernels={"cpu": lambda node, ctx: k.gather_nd, "cuda": cuda_kernel("array_index", "gather_nd_op")},
 ))  # fmt: skip
 register_op(OpDef(
     name="ScatterNd", family=FAMILY, infer=_infer_scatter_nd,
     reference=lambda attrs, indices, updates: _ref_scatter(indices, updates, attrs["shape"]),
-    grad=lambda node, dys: [None, gather_nd(_dy(dys), node.inputs[0])],
+    grad=lambda node, dys: [None, gather_nd(upstream(dys), node.inputs[0])],
     kernels={"cpu": lambda node, ctx: k.scatter_nd_op(node.attrs["shape"]),
              "cuda": cuda_kernel("array_index", "scatter_nd_op")},
 ))  # fmt: skip
 register_op(OpDef(
     name="ScatterNdLike", family=FAMILY, infer=_infer_scatter_nd_like,
     reference=lambda attrs, indices, updates, like: _ref_scatter(indices, updates, like.shape),
-    grad=lambda node, dys: [None, gather_nd(_dy(dys), node.inputs[0]), None],
+    grad=lambda node, dys: [None, gather_nd(upstream(dys), node.inputs[0]), None],
     kernels={"cpu": lambda node, ctx: k.scatter_nd_like, "cuda": cuda_kernel("array_index", "scatter_nd_like_op")},
 ))  # fmt: skip
 
@@ -214,13 +208,13 @@ def _batch_attrs(node: Any) -> tuple[int, int]:
 
 register_op(OpDef(
     name="BatchGather", family=FAMILY, infer=_infer_batch_gather, reference=_ref_batch_gather,
-    grad=lambda node, dys: [apply("BatchGatherGrad", [_dy(dys), node.inputs[1], node.inputs[0]], node.attrs), None],
+    grad=lambda node, dys: [apply("BatchGatherGrad", [upstream(dys), node.inputs[1], node.inputs[0]], node.attrs), None],
     kernels={"cpu": lambda node, ctx: k.batch_gather(*_batch_attrs(node)),
              "cuda": cuda_kernel("array_index", "batch_gather_op")},
 ))  # fmt: skip
 register_op(OpDef(
     name="BatchGatherGrad", family=FAMILY, infer=_infer_batch_gather_grad, reference=_ref_batch_gather_grad,
-    grad=lambda node, dys: [apply("BatchGather", [_dy(dys), node.inputs[1]], node.attrs), None, None],
+    grad=lambda node, dys: [apply("BatchGather", [upstream(dys), node.inputs[1]], node.attrs), None, None],
     kernels={"cpu": lambda node, ctx: k.batch_gather_grad(*_batch_attrs(node)),
              "cuda": cuda_kernel("array_index", "batch_gather_grad_op")},
 ))  # fmt: skip

@@ -30,7 +30,7 @@ from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelFactory, OpDef, TensorSpec, register_op
 from ..shapes import fmt
 from .array import concat, expand_dims, getitem, reshape, squeeze, transpose
-from .base import TensorLike, apply, apply_node, as_tensor, fits, graph_of
+from .base import TensorLike, apply, apply_node, as_tensor, fits, graph_of, upstream
 from .math import sum_to_shape_of, zeros_like
 
 FAMILY = "array"
@@ -60,12 +60,6 @@ def _axis(axis: Any, rank: int, op: str, what: str = "axis") -> int:
     if not -rank <= a < rank:
         raise ShapeError(f"{op}: {what} {a} is out of range for rank {rank}")
     return a % rank
-
-
-def _dy(dys: Dys) -> Tensor:
-    dy = dys[0]
-    assert dy is not None
-    return dy
 
 
 # ------------------------------------------------------------------ Split
@@ -216,13 +210,13 @@ def _infer_tile_grad(ctx: InferContext) -> TensorSpec:
 register_op(OpDef(
     name="Tile", family=FAMILY, infer=_infer_tile,
     reference=lambda attrs, x: np.tile(x, attrs["multiples"]),
-    grad=lambda node, dys: [apply("TileGrad", [_dy(dys), node.inputs[0]], node.attrs, name="tile_grad")],
+    grad=lambda node, dys: [apply("TileGrad", [upstream(dys), node.inputs[0]], node.attrs, name="tile_grad")],
     kernels={"cpu": lambda node, ctx: k.tile(node.attrs["multiples"]), "cuda": _cuda("tile_op")},
 ))  # fmt: skip
 register_op(OpDef(
     name="TileGrad", family=FAMILY, infer=_infer_tile_grad,
     reference=lambda attrs, g, x: k.untile(g, x.shape, attrs["multiples"]),
-    grad=lambda node, dys: [tile(_dy(dys), node.attrs["multiples"]), None],
+    grad=lambda node, dys: [tile(upstream(dys), node.attrs["multiples"]), None],
     kernels={"cpu": lambda node, ctx: k.tile_grad(node.attrs["multiples"]), "cuda": _cuda("tile_grad_op")},
 ))  # fmt: skip
 
@@ -262,7 +256,7 @@ def _infer_broadcast_to(ctx: InferContext) -> TensorSpec:
 register_op(OpDef(
     name="BroadcastTo", family=FAMILY, infer=_infer_broadcast_to,
     reference=lambda attrs, x: np.array(np.broadcast_to(x, attrs["shape"])),
-    grad=lambda node, dys: [sum_to_shape_of(_dy(dys), node.inputs[0])],
+    grad=lambda node, dys: [sum_to_shape_of(upstream(dys), node.inputs[0])],
     kernels={"cpu": lambda node, ctx: k.broadcast_to(node.attrs["shape"]), "cuda": _cuda("broadcast_to_op")},
 ))  # fmt: skip
 
@@ -317,14 +311,14 @@ def _infer_mirror_pad_grad(ctx: InferContext) -> TensorSpec:
 register_op(OpDef(
     name="MirrorPad", family=FAMILY, infer=_infer_mirror_pad,
     reference=lambda attrs, x: np.pad(x, attrs["paddings"], mode=attrs["mode"].lower()),
-    grad=lambda node, dys: [apply("MirrorPadGrad", [_dy(dys)], node.attrs, name="mirror_pad_grad")],
+    grad=lambda node, dys: [apply("MirrorPadGrad", [upstream(dys)], node.attrs, name="mirror_pad_grad")],
     kernels={"cpu": lambda node, ctx: k.mirror_pad(node.attrs["paddings"], node.attrs["mode"]),
              "cuda": _cuda("mirror_pad_op")},
 ))  # fmt: skip
 register_op(OpDef(
     name="MirrorPadGrad", family=FAMILY, infer=_infer_mirror_pad_grad,
     reference=lambda attrs, g: k.mirror_fold(g, attrs["paddings"], attrs["mode"]),
-    grad=lambda node, dys: [apply("MirrorPad", [_dy(dys)], node.attrs, name="mirror_pad")],
+    grad=lambda node, dys: [apply("MirrorPad", [upstream(dys)], node.attrs, name="mirror_pad")],
     kernels={"cpu": lambda node, ctx: k.mirror_pad_grad(node.attrs["paddings"], node.attrs["mode"]),
              "cuda": _cuda("mirror_pad_grad_op")},
 ))  # fmt: skip

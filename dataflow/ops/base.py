@@ -173,6 +173,13 @@ def require_float(ctx: InferContext, *specs: TensorSpec) -> str:
     return dtypes[0]
 
 
+def upstream(dys: list[Tensor | None], i: int = 0) -> Tensor:
+    """Upstream gradient ``i`` of a gradient rule's ``dys``: a rule for a single-output op always gets one."""
+    dy = dys[i]
+    assert dy is not None
+    return dy
+
+
 def fits(shape: Shape, expected: Shape) -> bool:
     return len(shape) == len(expected) and all(a is None or b is None or a == b for a, b in zip(shape, expected))
 

@@ -31,7 +31,7 @@ from ..kernels.cpu import cumulative as k
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, OpDef, TensorSpec, not_differentiable, register_op
 from ..shapes import fmt
-from .base import TensorLike, apply, as_tensor
+from .base import TensorLike, apply, as_tensor, upstream
 
 __all__ = ["cumprod", "cumsum"]
 
@@ -86,19 +86,13 @@ def _ref_cumprod_grad(a: Attrs, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     return out.astype(x.dtype)
 
 
-def _dy(dys: list[Tensor | None]) -> Tensor:
-    dy = dys[0]
-    assert dy is not None
-    return dy
-
-
 def _grad_cumsum(node: Node, dys: list[Tensor | None]) -> list[Tensor | None]:
     a = node.attrs
-    return [apply("Cumsum", [_dy(dys)], {**_flags(node), "reverse": not a["reverse"]}, name="cumsum_grad")]
+    return [apply("Cumsum", [upstream(dys)], {**_flags(node), "reverse": not a["reverse"]}, name="cumsum_grad")]
 
 
 def _grad_cumprod(node: Node, dys: list[Tensor | None]) -> list[Tensor | None]:
-    return [apply("CumprodGrad", [node.inputs[0], _dy(dys)], _flags(node), name="cumprod_grad")]
+    return [apply("CumprodGrad", [node.inputs[0], upstream(dys)], _flags(node), name="cumprod_grad")]
 
 
 def _flags(node: Node) -> Attrs:

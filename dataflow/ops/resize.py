@@ -33,7 +33,7 @@ from ..dtypes import FLOATS
 from ..errors import DTypeError, ShapeError
 from ..graph import Tensor
 from ..shapes import fmt
-from .array import gather
+from .array_gather import gather
 from .base import TensorLike, as_tensor, graph_of
 from .state import constant
 

@@ -7,7 +7,7 @@ import pytest
 
 import cellgraph as cg
 from cellgraph.dataflow.opdef import OPS, not_differentiable
-from cellgraph.dataflow.ops import array
+from cellgraph.dataflow.ops import array, array_gather
 
 from .errors_helpers import ph, raises
 
@@ -353,12 +353,12 @@ def test_gather_index_out_of_range_at_run_time_names_node_index_and_size() -> No
 
 def test_scatter_add_updates_that_do_not_fit() -> None:
     with raises(cg.ShapeError, "updates (3, 2) do not fit indices (4,) into (5, 2) on axis 0"):
-        array._scatter_add_like(ph(3, 2, name="u"), ph(4, dtype="int32", name="i"), ph(5, 2, name="like"), 0)
+        array_gather._scatter_add_like(ph(3, 2, name="u"), ph(4, dtype="int32", name="i"), ph(5, 2, name="like"), 0)
 
 
 def test_scatter_add_index_out_of_range_at_run_time() -> None:
     u, i, like = ph(2, 2, name="u"), ph(2, dtype="int32", name="i"), ph(None, 2, name="like")
-    y = array._scatter_add_like(u, i, like, 0)
+    y = array_gather._scatter_add_like(u, i, like, 0)
     feeds = {u: np.ones((2, 2)), i: [0, 3], like: np.zeros((3, 2))}
     with raises(
         cg.ExecutionError, "IndexError: index 3 (at (1,) in indices) is out of range [0, 3) for axis 0 of output (3, 2)"

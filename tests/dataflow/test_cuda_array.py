@@ -19,7 +19,7 @@ import pytest
 
 import cellgraph as cg
 from cellgraph.dataflow.opdef import KernelContext
-from cellgraph.dataflow.ops import array
+from cellgraph.dataflow.ops import array, array_gather
 from cellgraph.dataflow.variables import VariableStore
 
 
@@ -93,7 +93,7 @@ def test_scatter_add_sums_repeated_indices_exactly(dtype: str) -> None:
     indices = np.array([1, 0] * 32, np.int32)
     updates = np.arange(64 * 3).reshape(64, 3).astype(dtype)
     like = np.zeros((3, 3), dtype)
-    cpu, gpu = _kernels(lambda u, i, lk: array._scatter_add_like(u, i, lk, 0), (None, 3), (None,), (None, 3),
+    cpu, gpu = _kernels(lambda u, i, lk: array_gather._scatter_add_like(u, i, lk, 0), (None, 3), (None,), (None, 3),
                         dtypes=(dtype, "int32", dtype))  # fmt: skip
     got = gpu(*_device(updates, indices, like)).copy_to_host()
     assert got.dtype == np.dtype(dtype)
@@ -103,7 +103,7 @@ def test_scatter_add_sums_repeated_indices_exactly(dtype: str) -> None:
 
 @pytest.mark.cuda
 def test_scatter_add_index_out_of_range_is_the_cpu_error() -> None:
-    _same_error(lambda u, i, lk: array._scatter_add_like(u, i, lk, 1), [(2, None), (None,), (2, None)],
+    _same_error(lambda u, i, lk: array_gather._scatter_add_like(u, i, lk, 1), [(2, None), (None,), (2, None)],
                 [np.ones((2, 3), np.float32), np.array([0, 4, 1], np.int32), np.zeros((2, 4), np.float32)],
                 ("float32", "int32", "float32"))  # fmt: skip
 

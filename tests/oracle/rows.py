@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 import cellgraph as cg
-from cellgraph.dataflow.ops import array, conv, nn
+from cellgraph.dataflow.ops import array, array_gather, conv, nn
 from cellgraph.dataflow.ops import math as cgmath
 
 try:
@@ -389,9 +389,9 @@ ROWS: list[Row] = [
         [x(2, 3, 4), ints(2, 2, high=4, dtype="int64")], id="2d-int64-indices"),
     Row("Gather", lambda p, i: cg.gather(p, i), lambda p, i: tm.gather(p, i, 0),
         [x(3), fixed(np.array(2, np.int32))], id="scalar-index"),
-    Row("ScatterAddLike", lambda u, i, like: array._scatter_add_like(u, i, like, 0),
+    Row("ScatterAddLike", lambda u, i, like: array_gather._scatter_add_like(u, i, like, 0),
         lambda u, i, like: tm.scatter_add(u, i, like, 0), [x(4, 2), fixed(IDS), x(3, 2)]),
-    Row("ScatterAddLike", lambda u, i, like: array._scatter_add_like(u, i, like, 1),
+    Row("ScatterAddLike", lambda u, i, like: array_gather._scatter_add_like(u, i, like, 1),
         lambda u, i, like: tm.scatter_add(u, i, like, 1), [x("n", 4, 4), fixed(IDS), x("n", 3, 4)], id="axis1",
         variants=ZERO),
     # -------------------------------------------------------------------- nn

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import cellgraph as cg
-from cellgraph.dataflow.ops import array
+from cellgraph.dataflow.ops import array, array_gather
 
 from . import OpCase, rand
 
@@ -78,8 +78,8 @@ CASES = [
     OpCase("Gather", lambda p, i: cg.gather(p, i, axis=1), [x234, ids], static_shapes=[(None, 3, 4), (None,)], id="axis1-unknown"),
     OpCase("Gather", lambda p, i: cg.gather(p, i, axis=-1), [x234, ids.reshape(2, 2).astype(np.int64)], id="2d-int64-indices"),
     OpCase("Gather", lambda p, i: cg.gather(p, i), [rand(3), np.array(2, np.int32)], id="scalar-index"),
-    OpCase("ScatterAddLike", lambda u, i, like: array._scatter_add_like(u, i, like, 0), [rand(4, 2), ids, rand(3, 2)], wrt=(0,)),
-    OpCase("ScatterAddLike", lambda u, i, like: array._scatter_add_like(u, i, like, 1), [rand(2, 4, 4), ids, x234],
+    OpCase("ScatterAddLike", lambda u, i, like: array_gather._scatter_add_like(u, i, like, 0), [rand(4, 2), ids, rand(3, 2)], wrt=(0,)),
+    OpCase("ScatterAddLike", lambda u, i, like: array_gather._scatter_add_like(u, i, like, 1), [rand(2, 4, 4), ids, x234],
            static_shapes=[(None, 4, 4), (4,), (None, 3, 4)], wrt=(0,), id="axis1"),
     OpCase("OneHot", lambda i: cg.one_hot(i, 3), [np.array([0, 2, 5, -1], np.int32)], grad=False),
     OpCase("OneHot", lambda i: cg.one_hot(i, 4, on_value=7, off_value=-1, dtype="int32"), [ids.reshape(2, 2)],
