@@ -34,6 +34,7 @@ import numpy as np
 
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
+from cellgraph.dataflow.mixed_precision import MixedPrecision
 from cellgraph.dataflow.optimizers import CLASSES, Optimizer
 from cellgraph.dataflow.session import convert_feed
 
@@ -255,6 +256,12 @@ def _checkpoint_problems(checkpoint_dir: Any, resume_from: Any) -> list[str]:
 
 def optimizer_config(optimizer: Optimizer | OptimizerConfig | None) -> OptimizerConfig:
     """The parameter servers' form of a ``cg.optim`` optimizer (default ``Adam(1e-3)``): the same registry entry."""
+    if isinstance(optimizer, MixedPrecision):
+        raise TrainingError(
+            f"optimizer {optimizer!r}: mixed precision runs in a local Session only (the parameter servers apply "
+            f"plain optimizers and keep no loss scale); on a cluster, pass a plain one (its own: "
+            f"{optimizer.optimizer!r}) with the forward pass in float32"
+        )
     try:
         if optimizer is None:
             return OptimizerConfig("adam", 1e-3)

@@ -54,6 +54,11 @@ def refused(cluster: Cluster, loss: cg.Tensor, data: Any, **kwargs: Any) -> str:
         (dict(metrics_interval_s=float("nan")), "metrics_interval_s must be a finite number of seconds, 0 or more"),
         (dict(timeout_s=0), "timeout_s must be a finite, positive number of seconds, got 0"),
         (dict(optimizer="adam"), "optimizer 'adam' is not one the parameter servers run: use cg.optim.SGD"),
+        (
+            dict(optimizer=cg.optim.mixed_precision(cg.optim.Adam(1e-3))),
+            "mixed precision runs in a local Session only (the parameter servers apply plain optimizers and keep "
+            "no loss scale); on a cluster, pass a plain one (its own: Adam(",
+        ),
     ],
 )
 def test_each_bad_argument_is_named_before_anything_starts(
