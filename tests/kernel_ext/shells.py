@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import sys
 import uuid
 from collections.abc import Iterator
@@ -34,6 +35,9 @@ def new_shell() -> Iterator[InteractiveShell]:
     finally:
         unload_ipython_extension(shell)
         shell.reset(new_session=False)
+        # Each shell registers its reset for the process's exit, where it would run again for every shell the
+        # tests made, each a full garbage collection of the whole session's heap: 2 minutes at the end of CI.
+        atexit.unregister(shell.atexit_operations)
         InteractiveShell.clear_instance()
         sys.modules["__main__"] = main
         cg.reset_default_graph()
