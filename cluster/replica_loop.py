@@ -98,14 +98,12 @@ class TrainingLoop:
         meter: _Meter,
         stop: StopSignal | None,
     ) -> None:
-        self.spec, self.loaded, self.batches, self.link, self.meter, self.stop = (
-            spec,
-            loaded,
-            batches,
-            link,
-            meter,
-            stop,
-        )
+        self.spec = spec
+        self.loaded = loaded
+        self.batches = batches
+        self.link = link
+        self.meter = meter
+        self.stop = stop
         self.sync = spec.mode == "sync"
         self.step = 0
         self.values: dict[str, np.ndarray] = {}
@@ -213,10 +211,11 @@ class TrainingLoop:
         self.step, self.values = pulled.global_step, dict(pulled.values)
         # The step's own time: computing and sending it, then waiting for its answer (the next step's waits for
         # values included when it started early); not the gaps between steps.
-        seconds = time.perf_counter() - sent.began
         if prefetching:
             waited = time.perf_counter() - settling + sent.streamed.arrivals.waited_s
             seconds = sent.computed - sent.began + waited
+        else:
+            seconds = time.perf_counter() - sent.began
         traffic = sent.grad_bytes + sum(v.nbytes for v in pulled.values.values())
         self.meter.record(self.step, sent.loss, seconds, staleness, traffic, overlap)
         if failed and prefetching:  # the step being computed read values of an answer that failed: compute again

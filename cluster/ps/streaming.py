@@ -146,7 +146,8 @@ class Arrivals:
 class _ShardSend:
     """One shard's part of a streamed step: its held stream, the frames not sent yet, its answer."""
 
-    def __init__(self, stream: HeldStream, receiver: ShardReceiver | None) -> None:
+    def __init__(self, shard: int, stream: HeldStream, receiver: ShardReceiver | None) -> None:
+        self.shard = shard
         self.stream = stream
         self.receiver = receiver
         self.frames: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue()
@@ -203,7 +204,7 @@ class StreamedStep:
                 if shard in self.plan.requests
                 else None
             )
-            send = self.shards[shard] = _ShardSend(stream, receiver)
+            send = self.shards[shard] = _ShardSend(shard, stream, receiver)
         return send
 
     def push(self, name: str, grad: np.ndarray) -> None:
@@ -237,9 +238,8 @@ class StreamedStep:
         if not send.started:
             send.started = True
             send.future = send.stream.start_streamed(send.frames, send.on_answer, send.sent)
-            shard = next(s for s, each in self.shards.items() if each is send)
             send.future.add_done_callback(
-                lambda done: self.arrivals.shard_done(shard, not done.cancelled() and done.exception() is None)
+                lambda done: self.arrivals.shard_done(send.shard, not done.cancelled() and done.exception() is None)
             )
         put_threadsafe(send.frames, (frame, last is not None))
 
