@@ -61,10 +61,7 @@ from cellgraph.dataflow.ops.activations import (
 from cellgraph.dataflow.ops.array import (
     concat,
     expand_dims,
-    getitem,
-    pad,
     reshape,
-    slice,
     squeeze,
     transpose,
 )
@@ -81,6 +78,7 @@ from cellgraph.dataflow.ops.array_more import (
     unstack,
 )
 from cellgraph.dataflow.ops.array_shape import range, shape, size
+from cellgraph.dataflow.ops.array_slice import getitem, pad, slice
 from cellgraph.dataflow.ops.conv import (
     avg_pool,
     conv2d,

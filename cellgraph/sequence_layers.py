@@ -17,7 +17,7 @@ import numpy as np
 from cellgraph import init as initializers
 from cellgraph.dataflow.errors import DTypeError, ShapeError
 from cellgraph.dataflow.graph import Tensor, name_scope
-from cellgraph.dataflow.ops import array, array_gather, math, math_unary, nn
+from cellgraph.dataflow.ops import array, array_gather, array_slice, math, math_unary, nn
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.layers import dense  # layers.py imports this module last, once dense is defined
@@ -215,13 +215,13 @@ def lstm(
         h, c = initial_state if initial_state is not None else (None, None)
         outputs = []
         for t in range(time):
-            z = array.getitem(projected, (slice(None), t), name=f"step_{t}")
+            z = array_slice.getitem(projected, (slice(None), t), name=f"step_{t}")
             if h is not None:
                 z = z + math.matmul(h, recurrent)
-            i = nn.sigmoid(array.getitem(z, (slice(None), slice(0, u))))
-            f = nn.sigmoid(array.getitem(z, (slice(None), slice(u, 2 * u))))
-            g = nn.tanh(array.getitem(z, (slice(None), slice(2 * u, 3 * u))))
-            o = nn.sigmoid(array.getitem(z, (slice(None), slice(3 * u, 4 * u))))
+            i = nn.sigmoid(array_slice.getitem(z, (slice(None), slice(0, u))))
+            f = nn.sigmoid(array_slice.getitem(z, (slice(None), slice(u, 2 * u))))
+            g = nn.tanh(array_slice.getitem(z, (slice(None), slice(2 * u, 3 * u))))
+            o = nn.sigmoid(array_slice.getitem(z, (slice(None), slice(3 * u, 4 * u))))
             # A zero starting state has no forget term: c = i * g at the first step.
             c = i * g if c is None else f * c + i * g
             h = o * nn.tanh(c)

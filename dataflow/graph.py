@@ -220,9 +220,9 @@ class Tensor:
         def __invert__(self) -> Tensor: ...
 
     def __getitem__(self, key: Any) -> Tensor:
-        from .ops import array
+        from .ops import array_slice
 
-        return array.getitem(self, key)
+        return array_slice.getitem(self, key)
 
     def __iter__(self) -> Iterator[Tensor]:
         # Without this, Python would iterate through __getitem__ with ever

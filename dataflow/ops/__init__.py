@@ -9,6 +9,7 @@ from . import (
     array_index,
     array_more,
     array_shape,
+    array_slice,
     batch_matmul,
     conv,
     conv_more,
@@ -32,7 +33,7 @@ from .base import atomic_op
 
 FAMILIES = (
     state, math, batch_matmul, math_unary, reductions, logic, nn, normalization, activations, conv, conv_more, array,
-    array_gather,
+    array_gather, array_slice,
     training, transfer, array_more, placeholder_default, schedule, array_index, array_shape,
     einsum, cumulative, top_k, resize,
 )  # fmt: skip

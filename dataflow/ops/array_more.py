@@ -29,7 +29,8 @@ from ..kernels.cpu.array_more import split_sizes
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelFactory, OpDef, TensorSpec, register_op
 from ..shapes import fmt
-from .array import concat, expand_dims, getitem, reshape, squeeze, transpose
+from .array import concat, expand_dims, reshape, squeeze, transpose
+from .array_slice import getitem
 from .base import TensorLike, apply, apply_node, as_tensor, fits, graph_of, upstream
 from .math import sum_to_shape_of, zeros_like
 

@@ -34,7 +34,7 @@ import pytest
 import cellgraph as cg
 from cellgraph.dataflow.kernels.cuda import simulator as cuda_simulator
 from cellgraph.dataflow.opdef import OPS, KernelContext
-from cellgraph.dataflow.ops.array import _index
+from cellgraph.dataflow.ops.array_slice import _index
 from cellgraph.dataflow.variables import VariableStore
 
 from .op_cases import OpCase

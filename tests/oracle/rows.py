@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 import cellgraph as cg
-from cellgraph.dataflow.ops import array, array_gather, conv, nn
+from cellgraph.dataflow.ops import array, array_gather, array_slice, conv, nn
 from cellgraph.dataflow.ops import math as cgmath
 
 try:
@@ -183,7 +183,7 @@ def _ss(id_: str, key: tuple[Any, ...], *shape: Dim, **kw: Any) -> Row:
 def _ss_grad(id_: str, key: tuple[Any, ...], g: In, like: In, **kw: Any) -> Row:
     return Row(
         "StridedSliceGrad",
-        lambda a, b: array._strided_slice_grad(a, b, b[key].node.attrs),
+        lambda a, b: array_slice._strided_slice_grad(a, b, b[key].node.attrs),
         lambda a, b: tm.basic_index_adjoint(a, b, key),
         [g, like],
         id=id_,
