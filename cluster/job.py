@@ -129,7 +129,9 @@ def train(
         ``"reject"`` (the push fails with an error naming the variable),
         ``"skip_step"`` (that step's update is dropped, the step still
         advances, and the servers count it in ``Stats.steps_skipped``) or
-        ``"apply"``.
+        ``"apply"``. With several parameter servers, the replica checks all
+        its gradients and tells each server, so every server skips or refuses
+        the whole step alike, never half of it.
     timeout_s
         The deadline of every call to the parameter servers, and of the wait
         for a lost one to be restarted.
@@ -271,8 +273,9 @@ class Job:
 
         Keys: ``shard``, ``address``, ``global_step``, ``held_bytes`` (its variables and their optimizer slots:
         ``placement.ps_load_bytes()`` of its ``ps`` task), ``bytes_in``, ``bytes_out``, ``updates``,
-        ``pushes_applied``, ``pushes_stale``, ``pushes_rejected``, ``calls`` (answered calls by RPC name) and
-        ``checkpoints_written`` (by this server for the job, old ones since deleted included).
+        ``pushes_applied``, ``pushes_stale``, ``pushes_rejected``, ``steps_skipped`` (dropped for a NaN or Inf
+        gradient, ``nonfinite="skip_step"``), ``calls`` (answered calls by RPC name) and ``checkpoints_written``
+        (by this server for the job, old ones since deleted included).
         """
         ps = self._client()
         return [
@@ -287,6 +290,7 @@ class Job:
                 "pushes_applied": s.pushes_applied,
                 "pushes_stale": s.pushes_stale,
                 "pushes_rejected": s.pushes_rejected,
+                "steps_skipped": s.steps_skipped,
                 "calls": dict(s.calls),
                 "checkpoints_written": s.checkpoints_written,
             }

@@ -722,11 +722,18 @@ class StepRequest(_message.Message):
     MORE_FIELD_NUMBER: _builtins.int
     PULL_FIELD_NUMBER: _builtins.int
     WAIT_S_FIELD_NUMBER: _builtins.int
+    NONFINITE_FIELD_NUMBER: _builtins.int
     more: _builtins.bool
     """more of this push follows in the next message"""
     wait_s: _builtins.float
     """How long the server may wait for the pull's min_step (the stream itself
     has no deadline: each step has its own). 0: the server's own limit.
+    """
+    nonfinite: _builtins.str
+    """On the push's last message: the first NaN or Inf the replica found among
+    all of this step's gradients, on any shard (what and where). A shard sees
+    only its own variables; with this, every shard treats the push as
+    non-finite by the job's policy (skip, refuse or apply) alike.
     """
     @_builtins.property
     def header(self) -> Global___PushHeader:
@@ -748,10 +755,11 @@ class StepRequest(_message.Message):
         more: _builtins.bool = ...,
         pull: Global___PullRequest | None = ...,
         wait_s: _builtins.float = ...,
+        nonfinite: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "pull", b"pull"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "header", b"header", "more", b"more", "pull", b"pull", "wait_s", b"wait_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "header", b"header", "more", b"more", "nonfinite", b"nonfinite", "pull", b"pull", "wait_s", b"wait_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

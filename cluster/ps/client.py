@@ -64,6 +64,7 @@ from .messages import (
     training_from_proto,
     training_to_proto,
 )
+from .nonfinite import first_nonfinite
 from .results import JobInfo, PullResult, PushResult, push_result
 from .server import MAX_MESSAGE_BYTES, SERVICE_NAME
 from .sharding import Layout, layout_from_placement, shard_variables
@@ -388,8 +389,9 @@ class ParameterClient:
         pieces = self._push_pieces(grads)
         header = pb.PushHeader(replica_id=replica_id, step=step)
         what = f"Push of replica {replica_id} for step {step}"
+        nonfinite = self._nonfinite(replica_id, step, grads, pieces)
         answers = self._each_shard(
-            sorted(pieces), lambda shard: self._step(shard, pieces[shard], header, None, what, None)
+            sorted(pieces), lambda shard: self._step(shard, pieces[shard], header, None, what, None, nonfinite)
         )
         return push_result({s: a[0] for s, a in answers.items() if a[0] is not None})
 
@@ -413,10 +415,11 @@ class ParameterClient:
         plan = self._pull_plan(names, min_step, replica_id, out)
         header = pb.PushHeader(replica_id=replica_id, step=step)
         what = f"push and pull of replica {replica_id} for step {step}"
+        nonfinite = self._nonfinite(replica_id, step, grads, pieces)
         answers = self._each_shard(
             sorted(set(pieces) | set(plan.requests)),
             lambda shard: self._step(
-                shard, pieces.get(shard, []), header if shard in pieces else None, plan, what, timeout
+                shard, pieces.get(shard, []), header if shard in pieces else None, plan, what, timeout, nonfinite
             ),
         )
         pushed = {s: a[0] for s, a in answers.items() if a[0] is not None}
@@ -446,15 +449,17 @@ class ParameterClient:
         plan: PullPlan | None,
         what: str,
         timeout: float | None,
+        nonfinite: str = "",
     ) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
-        """One step on ``shard``'s held Step stream: the push (if any), then the pull (if ``plan`` asks this shard)."""
+        """One step on ``shard``'s held Step stream: the push (if any), then the pull (if ``plan`` asks this shard);
+        ``nonfinite``: what ``_nonfinite`` found wrong with the push."""
         request = plan.requests.get(shard) if plan is not None else None
 
         def call(
             stub: pb_grpc.ParameterServiceStub, left: float
         ) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
             # The server gives up on a step a little before the caller does, to say whom it waited for.
-            frames = step_frames(pieces, header, request, 0.9 * left, self.max_chunk_bytes)
+            frames = step_frames(pieces, header, request, 0.9 * left, self.max_chunk_bytes, nonfinite)
             pool = self._pools[shard]
             stream = pool.take(self._metadata)
             receiver = plan.receiver(shard) if plan is not None and request is not None else None
@@ -532,6 +537,20 @@ class ParameterClient:
             for shard, spec in layout[name]:
                 by_shard.setdefault(shard, []).append((spec, rows(grad, spec)))
         return by_shard
+
+    def watches_nonfinite(self, shards: int) -> bool:
+        """Whether a push to ``shards`` shards is checked here for NaN and Inf: when it spans more than one,
+        since each sees only its own variables, unless the job applies non-finite gradients anyway."""
+        return shards > 1 and not (self.training is not None and self.training.nonfinite == "apply")
+
+    def _nonfinite(
+        self, replica_id: int, step: int, grads: Mapping[str, np.ndarray], pieces: Mapping[int, object]
+    ) -> str:
+        """What is wrong with the first gradient of a push that holds NaN or Inf ("" if none, or not checked):
+        every shard is told, so that all skip or refuse the push alike (nonfinite.py)."""
+        if not self.watches_nonfinite(len(pieces)):
+            return ""
+        return first_nonfinite(replica_id, step, grads.items()) or ""
 
     def _sync(self) -> bool:
         return self.training is not None and self.training.mode == "sync"

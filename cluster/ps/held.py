@@ -55,6 +55,7 @@ _CHUNKS = pb.StepRequest.DESCRIPTOR.fields_by_name["chunks"].number
 _MORE = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["more"].number << 3) + b"\x01"
 _PULL = pb.StepRequest.DESCRIPTOR.fields_by_name["pull"].number
 _WAIT = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["wait_s"].number << 3 | 1)  # a double: 8 bytes follow
+_NONFINITE = pb.StepRequest.DESCRIPTOR.fields_by_name["nonfinite"].number
 # A step whose gradients (and their chunks' headers) fit in this many bytes is one message.
 ONE_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 # How long closing a client waits for its Step channels to close.
@@ -68,9 +69,11 @@ def step_frames(
     pull: pb.PullRequest | None,
     wait_s: float,
     max_chunk: int,
+    nonfinite: str = "",
 ) -> Iterator[bytes]:
     """A step's StepRequest frames: the header, the gradients' chunks packed into messages of up to about
-    ``ONE_MESSAGE_BYTES`` (``more`` set on all but the last), and the pull on the last one.
+    ``ONE_MESSAGE_BYTES`` (``more`` set on all but the last), and the pull on the last one (with
+    ``nonfinite``, what the replica found wrong with a gradient of the push, when it did: nonfinite.py).
 
     Made one at a time, as the stream asks for the next: each message is
     joined (the one copy of its gradients' bytes) while gRPC sends the one
@@ -79,6 +82,8 @@ def step_frames(
     # serialization cost more than the rest of a small step's framing.
     tail = b"".join([*(length_delimited(_PULL, [pull.SerializeToString()]) if pull is not None else []), _WAIT])
     tail += struct.pack("<d", wait_s)
+    if nonfinite:
+        tail += b"".join(length_delimited(_NONFINITE, [nonfinite.encode()]))
     parts: list[Any] = length_delimited(_HEADER, [header.SerializeToString()]) if header is not None else []
     size = 0
     for spec, piece in pieces:

@@ -59,6 +59,8 @@ DEFAULT_HELD_IDLE_S = 3600.0
 INIT_POLL_S = 0.01
 # The longest job id and checkpoint name taken: both are repeated in messages.
 MAX_ID_CHARS = 200
+# A replica's account of a non-finite gradient (StepRequest.nonfinite) is kept and shown up to this length.
+MAX_REASON_CHARS = 1000
 
 _PUSH_STATUS = {name.lower(): value for name, value in pb.PushResponse.Status.items()}
 _PULL_CHUNK_FIELD = pb.PullMessage.DESCRIPTOR.fields_by_name["chunk"].number
@@ -363,13 +365,17 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             assembler.finite = all_finite(assembler.finish().reshape(-1))
 
     def push(
-        self, store: ParameterStore, header: pb.PushHeader, assemblers: dict[str, TensorAssembler]
+        self,
+        store: ParameterStore,
+        header: pb.PushHeader,
+        assemblers: dict[str, TensorAssembler],
+        nonfinite: str = "",
     ) -> pb.PushResponse:
-        """Hand a whole push, every gradient assembled, to the store."""
+        """Hand a whole push, every gradient assembled, to the store; ``nonfinite``: what the replica found wrong
+        with a gradient of this step on any shard (a Step's last message says it; cut to a readable length)."""
         grads = {name: a.finish() for name, a in assemblers.items()}
-        outcome = store.push(
-            header.replica_id, header.step, grads, {name for name, a in assemblers.items() if a.finite}
-        )
+        finite = {name for name, a in assemblers.items() if a.finite}
+        outcome = store.push(header.replica_id, header.step, grads, finite, nonfinite[:MAX_REASON_CHARS])
         self._checkpoint_if_due(store)
         return pb.PushResponse(
             status=_PUSH_STATUS[outcome.status],

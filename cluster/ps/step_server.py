@@ -163,7 +163,7 @@ async def serve_steps(
                 continue
             if header is None and not request.HasField("pull"):
                 raise ParameterServerError("a Step message with neither a push nor a pull", "INVALID_ARGUMENT")
-            pushed = servicer.push(store, header, assemblers) if header is not None else None
+            pushed = servicer.push(store, header, assemblers, request.nonfinite) if header is not None else None
             release_all(assemblers)
             header = None
             if not request.HasField("pull"):

@@ -22,10 +22,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...dataflow.kernels.cpu.training import all_finite
 from ...dataflow.shapes import fmt
 from ..errors import ParameterServerError
-from .config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec, listed, quoted
+from .config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec, listed
+from .nonfinite import first_nonfinite
 from .records import PushOutcome, Replica, StoreState, StoreStats
 from .step_waiters import StepWaiters, check_timeout
 from .updates import STEP_COUNT_DTYPE, STEP_COUNT_SLOT, UPDATES
@@ -190,7 +190,12 @@ class ParameterStore:
             return self._global_step
 
     def push(
-        self, replica_id: int, step: int, grads: Mapping[str, np.ndarray], finite: Collection[str] = ()
+        self,
+        replica_id: int,
+        step: int,
+        grads: Mapping[str, np.ndarray],
+        finite: Collection[str] = (),
+        reported: str = "",
     ) -> PushOutcome:
         """Take one replica's gradients, computed from the parameters at global step ``step``.
 
@@ -200,6 +205,10 @@ class ParameterStore:
         is applied on arrival unless it is more than ``max_staleness`` steps
         old. A push for an older step (sync) or a too old one (async) is dropped
         as ``"stale"``; a malformed one raises and changes nothing.
+
+        ``reported``: the NaN or Inf the replica found in a gradient of this
+        step held by another shard (``nonfinite.py``); this shard then treats
+        the push as non-finite too, so that no shard applies half a step.
 
         Examples
         --------
@@ -219,7 +228,9 @@ class ParameterStore:
             except ParameterServerError:
                 self._pushes_rejected += 1
                 raise
-            nonfinite = self._nonfinite(replica_id, step, grads, finite) if self.training.nonfinite != "apply" else None
+            nonfinite = None
+            if self.training.nonfinite != "apply":
+                nonfinite = reported or self._nonfinite(replica_id, step, grads, finite)
             if nonfinite is not None and self.training.nonfinite == "reject":
                 self._pushes_rejected += 1
                 raise ParameterServerError(
@@ -282,18 +293,7 @@ class ParameterStore:
     ) -> str | None:
         """What is wrong with the first gradient holding NaN or Inf, or None; called under the lock. The gradients
         named in ``finite`` were checked already (by the server, as they arrived)."""
-        for name in self.specs:
-            if name in finite or all_finite(grads[name].reshape(-1)):
-                continue
-            good = np.isfinite(grads[name])
-            if not good.all():
-                nans = int(np.count_nonzero(np.isnan(grads[name])))
-                infs = good.size - int(np.count_nonzero(good)) - nans
-                return (
-                    f"replica {replica_id}'s gradient for {quoted(name)} at step {step} holds {nans:,} NaN "
-                    f"and {infs:,} Inf of {good.size:,} values"
-                )
-        return None
+        return first_nonfinite(replica_id, step, ((name, grads[name]) for name in self.specs), finite)
 
     def _record_skip(self, reason: str) -> None:
         self._steps_skipped += 1

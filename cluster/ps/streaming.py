@@ -67,6 +67,7 @@ from .held import (
     put_threadsafe,
     step_frames,
 )
+from .nonfinite import first_nonfinite
 from .results import PullResult, PushResult, push_result
 
 if TYPE_CHECKING:
@@ -193,6 +194,10 @@ class StreamedStep:
         self.shards: dict[int, _ShardSend] = {}
         self.arrivals = Arrivals(self.plan)
         self.computed = 0.0  # when send_last was called: the replica's compute of this step was done
+        # The first NaN or Inf among the step's gradients, checked here as each is pushed when the step goes to
+        # several shards: the last message tells each of them (nonfinite.py).
+        self.watch_nonfinite = client.watches_nonfinite(len(client.addresses))
+        self.nonfinite = ""
 
     def _shard(self, shard: int) -> _ShardSend:
         send = self.shards.get(shard)
@@ -211,6 +216,8 @@ class StreamedStep:
         """Send ``name``'s gradient (once its shard has ``FLUSH_BYTES`` waiting); checked like ``push``'s."""
         pieces = self.client._push_pieces({name: grad})
         self.grads[name] = grad
+        if self.watch_nonfinite and not self.nonfinite:
+            self.nonfinite = first_nonfinite(self.replica_id, self.step, [(name, grad)]) or ""
         for shard, items in pieces.items():
             send = self._shard(shard)
             for spec, piece in items:
@@ -263,7 +270,8 @@ class StreamedStep:
             request = self.plan.requests.get(shard)
             left = max(0.001, deadline - time.monotonic())
             # The last message's own fields: step_frames' tail (the pull, the server's wait) without a push.
-            [tail] = step_frames([], None, request, 0.9 * left, self.client.max_chunk_bytes)
+            nonfinite = self.nonfinite if send.pushing else ""
+            [tail] = step_frames([], None, request, 0.9 * left, self.client.max_chunk_bytes, nonfinite)
             self._flush(send, last=tail)
 
     def wait_for(self, name: str) -> bool:

@@ -46,3 +46,32 @@ def test_skip_step_drops_every_step_with_a_nan_gradient_and_says_so(cluster: Clu
         assert "nonfinite='skip_step' keeps training" in skipped[-1] and "w" in skipped[-1]
     finally:
         job.close()
+
+
+@pytest.mark.slow
+def test_skip_step_with_two_shards_drops_the_step_on_both() -> None:
+    """w and v live on different parameter servers; only w's gradient is NaN. Before the replica told every
+    shard, v's server applied its half of each step that w's server skipped."""
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 2), "float64", name="x")
+        w = cg.variable(np.array([1.0, 2.0]), dtype="float64", name="w")
+        v = cg.variable(np.array([3.0, 4.0]), dtype="float64", name="v")
+        loss = cg.reduce_sum(x * w, name="xw") + cg.reduce_sum(v * v, name="vv")
+    data = np.array([[1.0, 1.0], [np.nan, 1.0]])  # every batch of two holds the NaN: every step is skipped
+    with Cluster.local(workers=1, ps=2) as two:
+        job = cg.train(
+            loss, (data,), cluster=two, optimizer=cg.optim.SGD(0.1), replicas=1, batch_size=2, steps=4,
+            checkpoint_every=None, nonfinite="skip_step",
+        )  # fmt: skip
+        try:
+            job.wait(TIMEOUT)
+            assert job.status == "finished", job.events
+            where = job.placement.device_of
+            assert where["w"] != where["v"] and {where["w"], where["v"]} <= set(job.placement.devices), where
+            values = job.variables()
+            np.testing.assert_array_equal(values["w"], [1.0, 2.0])
+            np.testing.assert_array_equal(values["v"], [3.0, 4.0])  # before: v stepped on its own shard
+            assert [s["steps_skipped"] for s in job.ps_stats()] == [4, 4]
+        finally:
+            job.close()
