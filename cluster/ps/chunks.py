@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -70,7 +71,15 @@ def dtype_of(enum: int, where: str) -> np.dtype:
 
 
 def byte_view(array: np.ndarray) -> np.ndarray:
-    """The flat ``uint8`` view of a C-contiguous array (the wire's little-endian bytes on this host)."""
+    """The flat ``uint8`` bytes of ``array``'s values as the wire carries them: little-endian, C order.
+
+    A view of every array this package makes (native order, C-contiguous), so
+    chunks are written into it in place. A big-endian array (read from a file
+    written elsewhere, say) is converted first: its values travel, not its
+    bytes reinterpreted.
+    """
+    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and sys.byteorder == "big"):
+        array = array.astype(array.dtype.newbyteorder("<"))
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 

@@ -81,25 +81,25 @@ def chunk_parts(name: str, array: np.ndarray, max_bytes: int = MAX_CHUNK_BYTES) 
     if max_bytes < 1:
         raise ParameterServerError(f"max_bytes must be positive, got {max_bytes}", "INVALID_ARGUMENT")
     raw = byte_view(array)
-    heads = _chunk_heads(name, array.dtype.str, array.shape, raw.size, max_bytes)
+    heads = _chunk_heads(name, array.dtype, array.shape, raw.size, max_bytes)
     for offset, head in heads:
         yield [head, raw[offset : offset + max_bytes].data]
 
 
 @lru_cache(maxsize=4096)
 def _chunk_heads(
-    name: str, dtype_str: str, shape: tuple[int, ...], nbytes: int, max_bytes: int
+    name: str, dtype: np.dtype, shape: tuple[int, ...], nbytes: int, max_bytes: int
 ) -> tuple[tuple[int, bytes], ...]:
     """Each chunk's offset and serialized fields up to its content (the content's tag and length included).
 
     They depend only on the tensor's name, dtype, shape and the chunk size,
     which a replica sends step after step: made once, not per step.
     """
-    dtype = dtype_enum(np.dtype(dtype_str))
+    enum = dtype_enum(dtype)  # by the dtype itself: bfloat16's .str is a bare 'V2'
     heads = []
     for offset in range(0, nbytes, max_bytes) if nbytes else range(1):
         # Every chunk carries the whole shape so that each can be checked on its own; it is a few bytes.
-        meta = tensor_pb2.TensorChunk(name=name, dtype=dtype, offset=offset)  # type: ignore[arg-type]
+        meta = tensor_pb2.TensorChunk(name=name, dtype=enum, offset=offset)  # type: ignore[arg-type]
         meta.shape.dim.extend(shape)
         size = min(max_bytes, nbytes - offset)
         heads.append((offset, meta.SerializeToString() + varint(_CONTENT << 3 | _LENGTH_DELIMITED) + varint(size)))

@@ -46,6 +46,8 @@ def constant(value: Any, dtype: str | None = None, name: str = "const", graph: G
     if dtype is None and array.dtype == np.int64:
         array = array.astype(np.int32)
     as_dtype(array.dtype)
+    if not array.dtype.isnative:  # a big-endian array (from a file written elsewhere): the kernels read native
+        array = array.astype(array.dtype.newbyteorder("="))
     array.flags.writeable = False
     g = graph or get_default_graph()
     return g.create_node("Const", [], {"value": array}, name).output(0)

@@ -163,3 +163,16 @@ def test_python_int_operand_fits_a_uint8_tensor() -> None:
         lambda x, y: cg.clip_by_value(x + 1, 2, 5), "uint8", np.array([0, 3, 9], np.uint8), np.zeros(3, np.uint8)
     )
     assert got.dtype == np.uint8 and got.tolist() == [2, 4, 5]
+
+
+def test_a_big_endian_constant_computes_with_its_values() -> None:
+    """A ``>f4`` array (from a file written elsewhere) as a constant: before, the first kernel that read it
+    failed in Numba ("Unsupported array dtype: >f4")."""
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 2), "float32", name="x")
+        c = cg.constant(np.array([[1.0, 2.0], [3.0, 4.0]], ">f4"))
+        y = cg.matmul(x, c) + c
+    out = cg.Session(g).run(y, {x: np.ones((2, 2), np.float32)})
+    np.testing.assert_array_equal(out, [[5.0, 8.0], [7.0, 10.0]])
+    assert c.dtype == "float32"
