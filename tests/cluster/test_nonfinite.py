@@ -27,17 +27,27 @@ def _loss() -> tuple[cg.Tensor, cg.Tensor]:
         return cg.reduce_sum(x * w, name="loss"), w
 
 
-@pytest.mark.slow
-def test_skip_step_drops_every_step_with_a_nan_gradient_and_says_so(cluster: Cluster) -> None:
-    loss, _ = _loss()
-    data = np.array([[1.0, 1.0], [np.nan, 1.0]])  # every batch of two holds the NaN: every step is skipped
+def _finished_skipping(loss: cg.Tensor, cluster: Cluster, steps: int) -> cg.Job:
+    """A job of ``steps`` steps, each skipped: every batch of two rows holds the NaN of ``x``."""
+    data = np.array([[1.0, 1.0], [np.nan, 1.0]])
     job = cg.train(
-        loss, (data,), cluster=cluster, optimizer=cg.optim.SGD(0.1), replicas=1, batch_size=2, steps=5,
+        loss, (data,), cluster=cluster, optimizer=cg.optim.SGD(0.1), replicas=1, batch_size=2, steps=steps,
         checkpoint_every=None, nonfinite="skip_step",
     )  # fmt: skip
     try:
         job.wait(TIMEOUT)
         assert job.status == "finished", job.events
+    except BaseException:
+        job.close()
+        raise
+    return job
+
+
+@pytest.mark.slow
+def test_skip_step_drops_every_step_with_a_nan_gradient_and_says_so(cluster: Cluster) -> None:
+    loss, _ = _loss()
+    job = _finished_skipping(loss, cluster, 5)
+    try:
         np.testing.assert_array_equal(job.variables()["w"], [1.0, 2.0])  # nothing applied
         [shard] = job.ps_stats()
         assert shard["global_step"] == 5
@@ -58,15 +68,9 @@ def test_skip_step_with_two_shards_drops_the_step_on_both() -> None:
         w = cg.variable(np.array([1.0, 2.0]), dtype="float64", name="w")
         v = cg.variable(np.array([3.0, 4.0]), dtype="float64", name="v")
         loss = cg.reduce_sum(x * w, name="xw") + cg.reduce_sum(v * v, name="vv")
-    data = np.array([[1.0, 1.0], [np.nan, 1.0]])  # every batch of two holds the NaN: every step is skipped
     with Cluster.local(workers=1, ps=2) as two:
-        job = cg.train(
-            loss, (data,), cluster=two, optimizer=cg.optim.SGD(0.1), replicas=1, batch_size=2, steps=4,
-            checkpoint_every=None, nonfinite="skip_step",
-        )  # fmt: skip
+        job = _finished_skipping(loss, two, 4)
         try:
-            job.wait(TIMEOUT)
-            assert job.status == "finished", job.events
             where = job.placement.device_of
             assert where["w"] != where["v"] and {where["w"], where["v"]} <= set(job.placement.devices), where
             values = job.variables()
