@@ -9,6 +9,7 @@ import pytest
 
 import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
+from cellgraph.cluster.job import Job
 
 TIMEOUT = 120.0
 
@@ -27,7 +28,7 @@ def _loss() -> tuple[cg.Tensor, cg.Tensor]:
         return cg.reduce_sum(x * w, name="loss"), w
 
 
-def _finished_skipping(loss: cg.Tensor, cluster: Cluster, steps: int) -> cg.Job:
+def _finished_skipping(loss: cg.Tensor, cluster: Cluster, steps: int) -> Job:
     """A job of ``steps`` steps, each skipped: every batch of two rows holds the NaN of ``x``."""
     data = np.array([[1.0, 1.0], [np.nan, 1.0]])
     job = cg.train(
