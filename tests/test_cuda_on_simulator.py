@@ -3,8 +3,11 @@
 ``NUMBA_ENABLE_CUDASIM`` is read once, when ``numba.cuda`` is imported, so the
 cuda-marked tests run in subprocesses that start with it set. Every one of
 them must pass there: none may be skipped. The simulator runs kernels in
-Python threads, on one core: the tests are split by file into one shard per
-core, run side by side (the rest of the suite waits meanwhile).
+Python threads, on one core: the tests are split into one shard per core, run
+side by side (the rest of the suite waits meanwhile). A handful of tests take
+most of the time, so the split weighs each test by its time on the simulator
+(``SIMULATOR_S``) rather than counting tests: split by file, one shard got
+nearly all the work.
 """
 
 from __future__ import annotations
@@ -21,16 +24,37 @@ ROOT = Path(__file__).resolve().parents[1]
 # Deadline of all the shards together: they run at once.
 SHARDS_TIMEOUT_S = 1500
 
+# Seconds on the simulator of the cuda tests that take more than a few (measured on the 2-core CI
+# machine, under load). A key names a test, or every parametrization of one (``test[...]``).
+# The other tests take about 0.05 s each (DEFAULT_S). A stale key fails the run, so the table
+# follows renames; a new slow test missing from it only makes the split less even.
+SIMULATOR_S: dict[str, float] = {
+    "tests/dataflow/test_partition.py::test_mini_inception_on_two_ps_tasks_and_a_gpu_worker_trains_like_one_device": 76,
+    "tests/dataflow/test_cuda_models_ops.py::test_a_training_step_on_the_gpu_matches_the_cpu": 19,
+    "tests/dataflow/test_cuda_matmul.py::test_conv2d_gradients_are_the_cpu_kernels": 13,
+    "tests/dataflow/test_partition.py::test_cpu_and_gpu_partitions_train_like_one_device": 7,
+    "tests/dataflow/test_cuda_matmul.py::test_batched_matmul_is_one_gemm_over_broadcast_operands": 5.5,
+}
+DEFAULT_S = 0.05
 
-def shards(node_ids: list[str], count: int) -> list[list[str]]:
-    """``node_ids`` in ``count`` groups of whole files, the files dealt largest first to the smallest group."""
-    by_file: dict[str, list[str]] = {}
-    for node in node_ids:
-        by_file.setdefault(node.split("::", 1)[0], []).append(node)
-    groups: list[list[str]] = [[] for _ in range(max(1, count))]
-    for nodes in sorted(by_file.values(), key=len, reverse=True):
-        min(groups, key=len).extend(nodes)
-    return [group for group in groups if group]
+
+def cost(node_id: str, table: dict[str, float] = SIMULATOR_S) -> float:
+    """Seconds ``node_id`` is expected to take on the simulator."""
+    return table.get(node_id.split("[", 1)[0], DEFAULT_S)
+
+
+def shards(node_ids: list[str], count: int, table: dict[str, float] = SIMULATOR_S) -> list[list[str]]:
+    """``node_ids`` in ``count`` groups of about equal time: slowest first, each to the group with the least so far.
+
+    Each group keeps the collection order, so a file's tests still run one after another.
+    """
+    groups: list[list[int]] = [[] for _ in range(max(1, count))]
+    load = [0.0] * len(groups)
+    for i in sorted(range(len(node_ids)), key=lambda i: -cost(node_ids[i], table)):  # stable: ties keep the order
+        least = load.index(min(load))
+        groups[least].append(i)
+        load[least] += cost(node_ids[i], table)
+    return [[node_ids[i] for i in sorted(group)] for group in groups if group]
 
 
 def run_sharded(node_ids: list[str], count: int, env: dict[str, str]) -> list[tuple[int, str, str]]:
@@ -53,19 +77,22 @@ def run_sharded(node_ids: list[str], count: int, env: dict[str, str]) -> list[tu
     return results
 
 
-def test_shards_keep_files_whole_and_lose_no_test() -> None:
-    nodes = [f"tests/a.py::t{i}" for i in range(5)] + ["tests/b.py::t", "tests/c.py::t1", "tests/c.py::t2"]
-    groups = shards(nodes, 2)
+def test_shards_balance_the_time_and_lose_no_test() -> None:
+    table = {"tests/a.py::slow": 10.0, "tests/b.py::param": 2.0}
+    nodes = ["tests/a.py::slow", *(f"tests/a.py::t{i}" for i in range(3)), "tests/b.py::param[1]"]
+    nodes += ["tests/b.py::param[2]", *(f"tests/c.py::t{i}" for i in range(100))]
+    groups = shards(nodes, 2, table)
     assert sorted(n for g in groups for n in g) == sorted(nodes)
-    assert [sorted({n.split("::")[0] for n in g}) for g in groups] == [["tests/a.py"], ["tests/b.py", "tests/c.py"]]
-    assert shards(nodes, 8) == [nodes[:5], nodes[6:], nodes[5:6]]  # no empty shard
+    # The slow test has a shard to itself; the parametrized one (2 s each) and the 103 quick ones
+    # (5.15 s together) make up the other's 9.15 s; each shard runs its tests in the collection order.
+    assert groups[0] == ["tests/a.py::slow"]
+    assert sum(cost(n, table) for n in groups[1]) == pytest.approx(4.0 + 0.05 * 103)
+    assert all(g == [n for n in nodes if n in g] for g in groups)
+    assert shards(nodes[:2], 8, table) == [["tests/a.py::slow"], ["tests/a.py::t0"]]  # no empty shard
 
 
-@pytest.mark.slow
-def test_every_cuda_test_passes_on_the_simulator() -> None:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        pytest.skip("this process runs on the simulator: its cuda-marked tests run directly")
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+def _collect_cuda_tests(env: dict[str, str]) -> list[str]:
+    """The node ids of every cuda-marked test, as a process on the simulator collects them."""
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider", "tests", "--collect-only", "-q"],
         cwd=ROOT,
@@ -78,6 +105,17 @@ def test_every_cuda_test_passes_on_the_simulator() -> None:
     expected = re.search(r"(\d+)/\d+ tests collected|(\d+) tests? collected", collected.stdout)
     assert expected, collected.stdout[-2000:]
     assert len(node_ids) == int(expected.group(1) or expected.group(2)), collected.stdout[-2000:]
+    return node_ids
+
+
+@pytest.mark.slow
+def test_every_cuda_test_passes_on_the_simulator() -> None:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        pytest.skip("this process runs on the simulator: its cuda-marked tests run directly")
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    node_ids = _collect_cuda_tests(env)
+    stale = set(SIMULATOR_S) - {node.split("[", 1)[0] for node in node_ids}
+    assert not stale, f"SIMULATOR_S names tests that are not cuda tests (renamed?): {sorted(stale)}"
     passed = 0
     for code, out, err in run_sharded(node_ids, os.cpu_count() or 1, env):
         summary = out.strip().splitlines()[-1] if out.strip() else ""
