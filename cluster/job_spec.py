@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from cellgraph.dataflow.dtypes import outside_int_range
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 from cellgraph.dataflow.mixed_precision import MixedPrecision
@@ -328,10 +329,19 @@ def check_feeds(graph: Graph, tg: TrainingGraph, arrays: list[Any], batch_size: 
             raise TrainingError(f"cg.train: the data for placeholder {name!r} is a scalar: give one row per example")
         # A stand-in of the batch's shape and dtype that takes no memory: every element is the same zero.
         batch = np.broadcast_to(np.zeros((), dtype=array.dtype), (batch_size, *array.shape[1:]))
+        placeholder = graph.tensor(name)
         try:
-            convert_feed(graph.tensor(name), batch)
+            convert_feed(placeholder, batch)
         except CellgraphError as err:
             raise TrainingError(f"cg.train: data for placeholder {name!r}, in batches of {batch_size}: {err}") from err
+        # Its numbers too, where a cast narrows them (int64 labels into int32): one pass, before any replica starts.
+        if isinstance(array, np.ndarray) and not np.can_cast(array.dtype, placeholder.dtype):
+            outside = outside_int_range(array, placeholder.dtype)
+            if outside is not None:
+                raise TrainingError(
+                    f"cg.train: data for placeholder {name!r} ({array.dtype}) does not fit {placeholder.dtype}: "
+                    f"{outside}"
+                )
 
 
 def _array(value: Any, placeholder: str) -> Any:

@@ -66,3 +66,23 @@ def is_half(dtype: str) -> bool:
 def kind(dtype: str) -> str:
     """NumPy's kind letter of ``dtype``, with bfloat16 (an extension type, kind 'V') counted as 'f'."""
     return "f" if dtype in FLOATS else DTYPES[dtype].kind
+
+
+def outside_int_range(array: np.ndarray, dtype: str) -> str | None:
+    """Why the numbers of ``array`` do not fit integer dtype ``dtype`` ("it holds 2147483653, outside int32's
+    range [-2147483648, 2147483647]"), or None when they fit or ``dtype`` is not an integer: a cast would wrap
+    them round without a word.
+
+    >>> outside_int_range(np.array([1, 2**31 + 5]), "int32")
+    "it holds 2147483653, outside int32's range [-2147483648, 2147483647]"
+    >>> outside_int_range(np.array([255]), "uint8") is None
+    True
+    """
+    target = np.dtype(DTYPES[dtype])
+    if target.kind not in "iu" or not array.size or array.dtype.kind not in "iuf":
+        return None
+    info = np.iinfo(target)
+    low, high = array.min(), array.max()
+    if low >= info.min and high <= info.max:
+        return None
+    return f"it holds {low if low < info.min else high}, outside {dtype}'s range [{info.min}, {info.max}]"

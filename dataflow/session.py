@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .dtypes import outside_int_range
 from .errors import DTypeError, GraphError, ShapeError
 from .executor import Plan
 from .graph import Graph, Node, Tensor, get_default_graph
@@ -119,6 +120,9 @@ def convert_feed(t: Tensor, value: Any) -> np.ndarray:
     if array.dtype != t.dtype:
         if not np.can_cast(array.dtype, t.dtype, "same_kind"):
             raise DTypeError(f"feed for {t.name!r} has dtype {array.dtype}, expected {t.dtype}")
+        outside = None if np.can_cast(array.dtype, t.dtype) else outside_int_range(array, t.dtype)
+        if outside is not None:  # int64 labels into an int32 placeholder: a cast would wrap them round
+            raise DTypeError(f"feed for {t.name!r} ({array.dtype}) does not fit {t.dtype}: {outside}")
         array = array.astype(t.dtype)
     if not compatible(t.shape, array.shape):
         raise ShapeError(f"feed for {t.name!r} has shape {fmt(array.shape)}, expected {fmt(t.shape)}")

@@ -46,7 +46,6 @@ NO_EXAMPLES = {
     "cellgraph.cluster.ps_hosting",
     "cellgraph.dataflow.kernels.cpu.cumulative",
     "cellgraph.dataflow.kernels.cpu.top_k",
-    "cellgraph.dataflow.dtypes",
     "cellgraph.dataflow.errors",
     "cellgraph.dataflow.fusion",
     "cellgraph.dataflow.graph",

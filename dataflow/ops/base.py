@@ -8,7 +8,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from ..dtypes import DTYPES, as_dtype, is_float, kind
+from ..dtypes import DTYPES, as_dtype, is_float, kind, outside_int_range
 from ..errors import DTypeError
 from ..graph import Graph, Node, Tensor, get_default_graph
 from ..opdef import InferContext, Shape, TensorSpec
@@ -74,14 +74,9 @@ def operand_array(value: Any, dtype: str, op: str | None = None) -> np.ndarray:
             f"{where}cannot use {_a(array.dtype.name)} {'value' if array.ndim == 0 else 'array'} as {_a(dtype)} "
             f"operand: that changes its kind; convert it first (e.g. np.asarray(value, {dtype!r}))"
         )
-    if target.kind in "iu" and array.size and source in "iuf":
-        info = np.iinfo(target)
-        low, high = array.min(), array.max()
-        if low < info.min or high > info.max:
-            raise DTypeError(
-                f"{where}cannot use {what} as {_a(dtype)} value: it holds {low if low < info.min else high}, "
-                f"outside {dtype}'s range [{info.min}, {info.max}]"
-            )
+    outside = outside_int_range(array, as_dtype(dtype))
+    if outside is not None:
+        raise DTypeError(f"{where}cannot use {what} as {_a(dtype)} value: {outside}")
     return array.astype(target, copy=False)
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import as_dtype
-from ..errors import GraphError, ShapeError
+from ..dtypes import as_dtype, kind, outside_int_range
+from ..errors import DTypeError, GraphError, ShapeError
 from ..graph import Graph, Node, Tensor, get_default_graph
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op, simple_kernel
@@ -39,7 +39,9 @@ register_op(
 
 
 def constant(value: Any, dtype: str | None = None, name: str = "const", graph: Graph | None = None) -> Tensor:
-    """A tensor holding a fixed value."""
+    """A tensor holding a fixed value; with ``dtype``, its numbers must keep their values in it."""
+    if dtype:
+        _check_fits(np.asarray(value), as_dtype(dtype), name)
     array = np.array(value, dtype=as_dtype(dtype) if dtype else None)
     if dtype is None and array.dtype == np.float64:
         array = array.astype(np.float32)
@@ -51,6 +53,18 @@ def constant(value: Any, dtype: str | None = None, name: str = "const", graph: G
     array.flags.writeable = False
     g = graph or get_default_graph()
     return g.create_node("Const", [], {"value": array}, name).output(0)
+
+
+def _check_fits(source: np.ndarray, dtype: str, name: str) -> None:
+    """Raise unless every number of ``source`` is the same number in ``dtype``: an integer that wraps round,
+    or a fraction cut off, would change the constant without a word."""
+    if source.dtype.kind not in "iuf":
+        return
+    outside = outside_int_range(source, dtype)
+    if outside is not None:
+        raise DTypeError(f"constant {name!r} as {dtype}: {outside}")
+    if source.dtype.kind == "f" and kind(dtype) in "iu" and not np.array_equal(source, np.trunc(source)):
+        raise DTypeError(f"constant {name!r} as {dtype}: it holds values that are not whole numbers")
 
 
 # ------------------------------------------------------------- Placeholder

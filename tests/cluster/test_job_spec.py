@@ -114,6 +114,22 @@ def test_labels_of_a_dtype_the_placeholder_cannot_take_are_refused(cluster: Clus
     assert message == f"cg.train: data for placeholder 'y:0', in batches of 32: {expected}"
 
 
+def test_labels_that_do_not_fit_the_placeholder_are_refused_not_wrapped(cluster: Cluster, data: digits.Split) -> None:
+    model = models.mlp()  # y is an int32 placeholder
+    labels = data.y_train.astype(np.int64)
+    labels[5] = 2**31 + 5  # as int32 it would become -2147483643
+    message = refused(cluster, model.loss, (data.x_train, labels), batch_size=32)
+    assert message == (
+        "cg.train: data for placeholder 'y:0' (int64) does not fit int32: it holds 2147483653, outside int32's "
+        "range [-2147483648, 2147483647]"
+    )
+    expected = session_error(model.loss, {model.x: data.x_train[:32], model.y: labels[:32]})
+    assert expected == (
+        "feed for 'y:0' (int64) does not fit int32: it holds 2147483653, outside int32's range "
+        "[-2147483648, 2147483647]"
+    )
+
+
 def test_what_session_run_takes_cg_train_takes(cluster: Cluster, data: digits.Split) -> None:
     model = models.mlp()
     # float64 images for a float32 placeholder: a same-kind cast, which Session.run makes too.

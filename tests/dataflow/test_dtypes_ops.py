@@ -176,3 +176,37 @@ def test_a_big_endian_constant_computes_with_its_values() -> None:
     out = cg.Session(g).run(y, {x: np.ones((2, 2), np.float32)})
     np.testing.assert_array_equal(out, [[5.0, 8.0], [7.0, 10.0]])
     assert c.dtype == "float32"
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype", "words"),
+    [
+        (np.array([2**40]), "int32", "constant 'c' as int32: it holds 1099511627776, outside int32's range"),
+        (300, "uint8", "constant 'c' as uint8: it holds 300, outside uint8's range [0, 255]"),
+        ([1.5, 2.0], "int32", "constant 'c' as int32: it holds values that are not whole numbers"),
+    ],
+)
+def test_a_constant_whose_numbers_would_change_is_refused(value: Any, dtype: str, words: str) -> None:
+    """Before, cg.constant cast with NumPy: 2**40 became 0 and 1.5 became 1, without a word."""
+    g = cg.Graph()
+    with g.as_default(), pytest.raises(cg.DTypeError) as refused:
+        cg.constant(value, dtype, name="c")
+    assert words in str(refused.value)
+    assert len(g) == 0  # nothing was added
+    with g.as_default():
+        assert cg.Session(g).run(cg.constant([1.0, 2.0], "int32")).tolist() == [1, 2]  # whole numbers are fine
+
+
+def test_an_int_feed_that_does_not_fit_its_placeholder_is_refused() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        i = cg.placeholder((None,), "int32", name="i")
+        total = cg.reduce_sum(i)
+    session = cg.Session(g)
+    assert session.run(total, {i: np.array([1, 2, 3])}) == 6  # int64 that fits: cast as before
+    with pytest.raises(cg.DTypeError) as refused:
+        session.run(total, {i: np.array([1, -(2**31) - 1])})
+    assert str(refused.value) == (
+        "feed for 'i:0' (int64) does not fit int32: it holds -2147483649, outside int32's range "
+        "[-2147483648, 2147483647]"
+    )
