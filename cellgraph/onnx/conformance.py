@@ -9,6 +9,12 @@ pass. Inputs that a row needs as values at build time (a reshape's shape fed
 as a graph input) are given from the case's data as ``static_inputs``, as a
 shape-specializing runtime would; everything else is fed at run time.
 
+Nearly all of a first run's time is Numba compiling the kernels of every dtype
+and rank the cases use; ``run(processes=n)`` runs the ops' cases in ``n``
+processes at once (each compiles what its cases need, and shares it with the
+others and later runs through Numba's disk cache), with the same results as
+one process gives.
+
 Examples
 --------
 >>> results = run(["Relu", "Softmax"])
@@ -18,8 +24,11 @@ Examples
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import warnings
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,11 +66,17 @@ class OpResult:
 
 def node_cases() -> list[Any]:
     """ONNX's node test cases (collected quietly: generating some of them warns about casts)."""
+    return list(_collected())
+
+
+@functools.cache
+def _collected() -> tuple[Any, ...]:
+    # Collecting generates every case's data (seconds): once per process. Cases are only read.
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        return list(collect_testcases(None))
+        return tuple(collect_testcases(None))
 
 
 def _static_positions(case: Any) -> set[str]:
@@ -149,27 +164,58 @@ def dropout_broken(inputs: list[Any], outputs: list[Any]) -> str | None:
     return None
 
 
-def run(ops: Iterable[str] | None = None, cases: list[Any] | None = None) -> dict[str, OpResult]:
-    """Every single-node case of each mapped ONNX op (or of ``ops``), by op."""
+def run(ops: Iterable[str] | None = None, cases: list[Any] | None = None, processes: int = 1) -> dict[str, OpResult]:
+    """Every single-node case of each mapped ONNX op (or of ``ops``), by op.
+
+    With ``processes`` > 1 (and ONNX's own cases, not ``cases``), the ops are dealt to that many
+    worker processes, one op at a time to whichever is free; the results are the same.
+    """
     wanted = set(ops) if ops is not None else set(IMPORTERS)
+    if processes > 1 and cases is None:
+        return _run_in_processes(sorted(wanted), processes)
     results = {op: OpResult(op) for op in sorted(wanted)}
     for case in cases if cases is not None else node_cases():
         nodes = case.model.graph.node
         if len(nodes) != 1 or nodes[0].op_type not in wanted or case.name.endswith("_expanded"):
             continue
-        outcome, why = run_case(case)
-        result = results[nodes[0].op_type]
-        if outcome == "pass":
-            result.passed.append(case.name)
-            if why == "widened":
-                result.widened.append(case.name)
-            elif why == "random":
-                result.random.append(case.name)
-        elif outcome == "fail":
-            result.failed[case.name] = why
-        else:
-            result.unsupported[case.name] = why
+        _record(results[nodes[0].op_type], case.name, *run_case(case))
     return results
+
+
+def _record(result: OpResult, name: str, outcome: str, why: str) -> None:
+    if outcome == "pass":
+        result.passed.append(name)
+        if why == "widened":
+            result.widened.append(name)
+        elif why == "random":
+            result.random.append(name)
+    elif outcome == "fail":
+        result.failed[name] = why
+    else:
+        result.unsupported[name] = why
+
+
+def _run_in_processes(ops: list[str], processes: int) -> dict[str, OpResult]:
+    # Spawned, not forked: the caller may hold threads (a test session's servers, Dask) that a fork would copy
+    # mid-lock. Each worker collects ONNX's cases itself; only op names and the outcomes' strings cross.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(processes, len(ops) or 1), mp_context=context) as pool:
+        outcomes = list(pool.map(_run_op, ops))
+    results = {op: OpResult(op) for op in ops}
+    for op, rows in zip(ops, outcomes, strict=True):
+        for name, outcome, why in rows:
+            _record(results[op], name, outcome, why)
+    return results
+
+
+def _run_op(op: str) -> list[tuple[str, str, str]]:
+    """(case, outcome, why) of every case of ``op``, in ONNX's order: one task of a worker process."""
+    rows = []
+    for case in _collected():
+        nodes = case.model.graph.node
+        if len(nodes) == 1 and nodes[0].op_type == op and not case.name.endswith("_expanded"):
+            rows.append((case.name, *run_case(case)))
+    return rows
 
 
 def dtype_refusals(result: OpResult) -> int:
