@@ -155,8 +155,9 @@ def test_a_file_that_is_not_a_model_is_refused(tmp_path: Path) -> None:
 # ------------------------------------------- ONNX's own node conformance cases
 @pytest.fixture(scope="module")
 def results() -> dict[str, conformance.OpResult]:
-    # One process per core: a first run is Numba compiling the kernels of every dtype and rank (minutes on one).
-    return conformance.run(processes=os.cpu_count() or 1)
+    # A process per core: a first run is Numba compiling the kernels of every dtype and rank (minutes on one).
+    # At most 4: each worker collects ONNX's cases (seconds, and memory) before it runs any.
+    return conformance.run(processes=min(4, len(os.sched_getaffinity(0))))
 
 
 def test_conformance_in_processes_gives_what_one_process_gives(results: dict[str, conformance.OpResult]) -> None:
