@@ -552,20 +552,27 @@ class PushHeader(_message.Message):
 
     REPLICA_ID_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
+    CHECKED_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     step: _builtins.int
     """Sync: the global step the gradient is for. Async: the global step of the
     parameters it was computed from (its staleness is measured from it).
+    """
+    checked: _builtins.bool
+    """The replica checks every gradient of this push (on every shard) for NaN
+    and Inf itself and says what it found on the push's last message
+    (StepRequest.nonfinite): the shard does not check them again.
     """
     def __init__(
         self,
         *,
         replica_id: _builtins.int = ...,
         step: _builtins.int = ...,
+        checked: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["replica_id", b"replica_id", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checked", b"checked", "replica_id", b"replica_id", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -387,9 +387,10 @@ class ParameterClient:
     def push(self, grads: Mapping[str, np.ndarray], *, step: int, replica_id: int) -> PushResult:
         """Send replica ``replica_id``'s gradients for ``step`` to every shard that holds their variables."""
         pieces = self._push_pieces(grads)
-        header = pb.PushHeader(replica_id=replica_id, step=step)
+        checked = self.watches_nonfinite(len(pieces))
+        header = pb.PushHeader(replica_id=replica_id, step=step, checked=checked)
         what = f"Push of replica {replica_id} for step {step}"
-        nonfinite = self._nonfinite(replica_id, step, grads, pieces)
+        nonfinite = self._nonfinite(replica_id, step, grads) if checked else ""
         answers = self._each_shard(
             sorted(pieces), lambda shard: self._step(shard, pieces[shard], header, None, what, None, nonfinite)
         )
@@ -413,9 +414,10 @@ class ParameterClient:
         """
         pieces = self._push_pieces(grads)
         plan = self._pull_plan(names, min_step, replica_id, out)
-        header = pb.PushHeader(replica_id=replica_id, step=step)
+        checked = self.watches_nonfinite(len(pieces))
+        header = pb.PushHeader(replica_id=replica_id, step=step, checked=checked)
         what = f"push and pull of replica {replica_id} for step {step}"
-        nonfinite = self._nonfinite(replica_id, step, grads, pieces)
+        nonfinite = self._nonfinite(replica_id, step, grads) if checked else ""
         answers = self._each_shard(
             sorted(set(pieces) | set(plan.requests)),
             lambda shard: self._step(
@@ -539,17 +541,15 @@ class ParameterClient:
         return by_shard
 
     def watches_nonfinite(self, shards: int) -> bool:
-        """Whether a push to ``shards`` shards is checked here for NaN and Inf: when it spans more than one,
-        since each sees only its own variables, unless the job applies non-finite gradients anyway."""
+        """Whether a push to ``shards`` shards is checked here for NaN and Inf (``PushHeader.checked``): when it
+        spans more than one, since each sees only its own variables, unless the job applies them anyway. The
+        shards then leave the check to this client."""
         return shards > 1 and not (self.training is not None and self.training.nonfinite == "apply")
 
-    def _nonfinite(
-        self, replica_id: int, step: int, grads: Mapping[str, np.ndarray], pieces: Mapping[int, object]
-    ) -> str:
-        """What is wrong with the first gradient of a push that holds NaN or Inf ("" if none, or not checked):
-        every shard is told, so that all skip or refuse the push alike (nonfinite.py)."""
-        if not self.watches_nonfinite(len(pieces)):
-            return ""
+    @staticmethod
+    def _nonfinite(replica_id: int, step: int, grads: Mapping[str, np.ndarray]) -> str:
+        """What is wrong with the first gradient of a push that holds NaN or Inf, or "": every shard is told,
+        so that all skip or refuse the push alike (nonfinite.py)."""
         return first_nonfinite(replica_id, step, grads.items()) or ""
 
     def _sync(self) -> bool:

@@ -361,8 +361,9 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         assembler.add(chunk, content)
         self.counters.add(bytes_in=content.nbytes)
         if assembler.received == assembler.total and store.training.nonfinite != "apply":
-            # Checked for NaN and Inf now, while the rest of the push is still on the wire, not all at its end.
-            assembler.finite = all_finite(assembler.finish().reshape(-1))
+            # Checked for NaN and Inf now, while the rest of the push is still on the wire, not all at its end;
+            # unless the replica checks the whole push itself (its last message says what it found).
+            assembler.finite = header.checked or all_finite(assembler.finish().reshape(-1))
 
     def push(
         self,

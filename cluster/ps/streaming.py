@@ -185,7 +185,11 @@ class StreamedStep:
     ) -> None:
         self.client = client
         self.step, self.replica_id = step, replica_id
-        self.header = pb.PushHeader(replica_id=replica_id, step=step).SerializeToString()
+        # The first NaN or Inf among the step's gradients, checked here as each is pushed when the step goes to
+        # several shards (which then do not check them): the last message tells each of them (nonfinite.py).
+        self.watch_nonfinite = client.watches_nonfinite(len(client.addresses))
+        self.nonfinite = ""
+        self.header = pb.PushHeader(replica_id=replica_id, step=step, checked=self.watch_nonfinite).SerializeToString()
         self.what = f"push and pull of replica {replica_id} for step {step}"
         self.plan: PullPlan = client._pull_plan(names, min_step, replica_id, out)
         self.timeout = timeout
@@ -194,10 +198,6 @@ class StreamedStep:
         self.shards: dict[int, _ShardSend] = {}
         self.arrivals = Arrivals(self.plan)
         self.computed = 0.0  # when send_last was called: the replica's compute of this step was done
-        # The first NaN or Inf among the step's gradients, checked here as each is pushed when the step goes to
-        # several shards: the last message tells each of them (nonfinite.py).
-        self.watch_nonfinite = client.watches_nonfinite(len(client.addresses))
-        self.nonfinite = ""
 
     def _shard(self, shard: int) -> _ShardSend:
         send = self.shards.get(shard)

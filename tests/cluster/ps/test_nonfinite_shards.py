@@ -9,13 +9,18 @@ tests failed on that code.
 
 from __future__ import annotations
 
+import grpc
 import numpy as np
 import pytest
 
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import OptimizerConfig, ParameterClient, TrainingConfig
+from cellgraph.cluster.ps.auth import token_metadata
+from cellgraph.protos import parameter_service_pb2 as pb
+from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 
-from .conftest import Servers
+from .conftest import TIMEOUT, Servers, status_of
+from .test_waits import chunk
 
 F32 = np.dtype(np.float32)
 START = {"w": np.ones(2, F32), "v": np.full(2, 3.0, F32)}
@@ -105,3 +110,27 @@ def test_skip_step_of_a_variable_split_across_shards_skips_both_halves(ps: Serve
     assert {s.last_skipped for s in client.stats()} == {
         "replica 0's gradient for 'm' at step 0 holds 0 NaN and 1 Inf of 8 values"
     }
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_a_shard_leaves_the_check_to_a_replica_that_says_it_checks(ps: Servers, checked: bool) -> None:
+    """``PushHeader.checked``: the replica checks every gradient of the push itself and names what it found on
+    the last message, so the shard does not check them again (one pass over the bytes, not two). A push that
+    does not say so is checked by the shard, as before."""
+    [address] = ps.start(1)
+    client = ps.client()
+    client.init("j", {"w": np.ones(2, F32)}, OptimizerConfig("sgd", 0.5), TrainingConfig("async"))
+    client.register(0)
+    nan = chunk("w", (2,), 0, np.array([np.nan, 1.0], F32).tobytes())
+    request = pb.StepRequest(header=pb.PushHeader(replica_id=0, step=0, checked=checked), chunks=[nan])
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.ParameterServiceStub(channel)
+        if checked:  # taken at its word: no NaN was named
+            [answer] = list(stub.Step(iter([request]), timeout=TIMEOUT, metadata=token_metadata(ps.token)))
+            assert answer.push.status == pb.PushResponse.APPLIED
+        else:
+            err = status_of(
+                lambda: list(stub.Step(iter([request]), timeout=TIMEOUT, metadata=token_metadata(ps.token)))
+            )
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "replica 0's gradient for 'w' at step 0 holds 1 NaN and 0 Inf of 2 values" in (err.details() or "")
