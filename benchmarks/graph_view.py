@@ -28,6 +28,7 @@ overflows the stack on huge graphs. Without Chromium, the last line says so
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import tempfile
@@ -86,10 +87,17 @@ def marks(page: Any) -> int:
 
 def click_box(page: Any, item_id: str, header: bool = False) -> float:
     """Fit the view, then click the box ``item_id`` (its header if open); return the pointerdown time."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.locator(".cgv-fit").click()
     # An open scope closes from its header, whose title is the group's first text.
     target = page.locator(f'.cgv-svg [data-id="{item_id}"]').first
-    box = (target.locator("text").first if header else target).bounding_box()
+    clickable = target.locator("text").first if header else target
+    # The fit redraws the view: wait for the box to be drawn again (bounding_box does not wait; on a loaded
+    # machine it read None mid-redraw and the run failed).
+    with contextlib.suppress(PlaywrightTimeout):
+        clickable.wait_for(state="visible", timeout=STEP_TIMEOUT_MS)
+    box = clickable.bounding_box()
     if box is None:
         raise RuntimeError(f"GraphView shows no box {item_id!r}")
     page.evaluate("window.__cg_t0 = null")
