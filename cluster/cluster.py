@@ -211,7 +211,9 @@ class Cluster(ParameterServerHosting):
             # A Client given the LocalCluster object would wait for its workers with no deadline (it awaits
             # the cluster); given the scheduler's address it does not, and wait_for_workers has one.
             client = Client(local.scheduler_address, security=local.security, timeout=timeout, set_as_default=False)
-            client.wait_for_workers(processes, timeout=max(0.0, deadline - time.monotonic()))
+            # Dask reads a falsy timeout as "no deadline": once this one has passed (LocalCluster alone can
+            # take longer than a short timeout), wait a millisecond, never 0.
+            client.wait_for_workers(processes, timeout=max(1e-3, deadline - time.monotonic()))
         except (TimeoutError, OSError) as err:
             arrived = 0
             with contextlib.suppress(Exception):  # the count only makes the message better
