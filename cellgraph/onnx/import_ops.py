@@ -73,9 +73,23 @@ def _via_float64(fn: Callable[[Tensor, Tensor], Tensor], x: Tensor, y: Tensor) -
     return cg.cast(fn(cg.cast(x, "float64"), cg.cast(y, "float64")), x.dtype)
 
 
+def _int_quotient_and_remainder(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """ONNX's integer Div and Mod(fmod=1), truncated toward zero as C's: exact for every value.
+
+    Python's floored ``x // y`` is one below the truncated quotient, and its ``x % y`` has
+    ``y``'s sign instead of ``x``'s, where the remainder is not 0 and the signs differ.
+    (Through float64 an int64 above 2**53 would round: 2**60 + 1 divided by 1 gave 2**60.)
+    """
+    floored, remainder = mu.floordiv(x, y), mu.mod(x, y)
+    zero = cg.zeros_like(x)
+    apart = logic.logical_and(logic.not_equal(remainder, zero), logic.logical_xor(cg.less(x, zero), cg.less(y, zero)))
+    one = cg.cast(apart, x.dtype)
+    return floored + one, remainder - y * one
+
+
 def _div(b: Builder, n: NodeInfo) -> list[Tensor]:
     x, y = b.ins(n, 2)
-    return [cg.div(x, y) if is_float(x.dtype) else _via_float64(cg.div, x, y)]
+    return [cg.div(x, y) if is_float(x.dtype) else _int_quotient_and_remainder(x, y)[0]]
 
 
 def _pow(b: Builder, n: NodeInfo) -> list[Tensor]:
@@ -390,12 +404,11 @@ def _mod(b: Builder, n: NodeInfo) -> list[Tensor]:
     a, c = b.ins(n, 2)
     if not n.attrs["fmod"]:
         return [mu.mod(a, c)]  # Python's %: the divisor's sign
-    # C's fmod, the dividend's sign: a - c * trunc(a / c), in float64 for integers
-    # (exact for every int32), trunc(q) being sign(q) * floor(|q|).
-    x, y = (a, c) if is_float(a.dtype) else (cg.cast(a, "float64"), cg.cast(c, "float64"))
-    q = x / y
-    r = x - y * (mu.sign(q) * mu.floor(mu.abs(q)))
-    return [r if r.dtype == a.dtype else cg.cast(r, a.dtype)]
+    if not is_float(a.dtype):
+        return [_int_quotient_and_remainder(a, c)[1]]
+    # C's fmod, the dividend's sign: a - c * trunc(a / c), trunc(q) being sign(q) * floor(|q|).
+    q = a / c
+    return [a - c * (mu.sign(q) * mu.floor(mu.abs(q)))]
 
 
 def _is_inf(b: Builder, n: NodeInfo) -> list[Tensor]:

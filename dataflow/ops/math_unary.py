@@ -221,11 +221,27 @@ def erf(x: TensorLike, name: str = "erf") -> Tensor:
 # ----------------------------------------------- FloorDiv, FloorMod
 def _no_int_zero(fn: Callable[..., Any], what: str) -> Callable[..., Any]:
     """``fn``, refusing an int divisor that holds 0 as Python and TensorFlow do (NumPy would
-    quietly give 0). A GPU kernel cannot raise: there the result is NumPy's 0."""
+    quietly give 0). A GPU kernel cannot raise: there the result is NumPy's 0.
+
+    The most negative signed int divided by -1 traps in the CPU's division instruction
+    (SIGFPE: the whole process, a notebook's kernel too, dies). Its remainder is 0, so
+    modulo divides by 1 there instead; its quotient does not fit the dtype, so division
+    is refused, as an integer that would wrap round is elsewhere.
+    """
 
     def checked(a: np.ndarray, b: np.ndarray) -> Any:
         if b.dtype.kind in "iu" and not np.all(b):
             raise ZeroDivisionError(f"integer {what} by zero: the divisor holds 0")
+        if b.dtype.kind == "i":
+            lowest = np.iinfo(a.dtype).min
+            traps = (a == lowest) & (b == -1)
+            if traps.any():
+                if what == "division":
+                    raise OverflowError(
+                        f"integer division overflows {a.dtype}: {lowest} // -1 = {-int(lowest)}, "
+                        f"above the largest {a.dtype} ({np.iinfo(a.dtype).max})"
+                    )
+                b = np.where(traps, np.ones_like(b), b)
         return fn(a, b)
 
     return checked

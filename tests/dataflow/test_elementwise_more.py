@@ -153,6 +153,23 @@ def test_an_int_divisor_of_zero_fails_the_run_naming_the_node() -> None:
     assert np.isnan(got[1]).all()
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64"])
+def test_the_lowest_int_over_minus_one_is_refused_not_a_crash(dtype: str) -> None:
+    # The CPU's division instruction traps on it (SIGFPE killed the process, a notebook's kernel
+    # with it). The remainder is 0; the quotient does not fit, so it is refused, not wrapped.
+    lowest, highest = np.iinfo(dtype).min, np.iinfo(dtype).max
+    i, j = ph(3, dtype=dtype, name="i"), ph(3, dtype=dtype, name="j")
+    q, r = cg.floordiv(i, j, name="q"), cg.mod(i, j, name="r")
+    feeds = {i: np.array([lowest, -7, lowest], dtype), j: np.array([-1, 2, 3], dtype)}
+    np.testing.assert_array_equal(_run(r, feeds), [0, 1, lowest % 3])
+    pattern = r"^FloorDiv 'q' \(test_elementwise_more\.py:\d+\) failed while running: OverflowError: "
+    words = f"integer division overflows {dtype}: {lowest} // -1 = {-lowest}, above the largest {dtype} ({highest})"
+    with pytest.raises(cg.ExecutionError, match=pattern + re.escape(words) + "$"):
+        _run(q, feeds)
+    feeds[j] = np.array([1, 2, 3], dtype)
+    np.testing.assert_array_equal(_run(q, feeds), [lowest, -4, lowest // 3])
+
+
 # ----------------------------------------------------------- stop_gradient
 def test_stop_gradient_passes_values_and_blocks_gradients() -> None:
     x = ph(3)
