@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -181,6 +182,9 @@ class Cluster(ParameterServerHosting):
                 f"Cluster.local(workers={workers}, ps={ps}, threads_per_worker={threads_per_worker}, gpus={gpus}): "
                 "needs workers >= 1, ps >= 0 (or 'colocated'), threads_per_worker >= 1 and gpus >= 0 (or None)"
             )
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+            # Dask reads a timeout of 0 as "wait for ever"; every wait here has a deadline.
+            raise ClusterError(f"Cluster.local(timeout={timeout!r}): needs a finite number of seconds above 0")
         deadline = time.monotonic() + timeout
         security = Security.temporary() if secure else None
         processes = workers + ps

@@ -500,6 +500,13 @@ def test_workers_that_do_not_start_in_time_fail_and_leave_nothing() -> None:
     assert_no_orphans(before)
 
 
+@pytest.mark.parametrize("timeout", [0, -1.0, float("inf"), float("nan"), "60"])
+def test_local_refuses_a_timeout_that_is_not_a_positive_number_of_seconds(timeout: object) -> None:
+    with pytest.raises(ClusterError) as info:
+        Cluster.local(workers=1, ps=0, timeout=timeout)  # type: ignore[arg-type]
+    assert str(info.value) == f"Cluster.local(timeout={timeout!r}): needs a finite number of seconds above 0"
+
+
 def test_cg_cluster_is_the_cluster_and_dask_loads_only_when_asked() -> None:
     import subprocess
     import sys
