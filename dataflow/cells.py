@@ -14,6 +14,8 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
+
 from .errors import CellgraphError, GraphError
 from .graph import Graph, Node, get_default_graph
 from .opdef import InferContext
@@ -26,6 +28,12 @@ class CellgraphWarning(UserWarning):
 def _fmt(shape: tuple[int | None, ...]) -> str:
     dims = [("None" if d is None else str(d)) for d in shape]
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _same_initial_value(old: Node, new: Node) -> bool:
+    """Whether a re-run defined variable ``new`` as ``old`` was (a session keeps its trained value then)."""
+    a, b = np.asarray(old.attrs["initial_value"]), np.asarray(new.attrs["initial_value"])
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind not in "biu"))
 
 
 class CellRun:
@@ -138,6 +146,11 @@ class CellRun:
                         f"variable {name!r} (cell {self.label}) changed from "
                         f"{_fmt(o.shape)} {o.dtype} to {_fmt(n.shape)} {n.dtype}; "
                         "it is re-initialised"
+                    )
+                elif not _same_initial_value(old, new):
+                    notes.append(
+                        f"variable {name!r} (cell {self.label}) has a new initial value; "
+                        "it is re-initialised, and its optimizer slots with it"
                     )
         return notes
 

@@ -67,6 +67,7 @@ class PartitionedSession:
         if self.graph.version != self.parts.version:
             self.parts = partition(self.graph, self.placement, self.timeout)
             self._plans.clear()
+        self.variables.sync(self.graph)
         flat: list[Any] = []
         rebuild = flatten_fetches(fetches, flat)
         resolved = [resolve_fetch(self.graph, f) for f in flat]

@@ -64,9 +64,11 @@ class Session:
 
     def variable_values(self) -> dict[str, np.ndarray]:
         """Current values of every variable of the graph, by name (initialising any not yet used)."""
+        self.variables.sync(self.graph)
         return {n.name: self.variables.value(n).copy() for n in self.graph.variables()}
 
     def _plan(self, flat: Sequence[Fetch], feeds: Sequence[Tensor], sort: bool = True) -> Plan:
+        self.variables.sync(self.graph)
         resolved = [resolve_fetch(self.graph, f) for f in flat]
         tensors = [r for r in resolved if isinstance(r, Tensor)]
         targets = [r for r in resolved if isinstance(r, Node)]

@@ -4,29 +4,45 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import Node
-from .opdef import TensorSpec
+from .graph import Graph, Node
 
 
 class VariableStore:
     """Variable values by node name.
 
     A value lives as long as the store and is updated in place by assign and
-    optimizer ops. A variable whose shape or dtype changed (its cell was re-run
-    with a new definition) is re-initialised; the graph has warned about that.
+    optimizer ops. A variable whose definition changed (its cell was re-run
+    with another shape, dtype or initial value) is re-initialised, and so are
+    the optimizer slots that update it; the graph has warned about that. A
+    re-run that defines it exactly as before (the same seeded initial value)
+    keeps its trained value.
     """
 
     def __init__(self) -> None:
         self._values: dict[str, np.ndarray] = {}
-        self._specs: dict[str, TensorSpec] = {}
+        # The initial value each stored value was made from: the node's own array, compared by identity on every
+        # run (the hot path) and by content only when a re-run cell brought a new node of the same name.
+        self._initial: dict[str, np.ndarray] = {}
+        self._synced_version: int | None = None
 
     def value(self, node: Node) -> np.ndarray:
         """The live array of variable ``node``, initialising it if needed."""
-        spec = node.specs[0]
-        if self._specs.get(node.name) != spec:
-            self._values[node.name] = np.array(node.attrs["initial_value"], dtype=spec.dtype, copy=True)
-            self._specs[node.name] = spec
+        initial = node.attrs["initial_value"]
+        if self._initial.get(node.name) is not initial:
+            self._adopt(node, initial)
         return self._values[node.name]
+
+    def sync(self, graph: Graph) -> None:
+        """Re-initialise, before anything reads them, the variables of ``graph`` whose definition changed
+        since they were stored, and their slots (reading them one by one as ops run could hand an op a
+        slot's old value before its variable was seen to change)."""
+        if self._synced_version == graph.version:
+            return
+        for node in graph.variables():
+            initial = node.attrs["initial_value"]
+            if node.name in self._values and self._initial.get(node.name) is not initial:
+                self._adopt(node, initial)
+        self._synced_version = graph.version
 
     def load(self, node: Node, value: np.ndarray) -> None:
         target = self.value(node)
@@ -34,3 +50,33 @@ class VariableStore:
 
     def __contains__(self, name: object) -> bool:
         return name in self._values
+
+    def _adopt(self, node: Node, initial: np.ndarray) -> None:
+        dtype = node.specs[0].dtype
+        known, value = self._initial.get(node.name), self._values.get(node.name)
+        self._initial[node.name] = initial
+        fresh = np.array(initial, dtype=dtype, copy=True)
+        if value is not None and known is not None and value.dtype == fresh.dtype and _equal(known, fresh):
+            return
+        self._values[node.name] = fresh
+        if value is not None:
+            self._forget_slots(node)
+
+    def _forget_slots(self, node: Node) -> None:
+        """Drop the values of the other variables that an optimizer op updates together with ``node``:
+        its slots (momentum, Adam's moments), which would otherwise carry the old training into the new
+        value. They start again from their own initial values on next use."""
+        graph = node.graph
+        for consumer in graph.nodes if graph is not None else []:
+            if consumer.inputs and consumer.inputs[0].node is node and consumer.op.startswith("Apply"):
+                for t in consumer.inputs[1:]:
+                    if t.node.op == "Variable":
+                        self._values.pop(t.node.name, None)
+                        self._initial.pop(t.node.name, None)
+
+
+def _equal(known: np.ndarray, fresh: np.ndarray) -> bool:
+    """Whether the earlier initial value ``known`` is ``fresh`` (NaN equal to NaN), in ``fresh``'s dtype."""
+    if np.shape(known) != fresh.shape:
+        return False
+    return bool(np.array_equal(np.asarray(known, dtype=fresh.dtype), fresh, equal_nan=fresh.dtype.kind not in "biu"))

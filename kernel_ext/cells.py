@@ -168,6 +168,10 @@ def _close_scopes(active: ActiveCell, error: BaseException | None, shell: Any = 
 
 # A commit's note on a variable whose shape changed, as cellgraph.dataflow.cells words it.
 _RESIZED = re.compile(r"variable '(?P<name>.+)' \(cell [^)]*\) changed from (?P<change>.+); it is re-initialised")
+# ... and on one whose initial value changed (its shape and dtype did not).
+_RESTARTED = re.compile(
+    r"variable '(?P<name>.+)' \(cell [^)]*\) has a new initial value; it is re-initialised, and its optimizer slots with it"
+)
 
 
 def summary(label: str, notes: list[str]) -> str:
@@ -185,8 +189,18 @@ def summary(label: str, notes: list[str]) -> str:
             f"re-initialised {len(variables)} variable(s) whose shape changed: {listed}"
             + (f" (and {len(slots)} optimizer slot(s) of them)" if slots else "")
         )
+    restarted = [m["name"] for m in map(_RESTARTED.fullmatch, notes) if m is not None]
+    if restarted:
+        listed = ", ".join(repr(name) for name in restarted)
+        parts.append(
+            f"re-initialised {len(restarted)} variable(s) whose initial value changed, and their optimizer slots: {listed}"
+        )
     prefix = f"re-running cell {label} "
-    parts += [note.removeprefix(prefix) for note in notes if _RESIZED.fullmatch(note) is None]
+    parts += [
+        note.removeprefix(prefix)
+        for note in notes
+        if _RESIZED.fullmatch(note) is None and _RESTARTED.fullmatch(note) is None
+    ]
     return prefix + "; it ".join(parts)
 
 

@@ -45,6 +45,55 @@ def test_variables_keep_values_when_shape_is_unchanged() -> None:
     np.testing.assert_array_equal(sess.run(w3), np.ones(4))
 
 
+def test_a_new_initial_value_reinitialises_the_variable_and_its_optimizer_slots() -> None:
+    # Before, a re-run that changed only the initial value kept the trained value (and the momentum),
+    # silently: the session went on from numbers the cell no longer says.
+    g = cg.Graph()
+    with g.as_default():
+
+        def model(start: float) -> tuple[cg.Tensor, cg.Tensor, cg.Tensor]:
+            x = cg.placeholder((None, 3), name="x")
+            w = cg.variable(np.full(3, start, np.float32), name="w")
+            return x, w, cg.reduce_sum((x * w - 1.0) ** 2.0, name="loss")
+
+        (x, w, loss), _ = _run("model", "1", lambda: model(0.0))
+        train, _ = _run("train", "2", lambda: cg.optim.Momentum(0.1, 0.9).minimize(loss))
+        sess = cg.Session(g)
+        feed = np.ones((2, 3), np.float32)
+        for _ in range(3):
+            sess.run(train, {x: feed})
+        trained = sess.variable_values()
+        assert not (trained["Momentum/w/momentum"] == 0).any()
+        (x, w, loss), notes = _run("model", "1", lambda: model(0.0))  # the same definition: training goes on
+        assert notes == []
+        np.testing.assert_array_equal(sess.run(w), trained["w"])
+        (x, w, loss), notes = _run("model", "3", lambda: model(0.25))
+        assert notes == [
+            "variable 'w' (cell 3) has a new initial value; it is re-initialised, and its optimizer slots with it"
+        ]
+        values = sess.variable_values()
+        np.testing.assert_array_equal(values["w"], [0.25, 0.25, 0.25])
+        np.testing.assert_array_equal(values["Momentum/w/momentum"], [0.0, 0.0, 0.0])
+        sess.run(train, {x: feed})  # one step from the new start, as a fresh session takes it
+        fresh = cg.Session(g)
+        fresh.run(train, {x: feed})
+        np.testing.assert_array_equal(sess.run(w), fresh.run(w))
+
+
+def test_seeded_initializers_and_nan_initial_values_count_as_the_same_definition() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        _run("a", "1", lambda: cg.layers.dense(cg.placeholder((None, 4), name="x"), 3, name="dense"))
+        _run("b", "2", lambda: cg.variable(np.array([np.nan, 1.0], np.float32), name="v"))
+        sess = cg.Session(g)
+        sess.run(cg.assign(g.tensor("dense/kernel:0"), np.full((4, 3), 7.0, np.float32)))
+        _, notes = _run("a", "1", lambda: cg.layers.dense(cg.placeholder((None, 4), name="x"), 3, name="dense"))
+        _, more = _run("b", "2", lambda: cg.variable(np.array([np.nan, 1.0], np.float32), name="v"))
+        assert notes == more == []
+        assert np.isnan(sess.run("v")[0])
+        np.testing.assert_array_equal(sess.run("dense/kernel:0"), np.full((4, 3), 7.0))
+
+
 def test_consumers_in_other_cells_are_rebound() -> None:
     g = cg.Graph()
     with g.as_default():
@@ -174,3 +223,27 @@ def test_a_cell_scope_on_a_new_empty_graph_is_on_that_graph_not_the_default() ->
                 cg.placeholder((None, 2), "float32", name="x")
         assert [n.name for n in empty.nodes] == ["x"] and list(default.nodes) == []
         assert empty.node("x").cell == "cell-a"
+
+
+@pytest.mark.cuda
+def test_a_new_initial_value_reaches_a_variable_held_on_the_gpu() -> None:
+    # The device copy was keyed by shape and dtype only: a new initial value of the same shape stayed on the host.
+    gpu = "/job:worker/task:0/device:gpu:0"
+    g = cg.Graph()
+    with g.as_default():
+
+        def model(start: float) -> tuple[cg.Tensor, cg.Tensor]:
+            with cg.device(gpu):
+                w = cg.variable(np.full(2, start, np.float32), name="w")
+                return w, cg.assign_add(w, np.ones(2, np.float32), name="bump")
+
+        (w, bump), _ = _run("model", "1", lambda: model(0.0))
+        sess = cg.PartitionedSession(g, cg.placement.place(g, [gpu]), timeout=600)
+        sess.run(bump)
+        np.testing.assert_array_equal(sess.run(w), [1.0, 1.0])
+        (w, bump), notes = _run("model", "2", lambda: model(10.0))
+        assert notes == [
+            "variable 'w' (cell 2) has a new initial value; it is re-initialised, and its optimizer slots with it"
+        ]
+        sess.run(bump)
+        np.testing.assert_array_equal(sess.run(w), [11.0, 11.0])

@@ -98,6 +98,24 @@ def test_rerunning_a_cell_says_once_at_that_cell_what_it_reinitialised_and_made_
             assert str(warning.message) == f"re-running cell [{a}] {stale}"
 
 
+def test_rerunning_a_cell_with_a_new_initial_value_says_it_restarted_those_variables(shell: InteractiveShell) -> None:
+    ok(shell, "import cellgraph as cg, numpy as np")
+    cell = (
+        "w = cg.variable(np.full(3, {start}, np.float32), name='w')\nv = cg.variable(np.zeros(2, np.float32), name='v')"
+    )
+    ok(shell, cell.format(start=0.0), "w")
+    ok(shell, "sess = cg.Session(cg.get_default_graph()); sess.run(cg.assign(w, [5.0, 5.0, 5.0]))")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        again = ok(shell, cell.format(start=1.0), "w").execution_count
+    said = [str(w.message) for w in caught if w.category is cg.CellgraphWarning]
+    assert said == [
+        f"re-running cell [{again}] re-initialised 1 variable(s) whose initial value changed, and their "
+        "optimizer slots: 'w'"
+    ]
+    assert shell.user_ns["sess"].run(shell.user_ns["w"]).tolist() == [1.0, 1.0, 1.0]
+
+
 def test_without_cell_ids_the_source_is_the_cell_and_the_user_is_told_once(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:

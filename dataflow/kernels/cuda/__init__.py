@@ -107,9 +107,11 @@ def device_value(store: Any, node: Node) -> Any:
     from numba import cuda
 
     values = _DEVICE_VALUES.setdefault(store, {})
-    spec = node.specs[0]
-    if node.name not in values or values[node.name][0] != spec:
-        values[node.name] = (spec, cuda.to_device(store.value(node)))
+    # Keyed by the host array itself: the store makes a new one when the variable is re-initialised
+    # (its cell re-run with another shape, dtype or initial value), and only then.
+    host = store.value(node)
+    if node.name not in values or values[node.name][0] is not host:
+        values[node.name] = (host, cuda.to_device(host))
     return values[node.name][1]
 
 
