@@ -108,7 +108,11 @@ def train(
     data
         One array per placeholder the loss needs, in the order they were made
         (``(x_train, y_train)``), or a dict ``{placeholder: array}``. Rows are
-        split evenly over the replicas.
+        split over the replicas in contiguous blocks, the first ``rows %
+        replicas`` one row longer, so that every row is trained on. Each
+        replica takes ``batch_size`` rows at a time from its block, shuffled
+        at each epoch (``seed + replica``); the rows left at an epoch's end,
+        fewer than a batch, wait for a later epoch's shuffle.
     cluster
         A ``cg.Cluster``; replicas run on its training workers, the
         parameter servers in its PS workers.

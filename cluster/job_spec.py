@@ -364,4 +364,21 @@ def rows_of(array: Any) -> int:
     return int(array.shape[0]) if array.ndim else 0
 
 
-__all__ = ["JobSpec", "arrays_for", "check_feeds", "optimizer_config", "rows_of"]
+def shard_rows(total: int, replicas: int, index: int) -> slice:
+    """The rows of replica ``index``'s shard: contiguous blocks whose sizes differ by at most one.
+
+    The first ``total % replicas`` shards hold one row more, so every row is
+    some replica's (as ``tf.data.Dataset.shard`` gives every element to some
+    worker); none is dropped when the rows do not divide evenly.
+
+    Examples
+    --------
+    >>> [shard_rows(11, 3, i) for i in range(3)]
+    [slice(0, 4, None), slice(4, 8, None), slice(8, 11, None)]
+    """
+    per, extra = divmod(total, replicas)
+    start = index * per + min(index, extra)
+    return slice(start, start + per + (1 if index < extra else 0))
+
+
+__all__ = ["JobSpec", "arrays_for", "check_feeds", "optimizer_config", "rows_of", "shard_rows"]

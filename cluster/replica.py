@@ -6,7 +6,9 @@ graph as a ``TrainingGraph``, i.e. GraphDef bytes) and its shard of the data
 as NumPy arrays. It rebuilds the executor from the GraphDef, joins the job on
 the parameter servers, and loops:
 
-1. take the next ``batch_size`` rows of its shard (shuffled once per epoch),
+1. take the next ``batch_size`` rows of its shard (shuffled once per epoch;
+   a replica that joins at global step ``g`` starts at batch ``g``, see
+   ``_Batches``),
 2. run ``[loss, *gradients]`` with the variables' values fed from the last pull,
 3. push the gradients as backprop computes them, tagged with the global step
    the values came from, then pull; a ``sync`` replica asks for the values of
@@ -405,30 +407,43 @@ def _shard(spec: ReplicaSpec, loaded: LoadedGraph, data: Sequence[np.ndarray]) -
 
 
 class _Batches:
-    """Consecutive ``batch_size`` rows of the shard, reshuffled (one gather) at each epoch.
+    """Batch ``i`` of a replica's stream: consecutive ``batch_size`` rows of its shard, in epoch ``e``'s order.
 
-    A batch is a view of that epoch's shuffled copy, so a step copies nothing;
-    the rows left at an epoch's end (fewer than a batch) are skipped, so every
-    batch has the same shape (and the compiled plan never changes).
+    Epoch ``e`` orders the shard by ``np.random.default_rng([seed, e]).permutation(rows)``
+    and holds ``rows // batch_size`` batches; the rows left at its end (fewer
+    than a batch) are skipped in that epoch, so every batch has the same shape
+    (and the compiled plan never changes), and come in a later epoch's order.
+    Because an epoch's order depends on its number alone, ``seek(i)`` costs
+    nothing: a replica that joins at global step ``i`` (a job resumed from a
+    checkpoint, servers restored, a replica run again) starts at batch ``i``,
+    where a sync run that never stopped would be, rather than at its shard's
+    first batch again. A batch is a view of its epoch's shuffled copy.
     """
 
     def __init__(self, arrays: list[np.ndarray], batch_size: int, seed: int) -> None:
         self.arrays = arrays
         self.batch_size = batch_size
-        self.rows = len(arrays[0]) if arrays else 0
-        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        rows = len(arrays[0]) if arrays else 0
+        self.per_epoch = max(1, rows // batch_size)
+        self.index = 0  # the batch next() gives
+        self.epoch_number = -1  # the epoch whose shuffled copy ``epoch`` holds
         self.epoch: list[np.ndarray] = []
-        self.position = self.rows  # start with a shuffle
+
+    def seek(self, index: int) -> None:
+        """Make batch ``index`` the next one."""
+        self.index = index
 
     def next(self) -> list[np.ndarray]:
         if not self.arrays:
             return []
-        if self.position + self.batch_size > self.rows:
-            order = self.rng.permutation(self.rows)
-            self.epoch = [array[order] for array in self.arrays]
-            self.position = 0
-        start, self.position = self.position, self.position + self.batch_size
-        return [array[start : self.position] for array in self.epoch]
+        number, within = divmod(self.index, self.per_epoch)
+        if number != self.epoch_number:
+            order = np.random.default_rng([self.seed, number]).permutation(len(self.arrays[0]))
+            self.epoch, self.epoch_number = [array[order] for array in self.arrays], number
+        self.index += 1
+        start = within * self.batch_size
+        return [array[start : start + self.batch_size] for array in self.epoch]
 
 
 _RATE_KEYS = ("examples_per_s", "step_time_s", "staleness", "overlap_fraction")

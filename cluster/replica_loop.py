@@ -115,6 +115,9 @@ class TrainingLoop:
     def run(self, pulled: PullResult) -> bool:
         """Train from ``pulled`` until the job's last step; True if ``stop`` ended it."""
         self.step, self.values = pulled.global_step, dict(pulled.values)
+        # Joining at global step g, the replica takes batch g of its stream: a job resumed from a checkpoint goes
+        # on with the data where a run that never stopped would be, instead of with its shard's first batches.
+        self.batches.seek(self.step)
         self.meter.start(self.step)
         while True:
             try:
@@ -133,6 +136,7 @@ class TrainingLoop:
                 if restart.pulled is None:
                     return True
                 self.step, self.values = restart.pulled.global_step, dict(restart.pulled.values)
+                self.batches.seek(self.step)  # rejoined (servers restored, say): that step's batch, as at a join
 
     def _may_prefetch(self) -> bool:
         """Whether the next step may start before the last one's answer: not in the baseline, and not when the

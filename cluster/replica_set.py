@@ -29,6 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .job_spec import shard_rows
 from .job_state import JobState, lost_with_worker
 from .job_tasks import ps_variable, replica_stop_name, replica_task
 from .training_graph import TrainingError
@@ -219,7 +220,8 @@ class ReplicaSet:
         for n, worker in enumerate(free):
             i = len(state.futures)
             part = (len(active) + n) % replicas
-            state.shards.append([a[part * per : (part + 1) * per] for a in state.spec.arrays])
+            rows = shard_rows(total, replicas, part)
+            state.shards.append([a[rows] for a in state.spec.arrays])
             state.specs.append(dataclasses.replace(state.specs[0], replica_id=i, seed=state.specs[0].seed + i))
             state.futures.append(self.submit(i, worker))
             added.append(i)

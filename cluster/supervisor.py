@@ -31,6 +31,7 @@ from cellgraph.dataflow.errors import CellgraphError
 
 from .cluster import ClusterError, call_with_deadline
 from .errors import ParameterServerError
+from .job_spec import shard_rows
 from .job_state import JobState, lost_with_worker
 from .job_tasks import ps_variable, replicas_topic, worker_log_topic
 from .placed_training import PlacedTraining, place_training
@@ -106,9 +107,9 @@ class Supervisor:
             client.subscribe_topic(replicas_topic(state.job_id), self.replicas.on_replica_start)
             client.subscribe_topic(worker_log_topic(state.job_id), self.on_worker_record)
             distributed.Event(state.stop_name, client=client).clear()
-            per = spec.rows // spec.replicas
             for i, worker in enumerate(workers):
-                state.shards.append([a[i * per : (i + 1) * per] for a in spec.arrays])
+                rows = shard_rows(spec.rows, spec.replicas, i)
+                state.shards.append([a[rows] for a in spec.arrays])
                 state.specs.append(
                     ReplicaSpec(
                         state.job_id,

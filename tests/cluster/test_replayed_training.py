@@ -1,0 +1,209 @@
+"""``cg.train`` on a LocalCluster with two parameter servers against an independent PyTorch replay.
+
+The replay takes, step by step, exactly the batches each replica takes by the
+rules ``cg.train`` documents (not by calling cellgraph): replica ``i`` trains
+on the ``i``-th contiguous block of rows (the first ``rows % replicas`` blocks
+one row longer); epoch ``e`` of its block is ordered by
+``np.random.default_rng([seed + i, e]).permutation(len(block))`` and cut into
+``len(block) // batch_size`` batches; a replica that joins at global step
+``g`` starts at batch ``g``. A sync step applies the mean of the replicas'
+gradients, with the learning rate of the global step before the update
+(TensorFlow's ``SyncReplicasOptimizer`` and ``LearningRateSchedule``).
+Adam's epsilon is 1e-16, where TensorFlow's form (the one cellgraph uses) and
+PyTorch's agree to rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import cellgraph as cg
+from cellgraph.cluster.cluster import Cluster
+
+TIMEOUT = 120.0
+ROWS, D, OUT = 11, 6, 3
+RNG = np.random.default_rng(3)
+X, Y = RNG.normal(size=(ROWS, D)), RNG.normal(size=(ROWS, OUT))
+W0, B0 = RNG.normal(size=(D, OUT)) * 0.5, RNG.normal(size=(OUT,)) * 0.1
+
+Batch = tuple[np.ndarray, np.ndarray]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster.local(workers=2, ps=2) as local:
+        yield local
+
+
+def _loss() -> cg.Tensor:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, D), "float64", name="x")
+        y = cg.placeholder((None, OUT), "float64", name="y")
+        w = cg.variable(W0, dtype="float64", name="w")
+        b = cg.variable(B0, dtype="float64", name="b")
+        return cg.reduce_mean(cg.square(cg.tanh(x @ w + b) - y), name="loss")
+
+
+def replica_batches(replicas: int, batch_size: int, seed: int, first: int, count: int) -> list[list[Batch]]:
+    """``[step][replica]``: batches ``first .. first + count - 1`` of every replica, by the documented rule."""
+    per, extra = divmod(ROWS, replicas)
+    steps: list[list[Batch]] = [[] for _ in range(count)]
+    start = 0
+    for i in range(replicas):
+        stop = start + per + (1 if i < extra else 0)
+        block_x, block_y = X[start:stop], Y[start:stop]
+        start = stop
+        per_epoch = len(block_x) // batch_size
+        for n in range(count):
+            epoch, within = divmod(first + n, per_epoch)
+            order = np.random.default_rng([seed + i, epoch]).permutation(len(block_x))
+            rows = order[within * batch_size : (within + 1) * batch_size]
+            steps[n].append((block_x[rows], block_y[rows]))
+    return steps
+
+
+def torch_replay(
+    make: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
+    steps: list[list[Batch]],
+    rate: Callable[[int], float] | None = None,
+) -> dict[str, np.ndarray]:
+    """Each step: the mean of the replicas' gradients, at the rate of the global step before the update."""
+    w, b = (torch.tensor(v, requires_grad=True) for v in (W0, B0))
+    opt = make([w, b])
+    for step, batches in enumerate(steps):
+        grads = []
+        for bx, by in batches:
+            gw, gb = torch.autograd.grad(
+                (torch.tanh(torch.tensor(bx) @ w + b) - torch.tensor(by)).square().mean(), [w, b]
+            )
+            grads.append((gw, gb))
+        w.grad = sum(g for g, _ in grads) / len(grads)  # type: ignore[assignment]
+        b.grad = sum(g for _, g in grads) / len(grads)  # type: ignore[assignment]
+        if rate is not None:
+            for group in opt.param_groups:
+                group["lr"] = rate(step)
+        opt.step()
+    return {"w": w.detach().numpy(), "b": b.detach().numpy()}
+
+
+def train(cluster: Cluster, data: tuple[np.ndarray, ...] = (X, Y), **options: object) -> dict[str, np.ndarray]:
+    job = cg.train(_loss(), data, cluster=cluster, **options)
+    try:
+        job.wait(TIMEOUT)
+        assert job.status == "finished", job.events
+        return job.variables()
+    finally:
+        job.close()
+
+
+def assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str) -> None:
+    for name in ("w", "b"):
+        assert not np.allclose(want[name], W0 if name == "w" else B0), f"{name} did not move: the test shows nothing"
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-9, atol=1e-12, err_msg=f"{name}: {what}")
+
+
+def _cosine(peak: float, decay: int, warmup: int, alpha: float) -> Callable[[int], float]:
+    def rate(step: int) -> float:
+        if step < warmup:
+            return peak * step / warmup
+        t = min(step - warmup, decay) / decay
+        return peak * ((1 - alpha) * 0.5 * (1 + math.cos(math.pi * t)) + alpha)
+
+    return rate
+
+
+# kind -> (cellgraph's optimizer, torch's, the rate schedule torch follows or None)
+OPTIMIZERS: dict[str, tuple[Callable[[], Any], Callable[[list[torch.Tensor]], torch.optim.Optimizer], Any]] = {
+    "adam, cosine schedule": (
+        lambda: cg.optim.Adam(cg.optim.cosine_decay(0.1, 4, warmup_steps=2, alpha=0.1), epsilon=1e-16),
+        lambda p: torch.optim.Adam(p, lr=0.1, eps=1e-16),
+        _cosine(0.1, 4, 2, 0.1),
+    ),
+    "momentum, exponential schedule": (
+        lambda: cg.optim.Momentum(cg.optim.exponential_decay(0.2, 2, 0.5), 0.9),
+        lambda p: torch.optim.SGD(p, lr=0.2, momentum=0.9),
+        lambda step: 0.2 * 0.5 ** (step / 2),
+    ),
+    "adamw": (
+        lambda: cg.optim.AdamW(0.05, weight_decay=0.3, epsilon=1e-16),
+        lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=0.3, eps=1e-16),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(OPTIMIZERS))
+def test_a_sync_job_with_a_variable_split_over_two_servers_matches_torch(cluster: Cluster, kind: str) -> None:
+    """Both halves of ``w`` (one per server) take the same rate, step count and mean gradient each step."""
+    make, torch_make, rate = OPTIMIZERS[kind]
+    got = train(cluster, optimizer=make(), replicas=2, batch_size=2, steps=5, checkpoint_every=None, seed=4)
+    want = torch_replay(torch_make, replica_batches(2, 2, 4, 0, 5), rate)  # type: ignore[arg-type]
+    assert_close(got, want, f"{kind}: cluster vs torch")
+
+
+def test_the_placement_splits_w_over_both_servers(cluster: Cluster) -> None:
+    """What the test above relies on: ``w``'s rows and its slots are cut across the two servers."""
+    job = cg.train(_loss(), (X, Y), cluster=cluster, optimizer=cg.optim.Adam(0.1), replicas=2, batch_size=2, steps=0)
+    try:
+        parts = job.placement.partitions
+    finally:
+        job.close()
+    for key in ("w", "w/m", "w/v"):
+        assert [device for device, _, _ in parts[key]] == [f"/job:ps/task:{i}/device:cpu:0" for i in (0, 1)], key
+
+
+def test_a_backup_worker_step_applies_one_fresh_gradient_and_drops_the_stale_one(cluster: Cluster) -> None:
+    """Sync, ``replicas_to_aggregate=1`` of 2: each step applies the first gradient, computed from that step's
+    values, alone (not averaged with, nor followed by, the other replica's, which is stale by then). Both replicas
+    hold the same rows and take the whole block, so whichever comes first, every step is one full-batch step."""
+    twice = (np.concatenate([X[:10], X[:10]]), np.concatenate([Y[:10], Y[:10]]))
+    got = train(
+        cluster, twice, optimizer=cg.optim.Momentum(0.1, 0.9), replicas=2, batch_size=10, steps=6,
+        replicas_to_aggregate=1, checkpoint_every=None,
+    )  # fmt: skip
+    want = torch_replay(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), [[(X[:10], Y[:10])]] * 6)
+    assert_close(got, want, "k=1 of 2 vs torch, one full batch per step")
+
+
+def test_rows_that_do_not_divide_over_the_replicas_are_all_trained_on(cluster: Cluster) -> None:
+    """11 rows over 2 replicas: blocks of 6 and 5 rows (row 10 was silently never trained on before)."""
+    got = train(cluster, optimizer=cg.optim.SGD(0.5), replicas=2, batch_size=5, steps=3, checkpoint_every=None, seed=9)
+    want = torch_replay(lambda p: torch.optim.SGD(p, lr=0.5), replica_batches(2, 5, 9, 0, 3))
+    assert_close(got, want, "11 rows over 2 replicas vs torch")
+
+
+def test_a_resumed_job_goes_on_exactly_as_one_that_never_stopped(cluster: Cluster, tmp_path: Path) -> None:
+    """Adam's moments and step count and the schedule's step come back from the checkpoint, and each replica
+    goes on with the batch of the restored global step (before, the data started again from the first batch)."""
+    schedule = cg.optim.exponential_decay(0.1, 2, 0.5)
+    options: dict[str, Any] = dict(replicas=2, batch_size=2, seed=2)
+    straight = train(
+        cluster, optimizer=cg.optim.Adam(schedule, epsilon=1e-16), steps=6, checkpoint_every=None, **options
+    )
+    job = cg.train(
+        _loss(), (X, Y), cluster=cluster, optimizer=cg.optim.Adam(schedule, epsilon=1e-16), steps=3,
+        checkpoint_every=3, checkpoint_dir=tmp_path, **options,  # type: ignore[arg-type]
+    )  # fmt: skip
+    try:
+        job.wait(TIMEOUT)
+        assert job.status == "finished", job.events
+        assert job.checkpoints[-1] == "ckpt-0000000003"
+    finally:
+        job.close()
+    resumed = train(
+        cluster, optimizer=cg.optim.Adam(schedule, epsilon=1e-16), steps=6, checkpoint_every=None,
+        checkpoint_dir=tmp_path, resume_from="ckpt-0000000003", **options,
+    )  # fmt: skip
+    want = torch_replay(
+        lambda p: torch.optim.Adam(p, lr=0.1, eps=1e-16), replica_batches(2, 2, 2, 0, 6), lambda s: 0.1 * 0.5 ** (s / 2)
+    )
+    assert_close(straight, want, "6 steps straight vs torch")
+    assert_close(resumed, straight, "3 steps, resumed for 3 more, vs 6 straight")
