@@ -120,7 +120,9 @@ def train(
         ``"sync"``: each step averages the first ``replicas_to_aggregate``
         gradients (default: all replicas; fewer leaves backup workers);
         ``"async"``: each gradient is applied on arrival, within
-        ``max_staleness`` versions.
+        ``max_staleness`` versions (such a bound needs every variable on one
+        parameter server: each judges staleness by its own global step, and
+        two could split a push).
     checkpoint_every, checkpoint_dir
         The parameter servers checkpoint at every multiple of
         ``checkpoint_every`` global steps (and the job at the end) into

@@ -36,6 +36,7 @@ from .job_state import JobState, lost_with_worker
 from .job_tasks import ps_variable, replicas_topic, worker_log_topic
 from .placed_training import PlacedTraining, place_training
 from .ps import ParameterClient
+from .ps.sharding import layout_from_placement
 from .ps_recovery import ServerRecovery, complete_checkpoints, publish_addresses
 from .replica import ReplicaSpec, metrics_topic
 from .replica_set import ReplicaSet
@@ -76,7 +77,12 @@ class Supervisor:
         if state.placed is None:
             colocated = state.spec.ps_placement == "colocated"
             ps_tasks = state.spec.replicas if colocated else len(state.cluster.ps_workers())
-            state.placed = place_training(state.spec.graph, state.spec.optimizer, ps_tasks=ps_tasks)
+            placed = place_training(state.spec.graph, state.spec.optimizer, ps_tasks=ps_tasks)
+            layout = layout_from_placement(placed.placement, state.spec.graph.initial)
+            problem = state.training.layout_problem(len({shard for pieces in layout.values() for shard, _ in pieces}))
+            if problem:
+                raise TrainingError(f"cg.train: {problem}")
+            state.placed = placed
         return state.placed
 
     def start(self) -> None:

@@ -294,6 +294,9 @@ class ParameterClient:
             name: [(s, replace(spec, moving=name in moving)) for s, spec in pieces] for name, pieces in layout.items()
         }
         used = {shard for pieces in layout.values() for shard, _ in pieces}
+        problem = training.layout_problem(len(used))
+        if problem:
+            raise ParameterServerError(f"Init of job '{job_id}': {problem}", "INVALID_ARGUMENT")
         if max(used, default=0) >= len(self.addresses):
             raise ParameterServerError(
                 f"the layout uses shard {max(used)}, but this client knows {len(self.addresses)} server(s)",

@@ -212,3 +212,30 @@ class TrainingConfig:
                 f"nonfinite must be one of {', '.join(map(repr, NONFINITE))}, got {self.nonfinite!r}",
                 "INVALID_ARGUMENT",
             )
+
+    def layout_problem(self, shards: int) -> str | None:
+        """Why these rules cannot train variables spread over ``shards`` servers, or None.
+
+        An async staleness bound is judged by each server against its own
+        global step, and servers see concurrent pushes in different orders: a
+        push could be applied by one server and dropped as stale by another,
+        half a step that nobody is told of (TensorFlow's async training has no
+        bound, so never drops). Until the servers agree on a push, such a bound
+        needs every variable on one server.
+
+        Examples
+        --------
+        >>> TrainingConfig("async", max_staleness=2).layout_problem(1) is None
+        True
+        >>> TrainingConfig("async", max_staleness=2).layout_problem(2)[:56]
+        'max_staleness=2 in async mode needs every variable on on'
+        """
+        if self.mode != "async" or self.max_staleness is None or shards <= 1:
+            return None
+        return (
+            f"max_staleness={self.max_staleness} in async mode needs every variable on one parameter server, but "
+            f"the job's variables are on {shards}: each server judges a push's staleness by its own global step, "
+            "so one could apply a push that another drops as stale (half a step, silently). Use max_staleness=None, "
+            "mode='sync' (with replicas_to_aggregate for backup workers), one ps task, or put every variable on "
+            "one with cg.device('/job:ps/task:0')"
+        )

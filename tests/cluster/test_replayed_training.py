@@ -26,6 +26,7 @@ import torch
 
 import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
+from cellgraph.cluster.training_graph import TrainingError
 
 TIMEOUT = 120.0
 ROWS, D, OUT = 11, 6, 3
@@ -207,3 +208,15 @@ def test_a_resumed_job_goes_on_exactly_as_one_that_never_stopped(cluster: Cluste
     )
     assert_close(straight, want, "6 steps straight vs torch")
     assert_close(resumed, straight, "3 steps, resumed for 3 more, vs 6 straight")
+
+
+def test_an_async_staleness_bound_over_two_servers_is_refused_by_cg_train(cluster: Cluster) -> None:
+    """Each server would judge a push's staleness by its own global step and could drop half of it (see
+    tests/cluster/ps/test_staleness_shards.py); ``cg.train`` refuses before anything starts."""
+    with pytest.raises(TrainingError) as refused:
+        cg.train(_loss(), (X, Y), cluster=cluster, batch_size=2, mode="async", max_staleness=0)
+    assert str(refused.value).startswith(
+        "cg.train: max_staleness=0 in async mode needs every variable on one parameter server, but the job's "
+        "variables are on 2: each server judges a push's staleness by its own global step"
+    )
+    assert not cluster.jobs() if hasattr(cluster, "jobs") else True
