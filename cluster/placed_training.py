@@ -99,10 +99,16 @@ def place_training(
         raise TrainingError(f"a cluster job needs at least one parameter server, got ps_tasks={ps_tasks}")
     graph = from_graphdef(graph_pb2.GraphDef.FromString(tg.graphdef))
     _replica_scopes(graph)
+    frozen = _frozen_to_worker(graph, tg)
     updates = _add_updates(graph, tg, optimizer)
     devices = [f"/job:ps/task:{i}/device:cpu:0" for i in range(ps_tasks)] + [WORKER_DEVICE]
     placement = place(graph, devices, strategy=strategy)
     _follow_updates(placement, updates)
+    for name in frozen:
+        placement.reasons[name] = (
+            "untrained, and the step never assigns it: every replica keeps its initial value, as the parameter "
+            "servers hold only what training changes"
+        )
     _compute_to_worker(graph, placement, updates)
     parts = partition(graph, placement)
     pulls: dict[str, str] = {}
@@ -142,6 +148,21 @@ def _replica_scopes(graph: Graph) -> None:
         spec = DeviceSpec.parse(node.device)
         if spec.job == "worker" and spec.task not in (None, 0):
             node.device = str(replace(spec, task=0))
+
+
+def _frozen_to_worker(graph: Graph, tg: TrainingGraph) -> list[str]:
+    """An untrained variable the step never assigns (a frozen layer, a mask) is kept by every replica.
+
+    Its value never changes, so each replica's copy of its initial value is
+    what a server would serve; placed on a ``ps`` task it would be a Recv that
+    no pull feeds (the servers hold only trained variables and moving
+    statistics), and the replica would fail at its first step.
+    """
+    held = set(tg.held)
+    frozen = [node for node in graph.nodes if node.op == "Variable" and node.name not in held]
+    for node in frozen:
+        node.device = WORKER_DEVICE  # a user's ps scope too: no server holds it
+    return [node.name for node in frozen]
 
 
 def _add_updates(graph: Graph, tg: TrainingGraph, optimizer: OptimizerConfig) -> dict[str, list[str]]:

@@ -220,3 +220,40 @@ def test_an_async_staleness_bound_over_two_servers_is_refused_by_cg_train(cluste
         "variables are on 2: each server judges a push's staleness by its own global step"
     )
     assert not cluster.jobs() if hasattr(cluster, "jobs") else True
+
+
+def test_untrained_variables_the_step_never_assigns_are_kept_by_every_replica(cluster: Cluster) -> None:
+    """A frozen layer (float, even in a ps scope) and an int mask: before, each was placed on a server that did not
+    hold it, and the replica failed at its first step ("Recv ... needs a transport")."""
+    scale0, mask0 = np.array([1.5, -0.5, 2.0]), np.array([1, 0, 3], np.int32)
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, D), "float64", name="x")
+        y = cg.placeholder((None, OUT), "float64", name="y")
+        w = cg.variable(W0, dtype="float64", name="w")
+        b = cg.variable(B0, dtype="float64", name="b")
+        with cg.device("/job:ps/task:1"):
+            scale = cg.variable(scale0, dtype="float64", name="scale", trainable=False)
+        mask = cg.variable(mask0, dtype="int32", name="mask", trainable=False)
+        h = cg.tanh(x @ w + b) * scale * cg.cast(mask, "float64")
+        loss = cg.reduce_mean(cg.square(h - y), name="loss")
+    job = cg.train(loss, (X[:10], Y[:10]), cluster=cluster, optimizer=cg.optim.SGD(0.3), replicas=1, batch_size=10,
+                   steps=3, checkpoint_every=None)  # fmt: skip
+    try:
+        job.wait(TIMEOUT)
+        assert job.status == "finished", job.events
+        got = job.variables()
+        for name in ("scale", "mask"):
+            assert job.placement.device_of[name] == "/job:worker/task:0/device:cpu:0", name
+            assert job.placement.reasons[name].startswith("untrained, and the step never assigns it"), name
+    finally:
+        job.close()
+    assert sorted(got) == ["b", "w"]
+    tw, tb = (torch.tensor(v, requires_grad=True) for v in (W0, B0))
+    opt = torch.optim.SGD([tw, tb], lr=0.3)
+    factor = torch.tensor(scale0 * mask0)
+    for _ in range(3):
+        opt.zero_grad()
+        ((torch.tanh(torch.tensor(X[:10]) @ tw + tb) * factor - torch.tensor(Y[:10])).square().mean()).backward()
+        opt.step()
+    assert_close(got, {"w": tw.detach().numpy(), "b": tb.detach().numpy()}, "frozen scale and mask vs torch")
