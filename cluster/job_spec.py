@@ -43,6 +43,7 @@ from .cluster import Cluster
 from .errors import ParameterServerError
 from .ps import OptimizerConfig, TrainingConfig
 from .ps.config import NONFINITE, NonFinite
+from .ps.store import TRAINABLE
 from .training_graph import TrainingError, TrainingGraph, prepare
 
 # Where a job's parameter servers run: the cluster's PS workers, or one shard in each of its training workers.
@@ -143,6 +144,7 @@ class JobSpec:
         k = replicas if replicas_to_aggregate is None else replicas_to_aggregate
         training = TrainingConfig(mode, k if mode == "sync" else 1, max_staleness, checkpoint_every or 0, nonfinite)
         tg = prepare(loss)
+        _check_held_dtypes(tg)
         arrays = arrays_for(loss.graph, tg, data)
         check_feeds(loss.graph, tg, arrays, batch_size)
         counts = {p: rows_of(a) for p, a in zip(tg.placeholders, arrays, strict=True)}
@@ -165,6 +167,18 @@ class JobSpec:
             seed=seed, metrics_interval_s=float(metrics_interval_s), timeout_s=float(timeout_s),
             ps_placement="colocated" if ps_placement == "colocated" else "dedicated",
         )  # fmt: skip
+
+
+def _check_held_dtypes(tg: TrainingGraph) -> None:
+    """The parameter servers keep float32 and float64 only: say so here, before a server refuses the job's Init."""
+    narrow = [name for name in tg.held if tg.initial[name].dtype.name not in TRAINABLE]
+    if narrow:
+        found = ", ".join(f"{name!r} ({tg.initial[name].dtype.name})" for name in narrow)
+        raise TrainingError(
+            f"cg.train: the parameter servers keep variables in {' or '.join(TRAINABLE)} only, and {found} "
+            "would be trained or updated on them; create them in float32 (with float16 or bfloat16 compute, "
+            "cast them in the forward pass)"
+        )
 
 
 def _is_int(value: Any) -> bool:

@@ -257,3 +257,56 @@ def test_untrained_variables_the_step_never_assigns_are_kept_by_every_replica(cl
         ((torch.tanh(torch.tensor(X[:10]) @ tw + tb) * factor - torch.tensor(Y[:10])).square().mean()).backward()
         opt.step()
     assert_close(got, {"w": tw.detach().numpy(), "b": tb.detach().numpy()}, "frozen scale and mask vs torch")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_variable_is_refused_by_cg_train_before_anything_starts(cluster: Cluster, dtype: str) -> None:
+    """Before, the job started and failed at the servers' Init ("could not start")."""
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, D), "float32", name="x")
+        w = cg.variable(np.zeros((D, 1), np.float32), dtype=dtype, name="w_half")
+        loss = cg.reduce_mean(cg.square(x @ cg.cast(w, "float32")), name="loss")
+    with pytest.raises(TrainingError) as refused:
+        cg.train(loss, (X.astype(np.float32),), cluster=cluster, batch_size=2)
+    assert str(refused.value) == (
+        f"cg.train: the parameter servers keep variables in float32 or float64 only, and 'w_half' ({dtype}) would "
+        "be trained or updated on them; create them in float32 (with float16 or bfloat16 compute, cast them in the "
+        "forward pass)"
+    )
+    assert not cluster._job_closers
+
+
+def test_float32_adam_on_the_servers_is_bit_for_bit_the_local_sessions(cluster: Cluster) -> None:
+    """float32 variables and slots, Adam's step count in float64, integer labels fed: the servers run the local
+    executor's update, rounding where it rounds. One row, so that no shuffle changes a sum's order."""
+    x1, labels = X[:1].astype(np.float32), np.array([2], np.int64)
+
+    def build() -> tuple[cg.Graph, cg.Tensor, cg.Tensor, cg.Tensor, cg.Tensor]:
+        g = cg.Graph()
+        with g.as_default():
+            x = cg.placeholder((None, D), "float32", name="x")
+            y = cg.placeholder((None,), "int64", name="y")
+            w = cg.variable(W0.astype(np.float32), dtype="float32", name="w")
+            target = cg.cast(cg.reshape(y, (-1, 1)), "float32")
+            loss = cg.reduce_mean(cg.square(cg.tanh(x @ w) - target), name="loss")
+        return g, x, y, w, loss
+
+    g, x, y, w, loss = build()
+    with g.as_default():
+        step = cg.optim.Adam(0.05).minimize(loss)
+    session = cg.Session(g)
+    for _ in range(4):
+        session.run(step, {x: x1, y: labels})
+    local = session.run(w)
+    *_, loss = build()
+    job = cg.train(loss, (x1, labels), cluster=cluster, optimizer=cg.optim.Adam(0.05), replicas=1, batch_size=1,
+                   steps=4, checkpoint_every=None)  # fmt: skip
+    try:
+        job.wait(TIMEOUT)
+        assert job.status == "finished", job.events
+        got = job.variables()["w"]
+    finally:
+        job.close()
+    assert got.dtype == np.float32 and not np.array_equal(got, W0.astype(np.float32))
+    np.testing.assert_array_equal(got, local)
