@@ -85,12 +85,18 @@ def _infer_update_scale(ctx: InferContext) -> TensorSpec:
     return scale
 
 
+# The scale is a float32 variable: a doubling past this is stored as inf, and an inf scale makes every later
+# step's gradients NaN (skipped, the scale halved to inf again) for ever. torch.amp's GradScaler also checks
+# the doubled scale in float32 and keeps the old one.
+_MAX_SCALE = float(np.finfo(np.float32).max)
+
+
 def _next_scale(scale: float, good: int, finite: bool, interval: int) -> tuple[float, int]:
     """The loss scale and good-step count after one step: the one rule, for kernel and reference alike."""
     if not finite:
         return scale / 2, 0
     good += 1
-    if good >= interval and math.isfinite(scale * 2):
+    if good >= interval and scale * 2 <= _MAX_SCALE:
         return scale * 2, 0
     return scale, good if good < interval else 0
 
@@ -233,6 +239,11 @@ def mixed_precision(
         raise TypeError(f"mixed_precision wraps a cg.optim optimizer, got {type(optimizer).__name__}")
     if not (isinstance(initial_scale, (int, float)) and math.isfinite(initial_scale) and initial_scale > 0):
         raise ValueError(f"mixed_precision: initial_scale must be a finite number more than 0, got {initial_scale!r}")
+    if initial_scale > _MAX_SCALE:  # it is kept in float32, where it would be inf
+        raise ValueError(
+            f"mixed_precision: initial_scale {initial_scale:g} does not fit the float32 loss scale "
+            f"(at most {_MAX_SCALE:g}); 2**15, the default, is where float16 training usually starts"
+        )
     if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or growth_interval < 1:
         raise ValueError(f"mixed_precision: growth_interval must be an int of at least 1, got {growth_interval!r}")
     dtype = as_dtype(compute_dtype)

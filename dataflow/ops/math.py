@@ -44,7 +44,7 @@ _BINARY: list[tuple[Any, ...]] = [
     ("Sub",     ew.sub,     np.subtract, lambda n, g: [g, neg(g)],                                        "({0} - {1})"),
     ("Mul",     ew.mul,     np.multiply, lambda n, g: [g * _y(n), g * _x(n)],                             "({0} * {1})"),
     ("Div",     ew.div,     np.divide,   lambda n, g: [g / _y(n), neg(g) * _z(n) / _y(n)],                "({0} / {1})"),
-    ("Pow",     ew.power,   np.power,    lambda n, g: [g * _y(n) * pow(_x(n), _y(n) - 1.0), g * _z(n) * log(_x(n))], "({0} ** {1})"),
+    ("Pow",     ew.power,   np.power,    lambda n, g: _grad_pow(n, g),                                     "({0} ** {1})"),
     ("Maximum", ew.maximum, np.maximum,  lambda n, g: [g * _mask(greater_equal(_x(n), _y(n)), g), g * _mask(less(_x(n), _y(n)), g)], "max({0}, {1})"),
     ("Minimum", ew.minimum, np.minimum,  lambda n, g: [g * _mask(less_equal(_x(n), _y(n)), g), g * _mask(less(_y(n), _x(n)), g)], "min({0}, {1})"),
 ]  # fmt: skip
@@ -66,6 +66,21 @@ _COMPARE: list[tuple[Any, ...]] = [
 
 def _mask(cond: Tensor, like: Tensor) -> Tensor:
     return cast(cond, like.dtype)
+
+
+def _grad_pow(n: Node, g: Tensor) -> list[Tensor]:
+    """``y x**(y-1)`` and ``x**y log x``, each 0 where it is a 0 * inf with limit 0, as PyTorch's pow_backward masks:
+    the base's where ``y == 0`` (``0 * 0**-1`` was NaN at ``x == 0``), the exponent's where ``x == 0`` and ``y >= 0``
+    (``0**y * log 0`` was NaN, or -inf at ``0**0``). TensorFlow masks only the second (its ``log x`` is 0 for
+    ``x <= 0``, a negative base included; PyTorch and this rule give NaN there, where ``x**y`` has no derivative
+    in ``y``)."""
+    from .logic import logical_and  # these modules import this one
+    from .math_unary import where
+
+    x, y, z = _x(n), _y(n), _z(n)
+    dx = where(equal(y, 0.0), 0.0, g * y * pow(x, y - 1.0))
+    dy = where(logical_and(equal(x, 0.0), greater_equal(y, 0.0)), 0.0, g * z * log(x))
+    return [dx, dy]
 
 
 def _as_list_grad(rule: Any) -> Any:

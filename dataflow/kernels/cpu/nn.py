@@ -103,9 +103,11 @@ def softmax_rows(x, log):  # type: ignore[no-untyped-def]
             out[r, j] = e
             total += e
         if log:
-            shift = top + math.log(total)
+            # (x - top) - log(total), not x - (top + log(total)): at logits of 1e30 the sum
+            # top + log(total) rounds back to top and every log-probability came out 0.
+            lse = math.log(total)
             for j in range(cols):
-                out[r, j] = x[r, j] - shift
+                out[r, j] = (x[r, j] - top) - lse
         else:
             inv = 1.0 / total
             for j in range(cols):
@@ -139,7 +141,7 @@ def sparse_softmax_xent(logits, labels):  # type: ignore[no-untyped-def]
             e = math.exp(logits[r, j] - top)
             backprop[r, j] = e
             total += e
-        loss[r] = top + math.log(total) - logits[r, label]
+        loss[r] = math.log(total) - (logits[r, label] - top)  # top + log(total) would round off log(total)
         inv = 1.0 / total
         for j in range(classes):
             backprop[r, j] *= inv

@@ -3,7 +3,9 @@
 Padding (SAME) never enters a window: a max sees only real pixels, and an
 average divides by the number of real pixels it covered, as TensorFlow does.
 The max gradients route through the first largest tap of each window (taps in
-row-major order), the one the forward pass kept.
+row-major order), the one the forward pass kept. A NaN counts as the largest,
+as in PyTorch's max_pool2d: a window holding one gives NaN, and its gradient
+goes to the first NaN (``max(out, v)`` had kept a NaN only as the first tap).
 
 Every kernel walks a table of *runs*, built once per input size when a node
 is bound: for each output row and window tap, the output columns that tap
@@ -93,7 +95,8 @@ def max_pool(x, starts, runs, oh, ow):  # type: ignore[no-untyped-def]
             for r in range(starts[i], starts[i + 1]):
                 xo, oo, length = _offsets(runs[r], b, i, h, w, oh, ow, c)
                 for t in range(length):
-                    out[oo + t] = max(out[oo + t], src[xo + t])
+                    v, cur = src[xo + t], out[oo + t]
+                    out[oo + t] = v if (v > cur) | (v != v) else cur
     return out.reshape(n, oh, ow, c)
 
 
@@ -125,7 +128,8 @@ def _row_argmax(src, b, i, starts, runs, h, w, oh, ow, c, best, at):  # type: ig
         o = oo - row
         for t in range(length):
             v = src[xo + t]
-            better = (v > best[o + t]) | (at[o + t] < 0)  # no branch: it vectorizes
+            top = best[o + t]
+            better = (at[o + t] < 0) | ((top == top) & ((v > top) | (v != v)))  # no branch: it vectorizes
             best[o + t] = v if better else best[o + t]
             at[o + t] = np.int64(xo + t) if better else at[o + t]
 

@@ -12,6 +12,10 @@ The kernels never see an empty reduced axis (max, min and the arg kernels start
 from its first element): ``reducer`` answers for them, and the CUDA kernels and
 the ops' NumPy references use the same definitions, from the functions here.
 
+max, min, argmax and argmin see a NaN wherever it stands, as NumPy's and
+PyTorch's do: the max of a set holding one is NaN, argmax is the first NaN's
+index.
+
 logsumexp is computed stably, as ``m + log(sum(exp(x - m)))`` with ``m`` the
 maximum of the reduced elements (0 where that is infinite, so that a set of
 -inf gives -inf and one +inf gives +inf rather than NaN).
@@ -27,16 +31,43 @@ import numpy as np
 
 from . import kernel
 
+# A float sum's rounding error grows with the number of additions into one
+# accumulator: summed one by one in float32, 2**24 + 2**20 ones gave 16777216 and
+# a million uniform numbers were 1e-6 off. So float32 sums (and means) accumulate
+# in float64, and every sum runs in blocks of this many reduced elements, each
+# block's partial sum added to the total once (error O(BLOCK + mid / BLOCK) ulps
+# of the accumulator, not O(mid)), as NumPy's pairwise and PyTorch's cascade sums
+# bound it.
+BLOCK = 1024
+
 
 @kernel
-def _sum_mid(x):  # type: ignore[no-untyped-def]
+def _sum_mid_into(x, out):  # type: ignore[no-untyped-def]
+    """Add the sum over ``x``'s middle axis into ``out`` (outer, inner), in ``out``'s dtype."""
     outer, mid, inner = x.shape
-    out = np.zeros((outer, inner), x.dtype)
+    part = np.empty(inner, out.dtype)
     for o in range(outer):
-        for m in range(mid):
+        for start in range(0, mid, BLOCK):
+            part[:] = 0
+            for m in range(start, min(start + BLOCK, mid)):
+                for i in range(inner):
+                    part[i] += x[o, m, i]
             for i in range(inner):
-                out[o, i] += x[o, m, i]
+                out[o, i] += part[i]
     return out
+
+
+def accumulator(dtype: Any) -> np.dtype:
+    """The dtype a sum of ``dtype`` is accumulated in: float64 for float32 (and the half floats, which arrive as
+    float32), the dtype itself otherwise (integer sums wrap in their dtype, as TensorFlow's do)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float64) if dtype == np.float32 else dtype
+
+
+def _sum_mid(x: np.ndarray) -> np.ndarray:
+    """The sum over the middle axis in the accumulator's dtype (``reducer`` rounds it to ``x``'s once, after a mean's
+    division)."""
+    return _sum_mid_into(x, np.zeros((x.shape[0], x.shape[2]), accumulator(x.dtype)))
 
 
 # _max_mid and _argmax_mid start from element 0 of the middle axis: they are
@@ -50,8 +81,9 @@ def _max_mid(x):  # type: ignore[no-untyped-def]
             out[o, i] = x[o, 0, i]
         for m in range(1, mid):
             for i in range(inner):
-                if x[o, m, i] > out[o, i]:
-                    out[o, i] = x[o, m, i]
+                v = x[o, m, i]
+                if v > out[o, i] or v != v:
+                    out[o, i] = v
     return out
 
 
@@ -63,8 +95,9 @@ def _argmax_mid(x):  # type: ignore[no-untyped-def]
         for i in range(inner):
             best = x[o, 0, i]
             for m in range(1, mid):
-                if x[o, m, i] > best:
-                    best = x[o, m, i]
+                v = x[o, m, i]
+                if best == best and (v > best or v != v):
+                    best = v
                     out[o, i] = m
     return out
 
@@ -78,8 +111,9 @@ def _min_mid(x):  # type: ignore[no-untyped-def]
             out[o, i] = x[o, 0, i]
         for m in range(1, mid):
             for i in range(inner):
-                if x[o, m, i] < out[o, i]:
-                    out[o, i] = x[o, m, i]
+                v = x[o, m, i]
+                if v < out[o, i] or v != v:
+                    out[o, i] = v
     return out
 
 
@@ -91,8 +125,9 @@ def _argmin_mid(x):  # type: ignore[no-untyped-def]
         for i in range(inner):
             best = x[o, 0, i]
             for m in range(1, mid):
-                if x[o, m, i] < best:
-                    best = x[o, m, i]
+                v = x[o, m, i]
+                if best == best and (v < best or v != v):
+                    best = v
                     out[o, i] = m
     return out
 
@@ -116,12 +151,13 @@ def _logsumexp_mid(x):  # type: ignore[no-untyped-def]
         for i in range(inner):
             if not np.isfinite(shift[o, i]):
                 shift[o, i] = 0  # all -inf, or a +inf: exp(x - 0) says it without NaN
-    out = np.zeros((outer, inner), x.dtype)
+    # The exponentials are summed in float64, as softmax's are (kernels/cpu/nn.py).
+    total = np.zeros((outer, inner), np.float64)
     for o in range(outer):
         for m in range(mid):
             for i in range(inner):
-                out[o, i] += np.exp(x[o, m, i] - shift[o, i])
-    return np.log(out) + shift
+                total[o, i] += np.exp(x[o, m, i] - shift[o, i])
+    return (np.log(total) + shift).astype(x.dtype)
 
 
 def _as_3d(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -201,7 +237,9 @@ def reducer(kind: str, axes: tuple[int, ...], keepdims: bool) -> Callable[[np.nd
         x3 = _as_3d(x, axes)
         out = mid_kernel(x3)
         if kind == "mean":
-            out /= x3.shape[1]
+            out = out / x3.shape[1]
+        if kind in ("sum", "mean"):  # from the accumulator's dtype
+            out = out.astype(x.dtype, copy=False)
         return out.reshape(out_shape)
 
     return run

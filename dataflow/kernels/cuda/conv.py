@@ -249,7 +249,7 @@ def _max_pool(x, out, at, kh, kw, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
                     iw = oj * sw - pl + q * dw
                     if 0 <= iw < w:
                         v = x[n, ih, iw, ch]
-                        if where < 0 or v > best:
+                        if where < 0 or (best == best and (v > best or v != v)):  # NaN wins, as on the CPU
                             best = v
                             where = ((n * h + ih) * w + iw) * c + ch
         out[n, oi, oj, ch] = best

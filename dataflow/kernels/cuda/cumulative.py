@@ -2,8 +2,8 @@
 
 Each thread owns one (outer, inner) line and walks it in order, as the CPU
 kernel does (``kernels/cpu/cumulative.py`` explains the product's gradient),
-so the sums come in the same order and the two agree to the last bit on
-integers. A scan over very long axes would want a parallel prefix within the
+so the sums come in the same order, in the same accumulator (float64 for
+float32), and the two agree to the last bit on integers. A scan over very long axes would want a parallel prefix within the
 line; the axes these models scan (sequence lengths, a few hundred) do not.
 """
 
@@ -15,26 +15,31 @@ from typing import Any
 from numba import cuda
 
 from ..cpu.cumulative import lines
+from ..cpu.reduce import accumulator
 from . import flat, launch
 
 
 @cuda.jit
-def _scan(x, out, outer, n, inner, product, exclusive, reverse):  # type: ignore[no-untyped-def]
+def _scan(x, out, zero, outer, n, inner, product, exclusive, reverse):  # type: ignore[no-untyped-def]
+    # The running total starts from ``zero``, whose type is the CPU kernel's accumulator: float64 for float32
+    # lines, the dtype's own otherwise (an integer total wraps to the same low bits when stored).
     line = cuda.grid(1)
     if line < outer * inner:
         o, i = line // inner, line % inner
+        carry = zero
         for t in range(n):
             j = n - 1 - t if reverse else t
             p = j + 1 if reverse else j - 1
             at, before = (o * n + j) * inner + i, (o * n + p) * inner + i
             if t == 0:
                 if exclusive:
-                    out[at] = 1 if product else 0
+                    carry = zero + 1 if product else zero
                 else:
-                    out[at] = x[at]
+                    carry = zero + x[at]
             else:
                 v = x[before] if exclusive else x[at]
-                out[at] = out[before] * v if product else out[before] + v
+                carry = carry * v if product else carry + v
+            out[at] = carry
 
 
 @cuda.jit
@@ -69,7 +74,8 @@ def scan_op(node: Any, ctx: Any, product: bool) -> Callable[[Any], Any]:
         outer, n, inner = lines(tuple(x.shape), axis)
         if out.size:
             blocks, threads = launch(outer * inner)
-            _scan[blocks, threads](flat(x), flat(out), outer, n, inner, product, exclusive, reverse)
+            zero = accumulator(x.dtype).type(0)
+            _scan[blocks, threads](flat(x), flat(out), zero, outer, n, inner, product, exclusive, reverse)
         return out
 
     return run

@@ -135,9 +135,9 @@ def _softmax_kernel(dtype: np.dtype, log: bool) -> Any:
             base = (r // inner) * length * inner + r % inner
             top, total = _row_max_and_sum(x, base, length, inner, vals, t, nt, acc_type(0))
             if log:
-                shift = top + math.log(total)
+                lse = math.log(total)  # (x - top) - lse: top + lse rounds lse off at huge logits (kernels/cpu/nn.py)
                 for j in range(t, length, nt):
-                    out[base + j * inner] = x[base + j * inner] - shift
+                    out[base + j * inner] = (x[base + j * inner] - top) - lse
             else:
                 inv = 1 / total
                 for j in range(t, length, nt):
@@ -177,7 +177,7 @@ def _xent_kernel(dtype: np.dtype) -> Any:
                 p = math.exp(logits[r, j] - top) * inv
                 backprop[r, j] = (p - 1 if j == label else p) if inside else math.nan
             if t == 0:
-                loss[r] = top + math.log(total) - logits[r, label] if inside else math.nan
+                loss[r] = math.log(total) - (logits[r, label] - top) if inside else math.nan
 
     return run
 

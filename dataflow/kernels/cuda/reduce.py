@@ -34,8 +34,10 @@ def _fold(vals, idxs, t, nt, keeps_best, wants_low, multiplies):  # type: ignore
         if t < s:
             if keeps_best:
                 other, mine = vals[t + s], vals[t]
-                better = other < mine if wants_low else other > mine
-                if better or (other == mine and idxs[t + s] < idxs[t]):
+                # A NaN beats every number (kernels/cpu/reduce.py); among NaNs, as among equals, the first index.
+                better = mine == mine and (other != other or (other < mine if wants_low else other > mine))
+                same = other == mine or (other != other and mine != mine)
+                if better or (same and idxs[t + s] < idxs[t]):
                     vals[t] = other
                     idxs[t] = idxs[t + s]
             elif multiplies:
@@ -76,7 +78,7 @@ def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
             for r in range(t, count, nt):
                 v = x[base + offset(r, red_shape, red_strides)]
                 if keeps_best:
-                    if (v < acc) if wants_low else (v > acc):
+                    if acc == acc and (v != v or ((v < acc) if wants_low else (v > acc))):
                         acc = v
                         best = r
                 elif multiplies:

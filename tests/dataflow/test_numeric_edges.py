@@ -1,0 +1,204 @@
+"""Silent wrong numbers at the edges, each found by probing against PyTorch 2.13 (CPU) and float64 NumPy.
+
+Every test here failed before its fix: a NaN that max, argmax and max_pool dropped unless it came first; float32
+sums and running sums that stopped counting at 2**24; log-softmax and cross-entropy that rounded the log of the
+sum away at huge logits; pow's gradients NaN at a zero base; a loss scale doubled to inf in float32.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+
+from ..oracle import NO_TORCH
+from .errors_helpers import raises
+
+torch = pytest.importorskip("torch", reason=NO_TORCH)
+F = torch.nn.functional
+
+
+def _run(build: Callable[..., Any], *arrays: np.ndarray, fuse: bool = True) -> Any:
+    """``build`` over one placeholder per array, run on those arrays."""
+    g = cg.Graph()
+    with g.as_default():
+        phs = [cg.placeholder(a.shape, a.dtype.name, name=f"x{i}") for i, a in enumerate(arrays)]
+        out = build(*phs)
+    return cg.Session(g, fuse=fuse).run(out, dict(zip(phs, arrays)))
+
+
+def _value_and_grad(build: Callable[..., Any], *arrays: np.ndarray) -> list[np.ndarray]:
+    """``build``'s output and the gradient of its sum for each input."""
+    return _run(lambda *xs: [build(*xs), *cg.gradients(cg.reduce_sum(build(*xs)), list(xs))], *arrays)
+
+
+def _torch_value_and_grad(fn: Callable[..., Any], *arrays: np.ndarray) -> list[np.ndarray]:
+    leaves = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out = fn(*leaves)
+    return [out.detach().numpy(), *(g.numpy() for g in torch.autograd.grad(out.sum(), leaves))]
+
+
+# ------------------------------------------------------------ NaN in max, min, argmax, argmin, max_pool
+NAN_ROWS = [[np.nan, 1, 3, -2], [1, np.nan, 3, -2], [1, 3, -2, np.nan], [1, np.nan, np.nan, 5], [1, 3, 3, -2]]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_max_min_argmax_argmin_see_a_nan_wherever_it_stands(dtype: str, axis: int) -> None:
+    # Before: reduce_max([1, nan, 3]) was 3 and argmax 2; only a leading NaN gave NaN.
+    x = np.array(NAN_ROWS, dtype)
+    x = x if axis == 1 else np.ascontiguousarray(x.T)
+    got = _run(lambda t: [cg.reduce_max(t, axis), cg.reduce_min(t, axis), cg.argmax(t, axis), cg.argmin(t, axis)], x)
+    t = torch.from_numpy(x)
+    want = [t.amax(axis), t.amin(axis), t.argmax(axis), t.argmin(axis)]
+    for what, g, w in zip(("max", "min", "argmax", "argmin"), got, want):
+        np.testing.assert_array_equal(g, w.numpy(), err_msg=what)
+    np.testing.assert_array_equal(got[2], np.argmax(x, axis))  # NumPy agrees: the first NaN's index
+
+
+def test_max_over_several_axes_and_keepdims_sees_a_nan() -> None:
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    x[1, 2, 1] = np.nan
+    got = _run(lambda t: [cg.reduce_max(t, [0, 2], keepdims=True), cg.reduce_min(t, [0, 2])], x)
+    np.testing.assert_array_equal(got[0], np.max(x, axis=(0, 2), keepdims=True))
+    np.testing.assert_array_equal(got[1], np.min(x, axis=(0, 2)))
+    assert np.isnan(got[0][0, 2, 0]) and np.isnan(got[1][2])
+
+
+def test_max_pool_gives_nan_for_a_window_holding_one_and_routes_its_gradient_there() -> None:
+    # Before: a window [1, nan, 3, 4] pooled to 4 (torch: nan), and the gradient went to the 4.
+    x = np.array([1, np.nan, 3, 4, 5, 6, 7, 8], np.float32).reshape(1, 2, 4, 1)
+    got = _value_and_grad(lambda t: cg.max_pool(t, 2, 2, "VALID"), x)
+    nchw = lambda t: F.max_pool2d(t.permute(0, 3, 1, 2), 2).permute(0, 2, 3, 1)  # noqa: E731
+    want = _torch_value_and_grad(nchw, x)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    pooled, where = _run(lambda t: list(cg.max_pool_with_argmax(t, 2, 2, "VALID")), x)
+    np.testing.assert_array_equal(pooled, want[0])
+    np.testing.assert_array_equal(where.ravel(), [1, 7])  # the NaN's flat index, then the 8's
+
+
+# ------------------------------------------------------------ long float32 sums
+LONG = 2**24 + 2**20  # past 2**24, where a float32 running total of ones stops growing
+
+
+def test_float32_sums_and_means_count_past_2_to_the_24() -> None:
+    ones = np.ones(LONG, np.float32)
+    total, mean, per_column = _run(
+        lambda t: [cg.reduce_sum(t), cg.reduce_mean(t), cg.reduce_sum(cg.reshape(t, (-1, 2)), axis=0)], ones
+    )
+    assert total == LONG, f"sum of {LONG} float32 ones gave {total} (16777216 is where float32 stops counting)"
+    assert mean == 1.0, mean
+    np.testing.assert_array_equal(per_column, [LONG // 2, LONG // 2])
+
+
+def test_float32_cumsum_and_logsumexp_count_past_2_to_the_24() -> None:
+    zeros = np.zeros(LONG, np.float32)
+    running, lse = _run(lambda t: [cg.cumsum(t + 1.0, axis=0), cg.reduce_logsumexp(t)], zeros)
+    assert running[-1] == LONG and running[2**24 + 1] == 2**24 + 2, running[-3:]
+    assert lse == np.float32(math.log(LONG)), f"logsumexp of {LONG} zeros gave {lse}, not log({LONG})"
+
+
+def test_float32_sum_of_a_million_values_is_within_an_ulp_of_float64() -> None:
+    x = np.random.default_rng(3).uniform(0, 1, 1_000_000).astype(np.float32)
+    truth = x.astype(np.float64).sum()
+    total, running = _run(lambda t: [cg.reduce_sum(t), cg.cumsum(t, axis=0)], x)
+    eps = np.finfo(np.float32).eps  # one float32 rounding of the float64 total
+    assert abs(total - truth) <= eps * truth, (total, truth)
+    assert abs(running[-1] - truth) <= eps * truth, (running[-1], truth)
+
+
+def test_integer_sums_still_wrap_in_their_dtype_as_tensorflow_does() -> None:
+    # The float64 accumulator is for float32 only: int32 sums wrap (TensorFlow's rule; torch widens to int64).
+    x = np.full(3, 2**30, np.int32)
+    total, running = _run(lambda t: [cg.reduce_sum(t), cg.cumsum(t, axis=0)], x)
+    assert total.dtype == np.int32 and total == np.int32(-(2**30)), total
+    np.testing.assert_array_equal(running, np.cumsum(x, dtype=np.int32))
+
+
+# ------------------------------------------------------------ log-softmax, cross-entropy at huge logits
+HUGE = [[1e30, 1e30, 1e30], [3e38, 3e38, -3e38], [-1e30, -1e30, 0.0], [1e8, 1e8 + 8, 1e8]]
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_log_softmax_at_huge_logits_matches_torch(fuse: bool) -> None:
+    # Before: x - (max + log(sum)) rounded log(sum) away: log_softmax([1e30] * 3) was [0, 0, 0], not -log 3.
+    x = np.array(HUGE, np.float32)
+    weights = np.array([[1.0, 2.0, 3.0]], np.float32)
+    got = _run(lambda t: [cg.log_softmax(t), *cg.gradients(cg.reduce_sum(cg.log_softmax(t) * weights), [t])], x)
+    # torch in float64 is the truth: its float32 log_softmax rounds log(1 + 2 e**-8) in float32 (2e-5 off).
+    leaf = torch.tensor(x.astype(np.float64), requires_grad=True)
+    want = torch.log_softmax(leaf, -1)
+    (want_grad,) = torch.autograd.grad((want * torch.from_numpy(weights.astype(np.float64))).sum(), [leaf])
+    with np.errstate(over="ignore"):  # -6e38 is -inf in float32
+        want32 = want.detach().numpy().astype(np.float32)
+    np.testing.assert_allclose(got[0], want32, rtol=1e-6)
+    np.testing.assert_allclose(got[1], want_grad.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[0][0], -math.log(3), rtol=1e-6)
+
+
+def test_sparse_cross_entropy_at_huge_logits_matches_torch() -> None:
+    x = np.array(HUGE, np.float32)
+    labels = np.array([0, 1, 2, 1], np.int32)
+    got = _run(lambda t, y: cg.sparse_softmax_cross_entropy(t, y), x, labels)
+    want = F.cross_entropy(torch.from_numpy(x.astype(np.float64)), torch.from_numpy(labels).long(), reduction="none")
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got[0], math.log(3), rtol=1e-6)
+
+
+# ------------------------------------------------------------ pow's gradient at a zero base
+def test_pow_gradients_at_a_zero_base_match_torch() -> None:
+    # Before: d/dx at 0**0 was NaN (0 * 0**-1), d/dy at 0**0 was -inf and at 0**1 NaN (0 * log 0).
+    base = np.array([0.0, 0.0, 0.0, 2.0, 3.0, 0.0], np.float64)
+    power = np.array([0.0, 1.0, 2.5, 0.0, 2.0, 0.5], np.float64)
+    got = _value_and_grad(lambda a, b: cg.pow(a, b), base, power)
+    want = _torch_value_and_grad(torch.pow, base, power)
+    for what, g, w in zip(("value", "d/dbase", "d/dexponent"), got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, err_msg=what)
+    assert got[1][0] == 0.0 and got[2][0] == 0.0 and got[2][1] == 0.0
+
+
+def test_pow_gradient_of_a_negative_base_in_the_exponent_stays_nan_as_in_torch() -> None:
+    got = _value_and_grad(lambda a, b: cg.pow(a, b), np.array([-2.0]), np.array([2.0]))
+    assert got[0] == 4.0 and got[1] == -4.0 and np.isnan(got[2][0]), got
+
+
+# ------------------------------------------------------------ the loss scale in float32
+def _mp_step(initial_scale: float, loss_value: float, steps: int) -> list[float]:
+    """The loss scale after each of ``steps`` steps of SGD on ``loss_value * w`` (growth_interval 1)."""
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(np.ones(2, np.float32), name="w")
+        mp = cg.optim.mixed_precision(cg.optim.SGD(0.1), initial_scale=initial_scale, growth_interval=1)
+        loss = cg.cast(cg.reduce_sum(mp.cast(w)), "float32") * loss_value
+        train = mp.minimize(loss)
+    sess = cg.Session(g)
+    scales = []
+    for _ in range(steps):
+        sess.run(train)
+        assert mp.loss_scale is not None
+        scales.append(float(sess.run(mp.loss_scale)))
+    return scales
+
+
+def test_the_loss_scale_stops_doubling_below_float32s_inf() -> None:
+    # Before: 2**127 doubled to 2**128, stored as inf in the float32 variable; every later step was then skipped
+    # (inf * 0 is NaN) and the halved scale stayed inf. torch.amp.GradScaler keeps the scale when the doubled
+    # one is not finite in float32, and so does this.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no step may be skipped
+        scales = _mp_step(2.0**126, 0.0, 3)
+    assert scales == [2.0**127, 2.0**127, 2.0**127], scales
+
+
+def test_an_initial_loss_scale_past_float32_is_refused() -> None:
+    with raises(
+        ValueError, "mixed_precision: initial_scale 1e+39 does not fit the float32 loss scale (at most 3.40282e+38)"
+    ):
+        cg.optim.mixed_precision(cg.optim.SGD(0.1), initial_scale=1e39)
