@@ -1,0 +1,78 @@
+"""The CUDA twins of ``test_numeric_edges.py``'s fixes, on small shapes (Numba's simulator, or a GPU).
+
+Each kernel is bound to its node and run on the device; the CPU kernel of the same node is the reference, and
+the expected numbers are written out, so a twin that drifts from the CPU rule fails here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cellgraph as cg
+from cellgraph.dataflow.opdef import KernelContext
+from cellgraph.dataflow.variables import VariableStore
+
+pytestmark = pytest.mark.cuda
+
+
+def _both(build: Callable[..., cg.Tensor], *arrays: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(CPU results, CUDA results) of the node ``build`` makes from placeholders like ``arrays``."""
+    from numba import cuda
+
+    g = cg.Graph()
+    with g.as_default():
+        node = build(*[cg.placeholder(a.shape, a.dtype.name, name=f"x{i}") for i, a in enumerate(arrays)]).node
+    ctx = KernelContext(VariableStore())
+    as_list = lambda r: list(r) if isinstance(r, (tuple, list)) else [r]  # noqa: E731
+    cpu = as_list(node.opdef.kernels["cpu"](node, ctx)(*arrays))
+    gpu = as_list(node.opdef.kernels["cuda"](node, ctx)(*[cuda.to_device(a) for a in arrays]))
+    return [np.asarray(r) for r in cpu], [r.copy_to_host() for r in gpu]
+
+
+NAN_ROWS = np.array([[np.nan, 1, 3, -2], [1, np.nan, 3, -2], [1, 3, -2, np.nan], [1, np.nan, np.nan, 5]], np.float32)
+
+
+@pytest.mark.parametrize("op", [cg.reduce_max, cg.reduce_min, cg.argmax, cg.argmin])
+def test_cuda_reductions_see_a_nan_wherever_it_stands(op: Callable[..., cg.Tensor]) -> None:
+    cpu, gpu = _both(lambda t: op(t, 1), NAN_ROWS)
+    np.testing.assert_array_equal(gpu[0], cpu[0])
+    want: dict[Any, list[float]] = {
+        cg.reduce_max: [np.nan] * 4, cg.reduce_min: [np.nan] * 4, cg.argmax: [0, 1, 3, 1], cg.argmin: [0, 1, 3, 1],
+    }  # fmt: skip
+    np.testing.assert_array_equal(gpu[0], want[op])
+
+
+def test_cuda_max_pool_sees_a_nan_and_its_gradient_goes_there() -> None:
+    x = np.array([1, np.nan, 3, 4, 5, 6, 7, 8], np.float32).reshape(1, 2, 4, 1)
+    cpu, gpu = _both(lambda t: cg.max_pool(t, 2, 2, "VALID"), x)
+    np.testing.assert_array_equal(gpu[0].ravel(), [np.nan, 8])
+    np.testing.assert_array_equal(gpu[0], cpu[0])
+    cpu, gpu = _both(lambda t: cg.max_pool_with_argmax(t, 2, 2, "VALID")[0], x)
+    np.testing.assert_array_equal(gpu[1].ravel(), [1, 7])
+    np.testing.assert_array_equal(gpu[1], cpu[1])
+
+
+def test_cuda_cumsum_accumulates_float32_in_float64() -> None:
+    # 2**24 + 1 is 2**24 in float32: a float32 running total never leaves it; a float64 one reaches 2**24 + 4
+    # (each stored total rounded to float32, ties to even: 2**24 + 1 -> 2**24, 2**24 + 3 -> 2**24 + 4).
+    x = np.array([2.0**24, 1, 1, 1, 1], np.float32)
+    cpu, gpu = _both(lambda t: cg.cumsum(t, axis=0), x)
+    np.testing.assert_array_equal(gpu[0], [2**24, 2**24, 2**24 + 2, 2**24 + 4, 2**24 + 4])
+    np.testing.assert_array_equal(gpu[0], cpu[0])
+
+
+def test_cuda_log_softmax_and_cross_entropy_at_huge_logits() -> None:
+    x = np.array([[1e30, 1e30, 1e30], [3e38, 3e38, -3e38]], np.float32)
+    cpu, gpu = _both(cg.log_softmax, x)
+    np.testing.assert_allclose(gpu[0][0], [-math.log(3)] * 3, rtol=1e-6)
+    np.testing.assert_allclose(gpu[0][1], [-math.log(2), -math.log(2), -np.inf], rtol=1e-6)
+    np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-6)
+    labels = np.array([0, 1], np.int32)
+    cpu, gpu = _both(lambda t, y: cg.sparse_softmax_cross_entropy(t, y), x, labels)
+    np.testing.assert_allclose(gpu[0], [math.log(3), math.log(2)], rtol=1e-6)
+    np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-6)
