@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -108,3 +108,51 @@ class ImportRow:
     # Whether the op may make values of the types cellgraph only reads (READ_ONLY): a Cast that
     # rounds into them exactly. No other row makes them.
     makes_narrow: bool = False
+
+
+HALF_FLOATS = ("float16", "bfloat16")
+
+
+class _Float32Inputs:
+    """A ``Builder`` whose half-float tensors come out as float32 (everything else as the builder's)."""
+
+    def __init__(self, builder: Builder) -> None:
+        self._builder = builder
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._builder, name)
+
+    def ins(self, info: NodeInfo, count: int | None = None) -> list[Tensor]:
+        return [_float32(t) for t in self._builder.ins(info, count)]
+
+    def tensor(self, name: str) -> Tensor:
+        return _float32(self._builder.tensor(name))
+
+
+def _float32(t: Tensor) -> Tensor:
+    import cellgraph as cg
+
+    return cg.cast(t, "float32") if t.dtype in HALF_FLOATS else t
+
+
+def in_float32(build: Build, rounded: int | None = None) -> Build:
+    """``build`` of a row made of several cellgraph ops, computed in float32 for half-float inputs
+    and rounded back once, as ONNX Runtime's kernel of the one ONNX op rounds once.
+
+    Each cellgraph op rounds its half-float result: HardSigmoid's ``x * alpha + beta`` as two ops
+    was two roundings, 0.1416 where the float16 nearest the exact value is 0.1414. ``rounded``:
+    how many leading outputs are of the input's type (all when None; LayerNormalization's mean and
+    inverse deviation are float32).
+    """
+
+    def build_in_float32(b: Builder, n: NodeInfo) -> list[Tensor]:
+        import cellgraph as cg
+
+        half = next((t.dtype for t in b.ins(n) if t.dtype in HALF_FLOATS), None)
+        if half is None:
+            return build(b, n)
+        outs = build(cast("Builder", _Float32Inputs(b)), n)
+        last = len(outs) if rounded is None else rounded
+        return [cg.cast(t, half) if i < last and t.dtype == "float32" else t for i, t in enumerate(outs)]
+
+    return build_in_float32

@@ -32,7 +32,7 @@ from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import ImportRow
+from .common import ImportRow, in_float32
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
@@ -134,10 +134,13 @@ def _norm_reduce(kind: str) -> object:
             axes = [int(a) for a in n.attrs["axes"]]
         elif len(n.inputs) > 1 and n.inputs[1]:
             axes = [int(a) for a in b.static(n.inputs[1]).reshape(-1)]
-        if not axes and n.attrs["noop_with_empty_axes"]:
-            return [cg.identity(x)]
         mapped = {"L1": lambda t: mu.abs(t), "L2": lambda t: t * t, "SumSquare": lambda t: t * t}.get(kind, lambda t: t)
-        total = cg.reduce_sum(mapped(x), axis=axes or None, keepdims=bool(n.attrs["keepdims"]))
+        if not axes and n.attrs["noop_with_empty_axes"]:
+            # A sum over no axes, but the map and the final step still apply (ONNX's spec: ReduceLogSum
+            # is then the log of the input, ReduceSumSquare its square); it was the input unchanged.
+            total = cg.identity(mapped(x))
+        else:
+            total = cg.reduce_sum(mapped(x), axis=axes or None, keepdims=bool(n.attrs["keepdims"]))
         if kind == "L2":
             return [
                 cg.sqrt(total) if is_float(total.dtype) else cg.cast(cg.sqrt(cg.cast(total, "float64")), total.dtype)
@@ -166,17 +169,17 @@ _REDUCE_ATTRS = {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}
 NORMALIZATION: dict[str, ImportRow] = {
     "BatchNormalization": ImportRow(_batch_norm, {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0},
                                     check=_check_batch_norm, since=9),
-    "LayerNormalization": ImportRow(_layer_norm, {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+    "LayerNormalization": ImportRow(in_float32(_layer_norm, rounded=1), {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
                                     check=_check_layer_norm),
     "GlobalAveragePool":  ImportRow(_global_pool(cg.reduce_mean)),  # type: ignore[arg-type]
     "GlobalMaxPool":      ImportRow(_global_pool(cg.reduce_max)),  # type: ignore[arg-type]
     "ReduceMin":          ImportRow(_reduce_min, _REDUCE_ATTRS, (1,)),
-    "Mean":               ImportRow(_mean),
-    "RMSNormalization":   ImportRow(_rms_norm, {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+    "Mean":               ImportRow(in_float32(_mean)),
+    "RMSNormalization":   ImportRow(in_float32(_rms_norm), {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
                                     check=lambda n: None if n.rank(0) is not None else "RMSNormalization of unknown rank"),
-    "ReduceL1":           ImportRow(_norm_reduce("L1"), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
-    "ReduceL2":           ImportRow(_norm_reduce("L2"), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
-    "ReduceSumSquare":    ImportRow(_norm_reduce("SumSquare"), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
-    "ReduceLogSum":       ImportRow(_norm_reduce("LogSum"), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
-    "Celu":               ImportRow(_celu, {"alpha": 1.0}),
+    "ReduceL1":           ImportRow(in_float32(_norm_reduce("L1")), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
+    "ReduceL2":           ImportRow(in_float32(_norm_reduce("L2")), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
+    "ReduceSumSquare":    ImportRow(in_float32(_norm_reduce("SumSquare")), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
+    "ReduceLogSum":       ImportRow(in_float32(_norm_reduce("LogSum")), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]
+    "Celu":               ImportRow(in_float32(_celu), {"alpha": 1.0}),
 }  # fmt: skip

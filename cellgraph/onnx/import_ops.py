@@ -24,18 +24,19 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes
 import numpy as np
 from onnx import numpy_helper
 
 import cellgraph as cg
-from cellgraph.dataflow.dtypes import is_float
+from cellgraph.dataflow.dtypes import DTYPES, is_float
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import activations as act
 from cellgraph.dataflow.ops import logic, nn
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import Build, ImportRow
+from .common import Build, ImportRow, in_float32
 from .import_arrays import ARRAYS
 from .import_cast import CAST
 from .import_more import MORE
@@ -92,12 +93,48 @@ def _div(b: Builder, n: NodeInfo) -> list[Tensor]:
     return [cg.div(x, y) if is_float(x.dtype) else _int_quotient_and_remainder(x, y)[0]]
 
 
+def _int_pow(x: Tensor, y: Tensor) -> Tensor:
+    """An integer ``x`` to an integer power ``y``, exact wherever the result fits in ``x``'s dtype.
+
+    By squaring, in ``x``'s own type: through float64 an int64 above 2**53 rounds (3**39 came back
+    as 4052555153018976256, not ...267; ONNX Runtime's CPU kernel rounds the same way). An exponent
+    past 64 only matters for bases 0, 1 and -1 (any other result does not fit), so it is clamped to
+    64 or 65, keeping its parity, and 7 squarings cover every exponent. A negative exponent gives
+    1 / x**k truncated toward zero, as a float power cast back would: 1, or -1 for -1 to an odd power,
+    else 0 (ONNX leaves 0 to a negative power undefined; this gives 0).
+    """
+    signed = not y.dtype.startswith("uint")
+    e = mu.abs(y) if signed else y
+    if y.dtype not in ("int8", "uint8"):
+        big = logic.greater(e, cg.constant(np.array(64, y.dtype), dtype=y.dtype))
+        e = mu.where(big, mu.mod(e, cg.constant(np.array(2, y.dtype), dtype=y.dtype)) + 64, e)
+    two = cg.constant(np.array(2, e.dtype), dtype=e.dtype)
+    one = cg.constant(np.array(1, e.dtype), dtype=e.dtype)
+    result = cg.ones_like(x) * cg.cast(cg.ones_like(y), x.dtype)  # the broadcast shape of x and y
+    base = x
+    for step in range(7):
+        result = mu.where(cg.equal(mu.mod(e, two), one), result * base, result)
+        if step < 6:
+            base, e = base * base, mu.floordiv(e, two)
+    if not signed:
+        return result
+    unit = logic.logical_or(cg.equal(x, cg.ones_like(x)), cg.equal(x, cg.neg(cg.ones_like(x))))
+    negative = cg.less(y, cg.zeros_like(y))
+    return mu.where(logic.logical_and(negative, logic.logical_not(unit)), cg.zeros_like(result), result)
+
+
 def _pow(b: Builder, n: NodeInfo) -> list[Tensor]:
     x, y = b.ins(n, 2)
     if not is_float(x.dtype):
-        return [_via_float64(cg.pow, x, y)]
-    # ONNX lets the exponent have its own type; cellgraph's Pow takes one dtype.
-    return [cg.pow(x, y if y.dtype == x.dtype else cg.cast(y, x.dtype))]
+        # A fractional power of an integer is a float power truncated back, as ONNX Runtime computes it.
+        return [_int_pow(x, y) if not is_float(y.dtype) else _via_float64(cg.pow, x, y)]
+    # ONNX lets the exponent have its own type; cellgraph's Pow takes one dtype. Rounding the exponent
+    # to the base's type would change the power (x ** 4.000001 as x ** 4, 625 for 624): both are computed
+    # in the wider of float32 and their types, and the result rounded once to the base's.
+    wide = "float64" if "float64" in (x.dtype, y.dtype) else "float32"
+    if x.dtype == y.dtype == wide:
+        return [cg.pow(x, y)]
+    return [cg.cast(cg.pow(cg.cast(x, wide), cg.cast(y, wide)), x.dtype)]
 
 
 def _axes_of(b: Builder, n: NodeInfo, position: int) -> list[int] | None:
@@ -116,6 +153,8 @@ def _matmul(b: Builder, n: NodeInfo) -> list[Tensor]:
         return [cg.matmul(a, c)]  # a MatMul, or a BatchMatMul whose batch dims broadcast as ONNX's do
     # A 1-D operand (NumPy's matmul): it gets a unit dim (dropped again), batch dims broadcast,
     # and each product is a broadcast multiply summed over the shared axis.
+    # (Half floats in float32: in_float32. Each product rounded to float16 lost digits that the sum
+    # then exposed, 10 units in the last place, where ONNX Runtime's matmul accumulates in float32.)
     a2 = cg.expand_dims(a, 0) if len(a.shape) == 1 else a
     c2 = cg.expand_dims(c, -1) if len(c.shape) == 1 else c
     y = cg.reduce_sum(cg.expand_dims(a2, -1) * cg.expand_dims(c2, -3), axis=-2)
@@ -395,9 +434,28 @@ def _check_dropout(n: NodeInfo) -> str | None:
 
 def _clip_op(b: Builder, n: NodeInfo) -> list[Tensor]:
     x = b.ins(n)[0]
-    low, high = (n.inputs[i] if len(n.inputs) > i and n.inputs[i] else None for i in (1, 2))
-    y = x if low is None else cg.maximum(x, b.tensor(low))
-    return [cg.identity(y) if high is None else cg.minimum(y, b.tensor(high))]
+    if n.version < 11:
+        # min and max are attributes, defaulting to float32's extremes (an inf input becomes one).
+        low_value, high_value = n.attrs["min"], n.attrs["max"]
+        bounds = [cg.constant(np.array(v, x.dtype), dtype=x.dtype) for v in (low_value, high_value)]
+        return [cg.minimum(cg.maximum(x, bounds[0]), bounds[1])]
+    low, high = (b.tensor(n.inputs[i]) if len(n.inputs) > i and n.inputs[i] else None for i in (1, 2))
+    if is_float(x.dtype):
+        # An absent bound is the type's numeric_limits lowest() or max(), not an infinity:
+        # Clip(inf) with no max is the largest finite value (ONNX's spec; ONNX Runtime's kernel).
+        largest = float(ml_dtypes.finfo(DTYPES[x.dtype]).max)
+        low = cg.constant(np.array(-largest, DTYPES[x.dtype]), dtype=x.dtype) if low is None else low
+        high = cg.constant(np.array(largest, DTYPES[x.dtype]), dtype=x.dtype) if high is None else high
+    y = x if low is None else cg.maximum(x, low)
+    # Min(max, Max(x, min)): where min > max every value is max, as ONNX's spec says.
+    return [cg.identity(y) if high is None else cg.minimum(y, high)]
+
+
+def _check_clip(n: NodeInfo) -> str | None:
+    given = [a.name for a in n.proto.attribute]
+    if n.version >= 11 and given:
+        return f"Clip attribute {given[0]!r} (since version 11 min and max are inputs)"
+    return None
 
 
 def _mod(b: Builder, n: NodeInfo) -> list[Tensor]:
@@ -406,9 +464,26 @@ def _mod(b: Builder, n: NodeInfo) -> list[Tensor]:
         return [mu.mod(a, c)]  # Python's %: the divisor's sign
     if not is_float(a.dtype):
         return [_int_quotient_and_remainder(a, c)[1]]
-    # C's fmod, the dividend's sign: a - c * trunc(a / c), trunc(q) being sign(q) * floor(|q|).
-    q = a / c
-    return [a - c * (mu.sign(q) * mu.floor(mu.abs(q)))]
+    return [_float_fmod(a, c)]
+
+
+def _float_fmod(a: Tensor, c: Tensor) -> Tensor:
+    """C's fmod of floats, the dividend's sign: exact, as the remainder of two floats always is.
+
+    Of two non-negative operands the floored modulo is fmod; the sign is then the dividend's.
+    (``a - c * trunc(a / c)`` rounded the quotient: fmod(1e20, 3) gave 0, not 2; and gave NaN
+    for a finite ``a`` over an infinite ``c``, whose fmod is ``a``.)
+    """
+    r = mu.mod(mu.abs(a), mu.abs(c))
+    return mu.where(cg.less(a, cg.zeros_like(a)), cg.neg(r), r)
+
+
+def _sign(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x = b.ins(n)[0]
+    if x.dtype.startswith("uint"):
+        # 0 or 1: cellgraph's Sign kernel (NumPy's sign under Numba) gives 255 for uint8 255.
+        return [cg.cast(logic.greater(x, cg.zeros_like(x)), x.dtype)]
+    return [mu.sign(x)]
 
 
 def _is_inf(b: Builder, n: NodeInfo) -> list[Tensor]:
@@ -458,7 +533,7 @@ IMPORTERS: dict[str, ImportRow] = {
     "Pow":            ImportRow(_pow),
     "Max":            ImportRow(_variadic(cg.maximum)),
     "Min":            ImportRow(_variadic(cg.minimum)),
-    "Sum":            ImportRow(_variadic(cg.add)),
+    "Sum":            ImportRow(in_float32(_variadic(cg.add))),
     "Neg":            ImportRow(_unary(cg.neg)),
     "Sqrt":           ImportRow(_unary(cg.sqrt)),
     "Exp":            ImportRow(_unary(cg.exp)),
@@ -472,8 +547,8 @@ IMPORTERS: dict[str, ImportRow] = {
     "LessOrEqual":    ImportRow(_comparison(cg.less_equal)),
     "Greater":        ImportRow(_comparison(cg.less, swap=True)),
     "GreaterOrEqual": ImportRow(_comparison(cg.greater_equal)),
-    "MatMul":         ImportRow(_matmul),
-    "Gemm":           ImportRow(_gemm, {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}),
+    "MatMul":         ImportRow(in_float32(_matmul)),
+    "Gemm":           ImportRow(in_float32(_gemm), {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}),
     "ReduceSum":      ImportRow(_reduce(cg.reduce_sum), _REDUCE, (1,), _check_reduce),
     "ReduceMean":     ImportRow(_reduce(cg.reduce_mean), _REDUCE, (1,), _check_reduce),
     "ReduceMax":      ImportRow(_reduce(cg.reduce_max), _REDUCE, (1,), _check_reduce),
@@ -507,7 +582,7 @@ IMPORTERS: dict[str, ImportRow] = {
     "Shape":          ImportRow(_known_output, {"start": 0, "end": None}, check=_check_shape, fold=_shape_value),
     # math_unary.py, logic.py, activations.py
     "Abs":            ImportRow(_unary(mu.abs)),
-    "Sign":           ImportRow(_unary(mu.sign)),
+    "Sign":           ImportRow(_sign),
     "Ceil":           ImportRow(_unary(mu.ceil)),
     "Floor":          ImportRow(_unary(mu.floor)),
     "Round":          ImportRow(_unary(mu.round)),
@@ -516,7 +591,7 @@ IMPORTERS: dict[str, ImportRow] = {
     "Tan":            ImportRow(_unary(mu.tan)),
     "Erf":            ImportRow(_unary(mu.erf)),
     "Reciprocal":     ImportRow(_unary(lambda x: 1.0 / x)),
-    "Clip":           ImportRow(_clip_op),
+    "Clip":           ImportRow(_clip_op, {"min": -3.402823e38, "max": 3.402823e38}, check=_check_clip),
     "Mod":            ImportRow(_mod, {"fmod": 0}),
     "Where":          ImportRow(lambda b, n: [mu.where(*b.ins(n, 3))]),
     "And":            ImportRow(_binary(logic.logical_and)),
@@ -527,12 +602,12 @@ IMPORTERS: dict[str, ImportRow] = {
     "IsInf":          ImportRow(_is_inf, {"detect_negative": 1, "detect_positive": 1}),
     "LeakyRelu":      ImportRow(_alpha_act(act.leaky_relu), {"alpha": 0.01}),
     "Elu":            ImportRow(_alpha_act(act.elu), {"alpha": 1.0}),
-    "Selu":           ImportRow(_selu, {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
+    "Selu":           ImportRow(in_float32(_selu), {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
     "Gelu":           ImportRow(_gelu, {"approximate": "none"}),
     "Softplus":       ImportRow(_unary(act.softplus)),
     "Softsign":       ImportRow(_unary(act.softsign)),
-    "HardSigmoid":    ImportRow(_hard_sigmoid, {"alpha": 0.2, "beta": 0.5}),
-    "HardSwish":      ImportRow(_hard_swish),
+    "HardSigmoid":    ImportRow(in_float32(_hard_sigmoid), {"alpha": 0.2, "beta": 0.5}),
+    "HardSwish":      ImportRow(in_float32(_hard_swish)),
     **CAST,
     **NORMALIZATION,
     **SHAPES,

@@ -108,6 +108,11 @@ class NodeInfo:
     def outputs(self) -> list[str]:
         return list(self.proto.output)
 
+    @property
+    def version(self) -> int:
+        """The version of the node's op that the model's opset means (its schema's since_version)."""
+        return int(onnx.defs.get_schema(self.op, self.opset, "").since_version)
+
     def describe(self) -> str:
         return f"{self.op} node {self.name!r}, opset {self.opset}"
 
@@ -230,7 +235,9 @@ def _check_node(
         raise _unsupported(
             f"version {version} of ONNX op {node.op_type!r} (cellgraph reads {row.since} or newer)", info
         )
-    attrs = dict(row.attrs)
+    # ONNX stores a FLOAT attribute as a float32: a row's default (LeakyRelu's alpha 0.01) is
+    # rounded the same way, so a node without the attribute computes what one with it does.
+    attrs = {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in row.attrs.items()}
     for a in node.attribute:
         if a.name not in row.attrs:
             raise _unsupported(f"attribute {a.name!r} of ONNX op {node.op_type!r}", info)
@@ -367,7 +374,11 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
             for info in infos:
                 if IMPORTERS[info.op].fold is not None and info.outputs[0] in known:
                     continue  # a known value becomes a constant where a tensor reads it, if one does
-                outs = IMPORTERS[info.op].build(builder, info)
+                try:
+                    outs = IMPORTERS[info.op].build(builder, info)
+                except CellgraphError as err:
+                    # A dtype or shape cellgraph's op refuses (an integer ReduceMean): named by the ONNX node.
+                    raise OnnxError(f"{info.describe()} does not build in cellgraph: {err}") from err
                 for name, t in zip(info.outputs, outs, strict=False):
                     if name:
                         builder.tensors[name] = t

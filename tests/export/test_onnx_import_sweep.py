@@ -1,0 +1,169 @@
+"""ONNX import against ONNX Runtime, the independent oracle: every swept row of ``IMPORTERS``, at
+every version ONNX Runtime runs, every dtype and the attributes' edge values (``onnx_sweep*.py``).
+
+A case agrees, is refused with an ``OnnxError`` naming the op, the node and the opset, or has no
+oracle (ONNX Runtime has no kernel for that version and dtype). A wrong number, dtype or shape,
+or any other error, fails its family's test with the case. Below the sweep, one focused test per
+bug the sweep found, each stating the rule with values worked out by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cellgraph.onnx.common import OnnxError
+from cellgraph.onnx.import_ops import IMPORTERS
+
+from .onnx_sweep import Case, Const, check, imported, run_all
+from .onnx_sweep_cases import FAMILIES, all_cases
+
+# Rows the sweep leaves to other tests, and why.
+NOT_SWEPT = {
+    **dict.fromkeys(
+        ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"),
+        "windowed ops: test_onnx_conv.py and ONNX's conformance cases",
+    ),
+    "Dropout": "random in training mode: test_onnx_dropout.py",
+    **dict.fromkeys(
+        ("Constant", "Shape", "Size", "Range", "ConstantOfShape"),
+        "computed at import from known values (ONNX's reference evaluator or the static shape)",
+    ),
+    **dict.fromkeys(
+        ("BatchNormalization", "LayerNormalization", "RMSNormalization", "SpaceToDepth", "DepthToSpace"),
+        "not yet swept: ONNX's conformance cases only",
+    ),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_family_agrees_with_onnx_runtime(family: str) -> None:
+    results = run_all(all_cases([family]))
+    assert not results["differ"], "\n".join(f"{c.describe()}: {v.detail}" for c, v in results["differ"])
+    assert results["agree"], f"no case of {family} ran both in ONNX Runtime and cellgraph"
+    for case, verdict in results["refused"]:
+        # A refusal names the op, the node and the opset.
+        assert f"{case.op} node 'swept', opset {case.opset}" in verdict.detail, verdict.detail
+
+
+def test_every_import_row_is_swept_or_says_why() -> None:
+    swept = {case.op for case in all_cases()}
+    assert swept.isdisjoint(NOT_SWEPT)
+    assert sorted(set(IMPORTERS) - swept - set(NOT_SWEPT)) == []
+
+
+def test_a_wrong_number_is_reported_with_the_case() -> None:
+    # The harness itself: a case whose expected value is wrong is a difference, not an agreement.
+    case = Case("Neg", 13, [np.array([1, 2], np.int32)], expect=[np.array([-1, -3], np.int32)])
+    verdict = check(case)
+    assert verdict.kind == "differ"
+    assert "1 of 2 values differ, first at (1,): cellgraph np.int32(-2)" in verdict.detail
+
+
+def _one(op: str, opset: int, *inputs: object, **attrs: object) -> np.ndarray:
+    """cellgraph's output 0 of one node (inputs: arrays fed at run time, or Const)."""
+    return imported(Case(op, opset, list(inputs), attrs))[0]  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------ the bugs the sweep found
+def test_float_fmod_is_exact_for_large_quotients_and_infinite_divisors() -> None:
+    # a - b * trunc(a / b) gave 0 for fmod(1e20, 3) and NaN for fmod(5, inf).
+    a = np.array([1e20, -1e20, 5.0, -7.5, 7.0], np.float64)
+    b = np.array([3.0, 3.0, np.inf, 2.0, -np.inf], np.float64)
+    got = _one("Mod", 13, a, b, fmod=1)
+    assert got.tolist() == [1.0, -1.0, 5.0, -1.5, 7.0]  # 1e20 is exact in float64, and 10**20 % 3 == 1
+    assert _one("Mod", 13, a.astype(np.float32), b.astype(np.float32), fmod=1)[0] == np.fmod(np.float32(1e20), 3)
+
+
+def test_integer_pow_is_exact_past_2_to_the_53() -> None:
+    # Through float64, 3**39 came back as 4052555153018976256 (ONNX Runtime rounds the same way).
+    base = np.array([3, -3, 2, -2, -1, 1, 2, 5], np.int64)
+    exponent = np.array([39, 39, 62, 63, 2**40 + 1, 2**62, -1, 0], np.int64)
+    got = _one("Pow", 15, base, exponent)
+    assert got.tolist() == [3**39, (-3) ** 39, 2**62, -(2**63), -1, 1, 0, 1]
+    assert _one("Pow", 15, np.array([2, -1, 1], np.int8), np.array([-2, -3, -5], np.int32)).tolist() == [0, -1, 1]
+
+
+def test_pow_does_not_round_the_exponent_to_the_bases_type() -> None:
+    # 5 ** 4.000001 rounded the exponent to float16 (4.0): 625 where the float16 nearest is 624.
+    got = _one("Pow", 15, np.array([5.0], np.float16), np.array([3.9992], np.float64))
+    assert got.dtype == np.float16 and got[0] == np.float16(5.0**3.9992)
+
+
+def test_clip_without_a_bound_stops_at_the_types_largest_finite_value() -> None:
+    # ONNX: an absent min or max is numeric_limits lowest() or max(), so inf is clipped.
+    x = np.array([np.inf, -np.inf, 1.0, np.nan], np.float32)
+    big = np.finfo(np.float32).max
+    assert _one("Clip", 13, x, np.array(-2.0, np.float32)).tolist()[:3] == [big, -2.0, 1.0]
+    assert _one("Clip", 13, x, None, np.array(0.5, np.float32)).tolist()[:3] == [0.5, -big, 0.5]
+    assert np.isnan(_one("Clip", 13, x)[3])
+    half = _one("Clip", 13, x.astype(np.float16), np.array(0.0, np.float16))
+    assert half.tolist()[0] == 65504.0
+
+
+def test_clip_6_reads_its_min_and_max_attributes() -> None:
+    x = np.array([np.inf, -3.0, 0.5, 9.0], np.float32)
+    assert _one("Clip", 7, x, min=-1.0, max=2.0).tolist() == [2.0, -1.0, 0.5, 2.0]
+    assert _one("Clip", 7, x).tolist()[0] == float(np.float32(3.402823e38))  # its default max
+
+
+def test_clip_11_refuses_min_and_max_attributes() -> None:
+    with pytest.raises(OnnxError) as err:
+        _one("Clip", 13, np.array([1.0], np.float32), min=0.0)
+    assert "Clip attribute 'min' (since version 11 min and max are inputs)" in str(err.value)
+    assert "Clip node 'swept', opset 13" in str(err.value)
+
+
+def test_sign_of_unsigned_integers_is_0_or_1() -> None:
+    # cellgraph's Sign kernel (NumPy's sign under Numba) gave 255 for uint8 255.
+    assert _one("Sign", 13, np.array([0, 1, 127, 128, 255], np.uint8)).tolist() == [0, 1, 1, 1, 1]
+
+
+def test_float_attribute_defaults_are_float32_as_onnx_stores_them() -> None:
+    # LeakyRelu without alpha used 0.01 exactly; with alpha=0.01 stored it is float32's 0.01.
+    x = np.array([-1.0, -3.0], np.float64)
+    default = _one("LeakyRelu", 16, x)
+    stored = _one("LeakyRelu", 16, x, alpha=0.01)
+    assert default.tolist() == stored.tolist() == (x * float(np.float32(0.01))).tolist()
+
+
+def test_half_float_ops_built_of_several_ops_round_once() -> None:
+    # HardSigmoid of float16 as x * alpha, then + beta, rounded twice: 0.1416, not 0.1414.
+    x = np.array([-1.793], np.float16)
+    want = np.float16(float(x[0]) * float(np.float32(0.2)) + 0.5)
+    assert _one("HardSigmoid", 22, x)[0] == want == np.float16(0.1414)
+    # A 1-D MatMul of float16 was products rounded to float16, then summed: 10 units in the last place off.
+    a = np.array([0.955, 2.08, 1.836], np.float16)
+    b = np.array([[-0.948], [2.018], [-2.006]], np.float16)
+    exact = float(np.dot(a.astype(np.float64), b.astype(np.float64))[0])
+    assert _one("MatMul", 13, a, b)[0] == np.float16(exact)
+    # Sum of three float16 inputs: one rounding of the exact sum.
+    terms = [np.array([v], np.float16) for v in (5.27, -4.164, -1.25)]
+    assert _one("Sum", 13, *terms)[0] == np.float16(sum(float(t[0]) for t in terms))
+
+
+@pytest.mark.parametrize(
+    ("op", "want"),
+    [("ReduceL1", [2.0, 3.0]), ("ReduceL2", [2.0, 3.0]), ("ReduceSumSquare", [4.0, 9.0]),
+     ("ReduceLogSum", [np.nan, np.log(3.0)])],
+)  # fmt: skip
+def test_a_reduction_over_no_axes_still_maps_its_input(op: str, want: list[float]) -> None:
+    # noop_with_empty_axes=1 and no axes: ONNX's spec keeps the map and the final step (the log, the
+    # square); the input came back unchanged.
+    x = np.array([-2.0, 3.0], np.float32)
+    got = _one(op, 18, x, Const(np.array([], np.int64)), noop_with_empty_axes=1)
+    np.testing.assert_allclose(got, np.array(want, np.float32), rtol=1e-7)
+
+
+def test_a_node_cellgraph_cannot_build_is_named_in_the_error() -> None:
+    with pytest.raises(OnnxError) as err:
+        _one("ReduceMean", 18, np.array([1, 2], np.int32), keepdims=0)
+    message = str(err.value)
+    assert message.startswith("ReduceMean node 'swept', opset 18 does not build in cellgraph:")
+    assert "expects a float tensor, got int32" in message
+
+
+def test_the_sweep_uses_every_version_onnx_runtime_runs() -> None:
+    # Clip-6 is in force at opset 7 (the oldest ONNX Runtime runs); Clip-11, -12 and -13 at their own.
+    clips = sorted({c.opset for c in all_cases(["Clip"])})
+    assert clips == [7, 11, 12, 13]
