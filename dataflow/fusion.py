@@ -11,6 +11,7 @@ ops one by one, exactly as without fusion.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import math
@@ -180,7 +181,8 @@ def loop_source(
         else ["from math import tanh as tanh_", "", f"{scalar} sigmoid_f64 as sigmoid_"]
     )
     parts = loop_body(segment, constants, scalars)
-    header = ["import math", "", "import numpy as np", "from numba import njit", "", *functions, "", f"DT = np.{dtype}"]
+    header = [f"# scalar helpers {_helpers_digest()}", "import math", "", "import numpy as np", "from numba import njit", "",
+              *functions, "", f"DT = np.{dtype}"]  # fmt: skip
     lines = [*header, *parts.constants, "", "", '@njit(nogil=True, cache=True, error_model="numpy")']
     lines += [f"def fused(n, out{parts.params}):", *parts.prologue, "    for i in range(n):", *parts.body]
     return "\n".join(lines) + "\n"
@@ -227,6 +229,22 @@ def loop_body(
         operand[_key(node.output(0))] = f"t{j}"
     body.append(f"        out[i] = t{len(segment.nodes) - 1}")
     return LoopBody(defined, "".join(f", x{k}" for k in range(len(dynamic))), prologue, body)
+
+
+@functools.cache
+def _helpers_digest() -> str:
+    """A digest of the modules whose functions a fused loop inlines (kernels/cpu/scalar.py, vector_f32.py).
+
+    Numba's cache checks only the cached function's own file: a fused loop cached before a fix to ``tanh_f32``
+    kept the old tanh. The digest is written into every loop's source, so a change to the helpers makes new
+    files (a new name: compile_loop names them by the source's hash) instead of reusing stale machine code.
+    """
+    from .kernels.cpu import scalar, vector_f32
+
+    helpers = hashlib.sha256()
+    for module in (scalar, vector_f32):
+        helpers.update(Path(str(module.__file__)).read_bytes())
+    return helpers.hexdigest()[:16]
 
 
 def _cache_dir() -> Path | None:

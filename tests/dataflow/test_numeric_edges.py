@@ -202,3 +202,38 @@ def test_an_initial_loss_scale_past_float32_is_refused() -> None:
         ValueError, "mixed_precision: initial_scale 1e+39 does not fit the float32 loss scale (at most 3.40282e+38)"
     ):
         cg.optim.mixed_precision(cg.optim.SGD(0.1), initial_scale=1e39)
+
+
+# ------------------------------------------------------------ fused tanh at saturation
+def test_fused_tanh_is_exactly_one_where_float32_tanh_is_as_unfused() -> None:
+    # Before: the fused loop's tanh clamped its input at 7.9 and gave 0.9999997 for tanh(50), so 1 - y**2 was 6e-7.
+    x = np.array([9.02, 10, 50, 1e4, np.inf, -9.02, -50, -np.inf, 0.5, 3, np.nan], np.float32)
+
+    def build(t: cg.Tensor) -> list[cg.Tensor]:
+        y = cg.tanh(t * 1.0) * 1.0  # a chain of three: fused into one loop
+        return [y, 1.0 - y * y]
+
+    fused, unfused = _run(build, x, fuse=True), _run(build, x, fuse=False)
+    np.testing.assert_array_equal(fused[0][:8], [1, 1, 1, 1, 1, -1, -1, -1])
+    np.testing.assert_array_equal(fused[1][:8], np.zeros(8, np.float32))
+    np.testing.assert_array_equal(fused[0][:8], unfused[0][:8])
+    np.testing.assert_allclose(fused[0][8:10], np.tanh(x[8:10].astype(np.float64)), rtol=4e-7)
+    assert np.isnan(fused[0][10])
+
+
+def test_a_fused_loops_source_names_the_helpers_it_inlines() -> None:
+    # Numba's cache checks only the cached function's own file: without the helpers' digest in the loop's source
+    # (and so in its file name), a loop cached before a fix to scalar.py kept running the old code.
+    import hashlib
+    from pathlib import Path
+
+    from cellgraph.dataflow.fusion import find_segments, loop_source
+    from cellgraph.dataflow.kernels.cpu import scalar, vector_f32
+
+    g = cg.Graph()
+    with g.as_default():
+        y = cg.tanh(cg.placeholder((4,), name="x") * 2.0) + 1.0
+    (segment,) = find_segments([n for n in g.nodes if n.op in ("Mul", "Tanh", "Add")], set())
+    assert y.node is segment.nodes[-1]
+    helpers = hashlib.sha256(Path(str(scalar.__file__)).read_bytes() + Path(str(vector_f32.__file__)).read_bytes())
+    assert f"# scalar helpers {helpers.hexdigest()[:16]}" in loop_source(segment)
