@@ -76,3 +76,13 @@ def test_cuda_log_softmax_and_cross_entropy_at_huge_logits() -> None:
     cpu, gpu = _both(lambda t, y: cg.sparse_softmax_cross_entropy(t, y), x, labels)
     np.testing.assert_allclose(gpu[0], [math.log(3), math.log(2)], rtol=1e-6)
     np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", [cg.tensor_scatter_nd_max, cg.tensor_scatter_nd_min])
+def test_cuda_tensor_scatter_max_and_min_keep_a_nan(op: Callable[..., cg.Tensor]) -> None:
+    data = np.array([1.0, 5.0, 2.0, np.nan], np.float32)
+    rows = np.array([[0], [1], [1], [3]], np.int32)
+    updates = np.array([np.nan, 3.0, np.nan, 4.0], np.float32)
+    cpu, gpu = _both(op, data, rows, updates)
+    np.testing.assert_array_equal(gpu[0], [np.nan, np.nan, 2.0, np.nan])
+    np.testing.assert_array_equal(gpu[0], cpu[0])

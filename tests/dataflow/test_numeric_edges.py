@@ -84,6 +84,22 @@ def test_max_pool_gives_nan_for_a_window_holding_one_and_routes_its_gradient_the
     np.testing.assert_array_equal(where.ravel(), [1, 7])  # the NaN's flat index, then the 8's
 
 
+@pytest.mark.parametrize(
+    ("op", "torch_reduce"), [(cg.tensor_scatter_nd_max, "amax"), (cg.tensor_scatter_nd_min, "amin")]
+)
+def test_tensor_scatter_max_and_min_keep_a_nan_from_either_side(op: Callable[..., Any], torch_reduce: str) -> None:
+    # Before: tensor_scatter_nd_max([1, 5, 2], [[0], [1], [1]], [nan, 3, nan]) was [1, 5, 2] (its NumPy reference,
+    # np.maximum, and torch give [nan, nan, 2]); a NaN already in the tensor survived only by standing first.
+    data = np.array([1.0, 5.0, 2.0, np.nan], np.float32)
+    rows = np.array([[0], [1], [1], [3]], np.int32)
+    updates = np.array([np.nan, 3.0, np.nan, 4.0], np.float32)
+    got = _run(lambda d, i, u: op(d, i, u), data, rows, updates)
+    index = torch.from_numpy(rows[:, 0].astype(np.int64))
+    want = torch.from_numpy(data).scatter_reduce(0, index, torch.from_numpy(updates), torch_reduce)
+    np.testing.assert_array_equal(got, want.numpy())
+    np.testing.assert_array_equal(got, [np.nan, np.nan, 2.0, np.nan])
+
+
 # ------------------------------------------------------------ long float32 sums
 LONG = 2**24 + 2**20  # past 2**24, where a float32 running total of ones stops growing
 

@@ -61,13 +61,15 @@ def _reduce_rows(rows, updates, out, dims, mode):  # type: ignore[no-untyped-def
         for j in range(rows.shape[1]):
             flat = flat * dims[j] + rows[r, j]
         for i in range(updates.shape[1]):
-            u = updates[r, i]
+            u, v = updates[r, i], out[flat, i]
+            # A NaN on either side wins, as in np.maximum and torch's scatter_reduce("amax"): max(v, u) kept
+            # a NaN only when it was already there.
             if mode == 0:
-                out[flat, i] = max(out[flat, i], u)
+                out[flat, i] = u if u > v or u != u else v
             elif mode == 1:
-                out[flat, i] = min(out[flat, i], u)
+                out[flat, i] = u if u < v or u != u else v
             else:
-                out[flat, i] *= u
+                out[flat, i] = v * u
 
 
 def bad_row_error(indices: np.ndarray, rows: np.ndarray, bad: int, shape: tuple[int, ...], what: str) -> IndexError:

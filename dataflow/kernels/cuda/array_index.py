@@ -199,10 +199,10 @@ def _scatter_reduce(rows, data, updates, out, depth, dims, inner, m, mode, flag)
         for r in range(m):
             if _slice_start(rows, r, depth, dims, inner) == here:
                 u = updates[r * inner + i % inner]
-                if mode == 0:
-                    v = max(v, u)
+                if mode == 0:  # a NaN wins, as on the CPU
+                    v = u if u > v or u != u else v
                 elif mode == 1:
-                    v = min(v, u)
+                    v = u if u < v or u != u else v
                 else:
                     v = v * u
         out[i] = v
