@@ -135,24 +135,46 @@ def _float32(t: Tensor) -> Tensor:
     return cg.cast(t, "float32") if t.dtype in HALF_FLOATS else t
 
 
-def in_float32(build: Build, rounded: int | None = None) -> Build:
+def in_float32(build: Build, like: tuple[int | None, ...] = ()) -> Build:
     """``build`` of a row made of several cellgraph ops, computed in float32 for half-float inputs
     and rounded back once, as ONNX Runtime's kernel of the one ONNX op rounds once.
 
     Each cellgraph op rounds its half-float result: HardSigmoid's ``x * alpha + beta`` as two ops
-    was two roundings, 0.1416 where the float16 nearest the exact value is 0.1414. ``rounded``:
-    how many leading outputs are of the input's type (all when None; LayerNormalization's mean and
-    inverse deviation are float32).
+    was two roundings, 0.1416 where the float16 nearest the exact value is 0.1414. ``like[i]``: the
+    input whose type output ``i`` has (None: float32, as LayerNormalization's mean); an output not
+    listed has input 0's.
     """
 
     def build_in_float32(b: Builder, n: NodeInfo) -> list[Tensor]:
         import cellgraph as cg
 
-        half = next((t.dtype for t in b.ins(n) if t.dtype in HALF_FLOATS), None)
-        if half is None:
+        ins = b.ins(n)
+        if not any(t.dtype in HALF_FLOATS for t in ins):
             return build(b, n)
         outs = build(cast("Builder", _Float32Inputs(b)), n)
-        last = len(outs) if rounded is None else rounded
-        return [cg.cast(t, half) if i < last and t.dtype == "float32" else t for i, t in enumerate(outs)]
+        dtypes = [_output_dtype(ins, like, i) for i in range(len(outs))]
+        return [cg.cast(t, d) if t.dtype != d else t for t, d in zip(outs, dtypes, strict=True)]
 
     return build_in_float32
+
+
+def _output_dtype(ins: list[Tensor], like: tuple[int | None, ...], i: int) -> str:
+    if i >= len(like):
+        return ins[0].dtype
+    source = like[i]
+    return "float32" if source is None else ins[source].dtype
+
+
+def same_shapes_before(version: int) -> Check:
+    """A check refusing inputs of different shapes in versions older than ``version``, which broadcast
+    nothing (Max-6, or Add-6 without its broadcast attribute): ONNX Runtime fails on them."""
+
+    def check(n: NodeInfo) -> str | None:
+        if n.version >= version:
+            return None
+        shapes = {n.shape(i) for i in range(len(n.inputs))}
+        if len(shapes) > 1 or None in shapes or any(None in s for s in shapes if s is not None):
+            return f"{n.op}-{n.version} of inputs whose shapes differ or are unknown (it broadcasts nothing)"
+        return None
+
+    return check

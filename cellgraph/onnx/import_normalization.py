@@ -32,7 +32,7 @@ from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import ImportRow, in_float32
+from .common import ImportRow, in_float32, same_shapes_before
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
@@ -82,7 +82,8 @@ def _layer_norm(b: Builder, n: NodeInfo) -> list[Tensor]:
     y = centered * inv_std * scale
     if len(ins) > 2:
         y = y + ins[2]
-    return [y, mean, inv_std]
+    # The mean and inverse deviation are of the stash type, float32, whatever the input's (float64).
+    return [y, cg.cast(mean, "float32"), cg.cast(inv_std, "float32")]
 
 
 def _check_layer_norm(n: NodeInfo) -> str | None:
@@ -167,14 +168,14 @@ def _mean(b: Builder, n: NodeInfo) -> list[Tensor]:
 _REDUCE_ATTRS = {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}
 
 NORMALIZATION: dict[str, ImportRow] = {
-    "BatchNormalization": ImportRow(_batch_norm, {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0},
+    "BatchNormalization": ImportRow(in_float32(_batch_norm, like=(0, 3, 4)), {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0},
                                     check=_check_batch_norm, since=9),
-    "LayerNormalization": ImportRow(in_float32(_layer_norm, rounded=1), {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+    "LayerNormalization": ImportRow(in_float32(_layer_norm, like=(0, None, None)), {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
                                     check=_check_layer_norm),
     "GlobalAveragePool":  ImportRow(_global_pool(cg.reduce_mean)),  # type: ignore[arg-type]
     "GlobalMaxPool":      ImportRow(_global_pool(cg.reduce_max)),  # type: ignore[arg-type]
     "ReduceMin":          ImportRow(_reduce_min, _REDUCE_ATTRS, (1,)),
-    "Mean":               ImportRow(in_float32(_mean)),
+    "Mean":               ImportRow(in_float32(_mean), check=same_shapes_before(8)),
     "RMSNormalization":   ImportRow(in_float32(_rms_norm), {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
                                     check=lambda n: None if n.rank(0) is not None else "RMSNormalization of unknown rank"),
     "ReduceL1":           ImportRow(in_float32(_norm_reduce("L1")), _REDUCE_ATTRS, (1,)),  # type: ignore[arg-type]

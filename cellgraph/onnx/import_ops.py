@@ -36,7 +36,7 @@ from cellgraph.dataflow.ops import logic, nn
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import Build, ImportRow, in_float32
+from .common import Build, ImportRow, in_float32, same_shapes_before
 from .import_arrays import ARRAYS
 from .import_cast import CAST
 from .import_more import MORE
@@ -526,14 +526,14 @@ _REDUCE = {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}
 
 # One row per ONNX op, aligned: op -> build, attributes (defaults), static inputs, check.
 IMPORTERS: dict[str, ImportRow] = {
-    "Add":            ImportRow(_binary(cg.add)),
-    "Sub":            ImportRow(_binary(cg.sub)),
-    "Mul":            ImportRow(_binary(cg.mul)),
-    "Div":            ImportRow(_div),
-    "Pow":            ImportRow(_pow),
-    "Max":            ImportRow(_variadic(cg.maximum)),
-    "Min":            ImportRow(_variadic(cg.minimum)),
-    "Sum":            ImportRow(in_float32(_variadic(cg.add))),
+    "Add":            ImportRow(_binary(cg.add), check=same_shapes_before(7)),
+    "Sub":            ImportRow(_binary(cg.sub), check=same_shapes_before(7)),
+    "Mul":            ImportRow(_binary(cg.mul), check=same_shapes_before(7)),
+    "Div":            ImportRow(_div, check=same_shapes_before(7)),
+    "Pow":            ImportRow(_pow, check=same_shapes_before(7)),
+    "Max":            ImportRow(_variadic(cg.maximum), check=same_shapes_before(8)),
+    "Min":            ImportRow(_variadic(cg.minimum), check=same_shapes_before(8)),
+    "Sum":            ImportRow(in_float32(_variadic(cg.add)), check=same_shapes_before(8)),
     "Neg":            ImportRow(_unary(cg.neg)),
     "Sqrt":           ImportRow(_unary(cg.sqrt)),
     "Exp":            ImportRow(_unary(cg.exp)),

@@ -5,8 +5,10 @@ run time, or ``Const`` arrays stored as initializers (the inputs a row needs
 at build time: axes, shapes, pads). ``check(case)`` runs it both ways and
 returns a ``Verdict``: ``agree``, ``refused`` (cellgraph raised ``OnnxError``,
 a stated limit), ``no_oracle`` (ONNX Runtime has no kernel for that version
-and dtype, or refuses the model) or ``differ`` (a wrong number, dtype or
-shape, or an error that is not an ``OnnxError``: the bugs this sweep hunts).
+and dtype, or refuses the model), ``both_fail`` (inputs both refuse when the
+graph runs: an index out of range) or ``differ`` (a wrong number, dtype or
+shape, numbers where ONNX Runtime fails, or an error that is not an
+``OnnxError``: the bugs this sweep hunts).
 
 Integers and bools must be equal; floats agree within ``case.rtol`` and
 ``case.atol`` (NaN where ONNX Runtime has NaN, infinities of the same sign).
@@ -94,7 +96,7 @@ Cases = Iterator["Case"]
 
 @dataclass
 class Verdict:
-    kind: str  # agree, refused, no_oracle, differ
+    kind: str  # agree, refused, no_oracle, differ, both_fail (bad inputs: both raise)
     detail: str = ""
 
 
@@ -138,20 +140,32 @@ def _session_options() -> ort.SessionOptions:
     options = ort.SessionOptions()
     # The kernel itself is the oracle: no fusion or constant folding in between.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: a kernel refusing out-of-range indices is a verdict
     return options
 
 
-def oracle(case: Case) -> list[np.ndarray] | str:
-    """ONNX Runtime's outputs, or why it has none."""
+@dataclass(frozen=True)
+class Rejected:
+    """ONNX Runtime ran the model and failed on these inputs (an index out of range)."""
+
+    detail: str
+
+
+def oracle(case: Case) -> list[np.ndarray] | Rejected | str:
+    """ONNX Runtime's outputs; ``Rejected`` when it refuses the inputs; else why it has no kernel."""
     try:
         model = model_of(case)
         session = ort.InferenceSession(
             model.SerializeToString(), _session_options(), providers=["CPUExecutionProvider"]
         )
-        return [np.asarray(v) for v in session.run(None, _feeds(case))]
     except Exception as err:  # NOT_IMPLEMENTED kernels, versions it does not read, its own shape checks
         return f"{type(err).__name__}: {str(err)[:200]}"
+    try:
+        return [np.asarray(v) for v in session.run(None, _feeds(case))]
+    except Exception as err:
+        if "Non-zero status code returned while running" in str(err):
+            return Rejected(f"{type(err).__name__}: {str(err)[:200]}")  # a kernel refused the inputs
+        return f"{type(err).__name__}: {str(err)[:200]}"  # it takes no such array (bfloat16 from NumPy)
 
 
 def imported(case: Case) -> list[np.ndarray]:
@@ -198,8 +212,13 @@ def check(case: Case) -> Verdict:
         got = imported(case)
     except OnnxError as err:
         return Verdict("refused", str(err))
-    except Exception as err:  # anything but a stated refusal is a bug: the model ran in ONNX Runtime
+    except Exception as err:
+        if isinstance(want, Rejected):  # both refuse these inputs when the graph runs
+            return Verdict("both_fail", f"{type(err).__name__}: {err}")
+        # Anything but a stated refusal is a bug: the model ran in ONNX Runtime.
         return Verdict("differ", f"{type(err).__name__} instead of a result or an OnnxError: {err}")
+    if isinstance(want, Rejected):
+        return Verdict("differ", f"numbers where ONNX Runtime fails ({want.detail})")
     why = compare(case, case.expect if case.expect is not None else want, got)
     return Verdict("differ", why) if why else Verdict("agree")
 
@@ -227,7 +246,9 @@ def allowed(op: str, version: int, param: str = "T") -> list[np.dtype[Any]]:
 
 def run_all(cases: Iterable[Case]) -> dict[str, list[tuple[Case, Verdict]]]:
     """Every case checked, grouped by verdict kind."""
-    out: dict[str, list[tuple[Case, Verdict]]] = {"agree": [], "refused": [], "no_oracle": [], "differ": []}
+    out: dict[str, list[tuple[Case, Verdict]]] = {
+        k: [] for k in ("agree", "refused", "no_oracle", "differ", "both_fail")
+    }
     for case in cases:
         verdict = check(case)
         out[verdict.kind].append((case, verdict))

@@ -30,6 +30,9 @@ def gather(rng: np.random.Generator) -> Cases:
                     yield Case("Gather", version, [x, idx], {"axis": axis})
                     yield Case("Gather", version, [x, Const(idx)], {"axis": axis}, note="known indices")
             yield Case("Gather", version, [x, np.array(-2, np.int64)], {"axis": 0}, note="scalar index")
+        # Out of range, past either end: ONNX Runtime fails, and so must cellgraph (no numbers).
+        for bad in (4, -5):
+            yield Case("Gather", version, [x[:, 0, 0], np.array([0, bad], np.int64)], note="out of range")
 
 
 def slice_(rng: np.random.Generator) -> Cases:
@@ -171,6 +174,8 @@ def nd(rng: np.random.Generator) -> Cases:
         yield Case("GatherND", v, [x, np.array([[[1]], [[-1]]], np.int64)])
         if v >= 12:
             yield Case("GatherND", v, [x, np.array([[1, -1], [0, 0], [-1, 1]], np.int64)], {"batch_dims": 1})
+        for bad in ([[3, 0]], [[0, -5]]):
+            yield Case("GatherND", v, [x, np.array(bad, np.int64)], note="out of range")
     for v in since("ScatterND"):
         reductions = ["none"] + (["add", "mul"] if v >= 16 else []) + (["max", "min"] if v >= 18 else [])
         for reduction in reductions:
@@ -183,6 +188,7 @@ def nd(rng: np.random.Generator) -> Cases:
             data = x if nan else np.nan_to_num(x)
             yield Case("ScatterND", v, [data, idx, updates[0]], attrs)
             yield Case("ScatterND", v, [data, np.array([[-1]], np.int64), updates[1]], attrs)
+            yield Case("ScatterND", v, [data, np.array([[3]], np.int64), updates[1]], attrs, note="out of range")
 
 
 def matmul(rng: np.random.Generator) -> Cases:

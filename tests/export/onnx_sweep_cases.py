@@ -17,6 +17,7 @@ import numpy as np
 
 from .onnx_sweep import FLOATS, Case, Cases, Const, allowed, since, tolerance, values
 from .onnx_sweep_array_cases import ARRAY_FAMILIES
+from .onnx_sweep_nn_cases import NN_FAMILIES
 
 # ------------------------------------------------------------------ elementwise
 SHAPES = [((2, 3), (2, 3)), ((2, 1, 3), (4, 1)), ((3,), ()), ((0, 3), (1, 3))]
@@ -351,6 +352,7 @@ FAMILIES: dict[str, Callable[[np.random.Generator], Cases]] = {
     "Softmax": lambda rng: softmax("Softmax", rng), "LogSoftmax": lambda rng: softmax("LogSoftmax", rng),
     "Hardmax": lambda rng: softmax("Hardmax", rng),
     **ARRAY_FAMILIES,
+    **NN_FAMILIES,
 }  # fmt: skip
 
 

@@ -21,17 +21,13 @@ from .onnx_sweep_cases import FAMILIES, all_cases
 # Rows the sweep leaves to other tests, and why.
 NOT_SWEPT = {
     **dict.fromkeys(
-        ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"),
+        ("Conv", "ConvTranspose", "MaxPool", "AveragePool"),
         "windowed ops: test_onnx_conv.py and ONNX's conformance cases",
     ),
     "Dropout": "random in training mode: test_onnx_dropout.py",
     **dict.fromkeys(
         ("Constant", "Shape", "Size", "Range", "ConstantOfShape"),
         "computed at import from known values (ONNX's reference evaluator or the static shape)",
-    ),
-    **dict.fromkeys(
-        ("BatchNormalization", "LayerNormalization", "RMSNormalization", "SpaceToDepth", "DepthToSpace"),
-        "not yet swept: ONNX's conformance cases only",
     ),
 }
 
@@ -167,3 +163,29 @@ def test_the_sweep_uses_every_version_onnx_runtime_runs() -> None:
     # Clip-6 is in force at opset 7 (the oldest ONNX Runtime runs); Clip-11, -12 and -13 at their own.
     clips = sorted({c.opset for c in all_cases(["Clip"])})
     assert clips == [7, 11, 12, 13]
+
+
+def test_versions_that_broadcast_nothing_refuse_inputs_of_different_shapes() -> None:
+    # Max-6 (in force at opset 7) requires one shape; ONNX Runtime fails where cellgraph broadcast.
+    a, b = np.zeros((2, 3), np.float32), np.zeros((3,), np.float32)
+    with pytest.raises(OnnxError) as err:
+        _one("Max", 7, a, b)
+    assert "Max-6 of inputs whose shapes differ or are unknown (it broadcasts nothing)" in str(err.value)
+    assert "Max node 'swept', opset 7" in str(err.value)
+    assert _one("Max", 8, a, b).shape == (2, 3)  # Max-8 broadcasts
+
+
+def test_layer_normalization_gives_its_mean_and_deviation_in_float32() -> None:
+    # The stash type (float32) is their type whatever the input's: they came back float64.
+    x = np.array([[1.0, 2.0, 4.0]], np.float64)
+    y, mean, inv_std = imported(Case("LayerNormalization", 17, [x, np.ones(3)], {"epsilon": 0.0}, outputs=3))
+    assert (y.dtype, mean.dtype, inv_std.dtype) == (np.float64, np.float32, np.float32)
+    assert mean.tolist() == [[float(np.float32(7.0 / 3.0))]]
+
+
+def test_batch_normalization_of_float16_rounds_once() -> None:
+    x = np.array([[1.0], [2.0], [3.0]], np.float16).reshape(1, 3, 1)
+    params = [Const(np.full(3, v, np.float16)) for v in (1.1, 0.3, 0.7, 0.9)]
+    got = _one("BatchNormalization", 15, x, *params, epsilon=0.0)
+    exact = (x.astype(np.float64) - 0.7001953125) / np.sqrt(0.89990234375) * 1.099609375 + 0.300048828125
+    assert got.tolist() == exact.astype(np.float16).tolist()
