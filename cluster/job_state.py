@@ -55,6 +55,8 @@ class JobState:
     ps: ParameterClient | None = field(default=None, repr=False)
     addresses: list[str] = field(default_factory=list)
     placed: PlacedTraining | None = field(default=None, repr=False)  # the placed step (supervisor.start)
+    # The ps tasks the placement gave a part of the model: the job's servers are the first this many.
+    ps_shards: int = 0
     generation: int = 0
     futures: list[Any] = field(default_factory=list, repr=False)
     shards: list[list[Any]] = field(default_factory=list, repr=False)

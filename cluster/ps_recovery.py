@@ -85,7 +85,9 @@ class ServerRecovery:
             "the replicas wait for it and rejoin"
         )
         try:
-            addresses = state.cluster.parameter_servers(state.job_id, timeout=timeout, replacing=dead)
+            # The job's servers only: the first ones, those the placement gave a part of the model (Supervisor.start).
+            found = state.cluster.parameter_servers(state.job_id, timeout=timeout, replacing=dead)
+            addresses = list(found)[: len(state.addresses)]
             ps = ParameterClient(addresses, state.token, timeout=timeout)
             placement = state.placed.placement if state.placed is not None else None
             ps.init(

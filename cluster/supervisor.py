@@ -55,6 +55,19 @@ STOP_GRACE_S = 5.0
 CLOSE_ERRORS = (ClusterError, ParameterServerError, OSError, TimeoutError, RuntimeError)
 
 
+def _gap_problem(used: list[int], ps_tasks: int) -> str | None:
+    """Why the job cannot run on the ps tasks ``used`` (of ``ps_tasks``): a task before the last one used holds
+    nothing. The job's servers are tasks 0 to n-1, each with a part of the model."""
+    empty = [task for task in range(used[-1]) if task not in used] if used else []
+    if not empty:
+        return None
+    return (
+        f"the placement puts no variable on ps task(s) {', '.join(map(str, empty))} but some on ps task "
+        f"{used[-1]} (of {ps_tasks}): a job's parameter servers are ps tasks 0 to n-1, each holding a part of the "
+        f"model; pin variables to /job:ps/task:0 first"
+    )
+
+
 class Supervisor:
     """Starts, watches and closes one job; ``Job`` is its handle."""
 
@@ -79,10 +92,11 @@ class Supervisor:
             ps_tasks = state.spec.replicas if colocated else len(state.cluster.ps_workers())
             placed = place_training(state.spec.graph, state.spec.optimizer, ps_tasks=ps_tasks)
             layout = layout_from_placement(placed.placement, state.spec.graph.initial)
-            problem = state.training.layout_problem(len({shard for pieces in layout.values() for shard, _ in pieces}))
+            used = sorted({shard for pieces in layout.values() for shard, _ in pieces})
+            problem = state.training.layout_problem(len(used)) or _gap_problem(used, ps_tasks)
             if problem:
                 raise TrainingError(f"cg.train: {problem}")
-            state.placed = placed
+            state.placed, state.ps_shards = placed, len(used)
         return state.placed
 
     def start(self) -> None:
@@ -95,9 +109,11 @@ class Supervisor:
         workers = state.cluster.training_workers()[: spec.replicas]
         # Colocated: shard i in replica i's worker.
         hosts = workers if spec.ps_placement == "colocated" else None
+        # A server the placement gave nothing (a one-variable model on two ps tasks) is not part of the job: it
+        # would never hear of it, and refuse every replica's Register.
         state.addresses = list(
             state.cluster.start_parameter_servers(state.job_id, state.token, state.checkpoint_dir, hosts=hosts)
-        )
+        )[: state.ps_shards]
         try:
             state.ps = ParameterClient(state.addresses, state.token, timeout=spec.timeout_s)
             state.ps.init(

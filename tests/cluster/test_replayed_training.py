@@ -310,3 +310,49 @@ def test_float32_adam_on_the_servers_is_bit_for_bit_the_local_sessions(cluster: 
         job.close()
     assert got.dtype == np.float32 and not np.array_equal(got, W0.astype(np.float32))
     np.testing.assert_array_equal(got, local)
+
+
+def _scalar_loss(device: str | None = None) -> cg.Tensor:
+    """``mean((x . v) s - y)``: linear in ``s``, so its gradient does not depend on ``s``'s value."""
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, D), "float64", name="x")
+        y = cg.placeholder((None,), "float64", name="y")
+        with cg.device(device):
+            s = cg.variable(0.5, dtype="float64", name="s")
+        return cg.reduce_mean((cg.reduce_sum(x, axis=1) * s - y), name="loss")
+
+
+def test_a_model_that_fills_one_of_two_servers_trains_and_a_stale_async_push_is_dropped_whole(
+    cluster: Cluster,
+) -> None:
+    """One scalar variable on a cluster of two ps tasks: the second server holds nothing. Before, it was never
+    given the job and refused every replica's Register, and the job hung until its replicas gave up. Now the job's
+    servers are those the placement used, so an async staleness bound applies: every push is applied or dropped
+    whole, and ``s`` moved by exactly one gradient per applied push (each is the same: every replica's block is the
+    same ten rows, taken whole)."""
+    rows = np.concatenate([X[:10], X[:10]]), np.concatenate([Y[:10, 0], Y[:10, 0]])
+    job = cg.train(_scalar_loss(), rows, cluster=cluster, optimizer=cg.optim.SGD(0.1), replicas=2, batch_size=10,
+                   steps=12, mode="async", max_staleness=0, checkpoint_every=None)  # fmt: skip
+    try:
+        job.wait(TIMEOUT)
+        assert job.status == "finished", job.events
+        got = job.variables()["s"]
+        stats = job.ps_stats()
+    finally:
+        job.close()
+    assert len(stats) == 1, stats  # the server the placement left empty is not the job's
+    applied = stats[0]["pushes_applied"]
+    assert stats[0]["global_step"] == stats[0]["updates"] == applied >= 12
+    gradient = X[:10].sum(axis=1).mean()
+    np.testing.assert_allclose(got, 0.5 - 0.1 * gradient * applied, rtol=1e-12)
+
+
+def test_a_placement_that_leaves_the_first_ps_task_empty_is_refused(cluster: Cluster) -> None:
+    with pytest.raises(TrainingError) as refused:
+        cg.train(_scalar_loss("/job:ps/task:1"), (X, Y[:, 0]), cluster=cluster, batch_size=2)
+    assert str(refused.value) == (
+        "cg.train: the placement puts no variable on ps task(s) 0 but some on ps task 1 (of 2): a job's parameter "
+        "servers are ps tasks 0 to n-1, each holding a part of the model; pin variables to /job:ps/task:0 first"
+    )
+    assert not cluster._job_closers
