@@ -68,6 +68,33 @@ def kind(dtype: str) -> str:
     return "f" if dtype in FLOATS else DTYPES[dtype].kind
 
 
+def past_float_range(array: np.ndarray, dtype: str) -> str | None:
+    """Why the numbers of ``array`` do not fit float dtype ``dtype`` ("it holds 100000, past float16's largest
+    finite value 65504"), or None when they fit or ``dtype`` is not a float: a cast would make a finite number
+    inf, with only NumPy's RuntimeWarning to say so. Rounding (and underflow to 0) is a float's ordinary loss
+    and passes, as do the infinities and NaNs ``array`` already holds.
+
+    >>> past_float_range(np.array([1.0, -1e5]), "float16")
+    "it holds -100000, past float16's largest finite value 65504"
+    >>> past_float_range(np.array([np.inf, 65519.0]), "float16") is None
+    True
+    """
+    if dtype not in FLOATS or not array.size:
+        return None
+    source = array.dtype.name
+    if not (source in FLOATS or (source in DTYPES and DTYPES[source].kind in "iu")):
+        return None
+    if np.can_cast(array.dtype, DTYPES[dtype]):  # a widening cast never overflows
+        return None
+    values = np.asarray(array, np.float64)
+    with np.errstate(over="ignore"):
+        became_inf = np.isinf(values.astype(DTYPES[dtype])) & np.isfinite(values)
+    if not became_inf.any():
+        return None
+    largest = float(ml_dtypes.finfo(DTYPES[dtype]).max)
+    return f"it holds {values[became_inf][0]:g}, past {dtype}'s largest finite value {largest:g}"
+
+
 def outside_int_range(array: np.ndarray, dtype: str) -> str | None:
     """Why the numbers of ``array`` do not fit integer dtype ``dtype`` ("it holds 2147483653, outside int32's
     range [-2147483648, 2147483647]"), or None when they fit or ``dtype`` is not an integer: a cast would wrap

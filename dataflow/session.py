@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import outside_int_range
+from .dtypes import outside_int_range, past_float_range
 from .errors import DTypeError, GraphError, ShapeError
 from .executor import Plan
 from .graph import Graph, Node, Tensor, get_default_graph
@@ -123,7 +123,10 @@ def convert_feed(t: Tensor, value: Any) -> np.ndarray:
         if not np.can_cast(array.dtype, t.dtype, "same_kind"):
             raise DTypeError(f"feed for {t.name!r} has dtype {array.dtype}, expected {t.dtype}")
         outside = None if np.can_cast(array.dtype, t.dtype) else outside_int_range(array, t.dtype)
-        if outside is not None:  # int64 labels into an int32 placeholder: a cast would wrap them round
+        # int64 labels into an int32 placeholder: a cast would wrap them round; float32 data past 65504 into a
+        # float16 placeholder: it would be inf.
+        outside = outside or past_float_range(array, t.dtype)
+        if outside is not None:
             raise DTypeError(f"feed for {t.name!r} ({array.dtype}) does not fit {t.dtype}: {outside}")
         array = array.astype(t.dtype)
     if not compatible(t.shape, array.shape):

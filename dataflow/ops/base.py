@@ -8,7 +8,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from ..dtypes import DTYPES, as_dtype, is_float, kind, outside_int_range
+from ..dtypes import DTYPES, as_dtype, is_float, is_half, kind, outside_int_range, past_float_range
 from ..errors import DTypeError
 from ..graph import Graph, Node, Tensor, get_default_graph
 from ..opdef import InferContext, Shape, TensorSpec
@@ -77,6 +77,12 @@ def operand_array(value: Any, dtype: str, op: str | None = None) -> np.ndarray:
     outside = outside_int_range(array, as_dtype(dtype))
     if outside is not None:
         raise DTypeError(f"{where}cannot use {what} as {_a(dtype)} value: {outside}")
+    outside = past_float_range(array, as_dtype(dtype))
+    if outside is not None:  # h * 70000.0 with a float16 h would multiply by inf
+        wider = "float32" if is_half(as_dtype(dtype)) else "float64"
+        raise DTypeError(
+            f"{where}cannot use {what} as {_a(dtype)} value: {outside}; compute in {wider} (cg.cast(x, {wider!r}))"
+        )
     return array.astype(target, copy=False)
 
 

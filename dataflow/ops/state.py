@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import as_dtype, kind, outside_int_range
+from ..dtypes import as_dtype, kind, outside_int_range, past_float_range
 from ..errors import DTypeError, GraphError, ShapeError
 from ..graph import Graph, Node, Tensor, get_default_graph
 from ..kernels.cuda import cuda_kernel
@@ -57,10 +57,10 @@ def constant(value: Any, dtype: str | None = None, name: str = "const", graph: G
 
 def _check_fits(source: np.ndarray, dtype: str, name: str) -> None:
     """Raise unless every number of ``source`` is the same number in ``dtype``: an integer that wraps round,
-    or a fraction cut off, would change the constant without a word."""
+    a fraction cut off, or a float past the dtype's range (inf) would change the constant without a word."""
     if source.dtype.kind not in "iuf":
         return
-    outside = outside_int_range(source, dtype)
+    outside = outside_int_range(source, dtype) or past_float_range(source, dtype)
     if outside is not None:
         raise DTypeError(f"constant {name!r} as {dtype}: {outside}")
     if source.dtype.kind == "f" and kind(dtype) in "iu" and not np.array_equal(source, np.trunc(source)):
@@ -142,7 +142,12 @@ def variable(
             seed = zlib.crc32(g.unique_name(name).encode())
         value = np.asarray(init(tuple(shape), as_dtype(dtype), seed))
     else:
-        value = np.array(init, dtype=as_dtype(dtype))
+        source = np.asarray(init)
+        # A number past the dtype's range would be wrapped round (an int) or made inf (a float) without a word.
+        outside = outside_int_range(source, as_dtype(dtype)) or past_float_range(source, as_dtype(dtype))
+        if outside is not None:
+            raise DTypeError(f"variable {name!r} as {as_dtype(dtype)}: {outside}")
+        value = np.array(source, dtype=as_dtype(dtype))
         if shape is not None and tuple(shape) != value.shape:
             raise ShapeError(
                 f"variable {name!r}: initial value has shape {fmt(value.shape)}, expected {fmt(tuple(shape))}"

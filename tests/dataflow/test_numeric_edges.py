@@ -253,3 +253,67 @@ def test_a_fused_loops_source_names_the_helpers_it_inlines() -> None:
     assert y.node is segment.nodes[-1]
     helpers = hashlib.sha256(Path(str(scalar.__file__)).read_bytes() + Path(str(vector_f32.__file__)).read_bytes())
     assert f"# scalar helpers {helpers.hexdigest()[:16]}" in loop_source(segment)
+
+
+# ------------------------------------------------------------ numbers past a float dtype's range
+def test_a_feed_past_a_float_dtypes_range_is_refused_not_made_inf() -> None:
+    # Before: float32 data holding 1e5 fed to a float16 placeholder became inf (NumPy's cast only warns).
+    g = cg.Graph()
+    with g.as_default():
+        h = cg.placeholder((2,), "float16", name="h")
+        b = cg.placeholder((2,), "bfloat16", name="b")
+        f = cg.placeholder((2,), "float32", name="f")
+        out = [h * 1.0, b * 1.0, f * 1.0]
+    sess = cg.Session(g)
+    fine = {h: np.array([65519.0, -1.0], np.float32), b: np.ones(2), f: np.array([1e-50, 3e38])}
+    np.testing.assert_array_equal(sess.run(out[0], {h: fine[h]}), [65504, -1])  # rounds to float16's largest
+    cases = [
+        (h, np.array([1.0, 1e5], np.float32), "feed for 'h:0' (float32) does not fit float16: it holds 100000, "
+         "past float16's largest finite value 65504"),
+        (h, np.array([70000, 1]), "feed for 'h:0' (int64) does not fit float16: it holds 70000, past float16's "
+         "largest finite value 65504"),
+        (b, np.array([1e39, 1.0]), "feed for 'b:0' (float64) does not fit bfloat16: it holds 1e+39, past "
+         "bfloat16's largest finite value 3.38953e+38"),
+        (f, np.array([-1e39, 1.0]), "feed for 'f:0' (float64) does not fit float32: it holds -1e+39, past "
+         "float32's largest finite value 3.40282e+38"),
+    ]  # fmt: skip
+    for ph, value, message in cases:
+        with raises(cg.DTypeError, message):
+            sess.run(out, {**fine, ph: value})
+    # Infinities and NaNs already in the data are the data: they pass.
+    got = sess.run(out[0], {h: np.array([np.inf, np.nan], np.float32)})
+    assert np.isinf(got[0]) and np.isnan(got[1])
+
+
+def test_constants_variables_and_operands_past_a_float_dtypes_range_are_refused() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        h = cg.placeholder((2,), "float16", name="h")
+        x = cg.placeholder((2,), "float32", name="x")
+        positive = h > 0
+        before = len(g.nodes)
+        cases: list[tuple[Callable[[], Any], str]] = [
+            (lambda: cg.constant([1.0, 1e5], "float16", name="c"),
+             "constant 'c' as float16: it holds 100000, past float16's largest finite value 65504"),
+            (lambda: cg.variable(np.array([1e40]), name="w"),
+             "variable 'w' as float32: it holds 1e+40, past float32's largest finite value 3.40282e+38"),
+            (lambda: cg.variable(2**40, dtype="int32", name="n"),
+             "variable 'n' as int32: it holds 1099511627776, outside int32's range [-2147483648, 2147483647]"),
+            (lambda: h * 70000.0,
+             "Mul: cannot use 70000.0 as a float16 value: it holds 70000, past float16's largest finite value 65504; "
+             "compute in float32 (cg.cast(x, 'float32'))"),
+            (lambda: cg.where(positive, h, -1e9),
+             "Where: cannot use -1000000000.0 as a float16 value: it holds -1e+09, past float16's largest finite "
+             "value 65504; compute in float32 (cg.cast(x, 'float32'))"),
+            (lambda: x + 1e39,
+             "Add: cannot use 1e+39 as a float32 value: it holds 1e+39, past float32's largest finite value "
+             "3.40282e+38; compute in float64 (cg.cast(x, 'float64'))"),
+        ]  # fmt: skip
+        for build, message in cases:
+            with raises(cg.DTypeError, message):
+                build()
+        assert len(g.nodes) == before  # nothing was added by a refused request
+        # Values that fit, and the infinities a user writes, are taken as they are.
+        kept = [h * -np.inf, h * 65504.0, cg.constant([np.inf], "float16"), x * 3e38]
+    got = cg.Session(g).run(kept, {h: np.ones(2, np.float16), x: np.ones(2, np.float32)})
+    assert np.all(got[0] == -np.inf) and np.all(got[1] == 65504) and got[2][0] == np.inf
