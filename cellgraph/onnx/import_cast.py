@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from onnx import TensorProto
+
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import logic
@@ -114,9 +116,19 @@ def to_float_grid(x: Tensor, grid: FloatGrid, saturate: bool) -> Tensor:
     return signed + 0.0 if grid.unsigned_zero else signed
 
 
+def _to(n: NodeInfo) -> int | None:
+    """Cast's target type: a TensorProto code, or (Cast-1) its name as a string ("FLOAT")."""
+    to = n.attrs["to"]
+    if isinstance(to, bytes | str):
+        name = to.decode() if isinstance(to, bytes) else to
+        return int(TensorProto.DataType.Value(name)) if name in TensorProto.DataType.keys() else None
+    return None if to is None else int(to)
+
+
 def _cast(b: Builder, n: NodeInfo) -> list[Tensor]:
     x = b.ins(n)[0]
-    to = int(n.attrs["to"])
+    to = _to(n)
+    assert to is not None  # the check refused it otherwise
     if to not in READ_ONLY:
         return [cg.cast(x, COMPUTE_DTYPE[to])]
     wide = x if x.dtype == "float32" else cg.cast(x, "float32")
@@ -132,7 +144,9 @@ def _cast(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 
 def _check_cast(n: NodeInfo) -> str | None:
-    to = int(n.attrs["to"]) if n.attrs["to"] is not None else None
+    to = _to(n)
+    if to is None:
+        return f"Cast to {n.attrs['to']!r}, which is no ONNX type"
     if to in COMPUTE_DTYPE or to in FLOAT_GRIDS or to in INT_RANGES:
         return None
     return f"Cast to {n.dtype_name(to)}"

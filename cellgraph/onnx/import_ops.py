@@ -250,6 +250,9 @@ def _flatten(b: Builder, n: NodeInfo) -> list[Tensor]:
     x = b.ins(n)[0]
     axis = _flatten_axis(n, len(x.shape))
     head, tail = x.shape[:axis], x.shape[axis:]
+    if None not in x.shape:
+        # Both sizes known: no -1, which cannot stand beside a 0 (a (0, 3, 2) input at axis 1).
+        return [cg.reshape(x, (math.prod(head), math.prod(tail)))]  # type: ignore[arg-type]
     if None not in head:
         return [cg.reshape(x, (math.prod(head), -1))]  # type: ignore[arg-type]
     return [cg.reshape(x, (-1, math.prod(tail)))]  # type: ignore[arg-type]

@@ -35,6 +35,8 @@ import cellgraph as cg
 from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.graph import Tensor
 
+from .common import HALF_FLOATS
+
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
 
@@ -281,10 +283,15 @@ def conv_transpose(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 def pool(b: Builder, n: NodeInfo) -> list[Tensor]:
     source = b.ins(n)[0]
-    if not is_float(source.dtype):
-        # cellgraph's pools are for floats: integers pool in float64 (exact for every int32) and come back.
-        return [cg.cast(y, source.dtype) for y in _pool(n, cg.cast(source, "float64"))]
-    return _pool(n, source)
+    # cellgraph's pools are for floats: integers pool in float64 (exact for every int32), and half
+    # floats in float32 (a mean of several slices, each add rounded to float16, was 10 units in the
+    # last place off); the values come back to the input's type, MaxPool's Indices stay int64
+    # (an int8 input's were cast to int8).
+    wide = "float64" if not is_float(source.dtype) else "float32" if source.dtype in HALF_FLOATS else None
+    if wide is None:
+        return _pool(n, source)
+    y, *indices = _pool(n, cg.cast(source, wide))
+    return [cg.cast(y, source.dtype), *indices]
 
 
 def _pool(n: NodeInfo, source: Tensor) -> list[Tensor]:

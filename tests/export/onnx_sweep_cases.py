@@ -18,6 +18,7 @@ import numpy as np
 from .onnx_sweep import FLOATS, Case, Cases, Const, allowed, since, tolerance, values
 from .onnx_sweep_array_cases import ARRAY_FAMILIES
 from .onnx_sweep_nn_cases import NN_FAMILIES
+from .onnx_sweep_window_cases import WINDOW_FAMILIES
 
 # ------------------------------------------------------------------ elementwise
 SHAPES = [((2, 3), (2, 3)), ((2, 1, 3), (4, 1)), ((3,), ()), ((0, 3), (1, 3))]
@@ -353,6 +354,7 @@ FAMILIES: dict[str, Callable[[np.random.Generator], Cases]] = {
     "Hardmax": lambda rng: softmax("Hardmax", rng),
     **ARRAY_FAMILIES,
     **NN_FAMILIES,
+    **WINDOW_FAMILIES,
 }  # fmt: skip
 
 

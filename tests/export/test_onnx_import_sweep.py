@@ -19,17 +19,7 @@ from .onnx_sweep import Case, Const, check, imported, run_all
 from .onnx_sweep_cases import FAMILIES, all_cases
 
 # Rows the sweep leaves to other tests, and why.
-NOT_SWEPT = {
-    **dict.fromkeys(
-        ("Conv", "ConvTranspose", "MaxPool", "AveragePool"),
-        "windowed ops: test_onnx_conv.py and ONNX's conformance cases",
-    ),
-    "Dropout": "random in training mode: test_onnx_dropout.py",
-    **dict.fromkeys(
-        ("Constant", "Shape", "Size", "Range", "ConstantOfShape"),
-        "computed at import from known values (ONNX's reference evaluator or the static shape)",
-    ),
-}
+NOT_SWEPT: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -189,3 +179,31 @@ def test_batch_normalization_of_float16_rounds_once() -> None:
     got = _one("BatchNormalization", 15, x, *params, epsilon=0.0)
     exact = (x.astype(np.float64) - 0.7001953125) / np.sqrt(0.89990234375) * 1.099609375 + 0.300048828125
     assert got.tolist() == exact.astype(np.float16).tolist()
+
+
+def test_max_pool_of_integers_gives_int64_indices() -> None:
+    # The integers pool in float64 and come back; the Indices came back as int8 too.
+    x = np.array([[[[1, 5], [7, -3]]]], np.int8)
+    values, indices = imported(Case("MaxPool", 12, [x], {"kernel_shape": [2, 2]}, outputs=2))
+    assert (values.dtype, values.tolist()) == (np.int8, [[[[7]]]])
+    assert (indices.dtype, indices.tolist()) == (np.int64, [[[[2]]]])
+
+
+def test_average_pool_of_float16_rounds_once() -> None:
+    # A 3-D pool is the mean of one slice per kernel offset: each add rounded to float16 was 10 ulps off.
+    x = np.array([0.1, 0.2, 0.3, -0.55, 0.7, 0.3, -1.1, 0.8], np.float16).reshape(1, 1, 2, 2, 2)
+    got = _one("AveragePool", 19, x, kernel_shape=[2, 2, 2])
+    assert got.reshape(-1)[0] == np.float16(x.astype(np.float64).mean())
+
+
+def test_flatten_of_an_empty_batch() -> None:
+    # (0, 3, 2) at axis 1 was a reshape to (0, -1), which no size solves.
+    assert _one("Flatten", 13, np.zeros((0, 3, 2), np.float32), axis=1).shape == (0, 6)
+
+
+def test_cast_1_names_its_type_as_a_string() -> None:
+    # Cast-1's `to` is "INT32", not a TensorProto code: int(b"INT32") failed with a ValueError.
+    assert _one("Cast", 1, np.array([1.7, -2.5], np.float32), to="INT32").tolist() == [1, -2]
+    with pytest.raises(OnnxError) as err:
+        _one("Cast", 1, np.array([1.0], np.float32), to="INT33")
+    assert "Cast to b'INT33', which is no ONNX type" in str(err.value)
