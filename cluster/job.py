@@ -118,18 +118,35 @@ def train(
         parameter servers in its PS workers.
     mode, replicas_to_aggregate, max_staleness
         ``"sync"``: each step averages the first ``replicas_to_aggregate``
-        gradients (default: all replicas; fewer leaves backup workers);
+        gradients (default: all replicas; fewer leaves backup workers), all
+        computed from that step's values; a later one is dropped as stale.
+        As TensorFlow's ``SyncReplicasOptimizer``, a step is the *mean* of
+        its gradients: for a loss that is a mean over the batch, the
+        gradient of the mean over every replica's rows; a loss summed over
+        the batch is divided by the number of gradients, and a weighted
+        mean becomes the mean of each replica's weighted mean. With backup
+        workers and several parameter servers, each server takes the first
+        gradients that reach it, which may be other replicas' than another
+        server took (as TensorFlow's per-variable accumulators do).
         ``"async"``: each gradient is applied on arrival, within
         ``max_staleness`` versions (such a bound needs every variable on one
         parameter server: each judges staleness by its own global step, and
-        two could split a push).
+        two could split a push); pushes on their way when the global step
+        reaches ``steps`` are still applied, so an async job may end a few
+        steps past ``steps``.
     checkpoint_every, checkpoint_dir
         The parameter servers checkpoint at every multiple of
         ``checkpoint_every`` global steps (and the job at the end) into
         ``checkpoint_dir`` (by default a new temporary folder, which the job
         leaves for ``resume_from``), which every PS worker must reach; a lost parameter
         server costs at most that many steps. ``resume_from`` restores a
-        checkpoint (a name in ``checkpoint_dir``, e.g. ``"ckpt-0000000300"``) first.
+        checkpoint (a name in ``checkpoint_dir``, e.g. ``"ckpt-0000000300"``)
+        first: variables, optimizer slots, Adam's step count and the global
+        step (so a schedule goes on where it was); ``steps`` counts from 0,
+        not from the checkpoint. Each replica goes on with the batch of the
+        restored global step, so in sync mode with every replica aggregated
+        (and the same data, replicas and seed) N steps, then N more resumed,
+        train as 2N straight.
     nonfinite
         What a gradient holding NaN or Inf does at the parameter servers:
         ``"reject"`` (the push fails with an error naming the variable),

@@ -43,14 +43,14 @@ def cluster() -> Iterator[Cluster]:
         yield local
 
 
-def _loss() -> cg.Tensor:
+def _loss(reduce: str = "mean") -> cg.Tensor:
     g = cg.Graph()
     with g.as_default():
         x = cg.placeholder((None, D), "float64", name="x")
         y = cg.placeholder((None, OUT), "float64", name="y")
         w = cg.variable(W0, dtype="float64", name="w")
         b = cg.variable(B0, dtype="float64", name="b")
-        return cg.reduce_mean(cg.square(cg.tanh(x @ w + b) - y), name="loss")
+        return getattr(cg, f"reduce_{reduce}")(cg.square(cg.tanh(x @ w + b) - y), name="loss")
 
 
 def replica_batches(replicas: int, batch_size: int, seed: int, first: int, count: int) -> list[list[Batch]]:
@@ -75,6 +75,7 @@ def torch_replay(
     make: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
     steps: list[list[Batch]],
     rate: Callable[[int], float] | None = None,
+    reduce: str = "mean",
 ) -> dict[str, np.ndarray]:
     """Each step: the mean of the replicas' gradients, at the rate of the global step before the update."""
     w, b = (torch.tensor(v, requires_grad=True) for v in (W0, B0))
@@ -82,9 +83,8 @@ def torch_replay(
     for step, batches in enumerate(steps):
         grads = []
         for bx, by in batches:
-            gw, gb = torch.autograd.grad(
-                (torch.tanh(torch.tensor(bx) @ w + b) - torch.tensor(by)).square().mean(), [w, b]
-            )
+            losses = (torch.tanh(torch.tensor(bx) @ w + b) - torch.tensor(by)).square()
+            gw, gb = torch.autograd.grad(getattr(losses, reduce)(), [w, b])
             grads.append((gw, gb))
         w.grad = sum(g for g, _ in grads) / len(grads)  # type: ignore[assignment]
         b.grad = sum(g for _, g in grads) / len(grads)  # type: ignore[assignment]
@@ -148,6 +148,21 @@ def test_a_sync_job_with_a_variable_split_over_two_servers_matches_torch(cluster
     got = train(cluster, optimizer=make(), replicas=2, batch_size=2, steps=5, checkpoint_every=None, seed=4)
     want = torch_replay(torch_make, replica_batches(2, 2, 4, 0, 5), rate)  # type: ignore[arg-type]
     assert_close(got, want, f"{kind}: cluster vs torch")
+
+
+def test_a_sum_loss_steps_by_the_mean_of_the_replicas_gradients(cluster: Cluster) -> None:
+    """A sync step applies the mean of its gradients (TensorFlow's SyncReplicasOptimizer averages too): for a loss
+    summed over each batch, that is the gradient of the sum over both replicas' rows divided by two."""
+    job = cg.train(_loss("sum"), (X, Y), cluster=cluster, optimizer=cg.optim.SGD(0.05), replicas=2, batch_size=3,
+                   steps=4, checkpoint_every=None, seed=6)  # fmt: skip
+    try:
+        job.wait(TIMEOUT)
+        assert job.status == "finished", job.events
+        got = job.variables()
+    finally:
+        job.close()
+    want = torch_replay(lambda p: torch.optim.SGD(p, lr=0.05), replica_batches(2, 3, 6, 0, 4), reduce="sum")
+    assert_close(got, want, "sum loss, mean of the replicas' gradients, vs torch")
 
 
 def test_the_placement_splits_w_over_both_servers(cluster: Cluster) -> None:
