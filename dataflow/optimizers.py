@@ -23,7 +23,7 @@ from .dtypes import is_half
 from .errors import DTypeError, GradientError, GraphError
 from .graph import Graph, Node, Tensor
 from .ops import training
-from .ops.math import add, div, maximum, mul, reduce_sum, sqrt, square
+from .ops.math import add, cast, div, maximum, mul, reduce_sum, sqrt, square
 from .ops.schedule import learning_rate_schedule
 from .ops.state import assign_add, constant, group, variable
 from .optimizer_registry import OPTIMIZER_KINDS, OptimizerDef, Value
@@ -319,14 +319,20 @@ def clip_by_global_norm(
                 f"{name}: {t.name!r} has dtype {t.dtype} and {present[0].name!r} has {dtype}; all must share one dtype"
             )
     graph = present[0].graph
+    # Half tensors are squared and summed in float32: a float16 gradient of 300 squared is inf in float16, and
+    # an inf norm scaled every gradient to 0 (PyTorch's vector_norm accumulates a half tensor in float32 too).
+    wide = "float32" if is_half(dtype) else dtype
+    widen = (lambda t: cast(t, wide)) if wide != dtype else (lambda t: t)
     with graph.atomic(), graph.name_scope(name):
-        total = reduce_sum(square(present[0]))
+        total = reduce_sum(square(widen(present[0])))
         for t in present[1:]:
-            total = add(total, reduce_sum(square(t)))
+            total = add(total, reduce_sum(square(widen(t))))
         norm = sqrt(total, name="global_norm")
-        limit = constant(clip_norm, dtype=dtype, name="clip_norm")
+        limit = constant(clip_norm, dtype=wide, name="clip_norm")
         # clip_norm / max(norm, clip_norm): 1 when within the bound, and never a division by 0.
         scale = div(limit, maximum(norm, limit), name="scale")
+        if wide != dtype:
+            scale, norm = cast(scale, dtype, name="scale_half"), cast(norm, dtype, name="global_norm_half")
         clipped = [None if t is None else mul(t, scale, name="clipped") for t in tensors]
     return clipped, norm
 

@@ -317,3 +317,26 @@ def test_constants_variables_and_operands_past_a_float_dtypes_range_are_refused(
         kept = [h * -np.inf, h * 65504.0, cg.constant([np.inf], "float16"), x * 3e38]
     got = cg.Session(g).run(kept, {h: np.ones(2, np.float16), x: np.ones(2, np.float32)})
     assert np.all(got[0] == -np.inf) and np.all(got[1] == 65504) and got[2][0] == np.inf
+
+
+# ------------------------------------------------------------ clipping half gradients
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_clip_by_global_norm_of_half_gradients_matches_torch(dtype: str) -> None:
+    # Before: 300 squared is inf in float16, the global norm was inf and every clipped gradient 0.
+    grads = [np.array([300.0, 1.0], np.float32), np.array([1e-3], np.float32)]
+    g = cg.Graph()
+    with g.as_default():
+        tensors = [cg.constant(a, dtype) for a in grads]
+        clipped, norm = cg.optim.clip_by_global_norm(tensors, 1.0)
+    got = cg.Session(g).run([*clipped, norm])
+    params = [torch.zeros(a.shape, dtype=getattr(torch, dtype), requires_grad=True) for a in grads]
+    for p, a in zip(params, grads):
+        p.grad = torch.from_numpy(a).to(p.dtype)
+    want_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    assert norm.dtype == dtype and got[2].dtype.name == dtype
+    tolerance = 1e-3 if dtype == "float16" else 8e-3  # one rounding to the half type
+    np.testing.assert_allclose(float(got[2]), float(want_norm), rtol=tolerance)
+    for mine, p in zip(got[:2], params):
+        assert p.grad is not None
+        np.testing.assert_allclose(mine.astype(np.float32), p.grad.float().numpy(), rtol=tolerance)
+    np.testing.assert_allclose(got[0].astype(np.float32), [1.0, 1 / 300], rtol=tolerance)
