@@ -13,6 +13,7 @@ import numpy as np
 
 from . import kernel
 from . import vector_f32 as f32
+from .reduce import reducer
 
 
 # ------------------------------------------------------------ activations
@@ -163,16 +164,15 @@ def bias_add(x, bias):  # type: ignore[no-untyped-def]
     return out.reshape(x.shape)
 
 
-@kernel
-def bias_add_grad(dy, c):  # type: ignore[no-untyped-def]
-    out = np.zeros(c, dy.dtype)
+def bias_add_grad(dy: np.ndarray, c: int) -> np.ndarray:
+    """``dy`` summed over every axis but the last, by the sum reduction (kernels/cpu/reduce.py): float32 in a
+    float64 accumulator. Summed row by row in float32, 400000 rows were 1e-5 off."""
     if c == 0:
-        return out
-    rows = dy.reshape(dy.size // c, c)
-    for r in range(rows.shape[0]):
-        for j in range(c):
-            out[j] += rows[r, j]
-    return out
+        return np.zeros(0, dy.dtype)
+    return _column_sums(dy.reshape(dy.size // c, c))
+
+
+_column_sums = reducer("sum", (0,), False)
 
 
 # ---------------------------------------------------------------- dropout
