@@ -130,6 +130,12 @@ def known(rng: np.random.Generator) -> Cases:
             dtype = np.int64 if isinstance(start, int) else np.float32
             ins = [Const(np.array(v, dtype)) for v in (start, limit, delta)]
             yield Case("Range", version, ins)
+        # ONNX Runtime adds delta n times (6000001.5 for the 7th element); the spec's start + i * delta,
+        # in float32 as ONNX's reference computes it too, is expected (6000002.0).
+        start, limit, delta = np.float32(1.0), np.float32(1e7 + 3), np.float32(1e6 + 0.125)
+        want = start + np.arange(11, dtype=np.float32) * delta
+        yield Case("Range", version, [Const(np.array(v)) for v in (start, limit, delta)], expect=[want],
+                   note="start + i * delta; ONNX Runtime accumulates")  # fmt: skip
     for version in since("Constant"):
         yield Case("Constant", version, [], {"value": _tensor(np.array([[1.5, -2.0]], np.float16))})
         if version >= 12:
