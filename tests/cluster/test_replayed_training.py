@@ -27,6 +27,7 @@ import torch
 import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.training_graph import TrainingError
+from cellgraph.inference import checkpoint_values
 
 TIMEOUT = 120.0
 ROWS, D, OUT = 11, 6, 3
@@ -212,8 +213,13 @@ def test_a_resumed_job_goes_on_exactly_as_one_that_never_stopped(cluster: Cluste
         job.wait(TIMEOUT)
         assert job.status == "finished", job.events
         assert job.checkpoints[-1] == "ckpt-0000000003"
+        first = job.variables()
     finally:
         job.close()
+    # The checkpoint's two halves of w, read back whole, are the values the servers held.
+    saved = checkpoint_values(tmp_path)
+    for name in ("w", "b"):
+        np.testing.assert_array_equal(saved[name], first[name], err_msg=name)
     resumed = train(
         cluster, optimizer=cg.optim.Adam(schedule, epsilon=1e-16), steps=6, checkpoint_every=None,
         checkpoint_dir=tmp_path, resume_from="ckpt-0000000003", **options,
