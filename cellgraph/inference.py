@@ -225,6 +225,10 @@ def trained_values(source: Source, graph: Graph) -> dict[str, np.ndarray]:
         )
     out: dict[str, np.ndarray] = {}
     for node in graph.variables():
+        if node.name not in values and not node.attrs.get("trainable", True) and not isinstance(source, Mapping):
+            # An untrained variable the step never assigns (a frozen layer) is kept by each replica, not by the
+            # parameter servers (cluster/placed_training.py): its value is still its initial one.
+            values[node.name] = np.array(node.attrs["initial_value"], dtype=node.specs[0].dtype)
         if node.name not in values:
             held = ", ".join(sorted(values)[:8]) or "none"
             raise ExportError(f"variable {node.name!r} has no value in the {_describe(source)} (it holds: {held})")

@@ -27,7 +27,7 @@ import torch
 import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.training_graph import TrainingError
-from cellgraph.inference import checkpoint_values
+from cellgraph.inference import checkpoint_values, trained_values
 
 TIMEOUT = 120.0
 ROWS, D, OUT = 11, 6, 3
@@ -267,6 +267,11 @@ def test_untrained_variables_the_step_never_assigns_are_kept_by_every_replica(cl
         for name in ("scale", "mask"):
             assert job.placement.device_of[name] == "/job:worker/task:0/device:cpu:0", name
             assert job.placement.reasons[name].startswith("untrained, and the step never assigns it"), name
+        # What an export reads from the job: the frozen ones are their initial values.
+        exported = trained_values(job, g)
+        np.testing.assert_array_equal(exported["scale"], scale0)
+        np.testing.assert_array_equal(exported["mask"], mask0)
+        np.testing.assert_array_equal(exported["w"], got["w"])
     finally:
         job.close()
     assert sorted(got) == ["b", "w"]
