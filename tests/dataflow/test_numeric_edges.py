@@ -130,14 +130,15 @@ def test_float32_sum_of_a_million_values_is_within_an_ulp_of_float64() -> None:
     assert abs(running[-1] - truth) <= eps * truth, (running[-1], truth)
 
 
-def test_the_bias_gradient_of_many_rows_is_within_an_ulp_of_float64() -> None:
-    # Before: BiasAddGrad summed 400000 rows one by one in float32, 1e-5 off.
+@pytest.mark.parametrize("add", [cg.bias_add, lambda x, b: x + b], ids=["bias_add", "broadcast add"])
+def test_the_bias_gradient_of_many_rows_is_within_an_ulp_of_float64(add: Callable[..., cg.Tensor]) -> None:
+    # Before: BiasAddGrad, and SumToShapeOf (np.sum over the rows), added 400000 rows one by one in float32: 1e-5 off.
     dy = (np.random.default_rng(4).standard_normal((400_000, 4)) + 0.1).astype(np.float32)
     g = cg.Graph()
     with g.as_default():
         x = cg.placeholder((None, 4), name="x")
         b = cg.variable(np.zeros(4, np.float32), name="b")
-        (grad,) = cg.gradients(cg.bias_add(x, b), [b], grad_ys=[cg.constant(dy)])
+        (grad,) = cg.gradients(add(x, b), [b], grad_ys=[cg.constant(dy)])
     got = cg.Session(g).run(grad, {x: np.zeros_like(dy)})
     truth = dy.astype(np.float64).sum(axis=0)
     assert np.all(np.abs(got - truth) <= np.finfo(np.float32).eps * np.abs(truth)), (got, truth)
