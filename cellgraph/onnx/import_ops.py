@@ -481,6 +481,12 @@ def _float_fmod(a: Tensor, c: Tensor) -> Tensor:
     return mu.where(cg.less(a, cg.zeros_like(a)), cg.neg(r), r)
 
 
+def _relu(b: Builder, n: NodeInfo) -> list[Tensor]:
+    x = b.ins(n)[0]
+    # Relu-14 takes signed integers, which cellgraph's relu (for floats) does not: their max with 0.
+    return [cg.relu(x) if is_float(x.dtype) else cg.maximum(x, cg.zeros_like(x))]
+
+
 def _sign(b: Builder, n: NodeInfo) -> list[Tensor]:
     x = b.ins(n)[0]
     if x.dtype.startswith("uint"):
@@ -541,7 +547,7 @@ IMPORTERS: dict[str, ImportRow] = {
     "Sqrt":           ImportRow(_unary(cg.sqrt)),
     "Exp":            ImportRow(_unary(cg.exp)),
     "Log":            ImportRow(_unary(cg.log)),
-    "Relu":           ImportRow(_unary(cg.relu)),
+    "Relu":           ImportRow(_relu),
     "Sigmoid":        ImportRow(_unary(cg.sigmoid)),
     "Tanh":           ImportRow(_unary(cg.tanh)),
     "Identity":       ImportRow(_unary(cg.identity)),

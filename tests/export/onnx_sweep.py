@@ -256,13 +256,15 @@ def run_all(cases: Iterable[Case]) -> dict[str, list[tuple[Case, Verdict]]]:
 
 
 def values(rng: np.random.Generator, dtype: np.dtype[Any], shape: tuple[int, ...], special: bool = True,
-           low: float | None = None, high: float | None = None) -> np.ndarray:  # fmt: skip
-    """Random values of ``dtype`` with its edges mixed in (NaN, +-inf, -0.0; or the integer extremes)."""
+           low: float | None = None, high: float | None = None, ties: bool = False) -> np.ndarray:  # fmt: skip
+    """Random values of ``dtype`` with its edges mixed in (NaN, +-inf, -0.0; or the integer extremes);
+    ``ties``: floats rounded to whole numbers, so that a small range repeats values as integers do."""
     size = int(np.prod(shape))
     if dtype == np.bool_:
         return rng.integers(0, 2, size).astype(bool).reshape(shape)
     if dtype in FLOATS:
-        x = rng.uniform(-4.0 if low is None else low, 4.0 if high is None else high, size).astype(object)
+        x = rng.uniform(-4.0 if low is None else low, 4.0 if high is None else high, size)
+        x = (np.round(x) if ties else x).astype(object)
         edges: list[Any] = [np.nan, np.inf, -np.inf, -0.0, 0.0] if special else []
     else:
         info = np.iinfo(dtype)

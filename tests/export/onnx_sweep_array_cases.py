@@ -90,7 +90,7 @@ def cumsum(rng: np.random.Generator) -> Cases:
 def top_k(rng: np.random.Generator) -> Cases:
     for version in since("TopK"):
         for dtype in allowed("TopK", version, "T"):
-            x = values(rng, dtype, (3, 5), special=False, low=-3, high=3)  # ties
+            x = values(rng, dtype, (3, 5), special=False, low=-3, high=3, ties=True)
             for axis in (-1, 0, 1):
                 for largest in (1, 0) if version >= 11 else (1,):
                     k = Const(np.array([2], np.int64))

@@ -293,7 +293,7 @@ def arg(op: str, rng: np.random.Generator) -> Cases:
     for version in since(op):
         last = version >= 12
         for dtype in allowed(op, version, "T"):
-            x = values(rng, dtype, (3, 4, 5), special=False, low=-2, high=2)  # small range: ties
+            x = values(rng, dtype, (3, 4, 5), special=False, low=-2, high=2, ties=True)
             for axis in (0, -1, 1, -3) if version >= 11 else (0, 1):
                 for keepdims in (1, 0):
                     for select_last in (0, 1) if last else (0,):
@@ -327,6 +327,8 @@ def softmax(op: str, rng: np.random.Generator) -> Cases:
             rows[1, :] = -np.inf if op != "Hardmax" else 1.0  # a row of -inf: NaN in ONNX Runtime
             rows[2, 3] = np.inf if op == "Hardmax" else rows[2, 3]
             yield Case(op, version, [rows], {"axis": -1}, **tol, note="-inf")
+            if op == "Hardmax":  # ties: the first of the largest is 1
+                yield Case(op, version, [values(rng, dtype, (4, 5), False, -1, 1, ties=True)], {"axis": 0}, note="ties")
 
 
 def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:

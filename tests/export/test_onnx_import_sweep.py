@@ -207,3 +207,9 @@ def test_cast_1_names_its_type_as_a_string() -> None:
     with pytest.raises(OnnxError) as err:
         _one("Cast", 1, np.array([1.0], np.float32), to="INT33")
     assert "Cast to b'INT33', which is no ONNX type" in str(err.value)
+
+
+def test_relu_of_integers() -> None:
+    # Relu-14 takes int8 to int64; cellgraph's relu is for floats and refused them.
+    x = np.array([-128, -1, 0, 5, 127], np.int8)
+    assert _one("Relu", 14, x).tolist() == [0, 0, 0, 5, 127]
