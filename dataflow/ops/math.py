@@ -39,6 +39,8 @@ _x = lambda n: n.inputs[0]  # noqa: E731
 _y = lambda n: n.inputs[1]  # noqa: E731
 _z = lambda n: n.output(0)  # noqa: E731
 
+# Maximum and Minimum give a tie's whole gradient to x, as TensorFlow's _MaximumGrad (x >= y) does; PyTorch
+# splits it in half. Either is a subgradient: this one is TensorFlow's on purpose.
 _BINARY: list[tuple[Any, ...]] = [
     ("Add",     ew.add,     np.add,      lambda n, g: [g, g],                                             "({0} + {1})"),
     ("Sub",     ew.sub,     np.subtract, lambda n, g: [g, neg(g)],                                        "({0} - {1})"),

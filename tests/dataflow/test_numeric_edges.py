@@ -354,3 +354,12 @@ def test_clip_by_global_norm_of_half_gradients_matches_torch(dtype: str) -> None
         assert p.grad is not None
         np.testing.assert_allclose(mine.astype(np.float32), p.grad.float().numpy(), rtol=tolerance)
     np.testing.assert_allclose(got[0].astype(np.float32), [1.0, 1 / 300], rtol=tolerance)
+
+
+def test_maximum_and_minimum_give_a_ties_gradient_to_x_as_tensorflow_does() -> None:
+    # A deliberate choice (dataflow/ops/math.py): TensorFlow's rule, where PyTorch gives each side half.
+    x, y = np.array([1.0, 2.0, 3.0]), np.array([1.0, 3.0, 2.0])
+    for op, to_x in ((cg.maximum, [1.0, 0.0, 1.0]), (cg.minimum, [1.0, 1.0, 0.0])):
+        _, dx, dy = _value_and_grad(op, x, y)
+        np.testing.assert_array_equal(dx, to_x)
+        np.testing.assert_array_equal(dy, 1.0 - np.array(to_x))
