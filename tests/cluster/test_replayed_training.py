@@ -142,11 +142,18 @@ OPTIMIZERS: dict[str, tuple[Callable[[], Any], Callable[[list[torch.Tensor]], to
 }
 
 
+@pytest.mark.parametrize("placement", ["dedicated", "colocated"])
 @pytest.mark.parametrize("kind", list(OPTIMIZERS))
-def test_a_sync_job_with_a_variable_split_over_two_servers_matches_torch(cluster: Cluster, kind: str) -> None:
-    """Both halves of ``w`` (one per server) take the same rate, step count and mean gradient each step."""
+def test_a_sync_job_with_a_variable_split_over_two_servers_matches_torch(
+    cluster: Cluster, kind: str, placement: str
+) -> None:
+    """Both halves of ``w`` (one per server: the PS workers', or one in each replica's worker) take the same rate,
+    step count and mean gradient each step."""
     make, torch_make, rate = OPTIMIZERS[kind]
-    got = train(cluster, optimizer=make(), replicas=2, batch_size=2, steps=5, checkpoint_every=None, seed=4)
+    got = train(
+        cluster, optimizer=make(), replicas=2, batch_size=2, steps=5, checkpoint_every=None, seed=4,
+        ps_placement=placement,
+    )  # fmt: skip
     want = torch_replay(torch_make, replica_batches(2, 2, 4, 0, 5), rate)  # type: ignore[arg-type]
     assert_close(got, want, f"{kind}: cluster vs torch")
 
