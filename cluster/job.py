@@ -131,9 +131,11 @@ def train(
         ``"async"``: each gradient is applied on arrival, within
         ``max_staleness`` versions (such a bound needs every variable on one
         parameter server: each judges staleness by its own global step, and
-        two could split a push); pushes on their way when the global step
-        reaches ``steps`` are still applied, so an async job may end a few
-        steps past ``steps``.
+        two could split a push); each server takes a schedule's rate at
+        its own count of updates, which concurrent pushes may reach in
+        another order on another server; pushes on their way when the
+        global step reaches ``steps`` are still applied, so an async job
+        may end a few steps past ``steps``.
     checkpoint_every, checkpoint_dir
         The parameter servers checkpoint at every multiple of
         ``checkpoint_every`` global steps (and the job at the end) into
