@@ -205,6 +205,9 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         for entry in config.shard_map:
             spec_from_proto(entry.variable)  # every entry must parse, though only ours are held
         optimizer, training = optimizer_from_proto(config.optimizer), training_from_proto(config.training)
+        problem = training.layout_problem(len({entry.shard for entry in config.shard_map}))
+        if problem:  # ParameterClient.init refuses it first; a client of its own is told here
+            raise ParameterServerError(f"job {job}: {problem}", "INVALID_ARGUMENT")
         by_name = {s.name: s for s in specs}
         if len(by_name) != len(specs):
             raise ParameterServerError("the job config names a variable twice", "INVALID_ARGUMENT")

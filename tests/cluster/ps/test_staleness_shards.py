@@ -10,13 +10,16 @@ a push reached exactly that state (``a`` moved by one replica's gradient,
 
 from __future__ import annotations
 
+import grpc
 import numpy as np
 import pytest
 
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps.config import OptimizerConfig, TrainingConfig
+from cellgraph.protos import parameter_service_pb2 as pb
 
 from .conftest import Servers
+from .test_limits import init_chunk, job, refused, spec
 
 INIT = {"a": np.zeros((4, 2)), "b": np.zeros(8)}
 WORDS = (
@@ -73,3 +76,21 @@ def test_a_staleness_bound_on_one_server_still_drops_a_stale_push_whole(ps: Serv
     values = client.pull().values
     np.testing.assert_array_equal(values["a"], -np.ones((4, 2)))
     np.testing.assert_array_equal(values["b"], -np.ones(8))
+
+
+def test_the_server_refuses_a_bound_over_two_shards_from_a_client_of_its_own(ps: Servers) -> None:
+    """The door checks it too: a client that is not ``ParameterClient`` gets the same words, and no job."""
+    ps.start(1)
+    mine = pb.ShardMapEntry(shard=0, variable=spec(2, 4))
+    theirs = pb.ShardMapEntry(shard=1, variable=spec(3, name="b"))
+    config = job(
+        training=pb.TrainingConfigProto(mode=pb.ASYNC, replicas_to_aggregate=1, max_staleness=0),
+    )
+    config.config.num_shards = 2
+    config.config.shard_map.extend([mine, theirs])
+    err = refused(ps, [config, init_chunk()])
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details().startswith(
+        "job 'k': max_staleness=0 in async mode needs every variable on one parameter server, but the job's "
+        "variables are on 2:"
+    ), err.details()
