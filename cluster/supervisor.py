@@ -64,7 +64,7 @@ def _gap_problem(used: list[int], ps_tasks: int) -> str | None:
     return (
         f"the placement puts no variable on ps task(s) {', '.join(map(str, empty))} but some on ps task "
         f"{used[-1]} (of {ps_tasks}): a job's parameter servers are ps tasks 0 to n-1, each holding a part of the "
-        f"model; pin variables to /job:ps/task:0 first"
+        "model; pin variables to /job:ps/task:0 first"
     )
 
 

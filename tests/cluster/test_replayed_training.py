@@ -389,3 +389,48 @@ def test_a_placement_that_leaves_the_first_ps_task_empty_is_refused(cluster: Clu
         "servers are ps tasks 0 to n-1, each holding a part of the model; pin variables to /job:ps/task:0 first"
     )
     assert not cluster._job_closers
+
+
+def _bn_loss(momentum: float) -> cg.Tensor:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, D), "float64", name="x")
+        y = cg.placeholder((None, OUT), "float64", name="y")
+        w = cg.variable(W0, dtype="float64", name="w")
+        h = cg.layers.batch_norm(x, training=True, momentum=momentum, name="bn")
+        return cg.reduce_mean(cg.square(cg.tanh(h @ w) - y), name="loss")
+
+
+def test_moving_statistics_over_steps_and_a_resume_follow_the_replicas_batch_means(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Each sync step moves the moving mean by ``(1 - momentum)`` times (the mean of the replicas' batch means
+    minus it); a resumed job brings it back and goes on with the same batches, as 6 straight steps do."""
+    momentum, options = 0.8, dict(optimizer=cg.optim.SGD(0.1), replicas=2, batch_size=2, seed=5)
+    straight = cg.train(_bn_loss(momentum), (X, Y), cluster=cluster, steps=6, checkpoint_every=None, **options)
+    first = cg.train(_bn_loss(momentum), (X, Y), cluster=cluster, steps=3, checkpoint_every=3,
+                     checkpoint_dir=tmp_path, **options)  # fmt: skip
+    values = {}
+    for name, job in (("straight", straight), ("first", first)):
+        try:
+            job.wait(TIMEOUT)
+            assert job.status == "finished", job.events
+            values[name] = job.variables()
+        finally:
+            job.close()
+    resumed = cg.train(_bn_loss(momentum), (X, Y), cluster=cluster, steps=6, checkpoint_every=None,
+                       checkpoint_dir=tmp_path, resume_from="ckpt-0000000003", **options)  # fmt: skip
+    try:
+        resumed.wait(TIMEOUT)
+        assert resumed.status == "finished", resumed.events
+        values["resumed"] = resumed.variables()
+    finally:
+        resumed.close()
+    mean = np.zeros(D)
+    for batches in replica_batches(2, 2, 5, 0, 6):
+        mean = momentum * mean + (1 - momentum) * np.mean([bx.mean(axis=0) for bx, _ in batches], axis=0)
+    np.testing.assert_allclose(values["straight"]["bn/moving_mean"], mean, rtol=1e-12, atol=1e-15)
+    for name in ("bn/moving_mean", "bn/moving_variance", "bn/gamma", "bn/beta", "w"):
+        np.testing.assert_allclose(
+            values["resumed"][name], values["straight"][name], rtol=1e-9, atol=1e-12, err_msg=name
+        )
