@@ -43,7 +43,7 @@ from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 
 from ..saved_model import LoadedModel
-from .common import COMPUTE_DTYPE, READ_DTYPE, OnnxError, is_wider, onnx_code, onnx_dtype_name, widen
+from .common import COMPUTE_DTYPE, READ_DTYPE, WIDENED, OnnxError, is_wider, onnx_code, onnx_dtype_name, widen
 from .import_ops import IMPORTERS
 
 
@@ -339,6 +339,20 @@ class Builder:
         return [self.tensor(n) for n in (names if count is None else names[:count])]
 
 
+def _wrapped(t: Tensor, onnx_type: onnx.TypeProto | None) -> Tensor:
+    """``t`` reduced modulo 2**bits where its ONNX type is one cellgraph computes wider (uint16 as
+    int32, uint32 as int64), as the narrow type would have wrapped it.
+
+    Wrapping only at the model's boundary was too late: a uint32 ``1 - 2`` stayed -1 in int64, so a
+    later Less, Div or Cast saw -1 where ONNX has 4294967295 (Less(1 - 2, 10) was true).
+    """
+    code = onnx_type.tensor_type.elem_type if onnx_type is not None and onnx_type.HasField("tensor_type") else 0
+    if code not in WIDENED:
+        return t
+    modulus = 2 ** (8 * onnx.helper.tensor_dtype_to_np_dtype(code).itemsize)
+    return cg.mod(t, cg.constant(np.array(modulus, t.dtype), dtype=t.dtype))
+
+
 def _placeholder(value: onnx.ValueInfoProto) -> Tensor:
     t = value.type.tensor_type
     dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
@@ -381,7 +395,7 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
                     raise OnnxError(f"{info.describe()} does not build in cellgraph: {err}") from err
                 for name, t in zip(info.outputs, outs, strict=False):
                     if name:
-                        builder.tensors[name] = t
+                        builder.tensors[name] = _wrapped(t, info.types.get(name))
             outputs = [cg.identity(builder.tensor(v.name), name=cell_name(v.name)) for v in g.output]
     except OnnxError:
         raise

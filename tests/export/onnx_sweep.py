@@ -48,6 +48,9 @@ DTYPES: dict[str, Any] = {
     "tensor(int16)": np.dtype(np.int16),
     "tensor(int32)": np.dtype(np.int32),
     "tensor(int64)": np.dtype(np.int64),
+    # Computed wider by cellgraph (uint16 as int32, uint32 as int64), wrapped back at the model's boundary.
+    "tensor(uint16)": np.dtype(np.uint16),
+    "tensor(uint32)": np.dtype(np.uint32),
     "tensor(bool)": np.dtype(np.bool_),
 }
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
+import cellgraph as cg
 from cellgraph.onnx.common import OnnxError
 from cellgraph.onnx.import_ops import IMPORTERS
 
@@ -213,3 +215,26 @@ def test_relu_of_integers() -> None:
     # Relu-14 takes int8 to int64; cellgraph's relu is for floats and refused them.
     x = np.array([-128, -1, 0, 5, 127], np.int8)
     assert _one("Relu", 14, x).tolist() == [0, 0, 0, 5, 127]
+
+
+@pytest.mark.parametrize(("code", "dtype"), [(TensorProto.UINT32, np.uint32), (TensorProto.UINT16, np.uint16)])
+def test_unsigned_types_computed_wider_wrap_at_every_node(code: int, dtype: type) -> None:
+    # uint32 is computed in int64: 1 - 2 stayed -1 until the model's boundary, so Less(1 - 2, 10) was
+    # true, (1 - 2) / 10 was 0 and Cast(1 - 2, FLOAT) was -1. ONNX wraps it to 2**32 - 1 at once.
+    nodes = [
+        helper.make_node("Sub", ["a", "b"], ["d"]),
+        helper.make_node("Less", ["d", "c"], ["less"]),
+        helper.make_node("Div", ["d", "c"], ["q"]),
+        helper.make_node("Cast", ["d"], ["f"], to=TensorProto.FLOAT),
+    ]
+    outputs = [
+        helper.make_tensor_value_info(n, t, [2])
+        for n, t in (("less", TensorProto.BOOL), ("q", code), ("f", TensorProto.FLOAT))
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, code, [2]) for n in "abc"], outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    top = int(np.iinfo(dtype).max)
+    less, q, f = cg.onnx.import_model(model)(*(np.array(v, dtype) for v in ([1, 5], [2, 3], [10, 10])))
+    assert less.tolist() == [False, True]
+    assert q.tolist() == [top // 10, 0]
+    assert f.tolist() == [float(np.float32(top)), 2.0]
