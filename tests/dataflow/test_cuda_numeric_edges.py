@@ -86,3 +86,17 @@ def test_cuda_tensor_scatter_max_and_min_keep_a_nan(op: Callable[..., cg.Tensor]
     cpu, gpu = _both(op, data, rows, updates)
     np.testing.assert_array_equal(gpu[0], [np.nan, np.nan, 2.0, np.nan])
     np.testing.assert_array_equal(gpu[0], cpu[0])
+
+
+def test_cuda_normalization_of_a_row_holding_an_inf_is_nan() -> None:
+    from cellgraph.dataflow.ops.normalization import fused_batch_norm
+
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    x[0, 2], x[3, 3] = np.inf, -np.inf
+    gamma, beta = np.ones(6, np.float32), np.zeros(6, np.float32)
+    cpu, gpu = _both(cg.layer_norm, x, gamma, beta)
+    np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert np.isnan(gpu[0][0]).all() and np.isnan(gpu[0][3]).all() and np.isfinite(gpu[0][1:3]).all()
+    cpu, gpu = _both(lambda t, g, b: fused_batch_norm(t, g, b)[0], x, gamma, beta)
+    np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert np.isnan(gpu[0][:, [2, 3]]).all() and np.isfinite(np.delete(gpu[0], [2, 3], axis=1)).all()

@@ -363,3 +363,32 @@ def test_maximum_and_minimum_give_a_ties_gradient_to_x_as_tensorflow_does() -> N
         _, dx, dy = _value_and_grad(op, x, y)
         np.testing.assert_array_equal(dx, to_x)
         np.testing.assert_array_equal(dy, 1.0 - np.array(to_x))
+
+
+# ------------------------------------------------------------ normalization of a row holding an inf
+@pytest.mark.parametrize("kind", ["layer_norm", "batch_norm"])
+def test_a_row_or_channel_holding_an_inf_normalizes_to_nan_as_in_torch(kind: str) -> None:
+    # Before: its variance was NaN, ``var + eps > 0`` was false, and 1/sqrt went to the inf meant for a constant
+    # row with epsilon 0: the row came out as infinities (layer_norm gave [nan, -inf, inf, ...], not NaN).
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    x[0, 2], x[2, 1], x[3, 3] = np.inf, np.nan, -np.inf
+    gamma, beta = np.ones(6, np.float32), np.zeros(6, np.float32)
+    weights = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)
+
+    def build(t: cg.Tensor, g: cg.Tensor, b: cg.Tensor) -> cg.Tensor:
+        if kind == "layer_norm":
+            return cg.layer_norm(t, g, b) * weights
+        moving = [cg.variable(np.full(6, v, np.float32), name=n, trainable=False) for n, v in (("mm", 0), ("mv", 1))]
+        return cg.batch_norm(t, g, b, *moving, training=True, epsilon=1e-5) * weights
+
+    got = _value_and_grad(build, x, gamma, beta)
+
+    def torch_build(t: Any, g: Any, b: Any) -> Any:
+        if kind == "layer_norm":
+            return F.layer_norm(t, (6,), g, b) * torch.from_numpy(weights)
+        return F.batch_norm(t, None, None, g, b, training=True, eps=1e-5) * torch.from_numpy(weights)
+
+    want = _torch_value_and_grad(torch_build, x, gamma, beta)
+    for what, mine, theirs in zip(("value", "dx", "dgamma", "dbeta"), got, want):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5, equal_nan=True, err_msg=what)
+    assert np.isnan(got[0][0]).all() if kind == "layer_norm" else np.isnan(got[0][:, 2]).all()

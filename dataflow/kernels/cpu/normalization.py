@@ -28,6 +28,16 @@ from . import kernel
 
 
 @kernel
+def rstd_of(v):  # type: ignore[no-untyped-def]
+    """``1 / sqrt(v)`` of a variance plus epsilon: IEEE's inf at 0 (a constant row with epsilon 0) without the
+    division raising, and NaN at NaN (a row holding an inf or a NaN, as PyTorch gives); ``v > 0`` alone made
+    that inf, and the row came out as infinities."""
+    if v > 0.0:
+        return 1.0 / np.sqrt(v)
+    return np.inf if v == 0.0 else np.nan
+
+
+@kernel
 def _row_stats(x2, r, eps):  # type: ignore[no-untyped-def]
     n = x2.shape[1]
     mean = 0.0
@@ -39,9 +49,7 @@ def _row_stats(x2, r, eps):  # type: ignore[no-untyped-def]
         d = x2[r, j] - mean
         var += d * d
     var /= n
-    if var + eps > 0.0:
-        return mean, 1.0 / np.sqrt(var + eps)
-    return mean, np.inf  # a constant row with epsilon 0: IEEE's 1 / 0, without the division raising
+    return mean, rstd_of(var + eps)
 
 
 @kernel
@@ -138,7 +146,7 @@ def _channel_stats(x3, mean, var):  # type: ignore[no-untyped-def]
 @kernel
 def _scale_shift(mean, var, gamma, beta, eps, scale, shift):  # type: ignore[no-untyped-def]
     for c in range(mean.shape[0]):
-        rstd = 1.0 / np.sqrt(var[c] + eps) if var[c] + eps > 0.0 else np.inf
+        rstd = rstd_of(var[c] + eps)
         scale[c] = gamma[c] * rstd
         shift[c] = beta[c] - mean[c] * scale[c]
 
@@ -159,7 +167,7 @@ def _bn_backward(dy3, x3, gamma, mean, var, eps, dx3, dgamma, dbeta):  # type: i
     count = outer * inner
     rstd = np.empty(channels)
     for c in range(channels):
-        rstd[c] = 1.0 / np.sqrt(var[c] + eps) if var[c] + eps > 0.0 else np.inf
+        rstd[c] = rstd_of(var[c] + eps)
     for o in range(outer):
         for c in range(channels):
             for i in range(inner):
@@ -209,7 +217,7 @@ def _bn_backward_last(dy2, x2, gamma, mean, var, eps, dx2, dgamma, dbeta):  # ty
     rows, channels = x2.shape
     rstd = np.empty(channels)
     for c in range(channels):
-        rstd[c] = 1.0 / np.sqrt(var[c] + eps) if var[c] + eps > 0.0 else np.inf
+        rstd[c] = rstd_of(var[c] + eps)
     for o in range(rows):
         for c in range(channels):
             d = dy2[o, c]

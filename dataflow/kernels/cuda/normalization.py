@@ -29,6 +29,14 @@ math = device_math()
 
 
 @cuda.jit(device=True)
+def _rstd_of(v):  # type: ignore[no-untyped-def]
+    """``1 / sqrt(v)``: inf at 0, NaN at NaN, as kernels/cpu/normalization.py's ``rstd_of``."""
+    if v > 0.0:
+        return 1.0 / math.sqrt(v)
+    return np.inf if v == 0.0 else np.nan
+
+
+@cuda.jit(device=True)
 def _row_stats(x2, r, eps):  # type: ignore[no-untyped-def]
     n = x2.shape[1]
     mean = float64(0.0)
@@ -40,9 +48,7 @@ def _row_stats(x2, r, eps):  # type: ignore[no-untyped-def]
         d = x2[r, j] - mean
         var += d * d
     var /= n
-    if var + eps > 0.0:
-        return mean, 1.0 / math.sqrt(var + eps)
-    return mean, np.inf  # a constant row with epsilon 0: IEEE's 1 / 0, without the division raising
+    return mean, _rstd_of(var + eps)
 
 
 @cuda.jit
@@ -119,7 +125,7 @@ def _bn_forward(x, mean, var, gamma, beta, eps, inner, channels, y):  # type: ig
     if k < x.size:
         c = (k // inner) % channels
         v = var[c] + eps
-        rstd = 1.0 / math.sqrt(v) if v > 0.0 else np.inf
+        rstd = _rstd_of(v)
         y[k] = (x[k] - mean[c]) * rstd * gamma[c] + beta[c]
 
 
@@ -129,7 +135,7 @@ def _bn_dy_xhat(dy, x, mean, var, eps, inner, channels, out):  # type: ignore[no
     if k < x.size:
         c = (k // inner) % channels
         v = var[c] + eps
-        rstd = 1.0 / math.sqrt(v) if v > 0.0 else np.inf
+        rstd = _rstd_of(v)
         out[k] = dy[k] * (x[k] - mean[c]) * rstd
 
 
@@ -139,7 +145,7 @@ def _bn_backward(dy, x, gamma, mean, var, dgamma, dbeta, eps, inner, channels, c
     if k < x.size:
         c = (k // inner) % channels
         v = var[c] + eps
-        rstd = 1.0 / math.sqrt(v) if v > 0.0 else np.inf
+        rstd = _rstd_of(v)
         xhat = (x[k] - mean[c]) * rstd
         dx[k] = gamma[c] * rstd * (dy[k] - dbeta[c] / count - xhat * dgamma[c] / count)
 
