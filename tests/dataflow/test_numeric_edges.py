@@ -392,3 +392,18 @@ def test_a_row_or_channel_holding_an_inf_normalizes_to_nan_as_in_torch(kind: str
     for what, mine, theirs in zip(("value", "dx", "dgamma", "dbeta"), got, want):
         np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5, equal_nan=True, err_msg=what)
     assert np.isnan(got[0][0]).all() if kind == "layer_norm" else np.isnan(got[0][:, 2]).all()
+
+
+# ------------------------------------------------------------ activation gradients in the negative tail
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("op", "torch_op"), [(cg.elu, F.elu), (cg.selu, F.selu)], ids=["elu", "selu"])
+def test_elu_and_selu_gradients_keep_their_tail(
+    op: Callable[..., cg.Tensor], torch_op: Callable[..., Any], dtype: str
+) -> None:
+    # Before: the slope for x <= 0 was y + alpha, which cancels: elu'(-30) was 0 in float32 (exp(-30) = 9.4e-14)
+    # and selu'(-17.3) 2**-23, twice the truth.
+    x = np.array([-700.0, -100.0, -30.0, -17.31, -5.0, -1e-3, 0.0, 2.0], dtype)
+    got = _value_and_grad(lambda t: op(t) * 1.0, x)
+    want = _torch_value_and_grad(torch_op, x)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6 if dtype == "float32" else 1e-14)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6 if dtype == "float32" else 1e-14, atol=0)
