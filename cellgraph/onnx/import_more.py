@@ -3,10 +3,11 @@
 
 CumSum's axis and TopK's K must be known when the graph is built (they are
 attrs of cellgraph's ops). TopK along another axis than the last is moved
-there and back by transposes; ``largest=0`` is the top k of ``-x`` (floats
-only: negating the most negative int overflows), which keeps ONNX's tie rule
-(the lower index first). ``sorted=0`` leaves the order to the runtime, and
-cellgraph's sorted order is one such order.
+there and back by transposes; ``largest=0`` is the top k of an order-reversing
+key (``-x`` for floats with NaN last, ``-1 - x`` or ``max - x`` for integers,
+which never overflow), which keeps ONNX's tie rule (the lower index first), and
+the values are gathered from ``x`` at the indices found. ``sorted=0`` leaves the
+order to the runtime, and cellgraph's sorted order is one such order.
 
 Examples
 --------
@@ -26,8 +27,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 import cellgraph as cg
+from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.graph import Tensor
+from cellgraph.dataflow.ops import logic
+from cellgraph.dataflow.ops import math_unary as mu
 
 from .common import ImportRow
 
@@ -58,10 +64,11 @@ def _top_k(b: Builder, n: NodeInfo) -> list[Tensor]:
     axis = int(n.attrs["axis"]) % rank
     perm = [*(i for i in range(rank) if i != axis), axis]
     moved = x if axis == rank - 1 else cg.transpose(x, perm)
-    smallest = not n.attrs["largest"]
-    values, indices = cg.top_k(-moved if smallest else moved, k)
-    if smallest:
-        values = -values
+    if n.attrs["largest"]:
+        values, indices = cg.top_k(moved, k)
+    else:
+        _, indices = cg.top_k(_reversed_order(moved), k)
+        values = cg.gather(moved, indices, axis=rank - 1, batch_dims=rank - 1)
     indices = cg.cast(indices, "int64")
     if axis != rank - 1:
         back = [perm.index(i) for i in range(rank)]
@@ -69,14 +76,29 @@ def _top_k(b: Builder, n: NodeInfo) -> list[Tensor]:
     return [values, indices]
 
 
+def _reversed_order(x: Tensor) -> Tensor:
+    """A key whose largest are ``x``'s smallest, ties kept in place."""
+    if not is_float(x.dtype):
+        # ~x, as arithmetic: -1 - x (max - x unsigned) reverses the order and never overflows, where
+        # -x of the lowest int does.
+        top = np.iinfo(np.dtype(x.dtype)).max if x.dtype.startswith("uint") else -1
+        return cg.constant(np.array(top, x.dtype), dtype=x.dtype) - x
+    # NaN counted as the largest x (last among the smallest), as with largest=1 and in NumPy's order:
+    # -NaN is NaN, the "largest" of -x, so NaN came first among the smallest.
+    return mu.where(logic.is_nan(x), _minus_infinity(x), cg.neg(x))
+
+
+def _minus_infinity(t: Tensor) -> Tensor:
+    """-inf in ``t``'s shape and dtype, made when the graph runs (a constant -inf does not survive
+    elementwise fusion: see import_cast._special)."""
+    wide = cg.cast(cg.zeros_like(t), "float64") - 1e300
+    return cg.cast(wide * 1e300, t.dtype)
+
+
 def _check_top_k(n: NodeInfo) -> str | None:
     shape = n.shape(0)
     if shape is None or not shape:
         return "TopK of an input whose rank is unknown until the graph runs, or of rank 0"
-    if not n.attrs["largest"] and n.types.get(n.inputs[0]) is not None:
-        elem = n.types[n.inputs[0]].tensor_type.elem_type
-        if elem not in (1, 10, 11, 16):  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
-            return "TopK with largest=0 of integers (the smallest are found as the largest of -x)"
     return None
 
 

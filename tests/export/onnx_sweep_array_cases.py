@@ -215,7 +215,35 @@ def matmul(rng: np.random.Generator) -> Cases:
                     yield Case("Gemm", v, [a, b] + ([] if c is None else [c]), attrs, **tolerance(dtype, 4e-6))
 
 
+def empties(rng: np.random.Generator) -> Cases:
+    """Empty inputs, empty outputs and sizes of 0 (a k of 0, repeats of 0, a split of 0), one per op."""
+    x, none = values(rng, np.dtype(np.float32), (3, 4)), np.zeros((0, 3), np.float32)
+    i64 = lambda *v: Const(np.array(v, np.int64))  # noqa: E731 - a table's shorthand
+    yield from (
+        Case("Tile", 13, [x, i64(0, 2)]),
+        Case("Pad", 18, [none, i64(1, 1, 0, 0), Const(np.array(5.0, np.float32))]),
+        Case("Split", 18, [x, i64(0, 3)], {"axis": 0}, outputs=2),
+        Case("Slice", 13, [x, i64(0), i64(4), i64(1), i64(10)]),
+        Case("Gather", 13, [x, np.zeros((0,), np.int64)], {"axis": 1}),
+        Case("Concat", 13, [x, np.zeros((0, 4), np.float32)], {"axis": 0}),
+        Case("CumSum", 14, [none, Const(np.array(0, np.int64))]),
+        Case("TopK", 11, [x, i64(0)], outputs=2),
+        Case("TopK", 11, [x, i64(4)], {"largest": 0}, outputs=2),
+        Case("Trilu", 14, [x, Const(np.array(-5, np.int64))]),
+        Case("Expand", 13, [np.ones((1, 3), np.float32), i64(0, 1)]),
+        Case("ReduceSum", 13, [none], {"keepdims": 0}),
+        Case("ReduceProd", 18, [none, i64(0)]),
+        Case("ArgMax", 13, [none], {"axis": 1}),
+        Case("Softmax", 13, [none]),
+        Case("MatMul", 13, [np.zeros((2, 0), np.float32), np.zeros((0, 3), np.float32)]),
+        Case("Gemm", 13, [np.zeros((2, 0), np.float32), np.zeros((0, 3), np.float32), np.ones((3,), np.float32)]),
+        Case("Unsqueeze", 13, [np.zeros((), np.float32), i64(0)]),
+        Case("Reshape", 14, [x, i64(-1, 0)]),
+    )
+
+
 ARRAY_FAMILIES: dict[str, Callable[[np.random.Generator], Cases]] = {
     "Gather": gather, "Slice": slice_, "Expand": expand, "Pad": pad, "CumSum": cumsum, "TopK": top_k,
     "OneHot": one_hot, "Trilu": trilu, "Split": split, "shapes": shapes, "nd": nd, "matmul": matmul,
+    "empties": empties,
 }  # fmt: skip

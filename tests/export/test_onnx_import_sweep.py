@@ -238,3 +238,14 @@ def test_unsigned_types_computed_wider_wrap_at_every_node(code: int, dtype: type
     assert less.tolist() == [False, True]
     assert q.tolist() == [top // 10, 0]
     assert f.tolist() == [float(np.float32(top)), 2.0]
+
+
+def test_top_k_smallest_puts_nan_last_and_takes_integers() -> None:
+    # The smallest were the largest of -x, and -NaN is NaN: NaN came first among the smallest.
+    x = np.array([[3.0, np.nan, -np.inf, 1.0]], np.float32)
+    values, indices = imported(Case("TopK", 11, [x, Const(np.array([2], np.int64))], {"largest": 0}, outputs=2))
+    assert values.tolist() == [[-np.inf, 1.0]] and indices.tolist() == [[2, 3]]
+    # Integers were refused (-x of the lowest int overflows): -1 - x reverses their order exactly.
+    ints = np.array([[5, -128, 127, -128, 0]], np.int8)
+    values, indices = imported(Case("TopK", 11, [ints, Const(np.array([3], np.int64))], {"largest": 0}, outputs=2))
+    assert values.tolist() == [[-128, -128, 0]] and indices.tolist() == [[1, 3, 4]]
