@@ -407,3 +407,12 @@ def test_elu_and_selu_gradients_keep_their_tail(
     want = _torch_value_and_grad(torch_op, x)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6 if dtype == "float32" else 1e-14)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-6 if dtype == "float32" else 1e-14, atol=0)
+
+
+def test_float32_reduce_prod_agrees_with_cumprod_and_float64() -> None:
+    # Before: reduce_prod multiplied in float32 (5e-5 off for a million factors near 1), cumprod in float64.
+    x = (1 + np.random.default_rng(5).uniform(-1e-3, 1e-3, 1_000_000)).astype(np.float32)
+    total, running = _run(lambda t: [cg.reduce_prod(t), cg.cumprod(t, axis=0)], x)
+    truth = np.prod(x.astype(np.float64))
+    assert abs(total - truth) <= np.finfo(np.float32).eps * truth, (total, truth)
+    assert total == running[-1]
