@@ -178,3 +178,59 @@ def same_shapes_before(version: int) -> Check:
         return None
 
     return check
+
+
+class _OneInput:
+    """A ``Builder`` whose node reads ``tensor`` as its only input."""
+
+    def __init__(self, builder: Builder, tensor: Tensor) -> None:
+        self._builder, self._tensor = builder, tensor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._builder, name)
+
+    def ins(self, info: NodeInfo, count: int | None = None) -> list[Tensor]:
+        return [self._tensor]
+
+
+def _old_axis(n: NodeInfo) -> int:
+    """The axis of a Softmax, LogSoftmax or Hardmax before version 13, whose default is 1."""
+    return int(n.attrs["axis"]) if any(a.name == "axis" for a in n.proto.attribute) else 1
+
+
+def coerced_to_2d(build: Build) -> Build:
+    """``build`` (of Softmax, LogSoftmax or Hardmax along ``axis``) with the meaning these ops had
+    before version 13: the input flattened to 2-D at ``axis`` (default 1), the op along its last
+    axis, the result shaped back. Softmax-11 along axis 1 of (N, C, H, W) is over C, H and W together.
+    """
+
+    def build_coerced(b: Builder, n: NodeInfo) -> list[Tensor]:
+        import dataclasses
+        import math
+
+        import cellgraph as cg
+
+        if n.version >= 13:
+            return build(b, n)
+        x = b.ins(n)[0]
+        rank = len(x.shape)
+        axis = _old_axis(n) % rank
+        flat = x if axis == rank - 1 else cg.reshape(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))  # type: ignore[arg-type]
+        outs = build(cast("Builder", _OneInput(b, flat)), dataclasses.replace(n, attrs={**n.attrs, "axis": -1}))
+        return outs if axis == rank - 1 else [cg.reshape(outs[0], x.shape)]  # type: ignore[arg-type]
+
+    return build_coerced
+
+
+def check_coerced(n: NodeInfo) -> str | None:
+    """Why a Softmax, LogSoftmax or Hardmax before version 13 cannot be flattened at its axis."""
+    if n.version >= 13:
+        return None
+    shape = n.shape(0)
+    if shape is None:
+        return f"{n.op}-{n.version} of an input whose rank is unknown until the graph runs"
+    if not -len(shape) <= _old_axis(n) < len(shape):
+        return f"{n.op}-{n.version} along axis {_old_axis(n)} of a rank-{len(shape)} input"
+    if _old_axis(n) % len(shape) != len(shape) - 1 and None in shape:
+        return f"{n.op}-{n.version} (over the input flattened to 2-D) of a shape unknown until the graph runs"
+    return None

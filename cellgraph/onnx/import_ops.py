@@ -36,7 +36,7 @@ from cellgraph.dataflow.ops import logic, nn
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import Build, ImportRow, in_float32, same_shapes_before
+from .common import Build, ImportRow, check_coerced, coerced_to_2d, in_float32, same_shapes_before
 from .import_arrays import ARRAYS
 from .import_cast import CAST
 from .import_more import MORE
@@ -567,9 +567,9 @@ IMPORTERS: dict[str, ImportRow] = {
                                 check=_check_argmax),
     "ReduceProd":     ImportRow(_reduce(red.reduce_prod), _REDUCE, (1,), _check_reduce),
     "ReduceLogSumExp": ImportRow(_reduce(red.reduce_logsumexp), _REDUCE, (1,), _check_reduce),
-    # Before version 13 these flattened the input to 2-D around the axis.
-    "Softmax":        ImportRow(_softmax(cg.softmax), {"axis": -1}, since=13),
-    "LogSoftmax":     ImportRow(_softmax(cg.log_softmax), {"axis": -1}, since=13),
+    # Before version 13 these flattened the input to 2-D around the axis (default 1).
+    "Softmax":        ImportRow(coerced_to_2d(_softmax(cg.softmax)), {"axis": -1}, check=check_coerced),
+    "LogSoftmax":     ImportRow(coerced_to_2d(_softmax(cg.log_softmax)), {"axis": -1}, check=check_coerced),
     "Reshape":        ImportRow(_reshape, {"allowzero": 0}, (1,), _check_reshape),
     "Flatten":        ImportRow(_flatten, {"axis": 1}, check=_check_flatten),
     "Concat":         ImportRow(lambda b, n: [cg.concat(b.ins(n), int(n.attrs["axis"]))], {"axis": None}),

@@ -30,7 +30,7 @@ from cellgraph.dataflow.dtypes import COMPUTE_DTYPE
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import math_unary as mu
 
-from .common import ImportRow
+from .common import ImportRow, check_coerced, coerced_to_2d
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
@@ -189,7 +189,8 @@ SHAPES: dict[str, ImportRow] = {
     "DepthToSpace":    ImportRow(_depth_to_space, {"blocksize": None, "mode": "DCR"},
                                  check=lambda n: _check_blocks(n) or _mode_check(("DCR", "CRD"))(n)),
     "OneHot":          ImportRow(_one_hot, {"axis": -1}, (1, 2)),
-    "Hardmax":         ImportRow(_hardmax, {"axis": -1}, check=_check_hardmax, since=13),
+    "Hardmax":         ImportRow(coerced_to_2d(_hardmax), {"axis": -1},
+                                 check=lambda n: check_coerced(n) or _check_hardmax(n)),
     "Range":           ImportRow(_known_output, {}, (0, 1, 2), fold=_range_value),
     "ConstantOfShape": ImportRow(_known_output, {"value": None}, (0,), fold=_constant_of_shape_value),
 }  # fmt: skip

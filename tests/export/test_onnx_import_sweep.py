@@ -249,3 +249,18 @@ def test_top_k_smallest_puts_nan_last_and_takes_integers() -> None:
     ints = np.array([[5, -128, 127, -128, 0]], np.int8)
     values, indices = imported(Case("TopK", 11, [ints, Const(np.array([3], np.int64))], {"largest": 0}, outputs=2))
     assert values.tolist() == [[-128, -128, 0]] and indices.tolist() == [[1, 3, 4]]
+
+
+def test_softmax_before_version_13_is_over_the_input_flattened_at_its_axis() -> None:
+    # Softmax-11 along axis 1 (its default) of (2, 3, 2) is over the last 6 values of each row
+    # together; it was refused (cellgraph read 13 or newer).
+    x = np.arange(12, dtype=np.float64).reshape(2, 3, 2)
+    flat = np.exp(x.reshape(2, 6) - x.reshape(2, 6).max(1, keepdims=True))
+    want = (flat / flat.sum(1, keepdims=True)).reshape(2, 3, 2)
+    np.testing.assert_allclose(_one("Softmax", 11, x), want, rtol=1e-12)
+    np.testing.assert_allclose(_one("Softmax", 13, x, axis=1).sum(axis=1), np.ones((2, 2)), rtol=1e-12)
+    hard = _one("Hardmax", 11, x, axis=0)  # one 1 in the whole flattened input
+    assert hard.sum() == 1.0 and hard[1, 2, 1] == 1.0
+    with pytest.raises(OnnxError) as err:
+        _one("Softmax", 11, x, axis=3)
+    assert "Softmax-11 along axis 3 of a rank-3 input has no cellgraph equivalent" in str(err.value)
