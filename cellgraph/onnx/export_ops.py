@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.graph import Node
-from cellgraph.dataflow.kernels.cpu.activations import GELU_CUBIC, SELU_ALPHA, SELU_SCALE, SQRT_2_OVER_PI, SQRT_HALF
 from cellgraph.dataflow.kernels.cpu.conv import axis_padding, window
 
 from .common import DTYPE_TO_ONNX, INT64_MAX, INT64_MIN, OnnxError
 from .export_arrays import ARRAY_EXPORTERS
+from .export_exact import EXACT_EXPORTERS, nan_mask, positive, scalar, sees_nan
 from .export_nn import NN_EXPORTERS
 
 if TYPE_CHECKING:
@@ -68,19 +67,36 @@ def _reduce(op_type: str, axes_input_from: int) -> Row:
     """ONNX moved ``axes`` from an attribute to an input (ReduceSum at opset 13, the rest at 18)."""
 
     def row(e: Emitter, node: Node) -> None:
-        axes, keep = list(node.attrs["axes"]), int(bool(node.attrs["keepdims"]))
-        if e.opset >= axes_input_from:
-            e.node(op_type, [e.ins(node)[0], e.const(np.array(axes, np.int64))], e.outs(node), keepdims=keep)
-        else:
-            e.node(op_type, e.ins(node), e.outs(node), axes=axes, keepdims=keep)
+        x = e.ins(node)[0]
+        out = e.outs(node) if not sees_nan(op_type, node) else None
+        y = _reduced(e, op_type, x, node, axes_input_from, out)
+        if out is None:  # ReduceMax and ReduceMin of floats: NaN where one is among the reduced values
+            seen = _reduced(e, "ReduceMax", nan_mask(e, node, x), node, 18, None)
+            e.node("Where", [positive(e, node, seen), scalar(e, node, np.nan), y], e.outs(node))
 
     return row
+
+
+def _reduced(e: Emitter, op_type: str, x: str, node: Node, axes_input_from: int, out: list[str] | None) -> str:
+    axes, keep = list(node.attrs["axes"]), int(bool(node.attrs["keepdims"]))
+    if e.opset >= axes_input_from:
+        return e.node(op_type, [x, e.const(np.array(axes, np.int64))], out, keepdims=keep)[0]
+    return e.node(op_type, [x], out, axes=axes, keepdims=keep)[0]
 
 
 def _arg(op_type: str) -> Row:
     # ONNX's ArgMax and ArgMin give int64; cellgraph's give int32.
     def row(e: Emitter, node: Node) -> None:
-        index = e.node(op_type, e.ins(node), axis=int(node.attrs["axes"][0]), keepdims=0)[0]
+        x, axis = e.ins(node)[0], int(node.attrs["axes"][0])
+        index = e.node(op_type, [x], axis=axis, keepdims=0)[0]
+        if sees_nan(op_type, node):  # the first NaN's index where there is one
+            mask = nan_mask(e, node, x)
+            first = e.node("ArgMax", [mask], axis=axis, keepdims=0)[0]
+            if e.opset >= 18:
+                seen = e.node("ReduceMax", [mask, e.const(np.array([axis], np.int64))], keepdims=0)[0]
+            else:
+                seen = e.node("ReduceMax", [mask], axes=[axis], keepdims=0)[0]
+            index = e.node("Where", [positive(e, node, seen), first, index])[0]
         e.node("Cast", [index], e.outs(node), to=DTYPE_TO_ONNX["int32"])
 
     return row
@@ -283,6 +299,9 @@ def _pool(op_type: str, **fixed: Any) -> Row:
             attrs["dilations"] = dilations
         x = e.node("Transpose", e.ins(node), perm=NHWC_TO_NCHW)[0]
         y = e.node(op_type, [x], kernel_shape=list(node.attrs["ksize"]), **attrs)[0]
+        if sees_nan(op_type, node):  # NaN where one is in the window (a pad is no NaN)
+            seen = e.node(op_type, [nan_mask(e, node, x)], kernel_shape=list(node.attrs["ksize"]), **attrs)[0]
+            y = e.node("Where", [positive(e, node, seen), scalar(e, node, np.nan), y])[0]
         e.node("Transpose", [y], e.outs(node), perm=NCHW_TO_NHWC)
 
     return row
@@ -310,144 +329,14 @@ def _chain(*steps: tuple[str, dict[str, Any]]) -> Row:
     return row
 
 
-def _scalar(e: Emitter, node: Node, value: float) -> str:
-    """A scalar constant of the node's first input dtype."""
-    return e.const(np.array(value, np.dtype(node.inputs[0].dtype)))
-
-
-def _expm1(e: Emitter, node: Node, x: str, out: list[str] | None = None) -> str:
-    """``exp(x) - 1``, accurate near 0 (Kahan): see ``_plus_one``."""
-    one = _scalar(e, node, 1.0)
-    u = e.node("Exp", [x])[0]
-    um1 = e.node("Sub", [u, one])[0]
-    corrected = e.node("Div", [e.node("Mul", [um1, x])[0], e.node("Log", [u])[0]])[0]
-    return _near_zero(e, node, x, u, corrected, um1, out)
-
-
-def _near_zero(e: Emitter, node: Node, x: str, u: str, corrected: str, plain: str, out: list[str] | None) -> str:
-    """``x`` where ``u`` rounds to 1, ``corrected`` elsewhere below |x| = 0.5, ``plain`` above."""
-    at_one = e.node("Equal", [u, _scalar(e, node, 1.0)])[0]
-    near = e.node("Where", [at_one, x, corrected])[0]
-    small = e.node("Less", [e.node("Abs", [x])[0], _scalar(e, node, 0.5)])[0]
-    return e.node("Where", [small, near, plain], out)[0]
-
-
-def _plus_one(op_type: str, inner_first: bool) -> Row:
-    """Expm1 and Log1p, which ONNX lacks, accurate near 0 (Kahan's corrections).
-
-    ``exp(x) - 1`` and ``log(1 + x)`` alone lose every digit there: expm1(1e-10) was 0 in float32.
-    With ``u = exp(x)``, ``(u - 1) * x / log(u)`` is within a few ulps (``u = 1 + x`` and
-    ``log(u) * x / (u - 1)`` for log1p), and ``x`` itself where ``u`` rounds to 1. Away from 0
-    (``|x| >= 0.5``) the plain form is as accurate and has no 0 / 0.
-    """
-
-    def row(e: Emitter, node: Node) -> None:
-        x = e.ins(node)[0]
-        if inner_first:
-            _expm1(e, node, x, e.outs(node))
-            return
-        one = _scalar(e, node, 1.0)
-        u = e.node("Add", [x, one])[0]
-        plain = e.node(op_type, [u])[0]
-        corrected = e.node("Div", [e.node("Mul", [plain, x])[0], e.node("Sub", [u, one])[0]])[0]
-        _near_zero(e, node, x, u, corrected, plain, e.outs(node))
-
-    return row
-
-
-def _elu(scale: float | None) -> Row:
-    """Elu (``scale`` None) and Selu as ``where(x > 0, x, alpha * expm1(x)) * scale``: ONNX Runtime's
-    own kernels compute exp(x) - 1, 20% off near 0 (elu(-1e-7) gave -1.2e-7)."""
-
-    def row(e: Emitter, node: Node) -> None:
-        x = e.ins(node)[0]
-        alpha = float(node.attrs["alpha"]) if scale is None else SELU_ALPHA
-        negative = e.node("Mul", [_expm1(e, node, x), _scalar(e, node, alpha)])[0]
-        positive = e.node("Greater", [x, _scalar(e, node, 0.0)])[0]
-        if scale is None:
-            e.node("Where", [positive, x, negative], e.outs(node))
-            return
-        y = e.node("Where", [positive, x, negative])[0]
-        e.node("Mul", [y, _scalar(e, node, scale)], e.outs(node))
-
-    return row
-
-
 def _clip(e: Emitter, node: Node) -> None:
     x, low, high = e.ins(node)
     e.node("Min", [e.node("Max", [x, low])[0], high], e.outs(node))
 
 
-def _floor_div(e: Emitter, node: Node) -> None:
-    a, b = e.ins(node)
-    dtype = node.inputs[0].dtype
-    if is_float(dtype):
-        e.node("Floor", [e.node("Div", [a, b])[0]], e.outs(node))
-        return
-    # Integers, exactly: ONNX's Div truncates, one more down where the remainder is not 0 and the
-    # signs differ. (Through float64 an int64 past 2**53 rounded: (2**60 + 1) // 1 gave 2**60.)
-    q = e.node("Div", [a, b])[0]
-    r = e.node("Mod", [a, b], fmod=1)[0]
-    e.node("Sub", [q, e.node("Cast", [_floor_shift(e, node, r, b)], to=DTYPE_TO_ONNX[dtype])[0]], e.outs(node))
-
-
-def _floor_shift(e: Emitter, node: Node, r: str, b: str) -> str:
-    """Where C's remainder ``r`` of a division by ``b`` is not 0 and its sign is not ``b``'s: there the
-    floored quotient is one below the truncated one, and Python's remainder is ``r + b``."""
-    zero = _scalar(e, node, 0.0)
-    signs_differ = e.node("Xor", [e.node("Less", [r, zero])[0], e.node("Less", [b, zero])[0]])[0]
-    nonzero = e.node("Not", [e.node("Equal", [r, zero])[0]])[0]
-    return e.node("And", [nonzero, signs_differ])[0]
-
-
-def _floor_mod(e: Emitter, node: Node) -> None:
-    a, b = e.ins(node)
-    if is_float(node.inputs[0].dtype):
-        # Python's % (the divisor's sign) as NumPy computes it: C's fmod, exact, plus b where that is
-        # not 0 and its sign is not b's. (a - floor(a / b) * b rounded the quotient: 1e20 % 3 gave 0,
-        # not 1, and 5 % inf NaN, not 5; ONNX's Mod reads floats with fmod=0 only from version 28.)
-        r = e.node("Mod", [a, b], fmod=1)[0]
-        e.node("Where", [_floor_shift(e, node, r, b), e.node("Add", [r, b])[0], r], e.outs(node))
-    else:
-        e.node("Mod", [a, b], e.outs(node), fmod=0)
-
-
-def _gelu(tanh_form: bool) -> Row:
-    def row(e: Emitter, node: Node) -> None:
-        x = e.ins(node)[0]
-        if tanh_form:
-            # 0.5 x (1 + tanh(u)) is x / (1 + exp(-2u)), u = sqrt(2 / pi) (x + 0.044715 x^3): 1 + tanh(u)
-            # cancels in the negative tail (gelu_tanh(-5) was 30% off in float32); the quotient does not.
-            cube = e.node("Mul", [e.node("Mul", [x, x])[0], x])[0]
-            inner = e.node("Add", [x, e.node("Mul", [cube, _scalar(e, node, GELU_CUBIC)])[0]])[0]
-            _x_sigmoid(e, node, x, e.node("Mul", [inner, _scalar(e, node, 2.0 * SQRT_2_OVER_PI)])[0])
-            return
-        # 0.5 x (1 + erf(x / sqrt(2))). Below x = -1, 1 + erf cancels: the relative error grows (4e-6
-        # at -2.5, 4% at -5), the absolute one stays under 1e-7. ONNX has no erfc to avoid it (its Gelu
-        # op, from opset 20, is outside the opsets exported by default, and ONNX Runtime's is 2.8e-5 off).
-        t = e.node("Erf", [e.node("Mul", [x, _scalar(e, node, SQRT_HALF)])[0]])[0]
-        half_x = e.node("Mul", [x, _scalar(e, node, 0.5)])[0]
-        e.node("Mul", [half_x, e.node("Add", [t, _scalar(e, node, 1.0)])[0]], e.outs(node))
-
-    return row
-
-
-def _x_sigmoid(e: Emitter, node: Node, x: str, z: str) -> None:
-    """``x * sigmoid(z)`` as ``x / (1 + exp(-z))``: ONNX Runtime's Sigmoid kernel is an approximation,
-    1e-5 off at -5 and twice the value at -11 (silu(-5) and gelu_tanh(-5) were that far off); its
-    Exp is exact to an ulp, and exp(-z) overflowing to inf gives x / inf, the -0 that is right."""
-    exp = e.node("Exp", [e.node("Neg", [z])[0]])[0]
-    e.node("Div", [x, e.node("Add", [exp, _scalar(e, node, 1.0)])[0]], e.outs(node))
-
-
-def _silu(e: Emitter, node: Node) -> None:
-    x = e.ins(node)[0]
-    _x_sigmoid(e, node, x, x)
-
-
 def _relu6(e: Emitter, node: Node) -> None:
     x = e.ins(node)[0]
-    e.node("Clip", [x, _scalar(e, node, 0.0), _scalar(e, node, 6.0)], e.outs(node))
+    e.node("Clip", [x, scalar(e, node, 0.0), scalar(e, node, 6.0)], e.outs(node))
 
 
 def _is_finite(e: Emitter, node: Node) -> None:
@@ -525,12 +414,8 @@ EXPORTERS: dict[str, Row] = {
     "Cos":          same("Cos"),
     "Tan":          same("Tan"),
     "Erf":          same("Erf"),
-    "Expm1":        _plus_one("Exp", inner_first=True),
-    "Log1p":        _plus_one("Log", inner_first=False),
     "Rsqrt":        _chain(("Sqrt", {}), ("Reciprocal", {})),
     "ClipByValue":  _clip,
-    "FloorDiv":     _floor_div,
-    "FloorMod":     _floor_mod,
     "Where":        same("Where"),
     "StopGradient": same("Identity"),
     "NotEqual":     lambda e, node: e.node("Not", [e.node("Equal", e.ins(node))[0]], e.outs(node)),
@@ -541,15 +426,11 @@ EXPORTERS: dict[str, Row] = {
     "IsNan":        same("IsNaN"),
     "IsFinite":     _is_finite,
     "LeakyRelu":    _alpha("LeakyRelu"),
-    "Elu":          _elu(None),
-    "Selu":         _elu(SELU_SCALE),
-    "Gelu":         _gelu(tanh_form=False),
-    "GeluTanh":     _gelu(tanh_form=True),
     "Softplus":     same("Softplus"),
     "Softsign":     same("Softsign"),
-    "Silu":         _silu,
     "Relu6":        _relu6,
     "HardSigmoid":  same("HardSigmoid", alpha=1.0 / 6.0, beta=0.5),
+    **EXACT_EXPORTERS,  # export_exact.py: expm1, log1p, elu, selu, floored division, gelu, silu
     **ARRAY_EXPORTERS,  # export_arrays.py: split, tile, broadcast_to, mirror pad, gather_nd, shape, range, ...
     **NN_EXPORTERS,  # export_nn.py: BatchMatMul, LayerNorm, PlaceholderWithDefault
 }  # fmt: skip

@@ -3,10 +3,9 @@ infinite divisors, arguments near 0 where a naive formula cancels, tails of acti
 axes, ties, int extremes. test_onnx_export.py runs every op on ordinary values; this is where
 an exported formula that is right on paper can still give a wrong number.
 
-Left out on purpose (ONNX Runtime's, not the export's): NaN in ArgMax, ArgMin, ReduceMax and
-ReduceMin (ONNX Runtime compares past it; NumPy and cellgraph propagate it), the mean of nothing
-(ONNX Runtime's is 0, not NaN), and Sign of unsigned ints (cellgraph's kernel gives 255 for
-uint8 255, ONNX's 1: reported against the dataflow kernel).
+Left out on purpose: the mean of nothing (ONNX Runtime's is 0, not NaN: its kernel's choice), and
+Sign of unsigned ints (cellgraph's kernel gives 255 for uint8 255, ONNX's 1: reported against the
+dataflow kernel).
 """
 
 from __future__ import annotations
@@ -74,6 +73,16 @@ EDGES: dict[str, tuple[Fn, list[np.ndarray], float]] = {
     "cast float to int truncates": (lambda x: cg.cast(x, "int32"), [f32(2.7, -2.7, 0.5, -0.5)], 0.0),
     "cast int64 to int8 wraps": (lambda x: cg.cast(x, "int8"), [np.array([300, -129, 127], np.int64)], 0.0),
     "cast float to bool": (lambda x: cg.cast(x, "bool"), [f32(0.0, -0.0, np.nan, 1e-45)], 0.0),
+    # NaN wherever it stands: ONNX Runtime's kernels compare past it, the export adds the NaN test.
+    "reduce_max with NaN": (lambda x: cg.reduce_max(x, axis=-1, keepdims=True),
+                            [f32(1, np.nan, 3, 4, 2, 9).reshape(2, 3)], 0.0),
+    "reduce_min with NaN": (lambda x: red.reduce_min(x, axis=0), [f32(1, np.nan, 3, 4, 2, 9).reshape(2, 3)], 0.0),
+    "argmax with NaN": (lambda x: cg.argmax(x, axis=1), [f32(1, 3, np.nan, 2, np.nan, 4, 2, 7).reshape(2, 4)], 0.0),
+    "argmin with NaN": (lambda x: red.argmin(x, axis=0), [f32(1, np.nan, 3, 2, np.nan, 0).reshape(3, 2)], 0.0),
+    "max_pool with NaN": (lambda x: cg.max_pool(x, ksize=2, strides=2, padding="VALID"),
+                          [f32(*range(15), np.nan).reshape(1, 4, 4, 1)], 0.0),
+    "max_pool SAME with NaN": (lambda x: cg.max_pool(x, ksize=2, strides=2, padding="SAME"),
+                               [f32(np.nan, *range(8)).reshape(1, 3, 3, 1)], 0.0),
     "reduce_mean keepdims negative axis": (lambda x: cg.reduce_mean(x, axis=-1, keepdims=True),
                                            [f32(1, 2, 3, 4, 5, 6).reshape(2, 3)], 4e-7),
 }  # fmt: skip
