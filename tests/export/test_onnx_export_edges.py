@@ -83,6 +83,7 @@ EDGES: dict[str, tuple[Fn, list[np.ndarray], float]] = {
                           [f32(*range(15), np.nan).reshape(1, 4, 4, 1)], 0.0),
     "max_pool SAME with NaN": (lambda x: cg.max_pool(x, ksize=2, strides=2, padding="SAME"),
                                [f32(np.nan, *range(8)).reshape(1, 3, 3, 1)], 0.0),
+    "reduce_prod of many float32 factors": (lambda x: red.reduce_prod(x), [np.full(1000, 1.001, np.float32)], 1e-7),
     "reduce_mean keepdims negative axis": (lambda x: cg.reduce_mean(x, axis=-1, keepdims=True),
                                            [f32(1, 2, 3, 4, 5, 6).reshape(2, 3)], 4e-7),
 }  # fmt: skip
