@@ -20,11 +20,8 @@ from cellgraph.dataflow.kernels.cpu.activations import GELU_CUBIC, SELU_ALPHA, S
 from .common import DTYPE_TO_ONNX
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
+    from .export_ops import Row
     from .exporter import Emitter
-
-    Row = Callable[[Emitter, Node], None]
 
 
 def scalar(e: Emitter, node: Node, value: float) -> str:
