@@ -100,3 +100,16 @@ def test_cuda_normalization_of_a_row_holding_an_inf_is_nan() -> None:
     cpu, gpu = _both(lambda t, g, b: fused_batch_norm(t, g, b)[0], x, gamma, beta)
     np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-5, atol=1e-6, equal_nan=True)
     assert np.isnan(gpu[0][:, [2, 3]]).all() and np.isfinite(np.delete(gpu[0], [2, 3], axis=1)).all()
+
+
+def test_cuda_maximum_minimum_and_clip_keep_a_nan() -> None:
+    a = np.array([1.0, np.nan, 2.0, -np.inf, np.nan], np.float32)
+    b = np.array([np.nan, 1.0, np.nan, 3.0, np.nan], np.float32)
+    for op, want in ((cg.maximum, np.maximum(a, b)), (cg.minimum, np.minimum(a, b))):
+        cpu, gpu = _both(op, a, b)
+        np.testing.assert_array_equal(gpu[0], want)
+        np.testing.assert_array_equal(gpu[0], cpu[0])
+    low, high = np.array(-0.5, np.float32), np.array(0.5, np.float32)
+    cpu, gpu = _both(cg.clip_by_value, a, low, high)
+    np.testing.assert_array_equal(gpu[0], np.clip(a, -0.5, 0.5))
+    np.testing.assert_array_equal(gpu[0], cpu[0])

@@ -416,3 +416,18 @@ def test_float32_reduce_prod_agrees_with_cumprod_and_float64() -> None:
     truth = np.prod(x.astype(np.float64))
     assert abs(total - truth) <= np.finfo(np.float32).eps * truth, (total, truth)
     assert total == running[-1]
+
+
+def test_fused_maximum_and_minimum_keep_a_nan_on_either_side() -> None:
+    # Before: a fused loop computed max(a, b) with Python's max, which gives max(1.0, nan) = 1.0, so a fused
+    # maximum(a, b) dropped a NaN in b while the op-by-op kernel (np.maximum) kept it.
+    a = np.array([1.0, np.nan, 2.0, -np.inf], np.float32)
+    b = np.array([np.nan, 1.0, np.nan, 3.0], np.float32)
+
+    def build(x: cg.Tensor, y: cg.Tensor) -> list[cg.Tensor]:
+        return [cg.maximum(x * 1.0, y * 1.0) * 1.0, cg.minimum(x * 1.0, y * 1.0) * 1.0]
+
+    for fuse in (True, False):
+        got = _run(build, a, b, fuse=fuse)
+        np.testing.assert_array_equal(got[0], np.maximum(a, b), err_msg=f"fuse={fuse}")
+        np.testing.assert_array_equal(got[1], np.minimum(a, b), err_msg=f"fuse={fuse}")

@@ -43,8 +43,9 @@ BINARY = {
     "Mul": _device(lambda a, b: a * b),
     "Div": _device(lambda a, b: a / b),
     "Pow": _device(lambda a, b: a**b),
-    "Maximum": _device(lambda a, b: max(a, b)),
-    "Minimum": _device(lambda a, b: min(a, b)),
+    # A NaN on either side wins, as np.maximum on the CPU (Python's max(1.0, nan) is 1.0).
+    "Maximum": _device(lambda a, b: a if a > b or a != a else b),
+    "Minimum": _device(lambda a, b: a if a < b or a != a else b),
     "Equal": _device(lambda a, b: a == b),
     "Less": _device(lambda a, b: a < b),
     "GreaterEqual": _device(lambda a, b: a >= b),
@@ -69,7 +70,8 @@ UNARY = {
 }  # fmt: skip
 TERNARY = {
     "Where": _device(lambda c, a, b: a if c else b),
-    "ClipByValue": _device(lambda x, low, high: min(max(x, low), high)),
+    # A NaN x stays NaN, whichever way max and min are lowered (CUDA's fmaxf would give the bound).
+    "ClipByValue": _device(lambda x, low, high: x if x != x else min(max(x, low), high)),
 }  # fmt: skip
 COMPARISONS = ("Equal", "Less", "GreaterEqual", "NotEqual")
 
