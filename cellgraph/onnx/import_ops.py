@@ -146,6 +146,9 @@ def _axes_of(b: Builder, n: NodeInfo, position: int) -> list[int] | None:
     return None
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 # -------------------------------------------------------------------- rows
 def _matmul(b: Builder, n: NodeInfo) -> list[Tensor]:
     a, c = b.ins(n, 2)
@@ -600,7 +603,9 @@ IMPORTERS: dict[str, ImportRow] = {
     "Tan":            ImportRow(_unary(mu.tan)),
     "Erf":            ImportRow(_unary(mu.erf)),
     "Reciprocal":     ImportRow(_unary(lambda x: 1.0 / x)),
-    "Clip":           ImportRow(_clip_op, {"min": -3.402823e38, "max": 3.402823e38}, check=_check_clip),
+    # Clip-6's min and max default to float32's lowest and largest (ONNX Runtime's and ONNX's reference's
+    # numeric_limits; the schema prints them rounded, -3.402823e38, 2 ulps inside).
+    "Clip":           ImportRow(_clip_op, {"min": -FLOAT32_MAX, "max": FLOAT32_MAX}, check=_check_clip),
     "Mod":            ImportRow(_mod, {"fmod": 0}),
     "Where":          ImportRow(lambda b, n: [mu.where(*b.ins(n, 3))]),
     "And":            ImportRow(_binary(logic.logical_and)),
