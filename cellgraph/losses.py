@@ -191,6 +191,9 @@ def sparse_softmax_cross_entropy(
             per = array.reshape_like(per, y)
         scale = w
         if kept is not None:
+            # An ignored example adds exactly 0, as in PyTorch, even where its loss is inf (its stand-in class 0 may
+            # have a logit of -inf): multiplied by a 0 mask it was NaN, and so was the whole mean.
+            per = math_unary.where(kept, per, 0.0)
             mask = math.cast(kept, x.dtype)
             scale = mask if scale is None else scale * mask
         if scale is not None:

@@ -431,3 +431,23 @@ def test_fused_maximum_and_minimum_keep_a_nan_on_either_side() -> None:
         got = _run(build, a, b, fuse=fuse)
         np.testing.assert_array_equal(got[0], np.maximum(a, b), err_msg=f"fuse={fuse}")
         np.testing.assert_array_equal(got[1], np.minimum(a, b), err_msg=f"fuse={fuse}")
+
+
+def test_an_ignored_example_with_an_infinite_loss_adds_nothing_as_in_torch() -> None:
+    # Before: an ignored row's loss (computed for a stand-in class 0 whose logit is -inf: inf) was multiplied by 0,
+    # giving NaN, and the whole mean was NaN; torch's cross_entropy(ignore_index=) leaves the row out.
+    logits = np.array([[1.0, 2.0, 0.5], [-np.inf, 0.0, 1.0], [0.3, 0.2, 0.1]], np.float32)
+    labels = np.array([1, -100, 2], np.int32)
+    got = _run(
+        lambda x, y: [
+            cg.losses.sparse_softmax_cross_entropy(x, y, ignore_index=-100),
+            *cg.gradients(cg.losses.sparse_softmax_cross_entropy(x, y, ignore_index=-100), [x]),
+        ],
+        logits,
+        labels,
+    )
+    leaf = torch.tensor(logits, requires_grad=True)
+    want = F.cross_entropy(leaf, torch.from_numpy(labels).long(), ignore_index=-100)
+    (want_grad,) = torch.autograd.grad(want, [leaf])
+    np.testing.assert_allclose(got[0], want.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got[1], want_grad.numpy(), rtol=1e-5, atol=1e-7)
