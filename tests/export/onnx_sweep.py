@@ -190,6 +190,7 @@ EXACT_OPS = frozenset({
     "Pad", "Tile", "Transpose", "Reshape", "Flatten", "Concat", "Split", "Squeeze", "Unsqueeze", "Trilu", "TopK",
     "Sign", "Ceil", "Floor", "Round", "Cast", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "Hardmax",
     "OneHot", "SpaceToDepth", "DepthToSpace", "Constant", "Mod", "LeakyRelu", "ConstantOfShape", "Dropout",
+    "Add", "Sub", "Mul", "Div", "Sqrt", "Reciprocal",  # IEEE operations: one correct rounding
 })  # fmt: skip
 
 
