@@ -212,12 +212,14 @@ class Plan:
         return "\n".join(lines) + "\n", line_to_step
 
     def _copies(self, i: int) -> bool:
-        """Fetch ``i`` is handed out as a copy: a view may alias a variable or a constant, and a folded
-        fetch (or an add of zeros kept as its operand) another fetch (on the CPU: ``_copy`` makes a host
-        array, and a device plan hands out device arrays)."""
+        """Fetch ``i`` is handed out as a copy: a view may alias a variable or a constant, a folded
+        fetch (or an add of zeros kept as its operand) another fetch, and a fed tensor the caller's own
+        array, which a data loader refills in place (on the CPU: ``_copy`` makes a host array, and a
+        device plan hands out device arrays)."""
         t = self.fetches[i]
         folded = i in self._copied or id(t.node) in self.folding.guarded
-        return t.node.opdef.view or (folded and self.device == "cpu")
+        fed = any(_key(t) == _key(f) for f in self.feeds)
+        return t.node.opdef.view or ((folded or fed) and self.device == "cpu")
 
     # ----------------------------------------------------------------- run
     def __call__(self, *feed_values: np.ndarray) -> tuple[Any, ...]:

@@ -133,3 +133,23 @@ def test_fetched_values_do_not_change_when_a_later_step_updates_state() -> None:
     sess.run([train, double], {x: feed})
     np.testing.assert_array_equal(loaded, np.ones((3, 2), np.float32))
     assert not np.array_equal(sess.run(w), loaded)
+
+
+def test_a_fetched_feed_is_a_copy_the_callers_buffer_refill_does_not_change() -> None:
+    # Before: fetching a fed tensor handed back the caller's own array; a data loader that refills its batch
+    # buffer in place changed every batch already fetched (Identity of a feed was copied, the feed itself not).
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 3), name="x")
+        y = x * 2.0
+    sess = cg.Session(g)
+    buffer = np.ones((2, 3), np.float32)
+    fetched = sess.run([x, y], {x: buffer})
+    overridden = sess.run(y, {y: buffer})  # a fed intermediate, too
+    plan = sess.make_callable([x], [x])
+    (through_plan,) = plan(buffer)
+    buffer[:] = 7.0  # the loader's next batch
+    for value in (*fetched[:1], overridden, through_plan):
+        assert not np.shares_memory(value, buffer)
+        np.testing.assert_array_equal(value, np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(fetched[1], np.full((2, 3), 2.0, np.float32))
