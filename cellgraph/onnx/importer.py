@@ -176,9 +176,10 @@ def plan(
         known[name] = widen(np.asarray(value))
     types = _types(model)
     trainable = {i.name for i in graph.initializer}
+    needed = _needed_at_build(graph)
     infos = []
     for node in graph.node:
-        folded = _fold(node, known, trainable)
+        folded = _fold(node, opset, known, trainable, needed)
         if folded is not None:
             known.update(_check_folded(node, opset, folded, known, types))
             continue
@@ -189,11 +190,40 @@ def plan(
 
 # Ops whose result is not a function of their inputs: never computed ahead.
 _NOT_FOLDED = ("Random", "Multinomial", "Bernoulli", "Dropout")
+# Ops computed ahead whenever their inputs are known constants (weights stored as Constant nodes and
+# then transposed or cast): they move or convert values exactly, in ONNX's reference as in cellgraph.
+# (Not Unsqueeze: the reference's Unsqueeze-11 inserts unsorted axes one by one, (2, 3, 4) with axes
+# [3, 0] giving (1, 2, 3, 4, 1), not (1, 2, 3, 1, 4).)
+_MOVES = frozenset(
+    {"Identity", "Cast", "Reshape", "Transpose", "Concat", "Gather", "Slice", "Flatten", "Expand", "Tile"}
+)
 
 
-def _fold(node: onnx.NodeProto, known: Mapping[str, np.ndarray], trainable: set[str]) -> dict[str, np.ndarray] | None:
+def _needed_at_build(graph: onnx.GraphProto) -> set[str]:
+    """The values some row needs known when the graph is built (a Reshape's shape), and every value
+    those are computed from: the constant subgraphs that must be computed ahead."""
+    needed: set[str] = set()
+    for node in reversed(graph.node):  # consumers before the producers they need (nodes are sorted)
+        row = IMPORTERS.get(node.op_type)
+        if row is not None:
+            needed.update(node.input[i] for i in row.static if i < len(node.input) and node.input[i])
+        if any(name in needed for name in node.output):
+            needed.update(name for name in node.input if name)
+    return needed
+
+
+def _fold(
+    node: onnx.NodeProto, opset: int, known: Mapping[str, np.ndarray], trainable: set[str], needed: set[str]
+) -> dict[str, np.ndarray] | None:
     """The outputs of a node whose inputs are all known constants, computed now by ONNX's reference
-    implementation (a shape computed from a static shape, say); None when it must be built.
+    implementation at the model's opset (a shape computed from a static shape, say); None when it
+    must be built.
+
+    Only what must be known at build time is computed ahead (and exact moves of values, and ops
+    cellgraph has no row for): every other node is built, computed by its row as ONNX Runtime
+    computes it. ONNX's reference differs from both in places (Clip without bounds keeps inf,
+    composite ops of float16 round at each step, and it ran an old version of an op as the newest:
+    Squeeze-1 ignored its axes, Softmax-1 was not flattened to 2-D).
 
     A node reading an initializer is built, never folded: initializers are the model's
     trainable variables, and a folded copy would not follow them when they train.
@@ -206,13 +236,20 @@ def _fold(node: onnx.NodeProto, known: Mapping[str, np.ndarray], trainable: set[
         or any(name not in known or name in trainable for name in inputs)
     ):
         return None
+    if node.op_type in IMPORTERS and node.op_type not in _MOVES and not any(o in needed for o in node.output):
+        return None
     from onnx.reference import ReferenceEvaluator
 
+    # A one-node model of the model's opset: given the node alone, the reference runs the newest version.
+    values_info = [onnx.helper.make_value_info(name, onnx.TypeProto()) for name in inputs]
+    outputs = [onnx.helper.make_value_info(name, onnx.TypeProto()) for name in node.output if name]
+    one = onnx.helper.make_graph([node], "fold", values_info, outputs)
     try:
-        values = ReferenceEvaluator(node).run(None, {name: known[name] for name in inputs})
+        reference = ReferenceEvaluator(onnx.helper.make_model(one, opset_imports=[onnx.helper.make_opsetid("", opset)]))
+        values = reference.run(None, {name: known[name] for name in inputs})
     except Exception:  # an op the reference cannot run ahead: it is checked and built as any other
         return None
-    return {name: np.asarray(v) for name, v in zip(node.output, values, strict=False) if name}
+    return {name: np.asarray(v) for name, v in zip([o for o in node.output if o], values, strict=False)}
 
 
 def _check_node(

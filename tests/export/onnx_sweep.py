@@ -171,12 +171,27 @@ def oracle(case: Case) -> list[np.ndarray] | Rejected | str:
         return f"{type(err).__name__}: {str(err)[:200]}"  # it takes no such array (bfloat16 from NumPy)
 
 
-def imported(case: Case) -> list[np.ndarray]:
-    """cellgraph's outputs (an ``OnnxError`` for a model it refuses)."""
-    model = cg.onnx.import_model(model_of(case))
+def imported(case: Case, constants: bool = False) -> list[np.ndarray]:
+    """cellgraph's outputs (an ``OnnxError`` for a model it refuses). ``constants``: the inputs fed at
+    run time are Constant nodes of the model instead, so the importer knows them all ahead."""
+    model = cg.onnx.import_model(constant_model(case) if constants else model_of(case))
     with np.errstate(all="ignore"):
-        result = model(*_feeds(case).values())
+        result = model() if constants else model(*_feeds(case).values())
     return [np.asarray(r) for r in (result if isinstance(result, tuple) else (result,))]
+
+
+def constant_model(case: Case) -> onnx.ModelProto:
+    """``case``'s model with its graph inputs turned into Constant nodes of the values fed."""
+    model = model_of(case)
+    graph = model.graph
+    feeds = _feeds(case)
+    constants = [helper.make_node("Constant", [], [v.name], value=numpy_helper.from_array(feeds[v.name]))
+                 for v in graph.input]  # fmt: skip
+    nodes = [*constants, *graph.node]
+    del graph.input[:]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model
 
 
 def _as_compared(a: np.ndarray) -> np.ndarray:
@@ -219,12 +234,13 @@ def compare(case: Case, want: list[np.ndarray], got: list[np.ndarray]) -> str | 
     return None
 
 
-def check(case: Case) -> Verdict:
+def check(case: Case, constants: bool = False) -> Verdict:
+    """``case`` run by ONNX Runtime and imported (with its inputs as Constant nodes: ``constants``)."""
     want = oracle(case)
     if isinstance(want, str):
         return Verdict("no_oracle", want)
     try:
-        got = imported(case)
+        got = imported(case, constants)
     except OnnxError as err:
         return Verdict("refused", str(err))
     except Exception as err:
@@ -259,13 +275,13 @@ def allowed(op: str, version: int, param: str = "T") -> list[np.dtype[Any]]:
     raise KeyError(f"{op}-{version} has no type parameter {param!r}")
 
 
-def run_all(cases: Iterable[Case]) -> dict[str, list[tuple[Case, Verdict]]]:
+def run_all(cases: Iterable[Case], constants: bool = False) -> dict[str, list[tuple[Case, Verdict]]]:
     """Every case checked, grouped by verdict kind."""
     out: dict[str, list[tuple[Case, Verdict]]] = {
         k: [] for k in ("agree", "refused", "no_oracle", "differ", "both_fail")
     }
     for case in cases:
-        verdict = check(case)
+        verdict = check(case, constants)
         out[verdict.kind].append((case, verdict))
     return out
 
