@@ -113,3 +113,11 @@ def test_cuda_maximum_minimum_and_clip_keep_a_nan() -> None:
     cpu, gpu = _both(cg.clip_by_value, a, low, high)
     np.testing.assert_array_equal(gpu[0], np.clip(a, -0.5, 0.5))
     np.testing.assert_array_equal(gpu[0], cpu[0])
+
+
+def test_cuda_float_floordiv_is_pythons() -> None:
+    a = np.array([1.0, 0.3, -1.0, 7.0, -1e4, 5.0, -0.0], np.float32)
+    b = np.array([0.1, 0.1, 0.1, 0.7, np.inf, -np.inf, 2.0], np.float32)
+    cpu, gpu = _both(cg.floordiv, a, b)
+    np.testing.assert_array_equal(gpu[0], np.floor_divide(a, b))
+    np.testing.assert_array_equal(gpu[0], cpu[0])

@@ -451,3 +451,22 @@ def test_an_ignored_example_with_an_infinite_loss_adds_nothing_as_in_torch() -> 
     (want_grad,) = torch.autograd.grad(want, [leaf])
     np.testing.assert_allclose(got[0], want.detach().numpy(), rtol=1e-6)
     np.testing.assert_allclose(got[1], want_grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+# ------------------------------------------------------------ floored division of floats
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_floordiv_is_pythons_and_agrees_with_floormod(dtype: str) -> None:
+    # Before: floor(a / b), which rounds a / b first: 1.0 // 0.1 was 10 beside 1.0 % 0.1 = 0.0999...
+    # (Python, NumPy and PyTorch: 9), and -1e4 // inf was -0 (they give -1).
+    a = np.array([1.0, 1.0, 0.3, -1.0, 7.0, -1e4, 5.0, 0.0, -0.0, 3.0, -3.0, np.nan], dtype)
+    b = np.array([0.1, 0.01, 0.1, 0.1, 0.7, np.inf, -np.inf, 2.0, 2.0, 0.0, 0.0, 1.0], dtype)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quotient, remainder = _run(lambda x, y: [cg.floordiv(x, y), cg.floormod(x, y)], a, b)
+        want = torch.floor_divide(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+        numpy = np.floor_divide(a, b)
+    np.testing.assert_array_equal(quotient, numpy)
+    np.testing.assert_array_equal(quotient, want)
+    np.testing.assert_array_equal(np.signbit(quotient), np.signbit(numpy))
+    assert quotient[0] == 9.0 and quotient[5] == -1.0
+    finite = np.isfinite(a) & np.isfinite(b) & (b != 0)
+    np.testing.assert_allclose(quotient[finite] * b[finite] + remainder[finite], a[finite], rtol=1e-6, atol=1e-6)

@@ -89,8 +89,26 @@ def erf(x):  # type: ignore[no-untyped-def]
 
 # ----------------------------------------------------- binary and ternary
 @kernel
-def floordiv(a, b):  # type: ignore[no-untyped-def]
+def _floordiv_ints(a, b):  # type: ignore[no-untyped-def]
     return np.floor_divide(a, b)
+
+
+@kernel
+def _floordiv_floats(a, b):  # type: ignore[no-untyped-def]
+    # Python's and NumPy's floored division, from fmod, so that a == (a // b) * b + a % b holds with floormod's
+    # np.mod. Numba's np.floor_divide is floor(a / b), which rounds a / b first: 1.0 // 0.1 was 10 (Python,
+    # NumPy and PyTorch: 9, beside 1.0 % 0.1 = 0.09999999999999995), and -1e4 // inf was -0, not -1.
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    div = div - ((mod != 0) & ((b < 0) != (mod < 0)))
+    floored = np.floor(div)
+    floored = floored + ((div - floored) > 0.5)
+    signed_zero = np.copysign(np.zeros_like(div), a / b)
+    return np.where(b == 0, a / b, np.where(div != 0, floored, signed_zero))
+
+
+def floordiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _floordiv_floats(a, b) if np.asarray(a).dtype.kind == "f" else _floordiv_ints(a, b)
 
 
 @kernel
