@@ -5,6 +5,21 @@ expm1 (ONNX Runtime's Elu kernel computes exp(x) - 1); Python's floored division
 C's exact remainder; silu and tanh-gelu as ``x / (1 + exp(-z))`` (ONNX Runtime's Sigmoid is an
 approximation); and the NaN test that max, min, argmax, argmin and max pools add to their float
 exports. Each was a wrong number in ONNX Runtime, checked in tests/export/test_onnx_export_edges.py.
+
+Examples
+--------
+>>> import numpy as np
+>>> import onnxruntime as ort
+>>> import cellgraph as cg
+>>> from cellgraph.dataflow.ops import math_unary as mu
+>>> from cellgraph.onnx.exporter import to_onnx
+>>> g = cg.Graph()
+>>> with g.as_default():
+...     x = cg.placeholder([2], "float32", name="x")
+...     y = mu.expm1(x)
+>>> model = to_onnx(x, y, cg.Session(g))
+>>> ort.InferenceSession(model.SerializeToString()).run(None, {"x": np.array([1e-10, 2.0], np.float32)})[0]
+array([1.000000e-10, 6.389056e+00], dtype=float32)
 """
 
 from __future__ import annotations

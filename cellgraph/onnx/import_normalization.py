@@ -32,7 +32,8 @@ from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import ImportRow, in_float32, same_shapes_before
+from .common import ImportRow
+from .import_wrappers import in_float32, same_shapes_before
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo

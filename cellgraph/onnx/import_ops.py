@@ -24,25 +24,26 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import ml_dtypes
 import numpy as np
 from onnx import numpy_helper
 
 import cellgraph as cg
-from cellgraph.dataflow.dtypes import DTYPES, is_float
+from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import activations as act
 from cellgraph.dataflow.ops import logic, nn
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import Build, ImportRow, check_coerced, coerced_to_2d, in_float32, same_shapes_before
+from .common import Build, ImportRow
 from .import_arrays import ARRAYS
 from .import_cast import CAST
+from .import_math import MATH, float_fmod
 from .import_more import MORE
 from .import_normalization import NORMALIZATION
 from .import_shapes import SHAPES
 from .import_windows import check_avg_pool, check_conv, check_conv_transpose, check_max_pool, conv, conv_transpose, pool
+from .import_wrappers import check_coerced, coerced_to_2d, in_float32, same_shapes_before
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
@@ -68,12 +69,6 @@ def _variadic(fn: Callable[[Tensor, Tensor], Tensor]) -> Build:
     return build
 
 
-def _via_float64(fn: Callable[[Tensor, Tensor], Tensor], x: Tensor, y: Tensor) -> Tensor:
-    """An integer ``fn`` (cellgraph's Div and Pow are for floats) computed in float64 and
-    truncated back, as ONNX's integer Div truncates: exact while values stay below 2**53."""
-    return cg.cast(fn(cg.cast(x, "float64"), cg.cast(y, "float64")), x.dtype)
-
-
 def _int_quotient_and_remainder(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """ONNX's integer Div and Mod(fmod=1), truncated toward zero as C's: exact for every value.
 
@@ -93,50 +88,6 @@ def _div(b: Builder, n: NodeInfo) -> list[Tensor]:
     return [cg.div(x, y) if is_float(x.dtype) else _int_quotient_and_remainder(x, y)[0]]
 
 
-def _int_pow(x: Tensor, y: Tensor) -> Tensor:
-    """An integer ``x`` to an integer power ``y``, exact wherever the result fits in ``x``'s dtype.
-
-    By squaring, in ``x``'s own type: through float64 an int64 above 2**53 rounds (3**39 came back
-    as 4052555153018976256, not ...267; ONNX Runtime's CPU kernel rounds the same way). An exponent
-    past 64 only matters for bases 0, 1 and -1 (any other result does not fit), so it is clamped to
-    64 or 65, keeping its parity, and 7 squarings cover every exponent. A negative exponent gives
-    1 / x**k truncated toward zero, as a float power cast back would: 1, or -1 for -1 to an odd power,
-    else 0 (ONNX leaves 0 to a negative power undefined; this gives 0).
-    """
-    signed = not y.dtype.startswith("uint")
-    e = mu.abs(y) if signed else y
-    if y.dtype not in ("int8", "uint8"):
-        big = logic.greater(e, cg.constant(np.array(64, y.dtype), dtype=y.dtype))
-        e = mu.where(big, mu.mod(e, cg.constant(np.array(2, y.dtype), dtype=y.dtype)) + 64, e)
-    two = cg.constant(np.array(2, e.dtype), dtype=e.dtype)
-    one = cg.constant(np.array(1, e.dtype), dtype=e.dtype)
-    result = cg.ones_like(x) * cg.cast(cg.ones_like(y), x.dtype)  # the broadcast shape of x and y
-    base = x
-    for step in range(7):
-        result = mu.where(cg.equal(mu.mod(e, two), one), result * base, result)
-        if step < 6:
-            base, e = base * base, mu.floordiv(e, two)
-    if not signed:
-        return result
-    unit = logic.logical_or(cg.equal(x, cg.ones_like(x)), cg.equal(x, cg.neg(cg.ones_like(x))))
-    negative = cg.less(y, cg.zeros_like(y))
-    return mu.where(logic.logical_and(negative, logic.logical_not(unit)), cg.zeros_like(result), result)
-
-
-def _pow(b: Builder, n: NodeInfo) -> list[Tensor]:
-    x, y = b.ins(n, 2)
-    if not is_float(x.dtype):
-        # A fractional power of an integer is a float power truncated back, as ONNX Runtime computes it.
-        return [_int_pow(x, y) if not is_float(y.dtype) else _via_float64(cg.pow, x, y)]
-    # ONNX lets the exponent have its own type; cellgraph's Pow takes one dtype. Rounding the exponent
-    # to the base's type would change the power (x ** 4.000001 as x ** 4, 625 for 624): both are computed
-    # in the wider of float32 and their types, and the result rounded once to the base's.
-    wide = "float64" if "float64" in (x.dtype, y.dtype) else "float32"
-    if x.dtype == y.dtype == wide:
-        return [cg.pow(x, y)]
-    return [cg.cast(cg.pow(cg.cast(x, wide), cg.cast(y, wide)), x.dtype)]
-
-
 def _axes_of(b: Builder, n: NodeInfo, position: int) -> list[int] | None:
     """``axes`` from the attribute (older opsets) or the input (newer ones); None when absent."""
     if n.attrs.get("axes") is not None:
@@ -144,9 +95,6 @@ def _axes_of(b: Builder, n: NodeInfo, position: int) -> list[int] | None:
     if len(n.inputs) > position and n.inputs[position]:
         return [int(a) for a in b.static(n.inputs[position]).reshape(-1)]
     return None
-
-
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 # -------------------------------------------------------------------- rows
@@ -438,64 +386,13 @@ def _check_dropout(n: NodeInfo) -> str | None:
     return None
 
 
-def _clip_op(b: Builder, n: NodeInfo) -> list[Tensor]:
-    x = b.ins(n)[0]
-    if n.version < 11:
-        # min and max are attributes, defaulting to float32's extremes (an inf input becomes one).
-        low_value, high_value = n.attrs["min"], n.attrs["max"]
-        bounds = [cg.constant(np.array(v, x.dtype), dtype=x.dtype) for v in (low_value, high_value)]
-        return [cg.minimum(cg.maximum(x, bounds[0]), bounds[1])]
-    low, high = (b.tensor(n.inputs[i]) if len(n.inputs) > i and n.inputs[i] else None for i in (1, 2))
-    if is_float(x.dtype):
-        # An absent bound is the type's numeric_limits lowest() or max(), not an infinity:
-        # Clip(inf) with no max is the largest finite value (ONNX's spec; ONNX Runtime's kernel).
-        largest = float(ml_dtypes.finfo(DTYPES[x.dtype]).max)
-        low = cg.constant(np.array(-largest, DTYPES[x.dtype]), dtype=x.dtype) if low is None else low
-        high = cg.constant(np.array(largest, DTYPES[x.dtype]), dtype=x.dtype) if high is None else high
-    y = x if low is None else cg.maximum(x, low)
-    # Min(max, Max(x, min)): where min > max every value is max, as ONNX's spec says.
-    return [cg.identity(y) if high is None else cg.minimum(y, high)]
-
-
-def _check_clip(n: NodeInfo) -> str | None:
-    given = [a.name for a in n.proto.attribute]
-    if n.version >= 11 and given:
-        return f"Clip attribute {given[0]!r} (since version 11 min and max are inputs)"
-    return None
-
-
 def _mod(b: Builder, n: NodeInfo) -> list[Tensor]:
     a, c = b.ins(n, 2)
     if not n.attrs["fmod"]:
         return [mu.mod(a, c)]  # Python's %: the divisor's sign
     if not is_float(a.dtype):
         return [_int_quotient_and_remainder(a, c)[1]]
-    return [_float_fmod(a, c)]
-
-
-def _float_fmod(a: Tensor, c: Tensor) -> Tensor:
-    """C's fmod of floats, the dividend's sign: exact, as the remainder of two floats always is.
-
-    Of two non-negative operands the floored modulo is fmod; the sign is then the dividend's.
-    (``a - c * trunc(a / c)`` rounded the quotient: fmod(1e20, 3) gave 0, not 2; and gave NaN
-    for a finite ``a`` over an infinite ``c``, whose fmod is ``a``.)
-    """
-    r = mu.mod(mu.abs(a), mu.abs(c))
-    return mu.where(cg.less(a, cg.zeros_like(a)), cg.neg(r), r)
-
-
-def _relu(b: Builder, n: NodeInfo) -> list[Tensor]:
-    x = b.ins(n)[0]
-    # Relu-14 takes signed integers, which cellgraph's relu (for floats) does not: their max with 0.
-    return [cg.relu(x) if is_float(x.dtype) else cg.maximum(x, cg.zeros_like(x))]
-
-
-def _sign(b: Builder, n: NodeInfo) -> list[Tensor]:
-    x = b.ins(n)[0]
-    if x.dtype.startswith("uint"):
-        # 0 or 1: cellgraph's Sign kernel (NumPy's sign under Numba) gives 255 for uint8 255.
-        return [cg.cast(logic.greater(x, cg.zeros_like(x)), x.dtype)]
-    return [mu.sign(x)]
+    return [float_fmod(a, c)]
 
 
 def _is_inf(b: Builder, n: NodeInfo) -> list[Tensor]:
@@ -542,7 +439,6 @@ IMPORTERS: dict[str, ImportRow] = {
     "Sub":            ImportRow(_binary(cg.sub), check=same_shapes_before(7)),
     "Mul":            ImportRow(_binary(cg.mul), check=same_shapes_before(7)),
     "Div":            ImportRow(_div, check=same_shapes_before(7)),
-    "Pow":            ImportRow(_pow, check=same_shapes_before(7)),
     "Max":            ImportRow(_variadic(cg.maximum), check=same_shapes_before(8)),
     "Min":            ImportRow(_variadic(cg.minimum), check=same_shapes_before(8)),
     "Sum":            ImportRow(in_float32(_variadic(cg.add)), check=same_shapes_before(8)),
@@ -550,7 +446,6 @@ IMPORTERS: dict[str, ImportRow] = {
     "Sqrt":           ImportRow(_unary(cg.sqrt)),
     "Exp":            ImportRow(_unary(cg.exp)),
     "Log":            ImportRow(_unary(cg.log)),
-    "Relu":           ImportRow(_relu),
     "Sigmoid":        ImportRow(_unary(cg.sigmoid)),
     "Tanh":           ImportRow(_unary(cg.tanh)),
     "Identity":       ImportRow(_unary(cg.identity)),
@@ -594,7 +489,6 @@ IMPORTERS: dict[str, ImportRow] = {
     "Shape":          ImportRow(_known_output, {"start": 0, "end": None}, check=_check_shape, fold=_shape_value),
     # math_unary.py, logic.py, activations.py
     "Abs":            ImportRow(_unary(mu.abs)),
-    "Sign":           ImportRow(_sign),
     "Ceil":           ImportRow(_unary(mu.ceil)),
     "Floor":          ImportRow(_unary(mu.floor)),
     "Round":          ImportRow(_unary(mu.round)),
@@ -603,9 +497,6 @@ IMPORTERS: dict[str, ImportRow] = {
     "Tan":            ImportRow(_unary(mu.tan)),
     "Erf":            ImportRow(_unary(mu.erf)),
     "Reciprocal":     ImportRow(_unary(lambda x: 1.0 / x)),
-    # Clip-6's min and max default to float32's lowest and largest (ONNX Runtime's and ONNX's reference's
-    # numeric_limits; the schema prints them rounded, -3.402823e38, 2 ulps inside).
-    "Clip":           ImportRow(_clip_op, {"min": -FLOAT32_MAX, "max": FLOAT32_MAX}, check=_check_clip),
     "Mod":            ImportRow(_mod, {"fmod": 0}),
     "Where":          ImportRow(lambda b, n: [mu.where(*b.ins(n, 3))]),
     "And":            ImportRow(_binary(logic.logical_and)),
@@ -623,6 +514,7 @@ IMPORTERS: dict[str, ImportRow] = {
     "HardSigmoid":    ImportRow(in_float32(_hard_sigmoid), {"alpha": 0.2, "beta": 0.5}),
     "HardSwish":      ImportRow(in_float32(_hard_swish)),
     **CAST,
+    **MATH,
     **NORMALIZATION,
     **SHAPES,
     **ARRAYS,

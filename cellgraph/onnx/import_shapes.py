@@ -30,7 +30,8 @@ from cellgraph.dataflow.dtypes import COMPUTE_DTYPE
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import math_unary as mu
 
-from .common import ImportRow, check_coerced, coerced_to_2d
+from .common import ImportRow
+from .import_wrappers import check_coerced, coerced_to_2d
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
