@@ -44,6 +44,9 @@ class _Float32Inputs:
     def tensor(self, name: str) -> Tensor:
         return _float32(self._builder.tensor(name))
 
+    def filter_hwio(self, name: str) -> Tensor:
+        return _float32(self._builder.filter_hwio(name))
+
 
 def _float32(t: Tensor) -> Tensor:
     import cellgraph as cg
@@ -64,10 +67,12 @@ def in_float32(build: Build, like: tuple[int | None, ...] = ()) -> Build:
     def build_in_float32(b: Builder, n: NodeInfo) -> list[Tensor]:
         import cellgraph as cg
 
-        ins = b.ins(n)
-        if not any(t.dtype in HALF_FLOATS for t in ins):
+        # Input 0 (the data) decides; only it is made now: a filter made as a plain tensor here would
+        # not be stored as the HWIO variable Conv's row makes of it.
+        if b.ins(n, 1)[0].dtype not in HALF_FLOATS:
             return build(b, n)
         outs = build(cast("Builder", _Float32Inputs(b)), n)
+        ins = b.ins(n) if like else b.ins(n, 1)
         dtypes = [_output_dtype(ins, like, i) for i in range(len(outs))]
         return [cg.cast(t, d) if t.dtype != d else t for t, d in zip(outs, dtypes, strict=True)]
 

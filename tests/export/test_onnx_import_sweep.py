@@ -291,3 +291,13 @@ def test_a_node_of_constants_computes_as_its_row_does() -> None:
     assert imported(clip, constants=True)[0].tolist() == [float(np.finfo(np.float32).max), 1.0]
     softmax = Case("Softmax", 11, [np.arange(12, dtype=np.float64).reshape(2, 3, 2)])
     np.testing.assert_allclose(imported(softmax, constants=True)[0].sum(axis=(1, 2)), [1.0, 1.0], rtol=1e-12)
+
+
+def test_convolution_of_float16_with_a_bias_rounds_once() -> None:
+    # The convolution rounded to float16, then the bias added and rounded again: -0.717, not -0.716.
+    x = np.array([0.09454345703125, 3.603515625, -2.84765625], np.float16).reshape(1, 1, 1, 3)
+    w = np.array([3.58984375, -1.5048828125, -0.61328125], np.float16).reshape(1, 1, 1, 3)
+    bias = np.array([2.62109375], np.float16)
+    exact = np.float16((x.astype(np.float64) * w.astype(np.float64)).sum() + 2.62109375)
+    got = imported(Case("Conv", 11, [x, Const(w), Const(bias)]))[0]
+    assert got.dtype == np.float16 and got.reshape(-1)[0] == exact == np.float16(-0.716)
