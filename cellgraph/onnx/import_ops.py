@@ -122,7 +122,9 @@ def _gemm(b: Builder, n: NodeInfo) -> list[Tensor]:
     y = cg.matmul(ins[0], ins[1], transpose_a=bool(a["transA"]), transpose_b=bool(a["transB"]))
     if a["alpha"] != 1.0:
         y = y * float(a["alpha"])
-    if len(ins) > 2:
+    # beta = 0 leaves C unread, as BLAS, ONNX Runtime and PyTorch's addmm do: an inf or NaN in it was
+    # 0 * inf = NaN in every row.
+    if len(ins) > 2 and a["beta"] != 0.0:
         y = y + (ins[2] * float(a["beta"]) if a["beta"] != 1.0 else ins[2])
     return [y]
 

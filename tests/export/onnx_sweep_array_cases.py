@@ -211,6 +211,10 @@ def matmul(rng: np.random.Generator) -> Cases:
                     if dtype in FLOATS
                     else {"transA": 1, "transB": 1}
                 )
+                if c_shape is not None and dtype in FLOATS:  # beta = 0: C unread, its inf and NaN too
+                    edges = np.full(c_shape, np.inf, dtype)
+                    edges.reshape(-1)[:1] = np.nan
+                    yield Case("Gemm", v, [a, b, edges], {"beta": 0.0}, **tolerance(dtype, 4e-6))
                 if c_shape is None or v >= 7:
                     yield Case("Gemm", v, [a, b] + ([] if c is None else [c]), attrs, **tolerance(dtype, 4e-6))
 

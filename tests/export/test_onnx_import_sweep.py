@@ -301,3 +301,10 @@ def test_convolution_of_float16_with_a_bias_rounds_once() -> None:
     exact = np.float16((x.astype(np.float64) * w.astype(np.float64)).sum() + 2.62109375)
     got = imported(Case("Conv", 11, [x, Const(w), Const(bias)]))[0]
     assert got.dtype == np.float16 and got.reshape(-1)[0] == exact == np.float16(-0.716)
+
+
+def test_gemm_with_beta_0_does_not_read_c() -> None:
+    # 0 * inf is NaN: C's inf and NaN spread over every row; ONNX Runtime (as BLAS) leaves C unread.
+    a, b = np.ones((2, 3), np.float32), np.ones((3, 2), np.float32)
+    c = np.array([np.inf, np.nan], np.float32)
+    assert _one("Gemm", 13, a, b, c, beta=0.0).tolist() == [[3.0, 3.0], [3.0, 3.0]]
