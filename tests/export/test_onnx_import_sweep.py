@@ -308,3 +308,17 @@ def test_gemm_with_beta_0_does_not_read_c() -> None:
     a, b = np.ones((2, 3), np.float32), np.ones((3, 2), np.float32)
     c = np.array([np.inf, np.nan], np.float32)
     assert _one("Gemm", 13, a, b, c, beta=0.0).tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+@pytest.mark.parametrize(
+    ("shape", "words"),
+    [(["n", 3, 4], "Softmax-11 (over the input flattened to 2-D) of a shape unknown until the graph runs"),
+     (None, "Softmax-11 of an input whose rank is unknown until the graph runs")],
+)  # fmt: skip
+def test_softmax_before_version_13_needs_the_shape_it_flattens(shape: list[object] | None, words: str) -> None:
+    node = helper.make_node("Softmax", ["x"], ["y"], name="old", axis=1)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    graph = helper.make_graph([node], "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    with pytest.raises(OnnxError) as err:
+        cg.onnx.import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]))
+    assert f"{words} has no cellgraph equivalent (Softmax node 'old', opset 11)" in str(err.value)
