@@ -282,6 +282,14 @@ def _infer_reduce(ctx: InferContext) -> TensorSpec:
     return TensorSpec(_reduced_shape(ctx), ctx.inputs[0].dtype)
 
 
+def _infer_reduce_sum(ctx: InferContext) -> TensorSpec:
+    # A bool sum would be a bool (any), not a count: reduce_sum([True] * 4) gave True, where NumPy and PyTorch
+    # count 4. TensorFlow refuses bool too.
+    if ctx.inputs[0].dtype == "bool":
+        raise ctx.dtype_error("expects a float or int tensor, got bool; count with reduce_sum(cast(x, 'int32'))")
+    return _infer_reduce(ctx)
+
+
 def _infer_reduce_float(ctx: InferContext) -> TensorSpec:
     if not is_float(ctx.inputs[0].dtype):
         raise ctx.dtype_error(f"expects a float tensor, got {ctx.inputs[0].dtype}")
@@ -319,7 +327,7 @@ def _ref_reduce_mean(a: dict[str, Any], x: np.ndarray) -> np.ndarray:
 
 
 _REDUCE: list[tuple[Any, ...]] = [
-    ("ReduceSum",  "sum",    _infer_reduce,       lambda a, x: np.sum(x, axis=a["axes"], keepdims=a["keepdims"]), _grad_reduce_sum),
+    ("ReduceSum",  "sum",    _infer_reduce_sum,   lambda a, x: np.sum(x, axis=a["axes"], keepdims=a["keepdims"]), _grad_reduce_sum),
     ("ReduceMean", "mean",   _infer_reduce_float, _ref_reduce_mean,                                               _grad_reduce_mean),
     ("ReduceMax",  "max",    _infer_reduce,       lambda a, x: np.max(x, axis=a["axes"], keepdims=a["keepdims"], initial=lowest(x.dtype)), _grad_reduce_max),
 ]  # fmt: skip

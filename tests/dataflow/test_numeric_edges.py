@@ -470,3 +470,17 @@ def test_float_floordiv_is_pythons_and_agrees_with_floormod(dtype: str) -> None:
     assert quotient[0] == 9.0 and quotient[5] == -1.0
     finite = np.isfinite(a) & np.isfinite(b) & (b != 0)
     np.testing.assert_allclose(quotient[finite] * b[finite] + remainder[finite], a[finite], rtol=1e-6, atol=1e-6)
+
+
+def test_a_bool_sum_is_refused_not_an_or() -> None:
+    # Before: reduce_sum of [True] * 4 gave True (bool + bool stored in a bool), where NumPy and PyTorch count 4;
+    # TensorFlow refuses a bool sum, and so does cellgraph now, pointing to the cast that counts.
+    g = cg.Graph()
+    with g.as_default():
+        mask = cg.placeholder((4,), "bool", name="mask")
+        before = len(g.nodes)
+        with raises(cg.DTypeError, "expects a float or int tensor, got bool; count with reduce_sum(cast(x, 'int32'))"):
+            cg.reduce_sum(mask)
+        assert len(g.nodes) == before
+        count = cg.reduce_sum(cg.cast(mask, "int32"))
+    assert cg.Session(g).run(count, {mask: np.array([True, True, False, True])}) == 3
