@@ -59,9 +59,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SITE = "/tmp/cellgraph-site"  # where the carried wheels go: a fresh machine, nothing of the image replaced
 WORKER_CPU = "/job:worker/task:0/device:cpu:0"
 GPU = "/job:worker/task:0/device:gpu:0"
-# What the device machines' CUDA image already holds, large or tied to its CUDA: never carried.
+# What the device machines' CUDA image already holds, large or tied to its CUDA: never carried. NumPy is
+# carried: the image's 2.5 removed np.row_stack, which its numba-cuda 0.30.4 still registers when it compiles
+# its first kernel (AttributeError, in every kernel; seen 2026-12-04), so pyproject.toml caps NumPy below 2.5.
 IN_IMAGE = {
-    "numpy", "scipy", "numba", "llvmlite", "numba-cuda", "cuda-bindings", "cuda-core", "cuda-pathfinder",
+    "scipy", "numba", "llvmlite", "numba-cuda", "cuda-bindings", "cuda-core", "cuda-pathfinder",
     "cuda-python", "cuda-toolkit", "pandas", "scikit-learn", "joblib", "threadpoolctl", "pip", "setuptools",
     "pytest", "pluggy", "iniconfig", "hypothesis", "tqdm",
 }  # fmt: skip
@@ -248,7 +250,8 @@ def install(steps: Steps, wheels: Path | None) -> None:
         )
         return
     probe = (
-        "import json, numba, numba.cuda, cellgraph; v = {'numba': numba.__version__, 'gpu': numba.cuda.is_available()}\n"
+        "import json, numpy, numba, numba.cuda, cellgraph\n"
+        "v = {'numpy': numpy.__version__, 'numba': numba.__version__, 'gpu': numba.cuda.is_available()}\n"
         "try:\n import cupy; v['cupy'] = cupy.__version__\nexcept ImportError: v['cupy'] = None\nprint(json.dumps(v))"
     )
     versions = _last_json(steps.call("install", [sys.executable, "-c", probe]))
