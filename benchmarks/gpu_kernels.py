@@ -123,7 +123,7 @@ def bench_tiles(np: Any, cuda: Any, a: Any, b: Any, repeats: int, number: int) -
     m, k = a.shape
     flop = 2.0 * m * k * b.shape[1]
     figures = {}
-    for tiles in (gemm.LARGE, gemm.LARGE_CAPPED, gemm.SMALL):
+    for tiles in gemm.TIMED:
         name = f"{tiles.bm}x{tiles.bn}x{tiles.bk}, {tiles.tm}x{tiles.tn} a thread"
         name += f", at most {tiles.max_registers} registers" if tiles.max_registers else ""
         seconds = gpu_seconds(
@@ -212,13 +212,16 @@ def main() -> None:
         return
 
     import cellgraph as cg
+    from cellgraph.dataflow.kernels.cuda import memory
 
+    memory.install()  # before the name query below creates this process's CUDA context
     name = "Numba's CUDA simulator" if args.simulate else cuda.get_current_device().name
     gpu = name.decode() if isinstance(name, bytes) else str(name)
     print(f"GPU: {gpu}")
     matmul_n, size = (SIMULATED_MATMUL_N, SIMULATED_SIZE) if args.simulate else (MATMUL_N, SIZE)
     repeats, number = (1, 1) if args.simulate else (3, 2) if args.quick else (7, 5)
     result: dict[str, Any] = {"benchmark": "gpu_kernels", "gpu": gpu, "quick": args.quick, "simulated": args.simulate}
+    result["cuda_pool"] = memory.active()  # device arrays from cellgraph's caching pool (kernels/cuda/memory.py)
     result.update(bench_matmul(cg, np, cuda, matmul_n, repeats, number, args.simulate))
     repeats, number = (1, 1) if args.simulate else (5, 10) if args.quick else (15, 40)
     result.update(bench_fused(cg, np, cuda, size, repeats, number))

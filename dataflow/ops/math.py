@@ -40,9 +40,11 @@ _y = lambda n: n.inputs[1]  # noqa: E731
 _z = lambda n: n.output(0)  # noqa: E731
 
 # Fused Maximum and Minimum keep a NaN on either side, as np.maximum does unfused: Python's max(1.0, nan)
-# (what a fused loop's max(a, b) is) gives 1.0, and a fused maximum(a, b) dropped a NaN in b.
-_MAX_EXPR = "({0} if {0} > {1} or {0} != {0} else {1})"
-_MIN_EXPR = "({0} if {0} < {1} or {0} != {0} else {1})"
+# (what a fused loop's max(a, b) is) gives 1.0, and a fused maximum(a, b) dropped a NaN in b. Every fused
+# expression that takes a maximum or minimum (Relu, ClipByValue) is built from these: in a CUDA kernel the
+# builtin max is fmax, which drops a NaN on either side (a fused Relu of NaN was 0 on an H200).
+MAX_EXPR = "({0} if {0} > {1} or {0} != {0} else {1})"
+MIN_EXPR = "({0} if {0} < {1} or {0} != {0} else {1})"
 # Maximum and Minimum give a tie's whole gradient to x, as TensorFlow's _MaximumGrad (x >= y) does; PyTorch
 # splits it in half. Either is a subgradient: this one is TensorFlow's on purpose.
 _BINARY: list[tuple[Any, ...]] = [
@@ -51,8 +53,8 @@ _BINARY: list[tuple[Any, ...]] = [
     ("Mul",     ew.mul,     np.multiply, lambda n, g: [g * _y(n), g * _x(n)],                             "({0} * {1})"),
     ("Div",     ew.div,     np.divide,   lambda n, g: [g / _y(n), neg(g) * _z(n) / _y(n)],                "({0} / {1})"),
     ("Pow",     ew.power,   np.power,    lambda n, g: _grad_pow(n, g),                                     "({0} ** {1})"),
-    ("Maximum", ew.maximum, np.maximum,  lambda n, g: [g * _mask(greater_equal(_x(n), _y(n)), g), g * _mask(less(_x(n), _y(n)), g)], _MAX_EXPR),
-    ("Minimum", ew.minimum, np.minimum,  lambda n, g: [g * _mask(less_equal(_x(n), _y(n)), g), g * _mask(less(_y(n), _x(n)), g)], _MIN_EXPR),
+    ("Maximum", ew.maximum, np.maximum,  lambda n, g: [g * _mask(greater_equal(_x(n), _y(n)), g), g * _mask(less(_x(n), _y(n)), g)], MAX_EXPR),
+    ("Minimum", ew.minimum, np.minimum,  lambda n, g: [g * _mask(less_equal(_x(n), _y(n)), g), g * _mask(less(_y(n), _x(n)), g)], MIN_EXPR),
 ]  # fmt: skip
 
 _UNARY: list[tuple[Any, ...]] = [

@@ -52,7 +52,7 @@ from .base import (
     infer_same,
 )
 from .logic import logical_and, logical_not, logical_or
-from .math import exp, less, maximum, neg, zeros_like
+from .math import MAX_EXPR, MIN_EXPR, exp, less, maximum, neg, zeros_like
 
 FAMILY = "math"
 Dys = list[Tensor | None]
@@ -307,7 +307,7 @@ def _grad_clip(node: Node, dys: Dys) -> list[Tensor | None]:
 register_op(OpDef(
     name="ClipByValue", family=FAMILY, infer=_infer_clip,
     reference=lambda attrs, x, low, high: np.minimum(np.maximum(x, low), high),
-    grad=_grad_clip, broadcasts=True, elementwise="min(max({0}, {1}), {2})",
+    grad=_grad_clip, broadcasts=True, elementwise=MIN_EXPR.format(MAX_EXPR.format("{0}", "{1}"), "{2}"),
     kernels={"cpu": elementwise_kernel(mk.clip), "cuda": cuda_kernel("elementwise", "ternary_op", "ClipByValue")},
 ))  # fmt: skip
 

@@ -32,7 +32,7 @@ from .base import (
     merge_shapes,
     require_float,
 )
-from .math import broadcast_like, exp, reduce_sum
+from .math import MAX_EXPR, broadcast_like, exp, reduce_sum
 
 FAMILY = "nn"
 Dys = list[Tensor | None]
@@ -62,7 +62,7 @@ def _ref_sigmoid(x: np.ndarray) -> np.ndarray:
 
 # name, kernel, reference, gradient (g: upstream gradient), fusion expression
 _ACTIVATIONS: list[tuple[str, Any, Any, Any, str]] = [
-    ("Relu",    nnk.relu,    lambda x: np.maximum(x, 0),            lambda n, g: [relu_grad(g, _y(n))],    "max({0}, 0.0)"),
+    ("Relu",    nnk.relu,    lambda x: np.maximum(x, 0),            lambda n, g: [relu_grad(g, _y(n))],    MAX_EXPR.format("{0}", "0.0")),
     ("Sigmoid", nnk.sigmoid, _ref_sigmoid,                           lambda n, g: [sigmoid_grad(g, _y(n))], "sigmoid_({0})"),
     ("Tanh",    nnk.tanh,    np.tanh,                                lambda n, g: [tanh_grad(g, _y(n))],    "tanh_({0})"),
 ]  # fmt: skip

@@ -121,3 +121,38 @@ def test_cuda_float_floordiv_is_pythons() -> None:
     cpu, gpu = _both(cg.floordiv, a, b)
     np.testing.assert_array_equal(gpu[0], np.floor_divide(a, b))
     np.testing.assert_array_equal(gpu[0], cpu[0])
+
+
+def test_cuda_float_floordiv_of_large_and_huge_quotients() -> None:
+    # The device function floors in floats: an int64 floor (Numba's math.floor) overflows past 2**63.
+    a = np.array([3e38, -3e38, 1e30, 7.5, -7.5, 1e-30, -1e-30, np.inf, -np.inf, np.nan, 1.0], np.float32)
+    b = np.array([1e-30, 1e-30, 3.0, 2.0, 2.0, -np.inf, np.inf, 2.0, np.inf, 1.0, np.nan], np.float32)
+    with np.errstate(all="ignore"):
+        cpu, gpu = _both(cg.floordiv, a, b)
+        want = np.floor_divide(a, b)
+    np.testing.assert_array_equal(gpu[0], want)
+    np.testing.assert_array_equal(gpu[0], cpu[0])
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_fused_clip_and_relu_keep_a_nan_from_any_operand(device: str) -> None:
+    # A fused loop's max/min must not be the builtin: on a GPU that is fmax, which drops a NaN (a fused Relu of
+    # NaN was 0 on an H200, where the simulator, running Python's max, kept it).
+    from numba import cuda
+
+    from cellgraph.dataflow.executor import Plan
+
+    x = np.array([np.nan, -1.0, 0.25, 2.0, np.nan], np.float32)
+    low = np.array([-0.5, np.nan, -0.5, -0.5, -0.5], np.float32)
+    g = cg.Graph()
+    with g.as_default():
+        xs, lows = cg.placeholder((5,), "float32", name="x"), cg.placeholder((5,), "float32", name="low")
+        out = cg.relu(cg.clip_by_value(xs * 1.0, lows, 0.5) + 0.0)
+    plan = Plan(g, [out], [], [xs, lows], VariableStore(), device=device, fuse=True)
+    assert max(len(step.nodes) for step in plan.steps) >= 4, "the chain must fuse"
+    feeds = (x, low) if device == "cpu" else (cuda.to_device(x), cuda.to_device(low))
+    (got,) = plan(*feeds)
+    got = np.asarray(got) if device == "cpu" else got.copy_to_host()
+    want = np.maximum(np.minimum(np.maximum(x, low), np.float32(0.5)), 0)
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got[[0, 1, 4]]).all()

@@ -10,6 +10,8 @@ The policy every CUDA kernel follows:
   business.
 - Outputs are fresh C-contiguous device arrays, except for ops that update a
   variable in place (assign, optimizer updates), which return the variable.
+- Device memory comes from a caching pool (``memory.py``): a freed block is
+  reused by the next allocation of its size, without the driver.
 - ``numba.cuda`` is imported when the first CUDA kernel is bound, not on
   ``import cellgraph``: it costs a quarter of a second, and it reads
   ``NUMBA_ENABLE_CUDASIM`` once, when imported, so a process chooses between
@@ -56,14 +58,15 @@ def device_math() -> Any:
     import numpy as np
 
     def ieee(fn: Any) -> Any:
-        def call(x: Any) -> Any:
+        def call(*args: Any) -> Any:
             with np.errstate(all="ignore"):
-                return fn(x)
+                return fn(*args)
 
         return call
 
-    # floor and ceil too: Python's return an int (and raise for inf and NaN), the device's a float.
-    names = ("exp", "expm1", "log", "log1p", "log10", "log2", "sqrt", "sin", "cos", "tan", "floor", "ceil")
+    # floor and ceil too: Python's return an int (and raise for inf and NaN), the device's a float; fmod(inf, y)
+    # raises too.
+    names = ("exp", "expm1", "log", "log1p", "log10", "log2", "sqrt", "sin", "cos", "tan", "floor", "ceil", "fmod")
     overrides = {name: ieee(getattr(np, name)) for name in names}
     return types.SimpleNamespace(**{**vars(math), **overrides})
 
@@ -72,6 +75,9 @@ def available() -> bool:
     """True when ``numba.cuda`` sees a GPU, or the simulator is on."""
     from numba import cuda
 
+    from .memory import install
+
+    install()  # before the first context: device arrays come from the caching pool (memory.py)
     return bool(cuda.is_available())
 
 
@@ -90,6 +96,9 @@ def cuda_kernel(module: str, name: str, *args: Any) -> KernelFactory:
     """
 
     def bind(node: Node, ctx: KernelContext) -> Any:
+        from .memory import install
+
+        install()  # before the first context: device arrays come from the caching pool (memory.py)
         family = importlib.import_module(f"{__name__}.{module}")
         return getattr(family, name)(node, ctx, *args)
 

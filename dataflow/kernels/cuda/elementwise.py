@@ -35,6 +35,37 @@ def _device(fn: Callable[..., Any]) -> Any:
     return cuda.jit(device=True)(fn)
 
 
+def _floor_float(x):  # type: ignore[no-untyped-def]
+    """floor(x) as a float: Numba's math.floor returns an int64, which a large float overflows."""
+    if x - x != 0:  # inf and NaN (inf - inf is NaN) are their own floor
+        return x
+    frac = math.fmod(x, 1.0)
+    whole = x - frac  # exact: frac holds the bits below the units
+    return whole - 1.0 if frac < 0 else whole
+
+
+@cuda.jit(device=True)
+def _floordiv_float(a, b):  # type: ignore[no-untyped-def]
+    """Python's floored division of floats, from fmod, as the CPU kernel's (kernels/cpu/math_more.py).
+
+    numba-cuda's float ``//`` gave NaN for -1e4 // inf and 5 // -inf on an H200 (Python and NumPy: -1), and the
+    simulator, which runs Python's ``//``, could not show it.
+    """
+    if b == 0:
+        return a / b
+    mod = math.fmod(a, b)
+    div = (a - mod) / b
+    if mod != 0 and (b < 0) != (mod < 0):
+        div -= 1.0
+    if div == 0:
+        return math.copysign(0.0, a / b)
+    floored = _floor_device(div)
+    return floored + 1.0 if div - floored > 0.5 else floored
+
+
+_floor_device = _device(_floor_float)
+
+
 # Scalar functions, by op name. Unary ones take a second, scalar operand `c`
 # that only the broadcast-and-divide of BroadcastLike(mean) uses.
 BINARY = {
@@ -50,8 +81,9 @@ BINARY = {
     "Less": _device(lambda a, b: a < b),
     "GreaterEqual": _device(lambda a, b: a >= b),
     "NotEqual": _device(lambda a, b: a != b),
-    # Numba's // and % follow Python (floor) semantics on ints and floats, as NumPy's do.
+    # Numba's // and % follow Python (floor) semantics on ints, as NumPy's do; floats take FloorDivFloat.
     "FloorDiv": _device(lambda a, b: a // b),
+    "FloorDivFloat": _floordiv_float,
     "FloorMod": _device(lambda a, b: a % b),
     "LogicalAnd": _device(lambda a, b: a and b),
     "LogicalOr": _device(lambda a, b: a or b),
@@ -173,6 +205,8 @@ def fill(shape: tuple[int, ...], dtype: Any, value: float) -> Any:
 
 # ------------------------------------------------------------ kernel factories
 def binary_op(node: Any, ctx: Any, name: str) -> Callable[[Any, Any], Any]:
+    if name == "FloorDiv" and np.dtype(node.specs[0].dtype).kind == "f":
+        name = "FloorDivFloat"
     return lambda a, b: binary(name, a, b)
 
 

@@ -78,6 +78,11 @@ SMALL = Tiles(bm=64, bn=64, bk=8, tm=4, tn=4)
 # LARGE compiles to 146 registers a thread for sm_90 (one block an SM); capped at 128, two blocks fit
 # and ptxas spills 16 bytes. Which is faster is for a GPU to say: gpu_kernels.py times both.
 LARGE_CAPPED = Tiles(bm=128, bn=128, bk=8, tm=8, tn=8, max_registers=128)
+# Shapes benchmarks/gpu_kernels.py times beside those above, for choose_tiles to learn from: twice as deep a
+# step along K (half the barriers a product), and half as wide a tile (two blocks an SM at 146 registers).
+DEEP = Tiles(bm=128, bn=128, bk=16, tm=8, tn=8)
+HALF = Tiles(bm=128, bn=64, bk=8, tm=8, tn=8)
+TIMED = (LARGE, LARGE_CAPPED, SMALL, DEEP, HALF)
 # A GPU has about a hundred multiprocessors: below this many large tiles it would sit partly idle.
 LARGE_MIN_BLOCKS = 128
 
