@@ -24,7 +24,8 @@ synchronised before and after, so plan dispatch and output allocation count.
 The last line of stdout is one JSON object with ``matmul_tflops``,
 ``cublas_tflops`` (null without CuPy), ``matmul_ratio`` (target: at least
 0.5), ``fused_gb_per_s``, ``copy_gb_per_s``, ``fused_ratio`` (target: at
-least 0.7) and ``gpu``. Without a GPU (or on Numba's simulator) it says so,
+least 0.7), ``fused_dispatch_ms`` (the host's time to issue one fused call:
+near ``fused_ms``, the host sets the pace) and ``gpu``. Without a GPU (or on Numba's simulator) it says so,
 prints ``{"gpu": null, "skipped": "no CUDA GPU"}`` and exits 0. ``--simulate``
 runs every step on Numba's CUDA simulator instead, on tiny shapes and without
 cuBLAS: it checks the script (``tests/test_gpu_check.py``), it measures nothing.
@@ -65,6 +66,22 @@ def gpu_seconds(fn: Callable[[], Any], cuda: Any, *, repeats: int, number: int) 
         cuda.synchronize()
         per_call.append((time.perf_counter() - start) / number)
     return statistics.median(per_call)
+
+
+def host_seconds(fn: Callable[[], Any], cuda: Any, *, number: int) -> float:
+    """Host seconds per call of ``fn``, not waiting for the device: what a call costs the CPU to issue.
+
+    When it is near the call's time with the device synchronised (``gpu_seconds``), the host, not the
+    kernel, sets the pace.
+    """
+    fn()
+    cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    seconds = (time.perf_counter() - start) / number
+    cuda.synchronize()
+    return seconds
 
 
 def plan(cg: Any, out: Any, feeds: list[Any], fuse: bool = True) -> Any:
@@ -179,7 +196,9 @@ def bench_fused(cg: Any, np: Any, cuda: Any, size: int, repeats: int, number: in
     src = cuda.to_device(np.concatenate(hosts[:2]))
     dst = cuda.device_array_like(src)
     copy_s = gpu_seconds(lambda: dst.copy_to_device(src), cuda, repeats=repeats, number=number)
+    dispatch_s = host_seconds(lambda: fused(x, b, d), cuda, number=number)
     result = {
+        "fused_dispatch_ms": dispatch_s * 1e3,
         "fused_gb_per_s": moved / fused_s / 1e9,
         "copy_gb_per_s": 2 * src.nbytes / copy_s / 1e9,
         "unfused_gb_per_s": moved / unfused_s / 1e9,
@@ -190,6 +209,7 @@ def bench_fused(cg: Any, np: Any, cuda: Any, size: int, repeats: int, number: in
     result["fused_ratio"] = result["fused_gb_per_s"] / result["copy_gb_per_s"]
     for name in ("fused", "unfused", "copy"):
         print(f"{name:>8}: {result[f'{name}_ms']:8.3f} ms  {result[f'{name}_gb_per_s']:8.1f} GB/s")
+    print(f"fused, host time to issue one call: {result['fused_dispatch_ms']:8.3f} ms")
     return result
 
 

@@ -71,18 +71,18 @@ class Tiles:
             raise ValueError(f"Tiles: {self.threads} threads cannot share the loads of a {self.bk}-deep tile evenly")
 
 
-# 64 outputs a thread on 128x128 tiles: the most work per byte loaded, for float32 products that fill the GPU.
-LARGE = Tiles(bm=128, bn=128, bk=8, tm=8, tn=8)
+# 64 outputs a thread on 128x128 tiles, 16 deep along K: the most work per byte loaded, for float32 products that
+# fill the GPU. On an H200 (4096^3, gpu_kernels.py, 2026-12-04) it ran 23.6 TFLOP/s, the 8-deep SHALLOW 22.6.
+LARGE = Tiles(bm=128, bn=128, bk=16, tm=8, tn=8)
+SHALLOW = Tiles(bm=128, bn=128, bk=8, tm=8, tn=8)
 # 16 outputs a thread on 64x64 tiles: four times the blocks for small products, and half the registers for float64.
 SMALL = Tiles(bm=64, bn=64, bk=8, tm=4, tn=4)
-# LARGE compiles to 146 registers a thread for sm_90 (one block an SM); capped at 128, two blocks fit
-# and ptxas spills 16 bytes. Which is faster is for a GPU to say: gpu_kernels.py times both.
-LARGE_CAPPED = Tiles(bm=128, bn=128, bk=8, tm=8, tn=8, max_registers=128)
-# Shapes benchmarks/gpu_kernels.py times beside those above, for choose_tiles to learn from: twice as deep a
-# step along K (half the barriers a product), and half as wide a tile (two blocks an SM at 146 registers).
-DEEP = Tiles(bm=128, bn=128, bk=16, tm=8, tn=8)
+# SHALLOW compiles to 146 registers a thread for sm_90 (one block an SM); capped at 128, two blocks fit and ptxas
+# spills 16 bytes: 22.1 TFLOP/s on the H200. Half as wide a tile (two blocks an SM uncapped): 19.5.
+SHALLOW_CAPPED = Tiles(bm=128, bn=128, bk=8, tm=8, tn=8, max_registers=128)
 HALF = Tiles(bm=128, bn=64, bk=8, tm=8, tn=8)
-TIMED = (LARGE, LARGE_CAPPED, SMALL, DEEP, HALF)
+# Every shape benchmarks/gpu_kernels.py times on the same product, for choose_tiles to learn from.
+TIMED = (LARGE, SHALLOW, SHALLOW_CAPPED, SMALL, HALF)
 # A GPU has about a hundred multiprocessors: below this many large tiles it would sit partly idle.
 LARGE_MIN_BLOCKS = 128
 
