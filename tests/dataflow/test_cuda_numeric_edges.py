@@ -156,3 +156,10 @@ def test_a_fused_clip_and_relu_keep_a_nan_from_any_operand(device: str) -> None:
     want = np.maximum(np.minimum(np.maximum(x, low), np.float32(0.5)), 0)
     np.testing.assert_array_equal(got, want)
     assert np.isnan(got[[0, 1, 4]]).all()
+
+
+def test_cuda_sign_of_an_unsigned_int_is_one_or_zero() -> None:
+    x = np.array([0, 1, 200, 255], np.uint8)
+    cpu, gpu = _both(cg.sign, x)
+    np.testing.assert_array_equal(gpu[0], [0, 1, 1, 1])
+    np.testing.assert_array_equal(cpu[0], [0, 1, 1, 1])

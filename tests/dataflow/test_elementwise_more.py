@@ -300,3 +300,16 @@ def test_where_joins_a_fused_cuda_kernel() -> None:
     args = [cuda.to_device(values["x"]), cuda.to_device(values["c"])]
     (got,), (want,) = fused(*args), plain(*args)
     np.testing.assert_allclose(got.copy_to_host(), want.copy_to_host(), rtol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", ["uint8"])  # cellgraph's one unsigned dtype
+def test_the_sign_of_an_unsigned_int_is_one_or_zero(dtype: str) -> None:
+    # Numba's np.sign went through the signed type: sign(uint8 255) was 255.
+    x = np.array([0, 1, 7, np.iinfo(dtype).max], dtype)
+    g = cg.Graph()
+    with g.as_default():
+        p = cg.placeholder((4,), dtype, name="x")
+        out = cg.sign(p)
+    got = cg.Session(g).run(out, {p: x})
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, [0, 1, 1, 1])

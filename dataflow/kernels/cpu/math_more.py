@@ -29,8 +29,15 @@ def abs_(x):  # type: ignore[no-untyped-def]
 
 
 @kernel
-def sign(x):  # type: ignore[no-untyped-def]
+def _sign_signed(x):  # type: ignore[no-untyped-def]
     return np.sign(x)
+
+
+def sign(x: np.ndarray) -> np.ndarray:
+    # Numba's np.sign of an unsigned int goes through the signed type: sign(uint8 255) was 255 (-1 wrapped).
+    if x.dtype.kind == "u":
+        return (x != 0).astype(x.dtype)
+    return _sign_signed(x)  # type: ignore[no-any-return]
 
 
 @kernel
