@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from cellgraph.dataflow.dtypes import outside_int_range
+from cellgraph.dataflow.dtypes import outside_int_range, past_float_range
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 from cellgraph.dataflow.mixed_precision import MixedPrecision
@@ -348,9 +348,10 @@ def check_feeds(graph: Graph, tg: TrainingGraph, arrays: list[Any], batch_size: 
             convert_feed(placeholder, batch)
         except CellgraphError as err:
             raise TrainingError(f"cg.train: data for placeholder {name!r}, in batches of {batch_size}: {err}") from err
-        # Its numbers too, where a cast narrows them (int64 labels into int32): one pass, before any replica starts.
+        # Its numbers too, where a cast narrows them (int64 labels into int32, float64 data past float32's range,
+        # which a cast makes inf): one pass, before any replica starts, as a Session's feed check does.
         if isinstance(array, np.ndarray) and not np.can_cast(array.dtype, placeholder.dtype):
-            outside = outside_int_range(array, placeholder.dtype)
+            outside = outside_int_range(array, placeholder.dtype) or past_float_range(array, placeholder.dtype)
             if outside is not None:
                 raise TrainingError(
                     f"cg.train: data for placeholder {name!r} ({array.dtype}) does not fit {placeholder.dtype}: "

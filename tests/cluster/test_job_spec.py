@@ -130,6 +130,22 @@ def test_labels_that_do_not_fit_the_placeholder_are_refused_not_wrapped(cluster:
     )
 
 
+def test_data_past_the_placeholders_float_range_is_refused_not_made_inf(
+    cluster: Cluster, data: digits.Split
+) -> None:
+    model = models.mlp()  # x is a float32 placeholder
+    images = data.x_train.astype(np.float64)
+    images[300, 7] = 1e300  # as float32 it would become inf, and the loss NaN
+    message = refused(cluster, model.loss, (images, data.y_train), batch_size=32)
+    assert message == (
+        "cg.train: data for placeholder 'x:0' (float64) does not fit float32: it holds 1e+300, past float32's "
+        "largest finite value 3.40282e+38"
+    )
+    rows = images[288:320]
+    expected = session_error(model.loss, {model.x: rows, model.y: data.y_train[288:320]})
+    assert message.endswith(expected.removeprefix("feed for 'x:0' (float64) does not fit float32"))
+
+
 def test_what_session_run_takes_cg_train_takes(cluster: Cluster, data: digits.Split) -> None:
     model = models.mlp()
     # float64 images for a float32 placeholder: a same-kind cast, which Session.run makes too.
