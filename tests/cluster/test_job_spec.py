@@ -130,9 +130,7 @@ def test_labels_that_do_not_fit_the_placeholder_are_refused_not_wrapped(cluster:
     )
 
 
-def test_data_past_the_placeholders_float_range_is_refused_not_made_inf(
-    cluster: Cluster, data: digits.Split
-) -> None:
+def test_data_past_the_placeholders_float_range_is_refused_not_made_inf(cluster: Cluster, data: digits.Split) -> None:
     model = models.mlp()  # x is a float32 placeholder
     images = data.x_train.astype(np.float64)
     images[300, 7] = 1e300  # as float32 it would become inf, and the loss NaN
