@@ -184,6 +184,7 @@ class Plan:
         for i, t in enumerate(self.fetches):
             fetch_indices.setdefault(names[_key(t)], []).append(i)
         line_to_step: dict[int, Step] = {}
+        early: set[int] = set()  # fetches copied as they were computed
         for j, step in enumerate(self.steps):
             if step.constant:
                 continue
@@ -195,19 +196,22 @@ class Plan:
             call = f"k{j}({args})"
             lines.append(f"    {', '.join(outs)} = {call}" if outs else f"    {call}")
             line_to_step[len(lines)] = step
-            if notify:
-                for i in (i for out in outs for i in fetch_indices.get(out, [])):
-                    view = self._copies(i)
-                    lines.append(
-                        f"    _on({i}, {'_copy(' + names[_key(self.fetches[i])] + ')' if view else names[_key(self.fetches[i])]})"
-                    )
+            # A fetch handed out as a copy is copied the moment it is computed: a view of a variable copied at
+            # the end showed the step's update, where every other read of the variable in the step saw the value
+            # before it (Session.run([identity(w), w * 1, train]) gave two different w).
+            for i in (i for out in outs for i in fetch_indices.get(out, [])):
+                if self._copies(i):
+                    lines.append(f"    _fetch{i} = _copy({names[_key(self.fetches[i])]})")
+                    early.add(i)
+                if notify:
+                    lines.append(f"    _on({i}, {f'_fetch{i}' if i in early else names[_key(self.fetches[i])]})")
             if dying.get(j):
                 lines.append(f"    del {', '.join(dying[j])}")
         lines += [f"    _wait({i})" for i in sorted(unread)]
         results = []
         for i, t in enumerate(self.fetches):
             name = names[_key(t)]
-            results.append(f"_copy({name})" if self._copies(i) else name)
+            results.append(f"_fetch{i}" if i in early else f"_copy({name})" if self._copies(i) else name)
         lines.append(f"    return ({', '.join(results)}{',' if results else ''})")
         return "\n".join(lines) + "\n", line_to_step
 

@@ -163,3 +163,23 @@ def test_a_node_name_with_several_outputs_is_ambiguous() -> None:
         cg.Session(g).run("xent", feeds)
     assert str(info.value).endswith("has 2 outputs; fetch one of 'xent:0', 'xent:1'")
     assert cg.Session(g).run("xent:0", feeds).shape == (2,)
+
+
+@pytest.mark.parametrize("order", ["fetches first", "train first"])
+def test_every_read_of_a_variable_in_a_step_sees_one_value(order: str) -> None:
+    # identity(w) is a view of w's buffer: copied at the end of the step, it showed the step's own update, where
+    # w * 1 (a new array) and the partitioned session (a Send copies) showed the value before it.
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(np.array([1.0, 2.0], np.float32), name="w")
+        x = cg.placeholder((2,), "float32", name="x")
+        train = cg.optim.SGD(0.5).minimize(cg.reduce_sum(w * x))
+        reads = [cg.identity(w), w * 1.0, cg.reshape(w, (2, 1))]
+    fetches = [*reads, train] if order == "fetches first" else [train, *reads]
+    feed = {x: np.ones(2, np.float32)}
+    placement = cg.placement.place(g, ["/job:worker/task:0/device:cpu:0", "/job:ps/task:0/device:cpu:0"])
+    for sess in (cg.Session(g), cg.PartitionedSession(g, placement)):
+        got = [v for v in sess.run(fetches, feed) if v is not None]
+        for value in got:
+            np.testing.assert_array_equal(np.ravel(value), [1.0, 2.0], err_msg=type(sess).__name__)
+        np.testing.assert_array_equal(sess.run(w), [0.5, 1.5])  # one step of SGD(0.5) on a gradient of ones
