@@ -5,8 +5,8 @@ helpers this module reuses: the same scalar expressions (``OpDef.elementwise``),
 the same embedded constants, the same cast of every temporary to the segment's
 dtype, and the same rule for inputs (the output's shape or a single value;
 anything else runs the member kernels one by one). The kernel runs one thread
-per element over a grid-stride loop, so a launch of any size covers the
-output, and each thread reads a one-value input once, before its loop.
+per element (``launch`` covers the output, up to 2**31 - 1 blocks), and each
+thread reads a one-value input once.
 
 ``numba.cuda`` is imported when a kernel is compiled or launched, never when
 this module is imported (see ``kernels/cuda/__init__.py``): the executor
@@ -64,7 +64,10 @@ def kernel_source(
     ]
     # Module-level arrays are constants of the kernel (Numba puts them in constant memory).
     lines = [*header, *parts.constants, "", "", "@cuda.jit(cache=True)", f"def fused(n, out{parts.params}):"]
-    lines += [*parts.prologue, "    for i in range(cuda.grid(1), n, cuda.gridsize(1)):", *parts.body]
+    # One thread an element, as every other kernel here: a grid-stride loop (range(cuda.grid(1), n,
+    # cuda.gridsize(1))) made each thread compute its trip count, a 64-bit division: 237 PTX instructions
+    # a thread where the body needs about 40, and the 8-op chain moved 0.59 of copy bandwidth on an H200.
+    lines += [*parts.prologue, "    i = cuda.grid(1)", "    if i < n:", *parts.body]
     return "\n".join(lines) + "\n"
 
 
