@@ -11,8 +11,10 @@ Where cellgraph's definition differs from torch's by design, the oracle is told
 the difference, never the other way round: Adam adds epsilon after the bias
 correction (TensorFlow's form), which is torch's epsilon divided by
 ``sqrt(1 - beta2**t)`` at step ``t``, so torch's ``eps`` is set to that each
-step; RMSProp adds epsilon inside the square root, so it is compared with a
-negligible epsilon (and with a large one locally against the cluster only).
+step; RMSProp adds epsilon inside the square root and the learning rate inside
+the momentum (TensorFlow's form), so it is compared with torch.optim.RMSprop
+at a negligible epsilon and a constant rate, and otherwise with that form
+written out in torch (``TensorFlowRMSProp``).
 """
 
 from __future__ import annotations
@@ -168,6 +170,31 @@ def _scheduled(rate: Callable[[int], float], then: Adjust | None = None) -> Adju
     return adjust
 
 
+def _piecewise(step: int) -> float:
+    """PIECEWISE's rate: 0.2 up to and including step 5, 0.05 up to 12, then 0.01."""
+    return 0.2 if step <= 5 else 0.05 if step <= 12 else 0.01
+
+
+class TensorFlowRMSProp(torch.optim.Optimizer):  # type: ignore[misc,name-defined]
+    """RMSProp as TensorFlow defines it, which torch.optim.RMSprop does not: ``ms = decay ms + (1 - decay) g^2``,
+    ``mom = momentum mom + lr g / sqrt(ms + epsilon)``, ``p -= mom`` (the rate inside the momentum)."""
+
+    def __init__(self, params: list[Any], lr: float, decay: float, momentum: float, epsilon: float) -> None:
+        super().__init__(params, {"lr": lr, "decay": decay, "momentum": momentum, "epsilon": epsilon})
+
+    @torch.no_grad()  # type: ignore[misc]
+    def step(self, closure: None = None) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["ms"], state["mom"] = torch.zeros_like(p), torch.zeros_like(p)
+                ms, mom, g = state["ms"], state["mom"], p.grad
+                ms.mul_(group["decay"]).add_((1 - group["decay"]) * g * g)
+                mom.mul_(group["momentum"]).add_(group["lr"] * g / torch.sqrt(ms + group["epsilon"]))
+                p.sub_(mom)
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -192,7 +219,7 @@ CASES = [
          lambda ps: torch.optim.Adam(ps, lr=0.02), _adam_epsilon(0.1, 0.999)),
     Case("adamw", lambda: cg.optim.AdamW(0.02, beta1=0.85, beta2=0.99, weight_decay=0.5),
          lambda ps: torch.optim.AdamW(ps, lr=0.02, betas=(0.85, 0.99), weight_decay=0.5), _adam_epsilon(1e-8, 0.99)),
-    # epsilon inside the square root (TensorFlow's) is not torch's: negligible here, large in the local-cluster cases.
+    # epsilon inside the square root (TensorFlow's) is not torch's: negligible here, large in TensorFlowRMSProp's.
     Case("rmsprop", lambda: cg.optim.RMSProp(0.01, decay=0.8, momentum=0.6, epsilon=1e-20),
          lambda ps: torch.optim.RMSprop(ps, lr=0.01, alpha=0.8, momentum=0.6, eps=0.0)),
     Case("adagrad", lambda: cg.optim.Adagrad(0.2, initial_accumulator_value=0.3, epsilon=1e-3),
@@ -203,17 +230,19 @@ CASES = [
          _scheduled(_cosine(0.05, 12, 4, 0.1), _adam_epsilon(1e-8, 0.999))),
     Case("momentum-piecewise", lambda: cg.optim.Momentum(PIECEWISE, momentum=0.5),
          lambda ps: torch.optim.SGD(ps, lr=0.0, momentum=0.5),
-         _scheduled(lambda s: 0.2 if s <= 5 else 0.05 if s <= 12 else 0.01)),
+         _scheduled(_piecewise)),
     Case("adamw-exponential", lambda: cg.optim.AdamW(cg.optim.exponential_decay(0.03, 4, 0.5), weight_decay=0.2),
          lambda ps: torch.optim.AdamW(ps, lr=0.0, weight_decay=0.2),
          _scheduled(lambda s: 0.03 * 0.5 ** (s / 4), _adam_epsilon(1e-8, 0.999))),
-]  # fmt: skip
-# Hyperparameters torch.optim has no exact twin of: local and cluster must still agree on them.
-LOCAL_ONLY = [
+    Case("adagrad-piecewise", lambda: cg.optim.Adagrad(PIECEWISE, initial_accumulator_value=0.05),
+         lambda ps: torch.optim.Adagrad(ps, lr=0.0, initial_accumulator_value=0.05, eps=1e-7),
+         _scheduled(_piecewise)),
+    # TensorFlow's RMSProp (epsilon inside the square root, the rate inside the momentum) written out in torch.
     Case("rmsprop-large-epsilon", lambda: cg.optim.RMSProp(0.01, decay=0.5, momentum=0.3, epsilon=0.05),
-         lambda ps: None),
+         lambda ps: TensorFlowRMSProp(ps, lr=0.01, decay=0.5, momentum=0.3, epsilon=0.05)),
     Case("rmsprop-exponential", lambda: cg.optim.RMSProp(cg.optim.exponential_decay(0.02, 3, 0.6), momentum=0.4),
-         lambda ps: None),
+         lambda ps: TensorFlowRMSProp(ps, lr=0.0, decay=0.9, momentum=0.4, epsilon=1e-10),
+         _scheduled(lambda s: 0.02 * 0.6 ** (s / 3))),
 ]  # fmt: skip
 
 
@@ -239,7 +268,7 @@ def cluster() -> Iterator[Cluster]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CASES + LOCAL_ONLY, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_a_cluster_job_trains_as_a_local_session_does(cluster: Cluster, case: Case) -> None:
     distributed = _distributed(cluster, case.optimizer())
     # The frozen variable is not the servers' to train: it stays the graph's constant.
