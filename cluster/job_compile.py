@@ -41,7 +41,9 @@ import numba
 import numpy as np
 
 from cellgraph.dataflow.graph import Node, Tensor
+from cellgraph.dataflow.kernels import cpu as cpu_kernels
 from cellgraph.dataflow.kernels.compile_once import CompileEvent, add_listener, cache_dir
+from cellgraph.dataflow.kernels.source_cache import sources_digest
 
 from .job_state import JobState
 from .training_graph import LoadedGraph, TrainingGraph, load
@@ -106,7 +108,9 @@ def _marker(worker: TrainingGraph) -> Path | None:
     if folder is None:
         return None
     key = hashlib.sha256(worker.graphdef)
-    key.update(f"{numba.__version__} {getattr(numba.config, 'CACHE_DIR', '')}".encode())
+    # The kernels' cache folder is named by their sources' digest (kernels/source_cache.py): new sources, new marker.
+    kernels = sources_digest(cpu_kernels.SOURCES)
+    key.update(f"{numba.__version__} {getattr(numba.config, 'CACHE_DIR', '')} {kernels}".encode())
     return folder / f"step-{key.hexdigest()[:24]}"
 
 
