@@ -276,26 +276,29 @@ def test_a_cluster_job_trains_as_a_local_session_does(cluster: Cluster, case: Ca
     _assert_close(distributed, _local(case.optimizer()), SAME_RTOL, SAME_ATOL)
 
 
+RESUMED = [c for c in CASES if c.name in ("adam-cosine-warmup", "rmsprop-exponential", "adagrad-piecewise")]
+
+
 @pytest.mark.slow
-def test_a_resumed_job_keeps_the_slots_the_step_count_and_the_schedules_step(cluster: Cluster, tmp_path: Path) -> None:
-    """10 steps, then 10 more resumed from the checkpoint, train as 20 straight (Adam's t and the rate's step)."""
-    half = STEPS // 2
-    first = _train(cluster, cg.optim.Adam(COSINE), steps=half, checkpoint_dir=tmp_path)
+@pytest.mark.parametrize("case", RESUMED, ids=lambda c: c.name)
+def test_a_job_resumed_mid_training_keeps_the_slots_the_step_count_and_the_schedules_step(
+    cluster: Cluster, tmp_path: Path, case: Case
+) -> None:
+    """A job resumed from the checkpoint its servers wrote at step 10 trains as the straight run (and torch) does."""
+    middle = f"ckpt-{STEPS // 2:010d}"
+    straight = _train(cluster, case.optimizer(), checkpoint_every=5, checkpoint_dir=tmp_path)
     try:
-        first.wait(TIMEOUT)
-        assert first.checkpoints[-1] == f"ckpt-{half:010d}"
+        straight.wait(TIMEOUT)
+        assert middle in straight.checkpoints
+        expected = straight.variables()
     finally:
-        first.close()
-    second = _train(cluster, cg.optim.Adam(COSINE), steps=STEPS, checkpoint_dir=tmp_path,
-                    resume_from=f"ckpt-{half:010d}")  # fmt: skip
+        straight.close()
+    resumed = _train(cluster, case.optimizer(), checkpoint_dir=tmp_path, resume_from=middle)
     try:
-        second.wait(TIMEOUT)
-        assert second.global_step() == STEPS
-        resumed = second.variables()
+        resumed.wait(TIMEOUT)
+        assert resumed.global_step() == STEPS and resumed.ps_stats()[0]["updates"] == STEPS // 2
+        found = resumed.variables()
     finally:
-        second.close()
-    expected = _torch(
-        lambda ps: torch.optim.Adam(ps, lr=0.0), _scheduled(_cosine(0.05, 12, 4, 0.1), _adam_epsilon(1e-8, 0.999))
-    )
-    _assert_close(resumed, expected, RTOL, ATOL)
-    _assert_close(resumed, _local(cg.optim.Adam(COSINE)), SAME_RTOL, SAME_ATOL)
+        resumed.close()
+    _assert_close(found, expected, SAME_RTOL, SAME_ATOL)
+    _assert_close(found, _torch(case.torch_optimizer, case.adjust), RTOL, ATOL)
