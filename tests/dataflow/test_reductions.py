@@ -128,3 +128,18 @@ def test_the_gradient_of_prod_at_zeros_is_the_product_of_the_others() -> None:
     (grad,) = cg.gradients(cg.reduce_sum(cg.reduce_prod(x, axis=1)), [x])
     want = [[12.0, 8.0, 6.0], [12.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
     np.testing.assert_array_equal(_run(grad, {x: data}), want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_last_axis_sum_of_any_length_is_the_float64_sum(dtype: str) -> None:
+    # The last axis has its own kernel (eight accumulators, blocks of 1024): lengths around both edges.
+    from cellgraph.dataflow.kernels.cpu.reduce import reducer
+
+    rng = np.random.default_rng(0)
+    for length in (1, 7, 8, 9, 1023, 1024, 1025, 3001):
+        x = (rng.standard_normal((3, length)) * 1e3).astype(dtype)
+        want = x.astype(np.float64).sum(axis=1)
+        got = reducer("sum", (1,), False)(x)
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(got, want.astype(dtype), rtol=1e-6 if dtype == "float32" else 1e-13)
+        np.testing.assert_allclose(reducer("mean", (1,), True)(x)[:, 0], (want / length).astype(dtype), rtol=1e-6)

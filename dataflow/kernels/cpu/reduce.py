@@ -64,10 +64,47 @@ def accumulator(dtype: Any) -> np.dtype:
     return np.dtype(np.float64) if dtype == np.float32 else dtype
 
 
+@kernel
+def _sum_rows_into(x, out):  # type: ignore[no-untyped-def]
+    """Add each row's sum of ``x`` (outer, mid) into ``out`` (outer,), a float64 array, in blocks of ``BLOCK``.
+
+    The sum over a last axis: ``_sum_mid_into`` with one inner element adds every value into the same
+    ``part[0]``, one add waiting for the last (12x NumPy's time for 256 rows of 1024). Eight accumulators are
+    eight independent chains the CPU overlaps, and each block of a row still reaches the total once.
+    """
+    outer, mid = x.shape
+    for o in range(outer):
+        total = 0.0
+        for start in range(0, mid, BLOCK):
+            stop = min(start + BLOCK, mid)
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+            m = start
+            while m + 8 <= stop:
+                a0 += x[o, m]
+                a1 += x[o, m + 1]
+                a2 += x[o, m + 2]
+                a3 += x[o, m + 3]
+                a4 += x[o, m + 4]
+                a5 += x[o, m + 5]
+                a6 += x[o, m + 6]
+                a7 += x[o, m + 7]
+                m += 8
+            while m < stop:
+                a0 += x[o, m]
+                m += 1
+            total += ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+        out[o] += total
+    return out
+
+
 def _sum_mid(x: np.ndarray) -> np.ndarray:
     """The sum over the middle axis in the accumulator's dtype (``reducer`` rounds it to ``x``'s once, after a mean's
     division)."""
-    return _sum_mid_into(x, np.zeros((x.shape[0], x.shape[2]), accumulator(x.dtype)))
+    out = np.zeros((x.shape[0], x.shape[2]), accumulator(x.dtype))
+    if x.shape[2] == 1 and out.dtype == np.float64:  # a last axis of floats
+        _sum_rows_into(x.reshape(x.shape[0], x.shape[1]), out.reshape(-1))
+        return out
+    return _sum_mid_into(x, out)
 
 
 # _max_mid and _argmax_mid start from element 0 of the middle axis: they are
