@@ -38,8 +38,9 @@ ROWS, INPUTS, HIDDEN, OUTPUTS = 8, 3, 5, 2
 STEPS = 20
 TIMEOUT = 120.0
 F32 = np.float32
-# float32 against float64 over 20 steps: each step's rounding (~1e-7 relative) is carried and compounded.
-RTOL, ATOL = 2e-5 * STEPS, 1e-6 * STEPS
+# float32 against float64 over 20 steps: each step's rounding (~1e-7 relative) is carried and compounded
+# (Adam divides by sqrt(v), which makes a small gradient's rounding a larger change: 2.8e-6 seen at most).
+RTOL, ATOL = 1e-5 * STEPS, 2e-7 * STEPS
 # Local and cluster run the same float32 kernel on the same gradient; only the order of the batch's rows
 # (a sync replica shuffles its rows each epoch) changes the mean's rounding.
 SAME_RTOL, SAME_ATOL = 1e-5, 1e-6
