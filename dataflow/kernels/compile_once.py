@@ -70,10 +70,10 @@ _listeners: list[Callable[[CompileEvent], None]] = []
 _held: set[str] = set()  # lock files this process holds (under the compiler lock): a nested compile of the same one
 
 
-def cache_dir(name: str) -> Path | None:
+def cache_dir(name: str, root: str | None = None) -> Path | None:
     """The writable folder ``name`` of cellgraph's cache (``CELLGRAPH_CACHE_DIR``, by default
-    ``~/.cache/cellgraph``), made if need be; ``None`` where it cannot be written."""
-    root = os.environ.get("CELLGRAPH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "cellgraph")
+    ``~/.cache/cellgraph``) or of ``root``, made if need be; ``None`` where it cannot be written."""
+    root = root or os.environ.get("CELLGRAPH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "cellgraph")
     path = Path(root) / name
     try:
         path.mkdir(parents=True, exist_ok=True)

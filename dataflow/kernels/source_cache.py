@@ -46,16 +46,7 @@ def sources_digest(folder: Path) -> str:
 
 def cache_folder(folder: Path) -> Path | None:
     """Where the kernels of ``folder`` are cached: a subfolder named by their sources' digest; None if unwritable."""
-    name = f"kernels-{folder.name}-{sources_digest(folder)}"
-    user = os.environ.get("NUMBA_CACHE_DIR")
-    if not user:
-        return cache_dir(name)
-    path = Path(user) / name
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return path if os.access(path, os.W_OK) else None
+    return cache_dir(f"kernels-{folder.name}-{sources_digest(folder)}", root=os.environ.get("NUMBA_CACHE_DIR"))
 
 
 @contextlib.contextmanager
