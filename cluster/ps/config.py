@@ -34,6 +34,10 @@ NAMES_SHOWN = 8
 SLOTS: dict[str, tuple[str, ...]] = {
     kind: tuple(slot.name for slot in OPTIMIZER_KINDS.lookup(kind).slots) for kind in kinds()
 }
+# The slots that are one scalar per variable (Adam's "t"), not the variable's shape: the registry says which.
+SCALAR_SLOTS: dict[str, frozenset[str]] = {
+    kind: frozenset(slot.name for slot in OPTIMIZER_KINDS.lookup(kind).slots if slot.scalar) for kind in kinds()
+}
 
 
 def quoted(name: str) -> str:

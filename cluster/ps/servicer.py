@@ -32,7 +32,7 @@ from .auth import AsyncTokenAuthInterceptor
 from .autosave import CheckpointWriter
 from .checkpoint import CheckpointInfo
 from .chunks import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, TensorAssembler, release_all, tensor_chunks
-from .config import SLOTS, listed, quoted
+from .config import SCALAR_SLOTS, SLOTS, listed, quoted
 from .door import Context, Counters, available_memory, check_chunk_size, client_stream, refusing, refusing_stream
 from .frames import Framed, tensor_chunk_frames
 from .messages import (
@@ -259,7 +259,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         available = available_memory()
         if available is None:
             return
-        slots = [slot for slot in SLOTS[optimizer] if slot != "t"]  # "t" is a scalar
+        slots = [slot for slot in SLOTS[optimizer] if slot not in SCALAR_SLOTS[optimizer]]  # a scalar is no copy
         held = ["as received", "in the store"]
         held += [f"{optimizer} slot{'s' if len(slots) > 1 else ''} {' and '.join(slots)}"] if slots else []
         held += ["the sync step's sum"] if mode == "sync" else []

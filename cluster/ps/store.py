@@ -24,11 +24,11 @@ import numpy as np
 
 from ...dataflow.shapes import fmt
 from ..errors import ParameterServerError
-from .config import SLOTS, OptimizerConfig, TrainingConfig, VariableSpec, listed
+from .config import SCALAR_SLOTS, SLOTS, OptimizerConfig, TrainingConfig, VariableSpec, listed
 from .nonfinite import first_nonfinite
 from .records import PushOutcome, Replica, StoreState, StoreStats
 from .step_waiters import StepWaiters, check_timeout
-from .updates import STEP_COUNT_DTYPE, STEP_COUNT_SLOT, UPDATES
+from .updates import STEP_COUNT_DTYPE, UPDATES
 
 TRAINABLE = ("float32", "float64")
 
@@ -122,7 +122,7 @@ class ParameterStore:
                         "their checkpoint keys would collide",
                         "INVALID_ARGUMENT",
                     )
-                scalar = slot == STEP_COUNT_SLOT
+                scalar = slot in SCALAR_SLOTS[optimizer.kind]
                 self._layout[key] = (STEP_COUNT_DTYPE, ()) if scalar else self._layout[name]
         self._check_initial(initial)
 

@@ -25,8 +25,7 @@ from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS, OptimizerDef,
 
 from .config import OptimizerConfig
 
-# Adam's step count is a float64 scalar per variable, whatever the variable's dtype.
-STEP_COUNT_SLOT = "t"
+# A scalar slot (Adam's step count) is float64, whatever the variable's dtype.
 STEP_COUNT_DTYPE = np.dtype(np.float64)
 
 # (variable, its slots, gradient, config, global step the update is applied at) -> None: in place.
