@@ -29,7 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
+import safetensors
 import safetensors.numpy
 
 from cellgraph.dataflow.errors import CellgraphError
@@ -45,6 +47,12 @@ FORMAT_VERSION = 1
 GRAPH_FILE = "model.graphdef"
 VARIABLES_FILE = "variables.safetensors"
 SIGNATURE_FILE = "signature.json"
+# safetensors' dtype codes, as NumPy dtypes (little-endian, as the format is). safetensors.numpy.load has no
+# bfloat16 (NumPy has none), so a model with a bfloat16 variable was saved and then refused as "damaged: 'BF16'".
+SAFETENSORS_DTYPES = {
+    "F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": ml_dtypes.bfloat16, "I64": "<i8", "I32": "<i4", "I16": "<i2",
+    "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?",
+}  # fmt: skip
 
 
 def save_model(
@@ -125,7 +133,7 @@ def load_model(path: str | Path) -> LoadedModel:
         )
     try:
         graphdef = graph_pb2.GraphDef.FromString((folder / GRAPH_FILE).read_bytes())
-        values = safetensors.numpy.load((folder / VARIABLES_FILE).read_bytes())
+        values = read_arrays((folder / VARIABLES_FILE).read_bytes())
     except FileNotFoundError as err:
         raise ExportError(f"saved model {str(folder)!r} is missing {Path(str(err.filename)).name}") from None
     except Exception as err:  # protobuf's DecodeError, safetensors' SafetensorError
@@ -140,6 +148,18 @@ def load_model(path: str | Path) -> LoadedModel:
     except (CellgraphError, KeyError, TypeError) as err:
         raise ExportError(f"saved model {str(folder)!r} does not rebuild: {err}") from err
     return LoadedModel(graph, inputs, outputs, signature)
+
+
+def read_arrays(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of a safetensors file, by name; bfloat16 ones as ``ml_dtypes.bfloat16``."""
+    arrays = {}
+    for name, info in safetensors.deserialize(data):
+        code = info["dtype"]
+        if code not in SAFETENSORS_DTYPES:
+            raise ExportError(f"tensor {name!r} has safetensors dtype {code}, which cellgraph does not read")
+        array = np.frombuffer(bytes(info["data"]), np.dtype(SAFETENSORS_DTYPES[code]))
+        arrays[name] = array.reshape(info["shape"]).astype(array.dtype.newbyteorder("="), copy=False)
+    return arrays
 
 
 def _fill_variable(proto: graph_pb2.NodeDef, values: dict[str, np.ndarray], folder: Path) -> None:

@@ -207,3 +207,33 @@ def test_a_loaded_model_names_its_inputs_when_called_wrongly(tmp_path: Path) -> 
     model = cg.load_model(cg.save_model(tmp_path / "m", x, y, cg.Session(g)))
     with pytest.raises(ExportError, match=r"this model takes 1 input\(s\) \(x:0\), got 2"):
         model(np.zeros((1, 4)), np.zeros((1, 4)))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "int8", "uint8", "float64"])
+def test_a_model_of_any_dtype_loads_back_bit_for_bit(tmp_path: Path, dtype: str) -> None:
+    # safetensors' own NumPy loader has no bfloat16: a bfloat16 model was saved and then refused as "damaged".
+    import ml_dtypes
+
+    storage = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    init = np.array([1, 2, 100] if "int" in dtype else [1.5, -2.25, 3.0e38 if dtype == "bfloat16" else 1e4], storage)
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(init, dtype=dtype, name="w")
+        x = cg.placeholder((3,), dtype, name="x")
+        y = x * w
+    sess = cg.Session(g)
+    cg.save_model(tmp_path / "m", x, y, sess)
+    ones = np.ones(3, storage)
+    got = np.asarray(cg.load_model(tmp_path / "m")(ones))
+    assert got.dtype == np.dtype(storage)
+    assert got.tobytes() == np.asarray(sess.run(y, {x: ones})).tobytes() == init.tobytes()
+
+
+def test_a_tensor_of_a_dtype_cellgraph_does_not_read_is_refused_by_name() -> None:
+    from cellgraph.saved_model import read_arrays
+
+    # A safetensors file by hand: an 8-byte header length, the JSON header, then the data (4 float8 values).
+    header = json.dumps({"w": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [0, 4]}}).encode()
+    with pytest.raises(ExportError) as err:
+        read_arrays(len(header).to_bytes(8, "little") + header + bytes(4))
+    assert str(err.value) == "tensor 'w' has safetensors dtype F8_E4M3, which cellgraph does not read"
