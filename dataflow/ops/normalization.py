@@ -40,15 +40,64 @@ from ..errors import DTypeError, ShapeError
 from ..graph import Node, Tensor
 from ..kernels.cpu import normalization as kernels
 from ..kernels.cuda import cuda_kernel
-from ..opdef import InferContext, OpDef, TensorSpec, not_differentiable, register_op
+from ..opdef import InferContext, OpDef, TensorSpec, register_op
 from ..shapes import fmt
 from .base import TensorLike, apply, apply_node, as_tensor, check_fits, require_float
-from .math import broadcast_like, zeros_like
+from .math import broadcast_like, reduce_mean, reduce_sum, square, zeros_like
 from .math_unary import rsqrt, where
 from .state import assign, identity
 
 FAMILY = "nn"
 Dys = list[Tensor | None]
+
+
+# ------------------------------------------------------ second derivatives
+# LayerNormGrad and BatchNormGrad are differentiated through the same math written in primitive ops: a
+# gradient penalty through a normalization (WGAN-GP, MAML) needs the second derivative. It was
+# not_differentiable, and cg.gradients of a first gradient silently gave None (no penalty at all), where
+# TensorFlow (a composite LayerNorm, _FusedBatchNormGradGrad) and PyTorch give the true one.
+def _differentiated_by_composite(math: Any) -> Any:
+    """A grad op's gradient rule: ``math(attrs, *inputs)`` rebuilds its outputs from primitives, and autodiff
+    differentiates those against the upstream gradients. The inputs enter as identity copies, fresh leaves: a
+    batch's mean and variance are computed from x, and their paths back to x are the outer autodiff's to take."""
+
+    def rule(node: Node, dys: Dys) -> list[Tensor | None]:
+        from ..autodiff import gradients  # autodiff imports the op registry: import it when a rule runs
+
+        leaves = [identity(t) for t in node.inputs]
+        pairs = [(out, dy) for out, dy in zip(math(node.attrs, *leaves), dys) if dy is not None]
+        return gradients([out for out, _ in pairs], leaves, grad_ys=[dy for _, dy in pairs])
+
+    return rule
+
+
+def _layer_norm_grad_math(attrs: dict[str, Any], dy: Tensor, x: Tensor, gamma: Tensor) -> list[Tensor]:
+    """LayerNormGrad's (dx, dgamma, dbeta), as _ref_layer_norm_grad computes them."""
+    axes, rows = list(range(attrs["begin_axis"], len(x.shape))), list(range(attrs["begin_axis"]))
+    centered = x - reduce_mean(x, axes, keepdims=True)
+    rstd = rsqrt(reduce_mean(square(centered), axes, keepdims=True) + attrs["epsilon"])
+    xhat = centered * rstd
+    g = dy * gamma
+    dx = rstd * (g - reduce_mean(g, axes, keepdims=True) - xhat * reduce_mean(g * xhat, axes, keepdims=True))
+    if not rows:  # the whole tensor is one row
+        return [dx, dy * xhat, dy]
+    return [dx, reduce_sum(dy * xhat, rows), reduce_sum(dy, rows)]
+
+
+def _batch_norm_grad_math(
+    attrs: dict[str, Any], dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, var: Tensor
+) -> list[Tensor]:
+    """BatchNormGrad's (dx, dgamma, dbeta) from the batch statistics, as _ref_batch_norm_grad computes them."""
+    axes = [a for a in range(len(x.shape)) if a != attrs["channel_axis"]]
+
+    def per_channel(v: Tensor) -> Tensor:
+        return broadcast_like(v, x, axes, keepdims=False)
+
+    rstd = rsqrt(var + attrs["epsilon"])
+    xhat = (x - per_channel(mean)) * per_channel(rstd)
+    dbeta, dgamma = reduce_sum(dy, axes), reduce_sum(dy * xhat, axes)
+    centered_dy = dy - per_channel(reduce_mean(dy, axes)) - xhat * per_channel(reduce_mean(dy * xhat, axes))
+    return [per_channel(gamma * rstd) * centered_dy, dgamma, dbeta]
 
 
 # ---------------------------------------------------------------- LayerNorm
@@ -117,10 +166,9 @@ register_op(OpDef(
     name="LayerNorm", family=FAMILY, infer=_infer_layer_norm, reference=_ref_layer_norm, grad=_grad_layer_norm,
     kernels={"cpu": _kernel(kernels.layer_norm), "cuda": cuda_kernel("normalization", "layer_norm_op")},
 ))  # fmt: skip
-# Recorded: the second derivative of layer normalization is not needed to train.
 register_op(OpDef(
     name="LayerNormGrad", family=FAMILY, infer=_infer_layer_norm_grad, reference=_ref_layer_norm_grad,
-    grad=not_differentiable,
+    grad=_differentiated_by_composite(_layer_norm_grad_math),
     kernels={"cpu": _kernel(kernels.layer_norm_grad), "cuda": cuda_kernel("normalization", "layer_norm_grad_op")},
 ))  # fmt: skip
 
@@ -239,10 +287,9 @@ register_op(OpDef(
     kernels={"cpu": _bn_kernel(kernels.batch_norm_training),
              "cuda": cuda_kernel("normalization", "batch_norm_training_op")},
 ))  # fmt: skip
-# Recorded: the second derivative of batch normalization is not needed to train.
 register_op(OpDef(
     name="BatchNormGrad", family=FAMILY, infer=_infer_batch_norm_grad, reference=_ref_batch_norm_grad,
-    grad=not_differentiable,
+    grad=_differentiated_by_composite(_batch_norm_grad_math),
     kernels={"cpu": _bn_kernel(kernels.batch_norm_grad), "cuda": cuda_kernel("normalization", "batch_norm_grad_op")},
 ))  # fmt: skip
 

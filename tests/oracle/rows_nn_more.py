@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import cellgraph as cg
+from cellgraph.dataflow.ops.base import apply_node
 from cellgraph.dataflow.ops.normalization import fused_batch_norm
 
 from .rows import ZERO, Row, pos, x
@@ -37,6 +38,40 @@ def _bn_with_moments(a: Any, w: Any, b: Any, eps: float) -> Any:
     """y, the batch mean and the biased batch variance, over every dim but 1 (the channels)."""
     variance, mean = torch.var_mean(a, (0, 2, 3), correction=0)
     return F.batch_norm(a, None, None, w, b, True, 0.0, eps), mean, variance
+
+
+def _layer_norm_grad(begin: int, eps: float) -> Any:
+    def build(dy: Any, a: Any, w: Any) -> Any:
+        node = apply_node("LayerNormGrad", [dy, a, w], {"axis": begin, "begin_axis": begin, "epsilon": eps})
+        return node.output(0), node.output(1), node.output(2)
+
+    return build
+
+
+def _torch_layer_norm_grad(dy: Any, a: Any, w: Any, eps: float) -> Any:
+    """(dx, dgamma, dbeta) of layer_norm over ``w``'s dims by torch's autograd, kept differentiable."""
+    b = torch.zeros_like(w, requires_grad=True)
+    return torch.autograd.grad(F.layer_norm(a, w.shape, w, b, eps), (a, w, b), dy, create_graph=True)
+
+
+def _batch_norm_grad(axis: int, eps: float) -> Any:
+    def build(dy: Any, a: Any, w: Any, mean: Any, var: Any) -> Any:
+        attrs = {"axis": axis, "channel_axis": axis, "epsilon": eps}
+        node = apply_node("BatchNormGrad", [dy, a, w, mean, var], attrs)
+        return node.output(0), node.output(1), node.output(2)
+
+    return build
+
+
+def _torch_batch_norm_grad(dy: Any, a: Any, w: Any, mean: Any, var: Any, eps: float) -> Any:
+    """Batch norm's (dx, dgamma, dbeta) with the statistics given (channels last): y = (a - mean) rstd w + b,
+    where mean and var are the batch's, so dx carries their dependence on a."""
+    axes = tuple(range(a.ndim - 1))
+    rstd = (var + eps) ** -0.5
+    xhat = (a - mean) * rstd
+    dbeta, dgamma = dy.sum(axes), (dy * xhat).sum(axes)
+    count = a.numel() // a.shape[-1]
+    return w * rstd * (dy - dbeta / count - xhat * dgamma / count), dgamma, dbeta
 
 
 def _batch_norm(training: Any, axis: int = -1, eps: float = 1e-3) -> Any:
@@ -83,4 +118,10 @@ NN_MORE_ROWS: list[Row] = [
     Row("FusedBatchNorm", lambda a, w, b: fused_batch_norm(a, w, b, epsilon=1e-2, axis=1),
         lambda a, w, b: _bn_with_moments(a, w, b, 1e-2), [x("n", 3, 2, 2), x(3), x(3)], id="outputs-nchw",
         sizes={"n": 2}, unit=False, rtol=1e-8, atol=1e-9),
+    # The normalizations' gradient ops, differentiated through their math in primitive ops (a gradient penalty).
+    Row("LayerNormGrad", _layer_norm_grad(1, 1e-3), lambda dy, a, w: _torch_layer_norm_grad(dy, a, w, 1e-3),
+        [x("n", 3, 4), x("n", 3, 4), x(3, 4)], variants=ZERO, rtol=1e-8, atol=1e-9),
+    Row("BatchNormGrad", _batch_norm_grad(2, 1e-3),
+        lambda dy, a, w, m, v: _torch_batch_norm_grad(dy, a, w, m, v, 1e-3),
+        [x("n", 2, 3), x("n", 2, 3), x(3), x(3), pos(3)], sizes={"n": 2}, unit=False, rtol=1e-8, atol=1e-9),
 ]  # fmt: skip
