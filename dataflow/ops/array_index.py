@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import INTS
-from ..errors import GraphError, ShapeError
-from ..graph import Tensor
+from ..errors import GradientError, GraphError, ShapeError
+from ..graph import Node, Tensor
 from ..kernels.cpu import array_index as k
 from ..kernels.cuda import cuda_kernel
-from ..opdef import InferContext, OpDef, Shape, TensorSpec, not_differentiable, register_op
+from ..opdef import InferContext, OpDef, Shape, TensorSpec, register_op
 from ..shapes import fmt
 from .base import TensorLike, apply, as_tensor, fits, graph_of, upstream
 
@@ -240,11 +240,31 @@ def _ref_tensor_scatter(attrs: Attrs, data: np.ndarray, indices: np.ndarray, upd
     return _fold_rows(np.array(data), indices, updates, _FOLD[attrs["reduction"]], "tensor")
 
 
+def _grad_tensor_scatter(node: Node, dys: Dys) -> list[Tensor | None]:
+    """A max or min's gradient goes to the values it kept, shared equally among those that tie for it: the
+    tensor's own value and every update to that slice equal to the result. TensorFlow's rule for
+    TensorScatterMax and TensorScatterMin (array_grad.py) and torch's scatter_reduce("amax", include_self=True).
+    It was not_differentiable, and cg.gradients gave None to both (no error): nothing flowed back."""
+    from .math import cast, equal, maximum  # math imports this module's neighbours: import it when a rule runs
+
+    data, indices, updates = node.inputs
+    if node.attrs["reduction"] == "mul":
+        raise GradientError(
+            f"tensor_scatter_reduce {node.name!r}: no gradient for reduction 'mul' (a product over repeated rows); "
+            "write it with gather_nd and a product to differentiate it"
+        )
+    out, g = node.output(0), upstream(dys)
+    data_kept = cast(equal(data, out), data.dtype)
+    updates_kept = cast(equal(updates, gather_nd(out, indices)), data.dtype)
+    # At least 1 where the result is a value that was there; a NaN result equals none of them.
+    sharing = maximum(data_kept + _scatter_nd_like(indices, updates_kept, data), 1.0)
+    share = g / sharing
+    return [share * data_kept, None, gather_nd(share, indices) * updates_kept]
+
+
 register_op(OpDef(
     name="TensorScatterReduce", family=FAMILY, infer=_infer_tensor_scatter, reference=_ref_tensor_scatter,
-    # Which of several values a max or min kept, or a product over repeated rows, has no
-    # gradient rule here (TensorFlow registers none for its TensorScatterMax and Min either).
-    grad=not_differentiable,
+    grad=_grad_tensor_scatter,
     kernels={"cpu": lambda node, ctx: k.tensor_scatter_reduce(node.attrs["reduction"]),
              "cuda": cuda_kernel("array_index", "tensor_scatter_reduce_op")},
 ))  # fmt: skip
@@ -254,7 +274,8 @@ def tensor_scatter_reduce(
     tensor: TensorLike, indices: TensorLike, updates: TensorLike, reduction: str, name: str = "tensor_scatter"
 ) -> Tensor:
     """``tensor`` with the update of each row of ``indices`` folded in by ``reduction``
-    ("max", "min" or "mul"; repeated rows fold in turn). Not differentiable."""
+    ("max", "min" or "mul"; repeated rows fold in turn). "max" and "min" are differentiable (a tie shares the
+    gradient equally, as TensorFlow's TensorScatterMax); "mul" is not."""
     if reduction not in k.REDUCTIONS:
         raise GraphError(f"tensor_scatter_reduce: reduction must be 'max', 'min' or 'mul', got {reduction!r}")
     g = graph_of([tensor, indices, updates])

@@ -314,6 +314,14 @@ CASES: list[Any] = [
      lambda p, i: torch.stack([p[b][i[b].long()] for b in range(2)]), [_normal(2, 4, 3), np.array([[1, 1, 3], [0, 0, 0]], np.int32)]),
     ("gather-nd-repeated", cg.gather_nd, lambda p, i: p[i[:, 0].long(), i[:, 1].long()],
      [_normal(5, 3), np.array([[1, 2], [1, 2], [4, 0]], np.int32)]),
+    # A max or min shares a tie's gradient among the tensor's value and the updates equal to the result
+    # (TF's TensorScatterMax; torch's scatter_reduce with include_self): rows 1 and 2 tie three and two ways.
+    ("tensor-scatter-max-ties", cg.tensor_scatter_nd_max,
+     lambda t, i, u: t.scatter_reduce(0, i.long().reshape(-1), u, "amax", include_self=True),
+     [np.array([1.0, 2.0, 3.0, 4.0]), _ints([1], [1], [2], [0]), np.array([2.0, 2.0, 3.0, -1.0])]),
+    ("tensor-scatter-min-rows", cg.tensor_scatter_nd_min,
+     lambda t, i, u: t.scatter_reduce(0, i.long().expand(-1, 3), u, "amin", include_self=True),
+     [np.array([[1.0, 2.0, 3.0], [0.0, 5.0, -1.0]]), _ints([1], [1], [0]), np.array([[0.0, 6.0, -1.0], [0.0, 4.0, -2.0], [2.0, 2.0, 2.0]])]),
     ("scatter-nd-repeated", lambda i, u: cg.scatter_nd(i, u, [5, 3]),
      lambda i, u: torch.zeros(5, 3, dtype=u.dtype).index_put((i[:, 0].long(),), u, accumulate=True),
      [np.array([[1], [1], [4]], np.int32), _normal(3, 3)]),
@@ -426,3 +434,18 @@ def test_second_derivative_matches_torch(label: str, build: Any, fn: Any, arrays
         assert mine is not None or not np.any(theirs), f"{label}: cellgraph gives no {name}, torch gives {theirs}"
         mine = np.zeros_like(theirs) if mine is None else mine
         np.testing.assert_allclose(mine, theirs, rtol=1e-8, atol=1e-9, err_msg=f"{label}: {name}")
+
+
+def test_a_product_scatter_has_no_gradient_and_says_so() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        t = cg.placeholder((4,), "float64", name="t")
+        y = cg.dataflow.ops.array_index.tensor_scatter_reduce(
+            t, _ints([1], [2]), cg.constant([2.0, 3.0], dtype="float64"), "mul"
+        )
+        with pytest.raises(cg.GradientError) as caught:
+            cg.gradients(cg.reduce_sum(y), [t])
+    assert str(caught.value) == (
+        "tensor_scatter_reduce 'tensor_scatter': no gradient for reduction 'mul' (a product over repeated rows); "
+        "write it with gather_nd and a product to differentiate it"
+    )

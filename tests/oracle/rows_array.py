@@ -30,6 +30,11 @@ def _untile(g: Any, like: Any, multiples: tuple[int, ...]) -> Any:
     return g.reshape(pairs).sum(tuple(range(0, len(pairs), 2)))
 
 
+def _scatter_reduce_rows(t: Any, i: Any, u: Any, reduce: str) -> Any:
+    """``t`` with each row ``u[k]`` folded into row ``i[k, 0]`` by "amax" or "amin" (ties share the gradient)."""
+    return t.scatter_reduce(0, i.long().expand(-1, t.shape[1]), u, reduce, include_self=True)
+
+
 def _gather_nd(p: Any, i: Any) -> Any:
     return p[tuple(i.long().unbind(-1))]
 
@@ -101,6 +106,12 @@ ARRAY_ROWS: list[Row] = [
         [x(2, "c", 4), fixed(BATCH_IDS)], id="axis2", variants=({"c": 0},)),
     Row("BatchGatherGrad", lambda u, i, like: apply("BatchGatherGrad", [u, i, like], {"batch_dims": 1, "axis": 1}),
         lambda u, i, like: _batch_put(u, i, like, 1), [x(2, 3, "c"), fixed(BATCH_IDS), x(2, 4, "c")]),
+    Row("TensorScatterReduce", lambda t, i, u: cg.tensor_scatter_nd_max(t, i, u),
+        lambda t, i, u: _scatter_reduce_rows(t, i, u, "amax"), [x(4, "c"), fixed([[1], [0], [1]]), x(3, "c")],
+        id="max", variants=({"c": 0},)),
+    Row("TensorScatterReduce", lambda t, i, u: cg.tensor_scatter_nd_min(t, i, u),
+        lambda t, i, u: _scatter_reduce_rows(t, i, u, "amin"), [x(4, "c"), fixed([[3], [3]]), x(2, "c")],
+        id="min", variants=({"c": 0},)),
     Row("MirrorPad", lambda a: cg.pad(a, ((0, 0), (0, 0), (2, 1)), mode="REFLECT"),
         lambda a: torch.nn.functional.pad(a, (2, 1), mode="reflect"), [x("n", 2, 4)], variants=ZERO),
     Row("MirrorPad", lambda a: cg.pad(a, ((0, 0), (3, 1)), mode="SYMMETRIC"), lambda a: _symmetric(a, 3, 1),
