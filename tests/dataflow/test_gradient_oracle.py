@@ -449,3 +449,72 @@ def test_a_product_scatter_has_no_gradient_and_says_so() -> None:
         "tensor_scatter_reduce 'tensor_scatter': no gradient for reduction 'mul' (a product over repeated rows); "
         "write it with gather_nd and a product to differentiate it"
     )
+
+
+# --------------------------------------------------------------- recurrent and attention layers, float32
+def _layer_gradients(g: cg.Graph, loss: cg.Tensor, x: cg.Tensor, scope: str) -> dict[str, cg.Tensor | None]:
+    """d loss / d x and d loss / d each variable under ``scope``, by their names in the scope."""
+    variables = {n.name[len(scope) + 1 :]: n.output(0) for n in g.nodes if n.op == "Variable"}
+    with g.as_default():
+        grads = cg.gradients(loss, [x, *variables.values()])
+    return dict(zip(["x", *variables], grads))
+
+
+def test_lstm_gradients_match_torch() -> None:
+    from ..test_layers_sequence import _load_lstm_from_torch
+
+    batch, steps, features, units = 3, 4, 5, 6
+    torch.manual_seed(1)
+    reference = torch.nn.LSTM(features, units, batch_first=True)
+    x_value = RNG.normal(size=(batch, steps, features)).astype(np.float32)
+    w_out, w_c = RNG.uniform(0.5, 1.5, (batch, steps, units)), RNG.uniform(0.5, 1.5, (batch, units))
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, steps, features), name="x")
+        outputs, (_, c) = cg.layers.lstm(x, units, name="rnn")
+        loss = cg.reduce_sum(outputs * w_out.astype(np.float32)) + cg.reduce_sum(c * w_c.astype(np.float32))
+    grads = _layer_gradients(g, loss, x, "rnn")
+    sess = cg.Session(g)
+    _load_lstm_from_torch(sess, g, reference, "rnn")
+    got = dict(zip(grads, sess.run(list(grads.values()), {x: x_value})))
+    xt = torch.tensor(x_value, requires_grad=True)
+    out_t, (_, c_t) = reference(xt)
+    loss_t = (out_t * torch.from_numpy(w_out).float()).sum() + (c_t[0] * torch.from_numpy(w_c).float()).sum()
+    params = [xt, reference.weight_ih_l0, reference.weight_hh_l0, reference.bias_ih_l0]
+    dx, dw_ih, dw_hh, db = (d.numpy() for d in torch.autograd.grad(loss_t, params))
+    # torch's two biases are one here (their sum), so their gradients are the same one.
+    want = {"x": dx, "kernel": dw_ih.T, "recurrent_kernel": dw_hh.T, "bias": db}
+    for name, expected in want.items():
+        np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5, err_msg=f"lstm: d loss / d {name}")
+
+
+def test_multi_head_attention_gradients_match_torch() -> None:
+    from ..test_layers_sequence import _load_attention_from_torch
+
+    batch, steps, d, heads = 2, 4, 6, 2
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+    x_value = RNG.normal(size=(batch, steps, d)).astype(np.float32)
+    causal = np.tril(np.ones((steps, steps), bool))
+    weights = RNG.uniform(0.5, 1.5, (batch, steps, d)).astype(np.float32)
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, steps, d), name="x")
+        y = cg.layers.multi_head_attention(x, num_heads=heads, mask=cg.constant(causal[None, None]), name="attention")
+        loss = cg.reduce_sum(y * weights)
+    grads = _layer_gradients(g, loss, x, "attention")
+    sess = cg.Session(g)
+    _load_attention_from_torch(sess, g, mha, d, "attention")
+    got = dict(zip(grads, sess.run(list(grads.values()), {x: x_value})))
+    xt = torch.tensor(x_value, requires_grad=True)
+    out, _ = mha(xt, xt, xt, attn_mask=torch.from_numpy(~causal), need_weights=False)
+    params = [xt, mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias]
+    dx, dw_in, db_in, dw_out, db_out = (
+        t.numpy() for t in torch.autograd.grad((out * torch.from_numpy(weights)).sum(), params)
+    )
+    want = {"x": dx, "output/kernel": dw_out.T, "output/bias": db_out}
+    for i, part in enumerate(("query", "key", "value")):
+        want[f"{part}/kernel"], want[f"{part}/bias"] = dw_in[i * d : (i + 1) * d].T, db_in[i * d : (i + 1) * d]
+    assert sorted(want) == sorted(got)
+    for name, expected in want.items():
+        np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5, err_msg=f"attention: d loss / d {name}")
