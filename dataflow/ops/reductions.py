@@ -142,16 +142,21 @@ def _ref_index(kind: str) -> Any:
 # ---------------------------------------------------------------- gradients
 def _grad_prod(node: Node, dys: Dys) -> list[Tensor | None]:
     """d prod / d x_i is the product of the others, without dividing by a zero x_i:
-    no zero in the set gives prod / x_i; one zero gives the product of the rest at
-    that zero and 0 elsewhere; two or more give 0 everywhere (PyTorch's rule)."""
+    at a nonzero x_i it is prod / x_i (0 when the set holds a zero); at the one zero
+    of a set, the product of the rest; at one of several zeros, 0 (PyTorch's rule).
+
+    Each 0 is written so that its own gradient (the second derivative) is right, as
+    PyTorch's is: prod / x_i with the product itself, which moves with a zero's value,
+    and at one of two zeros the other zero times the rest. Constant zeros gave 0 there."""
     x, axes, keep = node.inputs[0], node.attrs["axes"], node.attrs["keepdims"]
     is_zero = equal(x, zeros_like(x))
     safe = where(is_zero, ones_like(x), x)
     zeros = broadcast_like(reduce_sum(cast(is_zero, x.dtype), axes, keepdims=True), x, axes)
     rest = broadcast_like(reduce_prod(safe, axes, keepdims=True), x, axes)
-    none_zero = rest / safe
-    one_zero = where(is_zero, rest, zeros_like(x))
-    local = where(equal(zeros, 0.0), none_zero, where(equal(zeros, 1.0), one_zero, zeros_like(x)))
+    # At one of two zeros the product of the others is the other zero times the rest: 0, but moving with it.
+    other_zero = broadcast_like(reduce_sum(where(is_zero, x, zeros_like(x)), axes, keepdims=True), x, axes) - x
+    at_a_zero = where(equal(zeros, 1.0), rest, where(equal(zeros, 2.0), rest * other_zero, zeros_like(x)))
+    local = where(is_zero, at_a_zero, broadcast_like(node.output(0), x, axes, keep) / safe)
     return [broadcast_like(dys[0], x, axes, keep) * local]
 
 

@@ -412,6 +412,11 @@ SECOND_ORDER: list[Any] = [
      [_normal(2, 3, 2, 3), _normal(3)]),
     ("batch-norm-training-nchw", _batch_norm_gamma(1), lambda a, g: _torch_batch_norm(False)(a, g, None),
      [_normal(4, 3, 2), _normal(3)]),
+    # A product's gradient at a zero moves with the other values: rows with one, two and three zeros.
+    ("reduce-prod-through-zeros", lambda a: cg.reduce_prod(a, 1), lambda a: torch.prod(a, 1),
+     [np.array([[1.0, 0.0, 3.0, 2.0], [0.0, 0.0, 2.0, 1.0], [0.0, 0.0, 0.0, 1.0], [1.0, 2.0, 3.0, 0.5]])]),
+    ("reduce-prod-axes-keepdims", lambda a: cg.reduce_prod(a, [0, 2], keepdims=True),
+     lambda a: a.prod(2, keepdim=True).prod(0, keepdim=True), [np.array([[[1.0, 0.0], [2.0, 3.0]], [[4.0, 5.0], [0.0, 0.0]]])]),
     ("relu-at-0", cg.relu, F.relu, [CORNERS]),
     ("gelu", cg.gelu, F.gelu, [_normal(5)]),
     ("softplus", cg.softplus, F.softplus, [_normal(5)]),
