@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import FLOATS, INTS
-from ..errors import ShapeError
+from ..errors import GradientError, ShapeError
 from ..graph import Node, Tensor
 from ..kernels.cpu import cumulative as k
 from ..kernels.cuda import cuda_kernel
-from ..opdef import InferContext, OpDef, TensorSpec, not_differentiable, register_op
+from ..opdef import InferContext, OpDef, TensorSpec, register_op
 from ..shapes import fmt
 from .base import TensorLike, apply, as_tensor, upstream
 
@@ -110,9 +110,20 @@ register_op(OpDef(
     kernels={"cpu": lambda node, ctx: k.scan(product=True, **_flags(node)),
              "cuda": cuda_kernel("cumulative", "scan_op", True)},
 ))  # fmt: skip
+
+
+def _no_second_derivative(node: Node, dys: list[Tensor | None]) -> list[Tensor | None]:
+    """cumprod's gradient has no gradient here: a second derivative through a cumprod (a gradient penalty)
+    is refused by name. It was not_differentiable, and cg.gradients dropped that path's share with no error."""
+    raise GradientError(
+        f"cumprod_grad {node.name!r}: no second derivative of cumprod (the gradient of its gradient); "
+        "PyTorch's torch.cumprod has one"
+    )
+
+
 register_op(OpDef(
     name="CumprodGrad", family=FAMILY, infer=_infer_cumprod_grad, reference=_ref_cumprod_grad,
-    grad=not_differentiable,
+    grad=_no_second_derivative,
     kernels={"cpu": lambda node, ctx: k.cumprod_grad(**_flags(node)),
              "cuda": cuda_kernel("cumulative", "cumprod_grad_op")},
 ))  # fmt: skip

@@ -523,3 +523,16 @@ def test_multi_head_attention_gradients_match_torch() -> None:
     assert sorted(want) == sorted(got)
     for name, expected in want.items():
         np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5, err_msg=f"attention: d loss / d {name}")
+
+
+def test_a_second_derivative_through_cumprod_is_refused_not_dropped() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((3,), "float64", name="x")
+        (dx,) = cg.gradients(cg.reduce_sum(cg.cumprod(x)), [x])
+        with pytest.raises(cg.GradientError) as caught:
+            cg.gradients(cg.reduce_sum(dx * dx) + cg.reduce_sum(x), [x])
+    assert str(caught.value) == (
+        "cumprod_grad 'gradients/cumprod_grad': no second derivative of cumprod (the gradient of its gradient); "
+        "PyTorch's torch.cumprod has one"
+    )
