@@ -5,8 +5,9 @@ a kink. Here every case is chosen to sit on one: relu, relu6, clip and abs at th
 several equal candidates, max pooling over a plateau, products and cumulative products through zeros, sqrt,
 rsqrt and log at 0, pow of negative bases, the losses with ignored and weighted examples, every broadcasting
 pattern of the binary ops, strided, dilated and padded convolutions, and second derivatives (a gradient
-penalty) through the activations and the normalizations. Each case runs in float64 (tight) and float32
-(loose), fused and unfused, and compares the value and the gradient of ``sum(out * w)`` for random ``w``.
+penalty) through the activations, the normalizations and products. Each case runs in float64 op by op
+(tight) and in float32 through fused loops (loose), and compares the value and the gradient of ``sum(out * w)``
+for random ``w``.
 
 Where the two libraries choose differently at a tie, cellgraph keeps TensorFlow's documented rule and the
 torch side is written to state it (each such case says so):
@@ -14,6 +15,8 @@ torch side is written to state it (each such case says so):
 - ``maximum``/``minimum`` give a tie's whole gradient to x (TF's ``_MaximumGrad``: ``x >= y``); torch halves it.
 - ``reduce_max``/``reduce_min`` share it equally among the tied values (TF's ``_MinOrMaxGrad``; torch's
   ``amax``/``amin`` agree).
+- ``tensor_scatter_nd_max``/``_min`` share it equally among the tensor's value and the updates equal to the
+  result (TF's ``TensorScatterMax`` gradient; torch's ``scatter_reduce(..., include_self=True)`` agrees).
 - ``max_pool`` sends it to the first maximum of each window in row-major order (TF's ``MaxPoolGrad``; torch's
   ``max_pool2d`` agrees).
 - ``relu`` and ``relu6`` pass nothing at their corners and ``clip_by_value`` passes all at its bounds (TF and
