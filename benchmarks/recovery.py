@@ -49,6 +49,15 @@ def wait_until(what: str, done: Any, job: Any) -> None:
         time.sleep(POLL_S)
 
 
+def ending(job: Any) -> str:
+    """How ``job`` ended: its status, and its error when it failed (what the next engineer needs to see)."""
+    try:
+        job.wait(5.0)
+    except Exception as err:  # the job's own error, whatever its type: this is a report
+        return f"{job.status}: {err}"
+    return str(job.status)
+
+
 def trial(cg: Any, data: Any, model: Any, rng: random.Random, steps: int, number: int) -> dict[str, Any]:
     """One job with one kill -9 of a PS worker at a random step: its recovery time, steps lost, and end."""
     from cellgraph.cluster.cluster import Cluster
@@ -76,7 +85,8 @@ def trial(cg: Any, data: Any, model: Any, rng: random.Random, steps: int, number
             wait_until("the restart of the parameter server", restarted, job)
             if not found:
                 raise SystemExit(
-                    f"trial {number}: the job ended without restarting its server:\n" + "\n".join(job.events)
+                    f"trial {number}: the job ended ({ending(job)}) without restarting its server:\n"
+                    + "\n".join(job.events)
                 )
             # The job counts from the last step its watcher saw, which may lag the kill: take the larger count.
             restored = int(found[0][3])
