@@ -163,3 +163,14 @@ def test_cuda_sign_of_an_unsigned_int_is_one_or_zero() -> None:
     cpu, gpu = _both(cg.sign, x)
     np.testing.assert_array_equal(gpu[0], [0, 1, 1, 1])
     np.testing.assert_array_equal(cpu[0], [0, 1, 1, 1])
+
+
+def test_cuda_float_floormod_is_pythons() -> None:
+    a = np.array([-1e4, 5.0, 7.5, -7.5, 0.0, -0.0, 1.0, 3e38, np.inf, 2.0], np.float32)
+    b = np.array([np.inf, -np.inf, 2.0, 2.0, -3.0, 3.0, 0.1, 1e-30, 2.0, np.nan], np.float32)
+    with np.errstate(all="ignore"):
+        cpu, gpu = _both(cg.floormod, a, b)
+        want = np.mod(a, b)
+    np.testing.assert_array_equal(gpu[0], want)
+    np.testing.assert_array_equal(np.signbit(gpu[0]), np.signbit(want))  # a zero takes the divisor's sign
+    np.testing.assert_array_equal(gpu[0], cpu[0])

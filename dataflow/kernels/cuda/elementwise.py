@@ -66,6 +66,18 @@ def _floordiv_float(a, b):  # type: ignore[no-untyped-def]
 _floor_device = _device(_floor_float)
 
 
+@cuda.jit(device=True)
+def _floormod_float(a, b):  # type: ignore[no-untyped-def]
+    """Python's float ``%`` (the divisor's sign), from fmod, as np.mod: written out for the same reason as
+    ``_floordiv_float`` (-1e4 % inf is inf, 5 % -inf is -inf; a floor of a / b makes them NaN)."""
+    mod = math.fmod(a, b)
+    if mod != 0:
+        if (b < 0) != (mod < 0):
+            mod += b
+        return mod
+    return math.copysign(0.0, b)
+
+
 # Scalar functions, by op name. Unary ones take a second, scalar operand `c`
 # that only the broadcast-and-divide of BroadcastLike(mean) uses.
 BINARY = {
@@ -81,10 +93,11 @@ BINARY = {
     "Less": _device(lambda a, b: a < b),
     "GreaterEqual": _device(lambda a, b: a >= b),
     "NotEqual": _device(lambda a, b: a != b),
-    # Numba's // and % follow Python (floor) semantics on ints, as NumPy's do; floats take FloorDivFloat.
+    # Numba's // and % follow Python (floor) semantics on ints, as NumPy's do; floats take the *Float twins.
     "FloorDiv": _device(lambda a, b: a // b),
     "FloorDivFloat": _floordiv_float,
     "FloorMod": _device(lambda a, b: a % b),
+    "FloorModFloat": _floormod_float,
     "LogicalAnd": _device(lambda a, b: a and b),
     "LogicalOr": _device(lambda a, b: a or b),
     "LogicalXor": _device(lambda a, b: a != b),
@@ -205,8 +218,8 @@ def fill(shape: tuple[int, ...], dtype: Any, value: float) -> Any:
 
 # ------------------------------------------------------------ kernel factories
 def binary_op(node: Any, ctx: Any, name: str) -> Callable[[Any, Any], Any]:
-    if name == "FloorDiv" and np.dtype(node.specs[0].dtype).kind == "f":
-        name = "FloorDivFloat"
+    if name in ("FloorDiv", "FloorMod") and np.dtype(node.specs[0].dtype).kind == "f":
+        name += "Float"
     return lambda a, b: binary(name, a, b)
 
 
