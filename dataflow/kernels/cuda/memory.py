@@ -55,13 +55,13 @@ def pool_class() -> type:
 
         def memalloc(self, size: int) -> Any:
             block = size_class(size)
-            kept = self.free_blocks.get(block)
-            if kept:
-                ptr = kept.pop()
+            try:  # list.pop is atomic: two threads (a PartitionedSession's) never take the same block
+                ptr = self.free_blocks.get(block, []).pop()
+            except IndexError:
+                ptr = self._fresh(block)
+            else:
                 self.cached_bytes -= block
                 self.reused += 1
-            else:
-                ptr = self._fresh(block)
             key = int(ptr)
             mem = drv.AutoFreePointer(weakref.proxy(self.context), ptr, size, finalizer=self._keeper(ptr, key, block))
             self.allocations[key] = mem
