@@ -157,7 +157,7 @@ def read_arrays(data: bytes) -> dict[str, np.ndarray]:
         code = info["dtype"]
         if code not in SAFETENSORS_DTYPES:
             raise ExportError(f"tensor {name!r} has safetensors dtype {code}, which cellgraph does not read")
-        array = np.frombuffer(bytes(info["data"]), np.dtype(SAFETENSORS_DTYPES[code]))
+        array = np.frombuffer(info["data"], np.dtype(SAFETENSORS_DTYPES[code]))  # a view of safetensors' buffer
         arrays[name] = array.reshape(info["shape"]).astype(array.dtype.newbyteorder("="), copy=False)
     return arrays
 

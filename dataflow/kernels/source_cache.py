@@ -44,8 +44,10 @@ def sources_digest(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+@cache
 def cache_folder(folder: Path) -> Path | None:
-    """Where the kernels of ``folder`` are cached: a subfolder named by their sources' digest; None if unwritable."""
+    """Where the kernels of ``folder`` are cached: a subfolder named by their sources' digest; None if unwritable.
+    Found once a process: every kernel of ``folder`` is decorated at import, and each asks."""
     return cache_dir(f"kernels-{folder.name}-{sources_digest(folder)}", root=os.environ.get("NUMBA_CACHE_DIR"))
 
 

@@ -35,6 +35,7 @@ def _device(fn: Callable[..., Any]) -> Any:
     return cuda.jit(device=True)(fn)
 
 
+@cuda.jit(device=True)
 def _floor_float(x):  # type: ignore[no-untyped-def]
     """floor(x) as a float: Numba's math.floor returns an int64, which a large float overflows."""
     if x - x != 0:  # inf and NaN (inf - inf is NaN) are their own floor
@@ -59,11 +60,8 @@ def _floordiv_float(a, b):  # type: ignore[no-untyped-def]
         div -= 1.0
     if div == 0:
         return math.copysign(0.0, a / b)
-    floored = _floor_device(div)
+    floored = _floor_float(div)
     return floored + 1.0 if div - floored > 0.5 else floored
-
-
-_floor_device = _device(_floor_float)
 
 
 @cuda.jit(device=True)
