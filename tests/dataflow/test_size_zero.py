@@ -487,14 +487,54 @@ def test_an_empty_constant() -> None:
         assert value.shape == (2, 0) and value.dtype == np.float32
 
 
+def op_halves(node_ids: list[str]) -> list[list[str]]:
+    """``node_ids`` in two groups of about equal size, every test of one op in the same group (its kernels then
+    compile in one process only)."""
+    by_op: dict[str, list[str]] = {}
+    for node in node_ids:
+        by_op.setdefault(re.split(r"[-/\]]", node.partition("[")[2], maxsplit=1)[0], []).append(node)
+    halves: list[list[str]] = [[], []]
+    for _, nodes in sorted(by_op.items(), key=lambda item: -len(item[1])):
+        min(halves, key=len).extend(nodes)
+    return [[n for n in node_ids if n in set(half)] for half in halves]
+
+
+def test_op_halves_keep_each_ops_tests_together_and_lose_none() -> None:
+    nodes = ["t.py::a", "t.py::s[Add/in0-axis0-fused]", "t.py::s[Mul-x/in0]", "t.py::s[Add/in1-axis0-fused]"]
+    assert op_halves(nodes) == [
+        ["t.py::s[Add/in0-axis0-fused]", "t.py::s[Add/in1-axis0-fused]"],
+        ["t.py::a", "t.py::s[Mul-x/in0]"],
+    ]
+
+
 @pytest.mark.slow
 def test_cpu_kernels_read_nothing_outside_their_inputs(tmp_path: Path) -> None:
     """Numba does not check bounds, so a kernel that reads the first element of an
     empty axis gets whatever memory lies there, and may still match the reference
     (a softmax row of no elements). This table runs again with bounds checked; in
-    a fresh cache, since cached machine code was compiled without the checks."""
+    a fresh cache, since cached machine code was compiled without the checks. It
+    compiles every kernel again: two processes side by side, each with half the ops."""
     env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not cuda and not slow", __file__]
+    pytest_line = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not cuda and not slow"]
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    collected = subprocess.run(
+        [*pytest_line, "--collect-only", __file__], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
+    node_ids = [line for line in collected.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    assert len(node_ids) > 1000, collected.stdout[-3000:] + collected.stderr[-2000:]
+    procs = [
+        subprocess.Popen(
+            [*pytest_line, *half], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for half in op_halves(node_ids)
+    ]
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=900)
+            assert proc.returncode == 0, out[-6000:] + err[-2000:]
+            assert re.search(r"\d+ passed", out.strip().splitlines()[-1]), out[-2000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
