@@ -133,6 +133,25 @@ class StreamEnded(grpc.RpcError):
         return "the server closed the Step stream in the middle of a step"
 
 
+class StreamBroken(grpc.RpcError):
+    """A write on a Step stream that Core had already closed (the server ended the stream, or went away): reported
+    as UNAVAILABLE, so that a sync step is tried again on a new stream, which gets the server's own answer.
+
+    gRPC Python's asyncio client reports such a write as INTERNAL "Internal error from Core", in place of the
+    status the server sent (grpc/grpc#36066): a killed parameter server then read as a refusal, which no replica
+    rejoins after, and its job failed at once."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "the Step stream broke while the step was being sent: the server ended it or went away"
+
+
+# What gRPC's asyncio client says of a write on a stream that Core had closed (grpc/aio/_call.py, set_internal_error).
+CORE_WRITE_FAILURE = "Internal error from Core"
+
+
 class StreamFinished(grpc.RpcError):
     """A held stream the server had already ended (an idle limit, a refused step): its status, raised
     when the next step tries to write on it."""
@@ -251,6 +270,10 @@ class HeldStream:
                     await call.write(frame)
                 except asyncio.InvalidStateError:  # the server ended the stream between steps: say why
                     raise StreamFinished(await call.code(), await call.details() or "") from None
+                except grpc.aio.AioRpcError as err:
+                    if err.code() == grpc.StatusCode.INTERNAL and err.details() == CORE_WRITE_FAILURE:
+                        raise StreamBroken() from None
+                    raise
                 if last:
                     break
             while True:

@@ -7,6 +7,8 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import grpc
 import numpy as np
@@ -83,22 +85,17 @@ def test_a_refused_step_ends_its_stream_and_the_next_step_opens_a_new_one(ps: Se
     np.testing.assert_array_equal(client.pull().values["w"], -np.ones(4, F32))
 
 
-def test_a_step_without_an_answer_ends_at_its_deadline() -> None:
-    # A server that takes the stream and never answers (a frozen process): the client's watchdog cancels
-    # the step at its deadline, and the error says so.
+@contextmanager
+def step_server(handler: Any) -> Iterator[str]:
+    """A real grpc.aio server on loopback whose Step method is ``handler(requests, context)``; its address."""
     ready, stop = threading.Event(), threading.Event()
     port: list[int] = []
 
-    async def silent(requests, context):  # type: ignore[no-untyped-def]
-        async for _ in requests:
-            await asyncio.sleep(60)
-        yield b""
-
     async def serve() -> None:
         server = grpc.aio.server()
-        handler = grpc.stream_stream_rpc_method_handler(silent, lambda b: b, lambda b: b)
+        method = grpc.stream_stream_rpc_method_handler(handler, lambda b: b, lambda b: b)
         server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("cellgraph.ParameterService", {"Step": handler}),)
+            (grpc.method_handlers_generic_handler("cellgraph.ParameterService", {"Step": method}),)
         )
         port.append(server.add_insecure_port("127.0.0.1:0"))
         await server.start()
@@ -111,9 +108,30 @@ def test_a_step_without_an_answer_ends_at_its_deadline() -> None:
     thread.start()
     assert ready.wait(TIMEOUT)
     try:
-        client = ParameterClient([f"127.0.0.1:{port[0]}"], token=None, timeout=0.5, retries=1)
-        client.layout = {"w": [(0, VariableSpec("w", F32, (4,)))]}  # what register() would have learnt
-        client.training = TrainingConfig("async")
+        yield f"127.0.0.1:{port[0]}"
+    finally:
+        stop.set()
+        thread.join(TIMEOUT)
+
+
+def _client(address: str, shape: tuple[int, ...], mode: str, **kwargs: Any) -> ParameterClient:
+    """A client that knows variable ``w`` of ``shape`` on the one shard, as register() would have told it."""
+    client = ParameterClient([address], token=None, **kwargs)
+    client.layout = {"w": [(0, VariableSpec("w", F32, shape))]}
+    client.training = TrainingConfig(mode)
+    return client
+
+
+def test_a_step_without_an_answer_ends_at_its_deadline() -> None:
+    # A server that takes the stream and never answers (a frozen process): the client's watchdog cancels
+    # the step at its deadline, and the error says so.
+    async def silent(requests, context):  # type: ignore[no-untyped-def]
+        async for _ in requests:
+            await asyncio.sleep(60)
+        yield b""
+
+    with step_server(silent) as address:
+        client = _client(address, (4,), "async", timeout=0.5, retries=1)
         started = time.monotonic()
         with pytest.raises(
             ParameterServerError, match=r"refused Pull of w: no answer within the 0\.5 s deadline"
@@ -122,9 +140,38 @@ def test_a_step_without_an_answer_ends_at_its_deadline() -> None:
         assert err.value.code == "DEADLINE_EXCEEDED"
         assert time.monotonic() - started < TIMEOUT  # a hang guard, not a speed check
         client.close()
-    finally:
-        stop.set()
-        thread.join(TIMEOUT)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_write_on_a_stream_the_server_ended_is_never_an_internal_error(mode: str) -> None:
+    """A server that ends the stream at a push's first message (as a killed one does) while the client still
+    writes the rest. gRPC's asyncio client calls such a write INTERNAL "Internal error from Core" (about one
+    push in ten here); that read as a refusal, so a replica whose parameter server was killed failed its job instead of
+    rejoining. It is UNAVAILABLE now: a sync push is tried again on a new stream and gets the server's own answer;
+    an async one (which might have been applied) is not tried again."""
+
+    async def ends_early(requests, context):  # type: ignore[no-untyped-def]
+        async for _ in requests:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "this server ends each step at its first message")
+        yield b""
+
+    elements = 3_000_000  # 12 MB of gradient: three Step messages
+    outcomes: dict[tuple[str, str], int] = {}
+    with step_server(ends_early) as address:
+        client = _client(address, (elements,), mode, timeout=TIMEOUT, retries=5)
+        grad = np.ones(elements, F32)
+        for _ in range(30):
+            with pytest.raises(ParameterServerError) as err:
+                client.push({"w": grad}, step=0, replica_id=0)
+            key = (err.value.code, str(err.value).split(": ", 1)[1])
+            outcomes[key] = outcomes.get(key, 0) + 1
+        client.close()
+    refused = ("RESOURCE_EXHAUSTED", "this server ends each step at its first message")
+    broke = "the Step stream broke while the step was being sent: the server ended it or went away"
+    if mode == "sync":
+        assert set(outcomes) == {refused}, outcomes
+    else:
+        assert all(key == refused or (key[0] == "UNAVAILABLE" and broke in key[1]) for key in outcomes), outcomes
 
 
 def test_threads_sharing_a_client_each_get_a_stream_of_their_own(ps: Servers) -> None:
