@@ -11,8 +11,12 @@ import json
 import math
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pytest
@@ -134,18 +138,99 @@ CASES = {
 }
 
 
+# Benchmarks of one process on one thread run two at a time (two cores; their figures are not checked here): while
+# a test waits for its own, the next ones start as a core frees. The others start clusters or servers and run alone.
+ONE_CORE = [
+    "fusion",
+    "gpu_kernels",
+    "onnx_roundtrip",
+    "op_overhead",
+    "scaling_model",
+    "train_step_cnn",
+    "train_step_mlp",
+    "train_step_resnet",
+    "train_step_resnet_large",
+    "train_step_transformer",
+]
+ORDER = ONE_CORE + sorted(set(CASES) - set(ONE_CORE))
+LANES = 2
+RUN_TIMEOUT_S = 300
+
+
+@dataclass
+class _Started:
+    proc: subprocess.Popen[str]
+    out: IO[str]  # files, not pipes: a finished run waits for its test without blocking on a full pipe
+    err: IO[str]
+
+
+_started: dict[str, _Started] = {}
+_finished: set[str] = set()
+
+
+def _start(case: str) -> _Started:
+    if case not in _started:
+        script, *rest = CASES[case][0]
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        proc = subprocess.Popen(
+            [sys.executable, str(BENCHMARKS / script), *rest, "--quick"],
+            stdout=out,
+            stderr=err,
+            text=True,
+            cwd=BENCHMARKS.parent,
+        )
+        _started[case] = _Started(proc, out, err)
+    return _started[case]
+
+
+def _fill_lanes(after: str) -> None:
+    """Start the one-core cases after ``after`` not started yet, while fewer than ``LANES`` of them run."""
+    waiting = [c for c in ONE_CORE[ONE_CORE.index(after) + 1 :] if c not in _started and c not in _finished]
+    while waiting and sum(1 for s in _started.values() if s.proc.poll() is None) < LANES:
+        _start(waiting.pop(0))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_benchmark_left_running() -> Iterator[None]:
+    """A benchmark started ahead for a test that was then not run (``-k``) is stopped with the module."""
+    yield
+    for started in _started.values():
+        started.proc.kill()
+        started.proc.wait()
+    _started.clear()
+
+
+def _run(case: str) -> subprocess.CompletedProcess[str]:
+    """``case``'s benchmark run to its end in ``--quick`` mode."""
+    started = _start(case)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    try:
+        while started.proc.poll() is None:
+            if case in ONE_CORE:
+                _fill_lanes(case)
+            if time.monotonic() > deadline:
+                started.proc.kill()
+                started.proc.wait()
+                raise AssertionError(f"{case} ran past {RUN_TIMEOUT_S} s")
+            time.sleep(0.05)
+        if case in ONE_CORE:
+            _fill_lanes(case)
+    finally:
+        _started.pop(case, None)
+        _finished.add(case)
+    started.out.seek(0)
+    started.err.seek(0)
+    return subprocess.CompletedProcess(
+        started.proc.args, started.proc.returncode, started.out.read(), started.err.read()
+    )
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", ORDER)
 def test_quick_run_ends_with_json(case: str) -> None:
     argv, keys = CASES[case]
-    script, *rest = argv
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *rest, "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=BENCHMARKS.parent,
-    )
+    script = argv[0]
+    proc = _run(case)
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
     lines = proc.stdout.strip().splitlines()
     assert lines, f"{script} printed nothing; stderr:\n{proc.stderr}"
