@@ -134,6 +134,10 @@ def batch_norm(
     normalize and every step that computes the output moves the moving ones
     towards them by ``momentum``; otherwise the moving ones normalize.
     ``training`` may be a bool placeholder, so one graph trains and evaluates.
+    As in Keras (whose ``momentum`` and ``epsilon`` these are) and ONNX, the
+    batch variance that normalizes and moves ``moving_variance`` is the
+    biased one (divided by the count n); PyTorch's ``running_var`` moves by
+    the unbiased one (n - 1), so the two differ by a factor n / (n - 1).
 
     Examples
     --------

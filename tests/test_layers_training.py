@@ -104,6 +104,9 @@ def test_batch_norm_layer_trains_by_default_and_evaluates_with_the_switch_fed_fa
     normalized = sess.run(y, {x: x_value})
     np.testing.assert_allclose(normalized.mean(axis=0), 0.0, atol=1e-5)
     np.testing.assert_allclose(sess.run(moving_mean), 0.5 * x_value.mean(axis=0), rtol=1e-5)
+    # The biased batch variance (n, as Keras and ONNX), not PyTorch's unbiased one (n - 1): the docstring says so.
+    moving_variance = g.node("batch_norm/moving_variance").output(0)
+    np.testing.assert_allclose(sess.run(moving_variance), 0.5 + 0.5 * x_value.var(axis=0, ddof=0), rtol=1e-5)
     # Evaluation: the moving statistics normalize, and stay as they were.
     before = sess.run(moving_mean)
     evaluated = sess.run(y, {x: x_value, training: False})
