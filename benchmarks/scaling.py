@@ -17,6 +17,11 @@ What is measured:
   warm-up (the first ``WARMUP_S`` of training: the first steps, any late
   compile) and the last event before the end. The median over the rounds.
   ``efficiency_2`` = sps_2 / (2 x sps_1); target >= 0.85.
+- ``cpu_efficiency_vs_local``: samples per CPU-second of every cluster
+  process (scheduler, client, workers, servers), ``cg.train`` to the job's
+  end, over ``session_sps`` (below) of one process; target >= 0.75.
+  ``cpu_efficiency_vs_local_steady``: the same once training runs, from the
+  end of the warm-up to 90% of the job's steps (reported, no target).
 - ``first_metrics_s``: seconds from ``cg.train`` returning to the first
   metrics event, on a cluster whose workers have already run the model
   (their kernels are compiled, in memory); the median over the measured
@@ -70,6 +75,7 @@ FIRST_JOB_STEPS = 20  # the first job on a fresh cluster: its first metrics even
 LONGER_TRIES = 2  # a job too short to measure runs again with 4x the steps, at most this many times
 JOB_TIMEOUT_S = 180.0  # deadline of every wait on a job (the cold first job compiles every kernel)
 POLL_S = 0.002
+STEADY_POLL_S = 0.1  # polling the global step costs the client CPU that the figure counts: not too often
 
 
 @dataclass
@@ -84,6 +90,9 @@ class JobRun:
     step_time_ms: float  # median of the replicas' reported mean step times, steady state
     global_steps: int
     samples_per_cpu_s: float = 0.0  # samples trained / CPU-s of every cluster process, cg.train to the end
+    # The same between the end of the warm-up and 90% of the job's steps: what a sample costs once it trains,
+    # without the job's start (shipping the graph, starting the servers, loading the kernels); None if too short.
+    samples_per_cpu_s_steady: float | None = None
     overlap: float = 0.0  # mean overlap_fraction of the steady-state metrics
     # Spread of the replicas' step times: the standard deviation of log(step time) over the steady-state metrics
     # windows (each a mean over its window's steps, so a lower bound of the per-step jitter).
@@ -143,6 +152,7 @@ def run_job(cg: Any, cluster: Any, model: Any, data: tuple[Any, Any], replicas: 
                 raise RuntimeError(f"no metrics within {JOB_TIMEOUT_S:g} s of cg.train; events: {job.events}")
             time.sleep(POLL_S)
         first = time.perf_counter() - returned
+        steady_cpu = steady_samples_per_cpu_s(job, replicas, steps, args.batch)
         job.wait(JOB_TIMEOUT_S)
         cpu_used = cpu_s(_descendants(os.getpid())) - cpu_before
         metrics = list(job.metrics)
@@ -164,11 +174,27 @@ def run_job(cg: Any, cluster: Any, model: Any, data: tuple[Any, Any], replicas: 
         step_time_ms=statistics.median(m["step_time_s"] for m in steady) * 1e3 if steady else float("nan"),
         global_steps=global_steps,
         samples_per_cpu_s=global_steps * replicas * args.batch / max(cpu_used, 1e-9),
+        samples_per_cpu_s_steady=steady_cpu,
         overlap=statistics.fmean(m.get("overlap_fraction", 0.0) for m in steady) if steady else 0.0,
         jitter_sigma=statistics.pstdev(math.log(m["step_time_s"]) for m in steady if m["step_time_s"] > 0)
         if len(steady) > 1
         else 0.0,
     )
+
+
+def steady_samples_per_cpu_s(job: Any, replicas: int, steps: int, batch: int) -> float | None:
+    """Samples per CPU-second of every cluster process from ``WARMUP_S`` after now to 90% of ``steps``."""
+    time.sleep(WARMUP_S)
+    pids = _descendants(os.getpid())
+    start_cpu, start_step = cpu_s(pids), job.global_step()
+    deadline = time.perf_counter() + JOB_TIMEOUT_S
+    while job.status == "running" and time.perf_counter() < deadline:
+        step = job.global_step()
+        if step >= 0.9 * steps:
+            done = step - start_step
+            return done * replicas * batch / max(cpu_s(pids) - start_cpu, 1e-9) if done > 0 else None
+        time.sleep(STEADY_POLL_S)
+    return None
 
 
 def single_process(cg: Any, np: Any, models: Any, args: Any) -> dict[str, dict[str, float]]:
@@ -321,12 +347,19 @@ def main() -> None:
     )
     samples_per_cpu_s = median_of(2, "samples_per_cpu_s")
     cpu_efficiency = samples_per_cpu_s / session_sps
+    steady = [run.samples_per_cpu_s_steady for run in runs if run.replicas == 2 and run.samples_per_cpu_s_steady]
+    cpu_efficiency_steady = statistics.median(steady) / session_sps if steady else None
     overlap = statistics.fmean(run.overlap for run in runs if run.replicas == 2)
     print(
         f"cpu_efficiency_vs_local = {cpu_efficiency:.3f} ({samples_per_cpu_s:,.0f} samples per CPU-s of all cluster "
         f"processes vs {session_sps:,.0f} in one process; target >= {TARGET_CPU_EFFICIENCY}: "
         f"{'met' if cpu_efficiency >= TARGET_CPU_EFFICIENCY else 'NOT met'})"
     )
+    if cpu_efficiency_steady is not None:
+        print(
+            f"cpu_efficiency_vs_local_steady = {cpu_efficiency_steady:.3f} (the same, training only: from the end of "
+            "the warm-up to 90% of each job's steps, without the job's start)"
+        )
     print(
         f"overlap_fraction = {overlap:.3f} (target >= {TARGET_OVERLAP}: {'met' if overlap >= TARGET_OVERLAP else 'NOT met'})"
     )
@@ -365,6 +398,8 @@ def main() -> None:
             "overhead_1": session_sps / sps[1],
             "cpu_efficiency_vs_local": cpu_efficiency,
             "samples_per_cpu_s_2": samples_per_cpu_s,
+            "cpu_efficiency_vs_local_steady": cpu_efficiency_steady,
+            "samples_per_cpu_s_2_steady": statistics.median(steady) if steady else None,
             "target_cpu_efficiency": TARGET_CPU_EFFICIENCY,
             "cpu_efficiency_met": cpu_efficiency >= TARGET_CPU_EFFICIENCY,
             "overlap_fraction": overlap,
