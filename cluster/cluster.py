@@ -456,12 +456,17 @@ class Cluster(ParameterServerHosting):
         ['/job:ps/task:0/device:cpu:0', '/job:worker/task:0/device:cpu:0', '/job:worker/task:0/device:gpu:0']
         """
         _, ps, training = self._roles()
-        gpus = self._run(_visible_gpus, training, "count the GPUs") if training else {}
+        gpus = self.training_gpus()
         names = [f"/job:ps/task:{i}/device:cpu:0" for i in range(len(ps))]
         for i, address in enumerate(training):
             names.append(f"/job:worker/task:{i}/device:cpu:0")
             names += [f"/job:worker/task:{i}/device:gpu:{k}" for k in range(gpus.get(address, 0))]
         return names
+
+    def training_gpus(self) -> dict[str, int]:
+        """How many GPUs numba.cuda sees on each training worker, counted there."""
+        _, _, training = self._roles()
+        return self._run(_visible_gpus, training, "count the GPUs") if training else {}
 
     def _run(self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any) -> dict[str, T]:
         """``client.run(function, *args)`` on ``workers``, within ``CALL_TIMEOUT_S``."""

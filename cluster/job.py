@@ -91,6 +91,7 @@ def train(
     timeout_s: float = 60.0,
     overlap: bool = True,
     ps_placement: PsPlacement | None = None,
+    gpu: bool | None = None,
 ) -> Job:
     """Train ``loss`` on ``cluster`` with ``replicas`` replicas; return the ``Job`` at once, while it starts.
 
@@ -165,6 +166,12 @@ def train(
         ``"colocated"``: one shard in each of the job's training workers, so
         the servers' bandwidth grows with the job. By default the cluster's
         (``Cluster.local(ps="colocated")`` makes colocated the default).
+    gpu
+        Where each replica computes: ``None`` (the default) on its worker's
+        GPU when every training worker has one that numba.cuda sees (the ops
+        with a CUDA kernel; the others on its CPU), else on its CPU; ``True``
+        the GPU, refused when a training worker has none; ``False`` the CPU.
+        A GPU replica sends its gradients after its backward pass.
     overlap
         Send each gradient the moment backprop computes it, while the rest is
         computed (the default); ``False`` sends them all after the backward
@@ -172,6 +179,10 @@ def train(
     """
     if not isinstance(overlap, bool):
         raise TrainingError(f"cg.train: overlap must be True or False, got {overlap!r}")
+    if gpu is not None and not isinstance(gpu, bool):
+        raise TrainingError(
+            f"cg.train: gpu must be True, False or None (use a GPU when every worker has one), got {gpu!r}"
+        )
     spec = JobSpec.build(
         loss, data, cluster=cluster, optimizer=optimizer, replicas=replicas, batch_size=batch_size, steps=steps,
         mode=mode, replicas_to_aggregate=replicas_to_aggregate, max_staleness=max_staleness,
@@ -179,7 +190,7 @@ def train(
         nonfinite=nonfinite, seed=seed, metrics_interval_s=metrics_interval_s, timeout_s=timeout_s,
         ps_placement=ps_placement,
     )  # fmt: skip
-    return Job(replace(spec, overlap=overlap), cluster)
+    return Job(replace(spec, overlap=overlap, gpu=gpu), cluster)
 
 
 class Job:

@@ -77,6 +77,7 @@ class JobSpec:
     timeout_s: float
     overlap: bool = True  # gradients sent while backprop goes on (cg.train's ``overlap``)
     ps_placement: PsPlacement = "dedicated"  # the PS workers, or a shard in each of the job's training workers
+    gpu: bool | None = None  # replicas on their workers' GPUs: None when every training worker has one (cg.train's)
 
     @property
     def rows(self) -> int:

@@ -16,10 +16,15 @@ on shard 1) and partitions it with ``cg.partition``:
   Recv's tensor), and its Send of a gradient is the push (the gradient is
   fetched and streamed to the shard as soon as backprop makes it).
 
-So ``job.placement`` is exactly what runs. Replicas run on CPU (a GPU scope
-falls back to CPU, with the placement's warning and reason), and compute that a
-``ps`` scope covers runs on the worker, its reason saying so: parameter servers
-hold variables and apply their updates, nothing else.
+So ``job.placement`` is exactly what runs. On a cluster whose training
+workers each have a GPU (``worker_gpu``), the worker's ops that have a CUDA
+kernel are placed on its ``/device:gpu:0`` and the rest on its CPU; the worker
+partition keeps each node's device, and the replica runs it across the two
+(tensors stay on the GPU between its ops; pulled values are copied in and
+gradients out). Without one, replicas run on CPU (a GPU scope falls back to
+CPU, with the placement's warning and reason). Compute that a ``ps`` scope
+covers runs on the worker, its reason saying so: parameter servers hold
+variables and apply their updates, nothing else.
 
 Examples
 --------
@@ -64,6 +69,7 @@ from .training_graph import TrainingError, TrainingGraph
 
 # Every replica runs the worker partition on its own worker: the placement names replica 0's.
 WORKER_DEVICE = "/job:worker/task:0/device:cpu:0"
+WORKER_GPU = "/job:worker/task:0/device:gpu:0"
 # The name scope of the update ops this module adds to the step graph.
 UPDATE_SCOPE = "update"
 
@@ -88,9 +94,11 @@ class PlacedTraining:
 
 
 def place_training(
-    tg: TrainingGraph, optimizer: OptimizerConfig, ps_tasks: int, strategy: str = "greedy"
+    tg: TrainingGraph, optimizer: OptimizerConfig, ps_tasks: int, strategy: str = "greedy", worker_gpu: bool = False
 ) -> PlacedTraining:
     """Place ``tg``'s step, with ``optimizer``'s update ops, on ``ps_tasks`` ``ps`` tasks and one worker, and cut it.
+
+    ``worker_gpu``: the worker has a GPU; its ops with a CUDA kernel go there.
 
     Raises ``PlacementError`` for a device scope the cluster cannot honour (a
     ``ps`` task it does not have).
@@ -102,7 +110,7 @@ def place_training(
     frozen = _frozen_to_worker(graph, tg)
     updates = _add_updates(graph, tg, optimizer)
     devices = [f"/job:ps/task:{i}/device:cpu:0" for i in range(ps_tasks)] + [WORKER_DEVICE]
-    placement = place(graph, devices, strategy=strategy)
+    placement = place(graph, devices + [WORKER_GPU] if worker_gpu else devices, strategy=strategy)
     _follow_updates(placement, updates)
     for name in frozen:
         placement.reasons[name] = (
@@ -110,7 +118,10 @@ def place_training(
             "servers hold only what training changes"
         )
     _compute_to_worker(graph, placement, updates)
-    parts = partition(graph, placement)
+    # The cut between the worker and the servers: the worker's GPU ops are in its partition, with their device.
+    on_gpu = {name for name, device in placement.device_of.items() if device == WORKER_GPU}
+    cut = replace(placement, device_of={n: WORKER_DEVICE if n in on_gpu else d for n, d in placement.device_of.items()})
+    parts = partition(graph, cut)
     pulls: dict[str, str] = {}
     pushes: dict[str, str] = {}
     tokens: set[str] = set()
@@ -130,6 +141,7 @@ def place_training(
     kept = [node for node in worker_def.node if node.name not in tokens]
     for node in kept:
         node.control_input[:] = [dep for dep in node.control_input if dep not in tokens]
+        node.device = WORKER_GPU if node.name in on_gpu else WORKER_DEVICE
     del worker_def.node[:]
     worker_def.node.extend(kept)
     worker = replace(

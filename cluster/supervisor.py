@@ -90,7 +90,8 @@ class Supervisor:
         if state.placed is None:
             colocated = state.spec.ps_placement == "colocated"
             ps_tasks = state.spec.replicas if colocated else len(state.cluster.ps_workers())
-            placed = place_training(state.spec.graph, state.spec.optimizer, ps_tasks=ps_tasks)
+            gpu = self._replica_gpu()
+            placed = place_training(state.spec.graph, state.spec.optimizer, ps_tasks=ps_tasks, worker_gpu=gpu)
             layout = layout_from_placement(placed.placement, state.spec.graph.initial)
             used = sorted({shard for pieces in layout.values() for shard, _ in pieces})
             problem = state.training.layout_problem(len(used)) or _gap_problem(used, ps_tasks)
@@ -98,6 +99,32 @@ class Supervisor:
                 raise TrainingError(f"cg.train: {problem}")
             state.placed, state.ps_shards = placed, len(used)
         return state.placed
+
+    def _replica_gpu(self) -> bool:
+        """Whether the replicas compute on their workers' GPUs (cg.train's ``gpu``): a replica may run on any
+        training worker (a lost one's is replaced on another), so every one needs a GPU. The job's events say
+        where they compute whenever a worker has a GPU."""
+        state = self.state
+        if state.spec.gpu is False:
+            state.event("replicas compute on their workers' CPUs (gpu=False)")
+            return False
+        gpus = state.cluster.training_gpus()
+        without = [address for address, count in gpus.items() if count < 1]
+        if state.spec.gpu and without:
+            raise TrainingError(
+                f"cg.train(gpu=True): training worker(s) {', '.join(without)} have no GPU that numba.cuda sees; "
+                "every training worker needs one (a replica may run on any of them): pass gpu=None to train on "
+                "the CPUs there"
+            )
+        if gpus and not without:
+            state.event("replicas compute on their workers' GPUs")
+            return True
+        if len(without) < len(gpus):
+            state.event(
+                f"replicas compute on their workers' CPUs: training worker(s) {', '.join(without)} have no GPU, "
+                "and a replica may run on any training worker"
+            )
+        return False
 
     def start(self) -> None:
         """Start the servers, give them the job, submit one replica per shard, start watching."""

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from cellgraph.dataflow.autodiff import gradients
+from cellgraph.dataflow.devices import DeviceSpec
 from cellgraph.dataflow.dtypes import is_float
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.executor import schedule
@@ -231,7 +232,11 @@ class LoadedGraph:
         # output layer's gradients are computed (and, streamed, sent) while backprop goes on to the first layer's.
         fetched = [*self.gradients[::-1], *self.state_values]
         feeds = [*self.variables, *self.placeholders]
-        self._run = self.session.make_callable([self.loss, *fetched], feeds)
+        self._run: Any = (
+            DeviceRun(self.graph, [self.loss, *fetched], feeds)
+            if any(is_gpu(node.device) for node in self.graph.nodes)
+            else self.session.make_callable([self.loss, *fetched], feeds)
+        )
         trained = self.names[: len(self.gradients)]
         self._fetched_names = [*trained[::-1], *self.names[len(self.gradients) :]]
         self._states = set(self.names[len(self.gradients) :])
@@ -310,6 +315,42 @@ class LoadedGraph:
 
                 loss, *fetched = self._run.stream_gated(ready, before_use, *feeds, *batch)
         return float(loss), {name: pushed(i, value) for i, (name, value) in enumerate(zip(names, fetched))}
+
+
+def is_gpu(device: str) -> bool:
+    return bool(device) and DeviceSpec.parse(device).device_type == "gpu"
+
+
+class DeviceRun:
+    """The step of a worker graph placed across its CPU and GPU (``node.device``), run by a ``PartitionedSession``:
+    tensors stay on the GPU between its ops, and are copied at the feeds (pulled values, the batch) and fetches.
+
+    The same calls as a ``Session.make_callable`` plan, but the fetches are handed over once the whole step has
+    run (``stream``): a GPU replica sends its gradients after its backward pass.
+    """
+
+    def __init__(self, graph: Graph, fetches: list[Tensor], feeds: list[Tensor]) -> None:
+        from cellgraph.dataflow.partitioned_session import PartitionedSession
+
+        cpu = next(node.device for node in graph.nodes if node.device and not is_gpu(node.device))
+        self.session = PartitionedSession(graph, {node.name: node.device or cpu for node in graph.nodes})
+        self.fetches, self.feeds = fetches, feeds
+
+    def __call__(self, *values: Any) -> list[Any]:
+        return list(self.session.run(self.fetches, dict(zip(self.feeds, values))))
+
+    def stream(self, ready: Callable[[int, Any], None], *values: Any) -> list[Any]:
+        fetched = self(*values)
+        for i, value in enumerate(fetched):
+            ready(i, value)
+        return fetched
+
+    def stream_gated(
+        self, ready: Callable[[int, Any], None], before_use: Callable[[int], None], *values: Any
+    ) -> list[Any]:
+        for i in range(len(values)):  # every feed is read at once: wait for each pulled value first
+            before_use(i)
+        return self.stream(ready, *values)
 
 
 def load(tg: TrainingGraph) -> LoadedGraph:
