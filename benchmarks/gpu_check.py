@@ -24,8 +24,10 @@ recorded as not run, with that reason:
 3. ``train.json``: the MLP and the mini-Inception trained on the digits,
    once on the CPU (``Session``) and once with every op that has a CUDA
    kernel on the GPU (``PartitionedSession``), same data, order and seed:
-   test accuracy, final loss and samples per second of each. It runs beside
-   step 4, so its speeds are not clean figures; its accuracies are.
+   test accuracy, final loss and samples per second of each; then each as a
+   ``cg.train`` job on a LocalCluster (one PS, one training worker) whose
+   replica computes on the worker's CPU, then on its GPU (``gpu=True``). It
+   runs beside step 4, so its speeds are not clean figures; its accuracies are.
 4. ``cuda_tests.json`` (and ``cuda_tests.log``): ``pytest -m cuda`` over the
    test files that hold cuda-marked tests, on the GPU: in parallel processes
    (pytest-xdist) with a deadline per test (pytest-timeout) where the image
@@ -44,6 +46,7 @@ check can be split over two device commands of 10 minutes each.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.util
 import json
 import os
@@ -157,6 +160,49 @@ def train(model: str, device: str, epochs: int, batch: int, limit: int | None) -
         "test_accuracy": accuracy,
         "first_step_s": first_step_s,
         "samples_per_s": (steps - 1) * batch / seconds if steps > 1 and seconds > 0 else None,
+    }
+
+
+def cluster_train(model: str, device: str, epochs: int, batch: int, limit: int | None) -> dict[str, Any]:
+    """Train ``model`` with ``cg.train`` on a LocalCluster (one PS, one training worker), its replica on the
+    worker's ``device`` (``gpu=True`` or ``False``); the test accuracy of the trained variables."""
+    import numpy as np
+
+    import cellgraph as cg
+    from cellgraph.examples import digits, models
+
+    m = models.MODELS[model]()
+    data = digits.load()
+    x_train = data.images(data.x_train) if m.image_input else data.x_train
+    x_test = data.images(data.x_test) if m.image_input else data.x_test
+    y_train, y_test = data.y_train, data.y_test
+    if limit is not None:
+        x_train, y_train, x_test, y_test = x_train[:limit], y_train[:limit], x_test[:limit], y_test[:limit]
+    steps = max(1, epochs * (len(x_train) // batch))
+    with cg.Cluster.local(workers=1, ps=1, timeout=120) as cluster:
+        started = time.perf_counter()
+        job = cg.train(
+            m.loss, (x_train, y_train), cluster=cluster, optimizer=cg.optim.SGD(0.1), replicas=1, batch_size=batch,
+            steps=steps, checkpoint_every=None, gpu=device == "gpu", seed=0, timeout_s=600,
+        )  # fmt: skip
+        try:
+            job.wait(STEP_S["train"])
+            seconds = time.perf_counter() - started
+            accuracy = float(job.evaluate(m.accuracy, {m.x: x_test, m.y: y_test}))
+            on_gpu = sum(1 for d in job.placement.device_of.values() if d == GPU)
+            final_loss = float(job.metrics[-1]["loss"]) if job.metrics else float(np.nan)
+        finally:
+            job.close()
+    return {
+        "model": model,
+        "device": device,
+        "cluster": True,
+        "ops_on_gpu": on_gpu,
+        "steps": steps,
+        "batch": batch,
+        "final_loss": final_loss,
+        "test_accuracy": accuracy,
+        "seconds": seconds,
     }
 
 
@@ -303,16 +349,25 @@ def train_all(steps: Steps) -> None:
     """Each model on the CPU, then on the GPU: same data, order and seed."""
     epochs, batch, limit = (1, 4, 4) if steps.simulate else (3, 64, None)  # simulated: one step (16 s of the simulator)
     models = ("mlp",) if steps.simulate else ("mlp", "inception")
-    runs = []
-    for model in models:
-        for device in ("cpu", "gpu"):
-            cmd = [sys.executable, __file__, "train", "--model", model, "--device", device, "--epochs", str(epochs)]
-            cmd += ["--batch", str(batch)] + (["--limit", str(limit)] if limit else [])
-            runs.append(_last_json(steps.call("train", cmd)))
-    by = {(r.get("model"), r.get("device")): r for r in runs}
+
+    def group(where: str) -> list[dict[str, Any]]:
+        found = []
+        for model in models:
+            for device in ("cpu", "gpu"):
+                cmd = [sys.executable, __file__, "train", "--model", model, "--device", device, "--epochs", str(epochs)]
+                cmd += ["--batch", str(batch)] + (["--limit", str(limit)] if limit else []) + ([where] if where else [])
+                found.append(_last_json(steps.call("train", cmd)))
+        return found
+
+    # In one process (Session, PartitionedSession), and beside it as cg.train jobs on a LocalCluster whose replica
+    # computes on its worker's CPU, then on its GPU.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        groups = list(pool.map(group, ("", "--cluster")))
+    runs = [run for found in groups for run in found]
+    by = {(("cluster/" if r.get("cluster") else "") + str(r.get("model")), r.get("device")): r for r in runs}
     gaps = {
         model: by[(model, "gpu")]["test_accuracy"] - by[(model, "cpu")]["test_accuracy"]
-        for model in models
+        for model in sorted({model for model, _ in by})
         if (model, "gpu") in by and (model, "cpu") in by
     }
     ok = all(r["status"] == "ok" for r in runs)
@@ -361,11 +416,13 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--epochs", type=int, default=3)
     t.add_argument("--batch", type=int, default=64)
     t.add_argument("--limit", type=int, help="train and test on the first LIMIT samples of each split")
+    t.add_argument("--cluster", action="store_true", help="as a cg.train job on a LocalCluster (one PS, one worker)")
     args = cli.parse_args(argv)
     if args.command == "wheels":
         print("\n".join(download_wheels(args.dest)))
     elif args.command == "train":
-        print(json.dumps(train(args.model, args.device, args.epochs, args.batch, args.limit)))
+        trainer = cluster_train if args.cluster else train
+        print(json.dumps(trainer(args.model, args.device, args.epochs, args.batch, args.limit)))
     else:
         tests = args.tests or (SIMULATED_TEST if args.simulate else None)
         only = tuple(args.only.split(","))

@@ -50,13 +50,20 @@ def test_the_whole_check_runs_on_the_simulator(tmp_path: Path) -> None:
 
     train = steps["train"]
     assert train["status"] == "ok", train
-    cpu, gpu = train["runs"]
+    cpu, gpu, cluster_cpu, cluster_gpu = train["runs"]
     assert (cpu["device"], gpu["device"]) == ("cpu", "gpu") and cpu["model"] == gpu["model"] == "mlp"
     assert gpu["ops_on_gpu"] == gpu["ops"] > 0 and cpu["ops_on_gpu"] == 0
     assert gpu["steps"] == cpu["steps"] == 1
     # The same steps on the same data: the GPU kernels train the model the CPU kernels train.
     assert gpu["final_loss"] == pytest.approx(cpu["final_loss"], rel=1e-4)
-    assert train["accuracy_gpu_minus_cpu"] == {"mlp": pytest.approx(0.0, abs=1e-9)}
+    # And a cg.train job whose replica computes on its worker's (simulated) GPU trains what the CPU replica does.
+    assert cluster_cpu["cluster"] is cluster_gpu["cluster"] is True and cluster_gpu["status"] == "ok"
+    assert cluster_gpu["ops_on_gpu"] > 0 == cluster_cpu["ops_on_gpu"] and cluster_gpu["steps"] == 1
+    assert cluster_gpu["final_loss"] == pytest.approx(cluster_cpu["final_loss"], rel=1e-4)
+    assert train["accuracy_gpu_minus_cpu"] == {
+        "mlp": pytest.approx(0.0, abs=1e-9),
+        "cluster/mlp": pytest.approx(0.0, abs=1e-9),
+    }
 
     tests = steps["cuda_tests"]
     assert tests["status"] == "ok" and tests["passed"] == 1, tests
@@ -70,7 +77,7 @@ def test_steps_past_the_budget_are_recorded_as_not_run(tmp_path: Path) -> None:
     statuses = {step: result["status"] for step, result in summary["steps"].items()}
     spent = "not run: the budget (--budget-s) was spent"
     assert statuses["gpu_kernels"] == statuses["cuda_tests"] == spent
-    assert summary["steps"]["train"]["runs"] == [{"status": spent}, {"status": spent}]
+    assert summary["steps"]["train"]["runs"] == [{"status": spent}] * 4  # in one process and on a cluster, CPU and GPU
     assert json.loads((tmp_path / "cuda_tests.json").read_text())["status"] == spent
 
 
