@@ -114,11 +114,8 @@ def download_wheels(dest: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------- train (one model, one device)
-def train(model: str, device: str, epochs: int, batch: int, limit: int | None) -> dict[str, Any]:
-    """Train ``model`` on the digits on ``device`` (cpu or gpu); its accuracy, loss and speed."""
-    import numpy as np
-
-    import cellgraph as cg
+def model_and_digits(model: str, limit: int | None) -> tuple[Any, tuple[Any, Any], tuple[Any, Any]]:
+    """``model`` built afresh, and the digits' (x, y) training and test splits for it (the first ``limit`` rows)."""
     from cellgraph.examples import digits, models
 
     m = models.MODELS[model]()
@@ -128,6 +125,16 @@ def train(model: str, device: str, epochs: int, batch: int, limit: int | None) -
     y_train, y_test = data.y_train, data.y_test
     if limit is not None:
         x_train, y_train, x_test, y_test = x_train[:limit], y_train[:limit], x_test[:limit], y_test[:limit]
+    return m, (x_train, y_train), (x_test, y_test)
+
+
+def train(model: str, device: str, epochs: int, batch: int, limit: int | None) -> dict[str, Any]:
+    """Train ``model`` on the digits on ``device`` (cpu or gpu); its accuracy, loss and speed."""
+    import numpy as np
+
+    import cellgraph as cg
+
+    m, (x_train, y_train), (x_test, y_test) = model_and_digits(model, limit)
     on_gpu = 0
     if device == "gpu":
         placement = cg.placement.place(m.graph, [WORKER_CPU, GPU])
@@ -169,15 +176,8 @@ def cluster_train(model: str, device: str, epochs: int, batch: int, limit: int |
     import numpy as np
 
     import cellgraph as cg
-    from cellgraph.examples import digits, models
 
-    m = models.MODELS[model]()
-    data = digits.load()
-    x_train = data.images(data.x_train) if m.image_input else data.x_train
-    x_test = data.images(data.x_test) if m.image_input else data.x_test
-    y_train, y_test = data.y_train, data.y_test
-    if limit is not None:
-        x_train, y_train, x_test, y_test = x_train[:limit], y_train[:limit], x_test[:limit], y_test[:limit]
+    m, (x_train, y_train), (x_test, y_test) = model_and_digits(model, limit)
     steps = max(1, epochs * (len(x_train) // batch))
     with cg.Cluster.local(workers=1, ps=1, timeout=120) as cluster:
         started = time.perf_counter()
