@@ -41,6 +41,7 @@ from distributed.system import MEMORY_LIMIT
 
 from .calls import CALL_TIMEOUT_S, call_with_deadline
 from .errors import ClusterError
+from .gpus import GpuCounts, visible_gpus
 from .ps_hosting import ParameterServerHosting
 from .ps_plugin import PS_RESOURCE
 from .reach import open_client, tls_configured, unreachable
@@ -89,17 +90,6 @@ def _natural_key(name: str) -> tuple[str | int, ...]:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
-def _visible_gpus() -> int:
-    """How many GPUs numba.cuda sees in this (worker) process; run there by ``client.run``."""
-    from cellgraph.dataflow.kernels import cuda
-
-    if not cuda.available():
-        return 0
-    from numba import cuda as numba_cuda
-
-    return len(numba_cuda.gpus)
-
-
 class Cluster(ParameterServerHosting):
     """A Dask cluster whose workers are parameter servers (``ps``) and training workers (``worker``).
 
@@ -138,6 +128,7 @@ class Cluster(ParameterServerHosting):
         # workers shut down with nothing running and no job's supervisor looks at a client that is gone.
         self._job_closers: dict[str, Callable[[], None]] = {}
         self._closed = False
+        self._gpus = GpuCounts()
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -232,6 +223,7 @@ class Cluster(ParameterServerHosting):
             raise
         made = cls(client, local_cluster=local, owns_client=True, kind="local")
         made.ps_placement = "colocated" if colocated else "dedicated"
+        made.training_gpus()  # counted now, so that cg.train does not wait for it
         return made
 
     def scale(self, workers: int, timeout: float = 60.0) -> None:
@@ -307,7 +299,10 @@ class Cluster(ParameterServerHosting):
                 f"could not reach the Dask scheduler at {address} within {timeout:g} s ({err}): {CHECK_CONNECT}"
                 + (CHECK_TLS if address.startswith("tls://") else "")
             ) from err
-        return cls(client, owns_client=True, kind="connected")
+        made = cls(client, owns_client=True, kind="connected")
+        with contextlib.suppress(ClusterError):  # workers without roles yet (assign() comes later): counted then
+            made.training_gpus()  # counted now, so that cg.train does not wait for it
+        return made
 
     @classmethod
     def from_client(cls, client: Client) -> Cluster:
@@ -464,9 +459,9 @@ class Cluster(ParameterServerHosting):
         return names
 
     def training_gpus(self) -> dict[str, int]:
-        """How many GPUs numba.cuda sees on each training worker, counted there."""
+        """How many GPUs numba.cuda sees on each training worker, counted there (once a worker: ``gpus.py``)."""
         _, _, training = self._roles()
-        return self._run(_visible_gpus, training, "count the GPUs") if training else {}
+        return self._gpus.of(training, lambda workers: self._run(visible_gpus, workers, "count the GPUs"))
 
     def _run(self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any) -> dict[str, T]:
         """``client.run(function, *args)`` on ``workers``, within ``CALL_TIMEOUT_S``."""

@@ -15,6 +15,7 @@ import pytest
 
 import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
+from cellgraph.cluster.gpus import GpuCounts
 from cellgraph.cluster.placed_training import WORKER_DEVICE, WORKER_GPU, place_training
 from cellgraph.cluster.ps import OptimizerConfig
 from cellgraph.cluster.training_graph import DeviceRun, TrainingError, load, prepare
@@ -123,3 +124,19 @@ def test_a_gpu_that_is_not_a_bool_is_refused(simulated_gpus: Cluster) -> None:
     loss, _ = linear_model()
     with pytest.raises(TrainingError, match=r"cg.train: gpu must be True, False or None .*, got 'yes'"):
         cg.train(loss, linear_data(), cluster=simulated_gpus, replicas=1, gpu="yes")  # type: ignore[arg-type]
+
+
+def test_each_worker_is_asked_for_its_gpus_once() -> None:
+    # Counting imports numba.cuda in the worker (tenths of a second): cg.train, which asks at every call and must
+    # return at once, asks only workers not counted yet (a restarted worker has a new address).
+    asked: list[list[str]] = []
+    counts = GpuCounts()
+
+    def ask(workers: list[str]) -> dict[str, int]:
+        asked.append(workers)
+        return dict.fromkeys(workers, 1)
+
+    assert counts.of(["a", "b"], ask) == {"a": 1, "b": 1}
+    assert counts.of(["b", "c"], ask) == {"b": 1, "c": 1}
+    assert counts.of(["a", "c"], ask) == {"a": 1, "c": 1}
+    assert asked == [["a", "b"], ["c"]]
