@@ -260,6 +260,7 @@ class Cluster(ParameterServerHosting):
                     f"{len(self.training_workers())}; is the machine short of memory or processes?"
                 )
             time.sleep(SCALE_POLL_S)
+        self.training_gpus()  # new workers counted now, not at the next cg.train
 
     @classmethod
     def connect(cls, address: str, security: Security | None = None, timeout: float = 10.0) -> Cluster:
