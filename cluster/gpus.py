@@ -5,6 +5,14 @@ second the first time; ``cg.train`` asks at every call and must hand the
 notebook back at once, so the counts are kept by worker address (a restarted
 worker has a new address and is counted again), and a cluster counts its
 training workers when it starts (``Cluster.local``, ``Cluster.connect``).
+
+Examples
+--------
+>>> counts = GpuCounts()
+>>> counts.of(["tcp://a:1", "tcp://b:1"], lambda workers: {w: 1 for w in workers})
+{'tcp://a:1': 1, 'tcp://b:1': 1}
+>>> counts.of(["tcp://b:1"], lambda workers: {w: 0 for w in workers})  # known: not asked again
+{'tcp://b:1': 1}
 """
 
 from __future__ import annotations
