@@ -65,10 +65,10 @@ from cellgraph.protos import graph_pb2
 
 from .ps import OptimizerConfig
 from .ps.updates import STEP_COUNT_DTYPE
-from .training_graph import TrainingError, TrainingGraph
+from .training_graph import WORKER_CPU, TrainingError, TrainingGraph
 
 # Every replica runs the worker partition on its own worker: the placement names replica 0's.
-WORKER_DEVICE = "/job:worker/task:0/device:cpu:0"
+WORKER_DEVICE = WORKER_CPU
 WORKER_GPU = "/job:worker/task:0/device:gpu:0"
 # The name scope of the update ops this module adds to the step graph.
 UPDATE_SCOPE = "update"

@@ -318,7 +318,12 @@ class LoadedGraph:
 
 
 def is_gpu(device: str) -> bool:
+    """Whether ``device`` (a node's device name, maybe empty) names a GPU."""
     return bool(device) and DeviceSpec.parse(device).device_type == "gpu"
+
+
+# The worker's CPU, as the placement of a training step names it (every replica runs replica 0's partition).
+WORKER_CPU = "/job:worker/task:0/device:cpu:0"
 
 
 class DeviceRun:
@@ -332,7 +337,8 @@ class DeviceRun:
     def __init__(self, graph: Graph, fetches: list[Tensor], feeds: list[Tensor]) -> None:
         from cellgraph.dataflow.partitioned_session import PartitionedSession
 
-        cpu = next(node.device for node in graph.nodes if node.device and not is_gpu(node.device))
+        # A node with no device runs beside the others on the worker's CPU (the Recv of a pulled value is one).
+        cpu = next((node.device for node in graph.nodes if node.device and not is_gpu(node.device)), WORKER_CPU)
         self.session = PartitionedSession(graph, {node.name: node.device or cpu for node in graph.nodes})
         self.fetches, self.feeds = fetches, feeds
 
