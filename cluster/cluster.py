@@ -223,7 +223,8 @@ class Cluster(ParameterServerHosting):
             raise
         made = cls(client, local_cluster=local, owns_client=True, kind="local")
         made.ps_placement = "colocated" if colocated else "dedicated"
-        made.training_gpus()  # counted now, so that cg.train does not wait for it
+        with contextlib.suppress(ClusterError):  # a worker slow to answer is counted at the first cg.train instead
+            made.training_gpus()  # counted now, so that cg.train does not wait for it
         return made
 
     def scale(self, workers: int, timeout: float = 60.0) -> None:
@@ -260,7 +261,8 @@ class Cluster(ParameterServerHosting):
                     f"{len(self.training_workers())}; is the machine short of memory or processes?"
                 )
             time.sleep(SCALE_POLL_S)
-        self.training_gpus()  # new workers counted now, not at the next cg.train
+        with contextlib.suppress(ClusterError):  # else counted at the next cg.train
+            self.training_gpus()  # new workers counted now, not at the next cg.train
 
     @classmethod
     def connect(cls, address: str, security: Security | None = None, timeout: float = 10.0) -> Cluster:
