@@ -454,7 +454,7 @@ class Cluster(ParameterServerHosting):
         ['/job:ps/task:0/device:cpu:0', '/job:worker/task:0/device:cpu:0', '/job:worker/task:0/device:gpu:0']
         """
         _, ps, training = self._roles()
-        gpus = self.training_gpus()
+        gpus = self._gpus_of(training)
         names = [f"/job:ps/task:{i}/device:cpu:0" for i in range(len(ps))]
         for i, address in enumerate(training):
             names.append(f"/job:worker/task:{i}/device:cpu:0")
@@ -464,7 +464,10 @@ class Cluster(ParameterServerHosting):
     def training_gpus(self) -> dict[str, int]:
         """How many GPUs numba.cuda sees on each training worker, counted there (once a worker: ``gpus.py``)."""
         _, _, training = self._roles()
-        return self._gpus.of(training, lambda workers: self._run(visible_gpus, workers, "count the GPUs"))
+        return self._gpus_of(training)
+
+    def _gpus_of(self, workers: Sequence[str]) -> dict[str, int]:
+        return self._gpus.of(workers, lambda missing: self._run(visible_gpus, missing, "count the GPUs"))
 
     def _run(self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any) -> dict[str, T]:
         """``client.run(function, *args)`` on ``workers``, within ``CALL_TIMEOUT_S``."""
