@@ -29,11 +29,15 @@ DTYPES: dict[str, np.dtype[Any]] = {
     "int32": np.dtype(np.int32),
     "int64": np.dtype(np.int64),
     "bool": np.dtype(np.bool_),
+    # Text: an object array of Python str (TensorFlow's tf.string, ONNX's STRING). Numba computes on no
+    # strings, so the few ops that take them (moves, comparisons: ``OpDef.strings``) run their NumPy reference.
+    "string": np.dtype(object),
 }
 # Stored in half precision, computed in float32.
 HALF_FLOATS = frozenset({"float16", "bfloat16"})
 FLOATS = frozenset({"float32", "float64"}) | HALF_FLOATS
 INTS = frozenset({"int8", "uint8", "int16", "int32", "int64"})
+STRING = "string"
 # The dtype a kernel computes in for each storage-only dtype.
 COMPUTE_DTYPE = {"float16": "float32", "bfloat16": "float32"}
 
@@ -44,10 +48,15 @@ def as_dtype(value: DTypeLike) -> str:
     """Return the canonical dtype name for ``value`` ("float32", np.float32, ml_dtypes.bfloat16, ...)."""
     if value is None:
         raise DTypeError(f"a dtype is required; cellgraph knows {', '.join(DTYPES)}")
+    if (isinstance(value, str) and value == STRING) or value is str or value is np.str_:
+        return STRING
     try:
-        name = np.dtype(value).name
+        numpy_dtype = np.dtype(value)
     except TypeError:
         name = str(value)
+    else:
+        # NumPy's fixed-width text ('<U7') and object arrays are text here; bytes ('S5') are not: decode them.
+        name = STRING if numpy_dtype.kind in "OU" else numpy_dtype.name
     if name not in DTYPES:
         raise DTypeError(f"unsupported dtype {name!r}; cellgraph knows {', '.join(DTYPES)}")
     return name
@@ -56,6 +65,33 @@ def as_dtype(value: DTypeLike) -> str:
 def is_float(dtype: str) -> bool:
     """Whether ``dtype`` is a floating dtype (half floats included): differentiable, and what float ops take."""
     return dtype in FLOATS
+
+
+def is_string(dtype: str) -> bool:
+    """Whether ``dtype`` is cellgraph's text dtype ("string")."""
+    return dtype == STRING
+
+
+def as_strings(value: Any, what: str) -> np.ndarray:
+    """``value`` (str, a list of them, a '<U' or object array) as a string tensor's value: an object array
+    of Python str. Anything else in it is a DTypeError naming ``what`` and the element: a bytes or a number
+    would compare unequal to every str without a word.
+
+    >>> as_strings(["cat", "dog"], "feed for 'x'")
+    array(['cat', 'dog'], dtype=object)
+    """
+    array = np.asarray(value)
+    if array.dtype.kind == "U":
+        return array.astype(object)
+    if array.dtype.kind != "O":
+        raise DTypeError(f"{what}: a string tensor holds str, got a {array.dtype} array")
+    for index, element in np.ndenumerate(array):
+        if not isinstance(element, str):
+            raise DTypeError(
+                f"{what}: a string tensor holds str, but element {list(index)} is {type(element).__name__} "
+                f"{element!r}" + (" (decode bytes first)" if isinstance(element, bytes) else "")
+            )
+    return array
 
 
 def is_half(dtype: str) -> bool:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .devices import DeviceSpec, merge
-from .errors import GraphError
+from .dtypes import STRING
+from .errors import DTypeError, GraphError
 from .opdef import OPS, InferContext, OpDef, Shape, TensorSpec
 
 if TYPE_CHECKING:
@@ -464,6 +465,8 @@ class Graph:
             node.attrs.setdefault("_colocate", self._colocate_stack[-1].name)
         specs = opdef.infer(InferContext(node, [t.spec for t in inputs]))
         node.specs = list(specs) if isinstance(specs, list) else [specs]
+        if not opdef.strings:
+            _refuse_strings(node)
         if run is not None:
             run.adopt(node)
         self._add(node)
@@ -482,6 +485,17 @@ class Graph:
                 if self._cell_run is not None and node in self._cell_run.new:
                     self._cell_run.new.remove(node)
             raise
+
+
+def _refuse_strings(node: Node) -> None:
+    """A DTypeError when ``node`` reads or makes a string tensor but its op computes on none."""
+    text = [f"input {i} {t.name!r}" for i, t in enumerate(node.inputs) if t.dtype == STRING]
+    text += [f"output {i}" for i, s in enumerate(node.specs) if s.dtype == STRING]
+    if text:
+        takers = ", ".join(name for name in OPS if OPS.lookup(name).strings)
+        raise DTypeError(
+            f"{node.describe()} does not take string tensors (string: {', '.join(text)}); the ops that do: {takers}"
+        )
 
 
 def _fmt(shape: Shape) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 
 from cellgraph.protos import graph_pb2, tensor_pb2
 
-from .dtypes import DTYPES
+from .dtypes import DTYPES, as_dtype
 from .errors import DTypeError, GraphError, RegistryError
 from .graph import Graph, Node, Tensor
 from .opdef import OPS, InferContext, TensorSpec
@@ -53,6 +53,7 @@ DTYPE_ENUM: dict[str, tensor_pb2.DataType.ValueType] = {
     "int8": tensor_pb2.DT_INT8,
     "uint8": tensor_pb2.DT_UINT8,
     "int16": tensor_pb2.DT_INT16,
+    "string": tensor_pb2.DT_STRING,
 }
 DTYPE_NAME = {enum: name for name, enum in DTYPE_ENUM.items()}
 assert set(DTYPE_ENUM) == set(DTYPES), "every cellgraph dtype needs a DataType in protos/tensor.proto"
@@ -65,8 +66,8 @@ _SUPPORTED = "bool, int, float, str, None, numpy.ndarray, and tuples or lists of
 # ------------------------------------------------------------------ tensors
 def _dtype_enum(dtype: np.dtype[Any]) -> tensor_pb2.DataType.ValueType:
     try:
-        return DTYPE_ENUM[dtype.name]
-    except KeyError:
+        return DTYPE_ENUM[as_dtype(dtype)]
+    except (KeyError, DTypeError):
         raise DTypeError(f"unsupported dtype {dtype.name}; a TensorProto holds {', '.join(DTYPE_ENUM)}") from None
 
 
@@ -81,6 +82,10 @@ def _dtype_name(enum: int) -> str:
 def to_tensor_proto(array: np.ndarray) -> tensor_pb2.TensorProto:
     """A NumPy array as a ``TensorProto``: dtype, shape and little-endian C-order bytes."""
     enum = _dtype_enum(array.dtype)
+    if enum == tensor_pb2.DT_STRING:
+        return tensor_pb2.TensorProto(
+            dtype=enum, shape=tensor_pb2.TensorShapeProto(dim=array.shape), strings=_utf8(array)
+        )
     little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
     return tensor_pb2.TensorProto(
         dtype=enum, shape=tensor_pb2.TensorShapeProto(dim=array.shape), content=little.tobytes()
@@ -93,6 +98,8 @@ def from_tensor_proto(proto: tensor_pb2.TensorProto) -> np.ndarray:
     shape = tuple(proto.shape.dim)
     if any(d < 0 for d in shape):
         raise GraphError(f"a tensor value needs every dim known, got shape {fmt(shape)}")
+    if name == "string":
+        return _strings_from_proto(proto, shape)
     wire = DTYPES[name].newbyteorder("<")
     expected = int(np.prod(shape, dtype=np.int64)) * wire.itemsize
     if len(proto.content) != expected:
@@ -103,6 +110,33 @@ def from_tensor_proto(proto: tensor_pb2.TensorProto) -> np.ndarray:
         raise GraphError("a bool tensor's content bytes must each be 0 or 1")
     # A copy in native byte order: aligned, owned, and independent of the message.
     array = np.frombuffer(proto.content, dtype=wire).reshape(shape).astype(DTYPES[name], copy=True)
+    array.flags.writeable = False
+    return array
+
+
+def _utf8(array: np.ndarray) -> list[bytes]:
+    out = []
+    for i, element in enumerate(array.reshape(-1)):
+        if not isinstance(element, str):
+            raise DTypeError(f"a string tensor holds str, but element {i} is {type(element).__name__} {element!r}")
+        out.append(element.encode("utf-8"))
+    return out
+
+
+def _strings_from_proto(proto: tensor_pb2.TensorProto, shape: tuple[int, ...]) -> np.ndarray:
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(proto.strings) != count or proto.content:
+        raise GraphError(
+            f"a string tensor of shape {fmt(shape)} needs {count} strings and no content, "
+            f"got {len(proto.strings)} strings and {len(proto.content)} content bytes"
+        )
+    array = np.empty(count, dtype=object)
+    for i, raw in enumerate(proto.strings):
+        try:
+            array[i] = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise GraphError(f"string {i} of a string tensor is not UTF-8: {err}") from None
+    array = array.reshape(shape)
     array.flags.writeable = False
     return array
 

@@ -96,6 +96,9 @@ class OpDef:
     broadcasts: bool = False
     # Scalar expression over {0}, {1}, ... for elementwise fusion, if any.
     elementwise: str | None = None
+    # Takes and makes string tensors (moves and comparisons): computed by ``reference`` on the CPU, since
+    # Numba has no strings. Every other op refuses a string tensor when the node is built.
+    strings: bool = False
 
 
 OPS: Registry[OpDef] = Registry("op")

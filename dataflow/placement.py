@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from .cells import CellgraphWarning
 from .devices import KERNEL_KEY, DeviceSpec
+from .dtypes import STRING
 from .errors import PlacementError
 from .graph import Graph, Node
 
@@ -49,6 +50,14 @@ if TYPE_CHECKING:
     from cellgraph.protos import graph_pb2
 
 Partition = tuple[str, int, int]  # (device, first row, row after the last)
+
+
+def kernel_keys(node: Node) -> set[str]:
+    """The kernel kinds ("cpu", "cuda") that can run ``node``: its op's, less cuda for a string tensor."""
+    keys = set(node.opdef.kernels)
+    if any(t.dtype == STRING for t in node.inputs) or any(s.dtype == STRING for s in node.specs):
+        keys.discard("cuda")
+    return keys
 
 
 @dataclass
@@ -264,7 +273,7 @@ class _Placer:
         self.placement.ops[node.name] = node.op
 
     def check_kernel(self, node: Node, device: DeviceSpec, reason: str) -> tuple[DeviceSpec, str]:
-        kernels = node.opdef.kernels
+        kernels = kernel_keys(node)
         key = KERNEL_KEY[device.device_type or "cpu"]
         if key in kernels:
             return device, reason
@@ -272,7 +281,7 @@ class _Placer:
         if not having:
             raise PlacementError(
                 f"{node.describe()}: {node.op} has no kernel for any of the devices "
-                f"({', '.join(self.names)}); its kernels: {', '.join(kernels) or 'none'}"
+                f"({', '.join(self.names)}); its kernels: {', '.join(sorted(kernels)) or 'none'}"
             )
         if not self.soft:
             raise PlacementError(
@@ -298,7 +307,7 @@ class _Placer:
 
     def preferred_type(self, node: Node, devices: list[DeviceSpec]) -> str:
         has_gpu = any(d.device_type == "gpu" for d in devices)
-        return "gpu" if has_gpu and KERNEL_KEY["gpu"] in node.opdef.kernels else "cpu"
+        return "gpu" if has_gpu and KERNEL_KEY["gpu"] in kernel_keys(node) else "cpu"
 
     def _find_slots(self) -> dict[str, str]:
         """Slot variable -> the variable it serves: the other variable inputs of its update op."""

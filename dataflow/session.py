@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import outside_int_range, past_float_range
+from .dtypes import as_strings, is_string, outside_int_range, past_float_range
 from .errors import DTypeError, GraphError, ShapeError
 from .executor import Plan
 from .graph import Graph, Node, Tensor, get_default_graph
@@ -118,8 +118,13 @@ def feed_tensor(graph: Graph, key: Tensor | str) -> Tensor:
 
 
 def convert_feed(t: Tensor, value: Any) -> np.ndarray:
-    array = np.asarray(value)
-    if array.dtype != t.dtype:
+    if is_string(t.dtype):
+        array = as_strings(value, f"feed for {t.name!r}")
+    else:
+        array = np.asarray(value)
+    if not is_string(t.dtype) and array.dtype != t.dtype:
+        if array.dtype.kind in "OUS":
+            raise DTypeError(f"feed for {t.name!r} holds text ({array.dtype}), expected {t.dtype}")
         if not np.can_cast(array.dtype, t.dtype, "same_kind"):
             raise DTypeError(f"feed for {t.name!r} has dtype {array.dtype}, expected {t.dtype}")
         outside = None if np.can_cast(array.dtype, t.dtype) else outside_int_range(array, t.dtype)

@@ -43,6 +43,8 @@ class _DataTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DataType.Val
     DT_INT8: _DataType.ValueType  # 8
     DT_UINT8: _DataType.ValueType  # 9
     DT_INT16: _DataType.ValueType  # 10
+    DT_STRING: _DataType.ValueType  # 11
+    """text: each element UTF-8 in TensorProto.strings"""
 
 class DataType(_DataType, metaclass=_DataTypeEnumTypeWrapper):
     """The dtypes a tensor can have; names match cellgraph's canonical dtype names."""
@@ -61,6 +63,8 @@ DT_BFLOAT16: DataType.ValueType  # 7
 DT_INT8: DataType.ValueType  # 8
 DT_UINT8: DataType.ValueType  # 9
 DT_INT16: DataType.ValueType  # 10
+DT_STRING: DataType.ValueType  # 11
+"""text: each element UTF-8 in TensorProto.strings"""
 Global___DataType: _TypeAlias = DataType  # noqa: Y015
 
 @_typing.final
@@ -116,7 +120,9 @@ Global___TensorSpecProto: _TypeAlias = TensorSpecProto  # noqa: Y015
 class TensorProto(_message.Message):
     """A whole tensor value. `content` holds the elements in row-major (C) order,
     little-endian, one byte per bool; its length is the element count times the
-    dtype's item size. All dims of `shape` are known.
+    dtype's item size. A DT_STRING tensor leaves `content` empty and holds its
+    elements, UTF-8 encoded and in row-major order, in `strings`. All dims of
+    `shape` are known.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -124,20 +130,24 @@ class TensorProto(_message.Message):
     DTYPE_FIELD_NUMBER: _builtins.int
     SHAPE_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
+    STRINGS_FIELD_NUMBER: _builtins.int
     dtype: Global___DataType.ValueType
     content: _builtins.bytes
     @_builtins.property
     def shape(self) -> Global___TensorShapeProto: ...
+    @_builtins.property
+    def strings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
         dtype: Global___DataType.ValueType = ...,
         shape: Global___TensorShapeProto | None = ...,
         content: _builtins.bytes = ...,
+        strings: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["shape", b"shape"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "dtype", b"dtype", "shape", b"shape"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "dtype", b"dtype", "shape", b"shape", "strings", b"strings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

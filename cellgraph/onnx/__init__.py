@@ -58,12 +58,14 @@ def export(
     return run(path, inputs, outputs, source, opset)
 
 
-def import_model(path: str | Path | Any, static_inputs: dict[str, Any] | None = None) -> ImportedModel:
+def import_model(
+    path: str | Path | Any, static_inputs: dict[str, Any] | None = None, examples: dict[str, Any] | None = None
+) -> ImportedModel:
     """A cellgraph graph built from an ONNX model, its initializers as variables; see ``importer.import_model``."""
     _need_onnx()
     from .importer import import_model as run
 
-    return run(path, static_inputs)
+    return run(path, static_inputs, examples)
 
 
 __all__ = ["OnnxError", "export", "import_model"]

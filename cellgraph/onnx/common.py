@@ -29,8 +29,9 @@ Check = Callable[["NodeInfo"], "str | None"]
 # ONNX Runtime's CPU kernels do); int8, uint8 and int16 compute in their own type and wrap as ONNX's do.
 DTYPE_TO_ONNX: dict[str, int] = {
     "float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7, "bool": 9,
-    "float16": 10, "float64": 11, "bfloat16": 16,
+    "float16": 10, "float64": 11, "bfloat16": 16, "string": 8,
 }  # fmt: skip
+STRING_CODE = 8
 ONNX_TO_DTYPE: dict[int, str] = {code: name for name, code in DTYPE_TO_ONNX.items()}
 # ONNX types cellgraph has no tensors of, and the wider cellgraph dtype an imported model computes
 # them in: every value fits, and integer results wrap back at the model's boundary as ONNX's would
@@ -108,6 +109,9 @@ class ImportRow:
     # Whether the op may make values of the types cellgraph only reads (READ_ONLY): a Cast that
     # rounds into them exactly. No other row makes them.
     makes_narrow: bool = False
+    # Whether the row reads and makes STRING tensors: only rows built from cellgraph ops that take
+    # strings (moves, Equal); every other row refuses them at the plan, before anything is built.
+    strings: bool = False
 
 
 HALF_FLOATS = ("float16", "bfloat16")

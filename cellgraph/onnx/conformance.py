@@ -38,6 +38,7 @@ from cellgraph.dataflow.errors import CellgraphError
 
 from .common import OnnxError
 from .import_ops import IMPORTERS
+from .import_sequences import examples_of
 from .importer import import_model
 
 
@@ -101,7 +102,7 @@ def run_case(case: Any) -> tuple[str, str]:
         by_name = dict(zip(graph_inputs, inputs, strict=False))
         frozen = {name: by_name[name] for name in static if name in by_name}
         try:
-            model = import_model(case.model, static_inputs=frozen)
+            model = import_model(case.model, static_inputs=frozen, examples=examples_of(case.model, by_name))
         except OnnxError as err:
             return "unsupported", str(err)
         except Exception as err:  # a bug in a row: reported as a failure of that case, not a crash of the run
@@ -118,10 +119,19 @@ def run_case(case: Any) -> tuple[str, str]:
         got_list = list(got) if isinstance(got, tuple) else [got]
         random = False
         for i, (g, e) in enumerate(zip(got_list, expected, strict=False)):
+            if isinstance(e, list) or e is None:  # a sequence, or an empty optional
+                why = _container_mismatch(g, e)
+                if why is not None:
+                    return "fail", f"output {i}: {why}"
+                continue
             e = np.asarray(e)
             g = np.asarray(g)
             if g.dtype != e.dtype or g.shape != e.shape:
                 return "fail", f"output {i}: {g.dtype}{g.shape}, expected {e.dtype}{e.shape}"
+            if e.dtype == object:  # strings: equal or not
+                if not np.array_equal(g, e):
+                    return "fail", f"output {i}: {g.tolist()!r}, expected {e.tolist()!r}"
+                continue
             if not np.allclose(g, e, rtol=case.rtol, atol=case.atol, equal_nan=True):
                 why = f"output {i}: max abs diff {np.nanmax(np.abs(g.astype(float) - e.astype(float)))}"
                 node = case.model.graph.node[0]
@@ -135,6 +145,19 @@ def run_case(case: Any) -> tuple[str, str]:
     if random:
         return "pass", "random"
     return "pass", "widened" if model.signature.get("widened") else ""
+
+
+def _container_mismatch(got: Any, expected: list[Any] | None) -> str | None:
+    """Why a sequence (a list of arrays) or an empty optional (None) is not the expected one, or None."""
+    if expected is None or got is None:
+        return None if got is expected else f"{got!r}, expected {expected!r}"
+    if not isinstance(got, list) or len(got) != len(expected):
+        return f"{type(got).__name__} of {len(got) if isinstance(got, list) else '?'}, expected {len(expected)} tensors"
+    for k, (g, e) in enumerate(zip(got, expected, strict=True)):
+        g, e = np.asarray(g), np.asarray(e)
+        if g.dtype != e.dtype or g.shape != e.shape or not np.array_equal(g, e, equal_nan=e.dtype.kind == "f"):
+            return f"element {k}: {g.dtype}{g.shape}, expected {e.dtype}{e.shape} (or other values)"
+    return None
 
 
 def _is_training(inputs: list[Any]) -> bool:

@@ -352,6 +352,25 @@ def _is_finite(e: Emitter, node: Node) -> None:
     e.node("Not", [bad], e.outs(node))
 
 
+# ONNX's Equal takes strings from opset 19; cellgraph's Equal and NotEqual take them at any.
+_STRING_EQUAL_OPSET = 19
+
+
+def _equal(negate: bool) -> Row:
+    def row(e: Emitter, node: Node) -> None:
+        if node.inputs[0].dtype == "string" and e.opset < _STRING_EQUAL_OPSET:
+            raise OnnxError(
+                f"{node.describe()} compares strings, which ONNX's Equal does from opset {_STRING_EQUAL_OPSET}; "
+                f"export with opset={_STRING_EQUAL_OPSET} or newer (this export is opset {e.opset})"
+            )
+        if negate:
+            e.node("Not", [e.node("Equal", e.ins(node))[0]], e.outs(node))
+        else:
+            e.node("Equal", e.ins(node), e.outs(node))
+
+    return row
+
+
 def _alpha(op_type: str) -> Row:
     return lambda e, node: e.node(op_type, e.ins(node), e.outs(node), alpha=float(node.attrs["alpha"]))
 
@@ -370,7 +389,7 @@ EXPORTERS: dict[str, Row] = {
     "Exp":          same("Exp"),
     "Log":          same("Log"),
     "Square":       _square,
-    "Equal":        same("Equal"),
+    "Equal":        _equal(negate=False),
     "Less":         same("Less"),
     "GreaterEqual": same("GreaterOrEqual"),
     "Cast":         _cast,
@@ -425,7 +444,7 @@ EXPORTERS: dict[str, Row] = {
     "ClipByValue":  _clip,
     "Where":        same("Where"),
     "StopGradient": same("Identity"),
-    "NotEqual":     lambda e, node: e.node("Not", [e.node("Equal", e.ins(node))[0]], e.outs(node)),
+    "NotEqual":     _equal(negate=True),
     "LogicalAnd":   same("And"),
     "LogicalOr":    same("Or"),
     "LogicalXor":   same("Xor"),

@@ -141,10 +141,10 @@ def _size_value(n: NodeInfo) -> np.ndarray | None:
 
 
 ARRAYS: dict[str, ImportRow] = {
-    "Tile":      ImportRow(_tile, {}, (1,)),
+    "Tile":      ImportRow(_tile, {}, (1,), strings=True),
     "Expand":    ImportRow(_expand, {}, (1,), _check_expand),
     "GatherND":  ImportRow(_gather_nd, {"batch_dims": 0}, check=_check_gather_nd),
     "ScatterND": ImportRow(_scatter_nd, {"reduction": "none"}, check=_check_scatter_nd),
     # A static shape gives the size now; otherwise cellgraph's Size computes it.
-    "Size":      ImportRow(lambda b, n: [cg.size(b.ins(n)[0], out_type="int64")], fold=_size_value),
+    "Size":      ImportRow(lambda b, n: [cg.size(b.ins(n)[0], out_type="int64")], fold=_size_value, strings=True),
 }  # fmt: skip

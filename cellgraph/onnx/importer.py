@@ -43,8 +43,29 @@ from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 
 from ..saved_model import LoadedModel
-from .common import COMPUTE_DTYPE, READ_DTYPE, WIDENED, OnnxError, is_wider, onnx_code, onnx_dtype_name, widen
+from .common import (
+    COMPUTE_DTYPE,
+    READ_DTYPE,
+    STRING_CODE,
+    WIDENED,
+    OnnxError,
+    is_wider,
+    onnx_code,
+    onnx_dtype_name,
+    widen,
+)
 from .import_ops import IMPORTERS
+from .import_sequences import (
+    SEQUENCE,
+    TENSOR,
+    Slot,
+    flatten,
+    input_placeholders,
+    is_container,
+    output_slot,
+    refuse_container_read,
+    regroup,
+)
 
 
 class ImportedModel(LoadedModel):
@@ -59,13 +80,17 @@ class ImportedModel(LoadedModel):
         outputs: list[Tensor],
         signature: dict[str, Any],
         output_types: list[np.dtype[Any] | None],
+        slots: tuple[list[Slot], list[Slot]] | None = None,
     ) -> None:
         super().__init__(graph, inputs, outputs, signature)
-        self.output_types = output_types
+        self.output_types = output_types  # one per tensor of ``outputs``
+        # The ONNX inputs and outputs that are sequences or optionals (import_sequences.py), if any.
+        self.input_slots, self.output_slots = slots or ([], [])
 
     def __call__(self, *args: Any) -> Any:
-        fed = [widen(np.asarray(arg)) for arg in args[: len(self.inputs)]]
-        result = super().__call__(*fed, *args[len(self.inputs) :])
+        flat = flatten(self.input_slots, args) if self.input_slots else list(args)
+        fed = [widen(np.asarray(arg)) for arg in flat[: len(self.inputs)]]
+        result = super().__call__(*fed, *flat[len(self.inputs) :])
         results = list(result) if isinstance(result, tuple) else [result]
         # Back to the narrow type as ONNX would have it: integers wrap.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -73,6 +98,8 @@ class ImportedModel(LoadedModel):
                 r if kind is None else np.asarray(r).astype(kind)
                 for r, kind in zip(results, self.output_types, strict=True)
             ]
+        if self.output_slots:
+            back = regroup(self.output_slots, back)
         return back[0] if len(back) == 1 else tuple(back)
 
 
@@ -287,6 +314,9 @@ def _check_node(
                 "is built (an initializer or a Constant): cellgraph's shapes are static; "
                 "pass its value in static_inputs"
             )
+    if node.op_type != "Identity":
+        for value_name in node.input:
+            refuse_container_read(value_name, types.get(value_name), info.describe())
     # A node may read the types cellgraph reads wider (float8, int4, ...) but make none of them.
     made = READ_DTYPE if row.makes_narrow else COMPUTE_DTYPE
     for value_name, readable in [*((n, READ_DTYPE) for n in node.input), *((n, made) for n in node.output)]:
@@ -296,6 +326,12 @@ def _check_node(
             code = onnx_code(known[value_name]) or 0
         if code and code not in readable:
             raise _unsupported(f"dtype {onnx_dtype_name(code)} of value {value_name!r}", info)
+        if code == STRING_CODE and not row.strings:
+            strung = ", ".join(op for op, r in IMPORTERS.items() if r.strings)
+            raise OnnxError(
+                f"value {value_name!r} of {info.describe()} is a STRING tensor; of the ONNX ops cellgraph "
+                f"imports, these take strings: {strung}"
+            )
     reason = row.check(info) if row.check is not None else None
     if reason is not None:
         raise _unsupported(reason, info)
@@ -333,15 +369,17 @@ class Builder:
         self.known = known
         self.tensors: dict[str, Tensor] = {}
         self.variables: dict[str, Tensor] = {}
+        # Sequence values (their tensors) and empty optionals (None): what Identity passes on.
+        self.containers: dict[str, list[Tensor] | None] = {}
 
     def static(self, name: str) -> np.ndarray:
         return np.asarray(self.known[name])
 
     def tensor(self, name: str) -> Tensor:
         if name not in self.tensors:
-            if name in self.initializers:
+            if name in self.initializers and self.initializers[name].dtype != object:
                 self.tensors[name] = self._variable(name, self.initializers[name])
-            elif name in self.known:
+            elif name in self.known:  # a string initializer too: text is a constant, never trained
                 value = np.asarray(self.known[name])  # its own dtype: cg.constant would narrow int64
                 self.tensors[name] = cg.constant(value, dtype=value.dtype.name, name=cell_name(name))
             else:
@@ -396,13 +434,20 @@ def _placeholder(value: onnx.ValueInfoProto) -> Tensor:
     return cg.placeholder(dims, READ_DTYPE[t.elem_type], name=cell_name(value.name))
 
 
-def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[str, Any] | None = None) -> ImportedModel:
+def import_model(
+    source: str | Path | onnx.ModelProto,
+    static_inputs: Mapping[str, Any] | None = None,
+    examples: Mapping[str, Any] | None = None,
+) -> ImportedModel:
     """A cellgraph graph computing the ONNX model ``source`` (a path or a ``ModelProto``).
 
     Initializers become variables (trainable when float), so the imported
     model can be fine-tuned. ``static_inputs`` gives values for graph inputs
-    that must be known when building (a shape fed as an input). Returns a
-    model callable like ``cg.load_model``'s, with ``graph``, ``inputs`` and ``outputs``.
+    that must be known when building (a shape fed as an input). ``examples``
+    gives an example value of each sequence or optional graph input (a list
+    of arrays; None for an empty optional), which fixes its structure
+    (``import_sequences.py``). Returns a model callable like
+    ``cg.load_model``'s, with ``graph``, ``inputs`` and ``outputs``.
 
     Raises ``OnnxError`` naming the op or attribute, the node and the opset
     for anything cellgraph cannot express, before building anything.
@@ -410,21 +455,24 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
     model = source if isinstance(source, onnx.ModelProto) else _load(source)
     infos, known = plan(model, static_inputs)
     g = model.graph
+    examples = examples or {}
     initializers = {i.name: widen(numpy_helper.to_array(i)) for i in g.initializer}
     fed = [v for v in g.input if v.name not in initializers and v.name not in (static_inputs or {})]
     for v in fed:
         code = v.type.tensor_type.elem_type
-        if code not in READ_DTYPE:
+        if not is_container(v.type) and code not in READ_DTYPE:
             raise OnnxError(f"graph input {v.name!r} has dtype {onnx_dtype_name(code)}, which cellgraph does not have")
     graph = Graph()
     builder = Builder(graph, initializers, known)
     try:
         with graph.as_default(), graph.atomic():
-            inputs = [_placeholder(v) for v in fed]
-            builder.tensors.update({v.name: t for v, t in zip(fed, inputs, strict=True)})
+            inputs, in_slots = _inputs(fed, builder, examples)
             for info in infos:
                 if IMPORTERS[info.op].fold is not None and info.outputs[0] in known:
                     continue  # a known value becomes a constant where a tensor reads it, if one does
+                if info.op == "Identity" and info.inputs[0] in builder.containers:
+                    builder.containers[info.outputs[0]] = builder.containers[info.inputs[0]]
+                    continue
                 try:
                     outs = IMPORTERS[info.op].build(builder, info)
                 except CellgraphError as err:
@@ -433,7 +481,12 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
                 for name, t in zip(info.outputs, outs, strict=False):
                     if name:
                         builder.tensors[name] = _wrapped(t, info.types.get(name))
-            outputs = [cg.identity(builder.tensor(v.name), name=cell_name(v.name)) for v in g.output]
+            outputs, out_slots = [], []
+            for v in g.output:
+                held = builder.containers[v.name] if v.name in builder.containers else builder.tensor(v.name)
+                slot, tensors = output_slot(v.name, held)
+                outputs += tensors
+                out_slots.append(slot)
     except OnnxError:
         raise
     except CellgraphError as err:
@@ -452,8 +505,38 @@ def import_model(source: str | Path | onnx.ModelProto, static_inputs: Mapping[st
     }
     widened.update({v.name: onnx_dtype_name(code) for v, code in zip(g.output, codes, strict=True) if is_wider(code)})
     signature["widened"] = widened
-    output_types = [onnx.helper.tensor_dtype_to_np_dtype(code) if is_wider(code) else None for code in codes]
-    return ImportedModel(graph, inputs, outputs, signature, output_types)
+    output_types: list[np.dtype[Any] | None] = []
+    for slot, code in zip(out_slots, codes, strict=True):
+        narrow = onnx.helper.tensor_dtype_to_np_dtype(code) if slot.kind == TENSOR and is_wider(code) else None
+        output_types += [narrow] * slot.count
+    containers = any(s.kind != TENSOR for s in in_slots + out_slots)
+    if containers:
+        signature["structure"] = {
+            "inputs": {s.name: s.describe() for s in in_slots},
+            "outputs": {s.name: s.describe() for s in out_slots},
+        }
+    return ImportedModel(graph, inputs, outputs, signature, output_types, (in_slots, out_slots) if containers else None)
+
+
+def _inputs(
+    fed: list[onnx.ValueInfoProto], builder: Builder, examples: Mapping[str, Any]
+) -> tuple[list[Tensor], list[Slot]]:
+    """The placeholders of the fed graph inputs, and each input's slot (a sequence is several)."""
+    inputs: list[Tensor] = []
+    slots = []
+    for v in fed:
+        if is_container(v.type):
+            slot, tensors = input_placeholders(v, examples.get(v.name), v.name in examples)
+            if slot.kind == TENSOR:  # an optional holding a tensor is that tensor
+                builder.tensors[v.name] = tensors[0]
+            else:
+                builder.containers[v.name] = tensors if slot.kind == SEQUENCE else None
+        else:
+            slot, tensors = Slot(v.name, TENSOR, 1), [_placeholder(v)]
+            builder.tensors[v.name] = tensors[0]
+        inputs += tensors
+        slots.append(slot)
+    return inputs, slots
 
 
 def _load(path: str | Path) -> onnx.ModelProto:

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from cellgraph.dataflow.dtypes import DTYPES, STRING
 from cellgraph.dataflow.graphdef import DTYPE_ENUM, DTYPE_NAME
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import tensor_pb2
@@ -61,10 +62,15 @@ def dtype_enum(dtype: np.dtype) -> int:
 
 def dtype_of(enum: int, where: str) -> np.dtype:
     """The NumPy dtype of a ``DataType`` read off the wire; ``where`` says which message had it."""
+    name = DTYPE_NAME.get(enum)  # type: ignore[call-overload]
+    if name == STRING:  # variables are numbers: a string tensor has no bytes to chunk, sum or apply
+        raise ParameterServerError(
+            f"{where}: DataType DT_STRING: the parameter service holds numbers, not strings", "INVALID_ARGUMENT"
+        )
     try:
-        return np.dtype(DTYPE_NAME[enum])  # type: ignore[index]
+        return np.dtype(DTYPES[name])  # type: ignore[index]
     except KeyError:
-        known = ", ".join(tensor_pb2.DataType.Name(e) for e in DTYPE_ENUM.values())
+        known = ", ".join(tensor_pb2.DataType.Name(e) for e in DTYPE_ENUM.values() if e != tensor_pb2.DT_STRING)
         raise ParameterServerError(
             f"{where}: DataType {enum} is not a tensor dtype; known: {known}", "INVALID_ARGUMENT"
         ) from None

@@ -16,6 +16,10 @@ assignments, optimizer updates) are never wrapped: they move values with NumPy,
 which stores half floats exactly, and an upcast copy would lose the update. Nor
 are Send and Recv: a half tensor crosses between partitions in its own dtype.
 
+String tensors (object arrays of str) are read by no Numba kernel: the few
+ops that take them (``OpDef.strings``) run their NumPy reference instead, on
+the CPU.
+
 On the CUDA device a half-float node is refused when its kernel is bound, with
 the node named: the device kernels are float32/float64 only.
 
@@ -40,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..dtypes import COMPUTE_DTYPE, DTYPES, HALF_FLOATS, is_half
+from ..dtypes import COMPUTE_DTYPE, DTYPES, HALF_FLOATS, STRING, is_half
 from ..errors import KernelNotFound
 
 if TYPE_CHECKING:
@@ -55,8 +59,23 @@ def _dtypes_of(node: Node) -> set[str]:
     return {t.dtype for t in node.inputs} | {s.dtype for s in node.specs}
 
 
+def _strings(node: Node) -> Callable[..., Any]:
+    """The NumPy reference of a node on string tensors (object arrays, which Numba cannot read)."""
+    reference, attrs = node.opdef.reference, node.attrs
+
+    def run(*arrays: Any) -> Any:
+        result = reference(attrs, *arrays)
+        if isinstance(result, tuple):
+            return tuple(np.asarray(r, dtype=DTYPES[s.dtype]) for r, s in zip(result, node.specs, strict=True))
+        return np.asarray(result, dtype=DTYPES[node.specs[0].dtype])
+
+    return run
+
+
 def _cpu(factory: KernelFactory) -> KernelFactory:
     def bind(node: Node, ctx: KernelContext) -> Callable[..., Any]:
+        if node.inputs and STRING in _dtypes_of(node):
+            return _strings(node)
         kernel = factory(node, ctx)
         # A stateful op with no inputs or no outputs (Recv, Send) moves a value between partitions as it is.
         moves_only = node.opdef.stateful and not (node.inputs and node.specs)
@@ -82,6 +101,10 @@ def _cpu(factory: KernelFactory) -> KernelFactory:
 
 def _cuda(factory: KernelFactory) -> KernelFactory:
     def bind(node: Node, ctx: KernelContext) -> Callable[..., Any]:
+        if STRING in _dtypes_of(node):
+            raise KernelNotFound(
+                f"{node.describe()} has no cuda kernel for string tensors: strings are computed on the cpu device"
+            )
         half = sorted(_dtypes_of(node) & HALF_FLOATS)
         if half:
             raise KernelNotFound(

@@ -95,7 +95,7 @@ def _infer_reshape_like(ctx: InferContext) -> TensorSpec:
 
 
 register_op(OpDef(
-    name="Reshape", family=FAMILY, infer=_infer_reshape,
+    name="Reshape", strings=True, family=FAMILY, infer=_infer_reshape,
     reference=lambda attrs, x: np.reshape(x, attrs["shape"]),
     grad=lambda node, dys: [reshape_like(upstream(dys), node.inputs[0])],
     kernels={"cpu": lambda node, ctx: k.reshape(node.attrs["shape"]), "cuda": _cuda("reshape_op")}, view=True,
@@ -151,14 +151,14 @@ def _infer_squeeze(ctx: InferContext) -> TensorSpec:
 
 
 register_op(OpDef(
-    name="ExpandDims", family=FAMILY, infer=_infer_expand_dims,
+    name="ExpandDims", strings=True, family=FAMILY, infer=_infer_expand_dims,
     reference=lambda attrs, x: np.expand_dims(x, attrs["axes"]),
     grad=lambda node, dys: [squeeze(upstream(dys), node.attrs["axes"])],
     kernels={"cpu": lambda node, ctx: lambda x, _a=node.attrs["axes"]: np.expand_dims(x, _a),
              "cuda": _cuda("expand_dims_op")}, view=True,
 ))  # fmt: skip
 register_op(OpDef(
-    name="Squeeze", family=FAMILY, infer=_infer_squeeze,
+    name="Squeeze", strings=True, family=FAMILY, infer=_infer_squeeze,
     reference=lambda attrs, x: np.squeeze(x, attrs["axes"]),
     grad=lambda node, dys: [expand_dims(upstream(dys), node.attrs["axes"])],
     # np.squeeze checks at run time that a dim unknown when building is 1.
@@ -201,7 +201,7 @@ def _infer_transpose(ctx: InferContext) -> TensorSpec:
 
 
 register_op(OpDef(
-    name="Transpose", family=FAMILY, infer=_infer_transpose,
+    name="Transpose", strings=True, family=FAMILY, infer=_infer_transpose,
     reference=lambda attrs, x: np.transpose(x, attrs["perm"]),
     grad=lambda node, dys: [transpose(upstream(dys), tuple(int(i) for i in np.argsort(node.attrs["perm"])))],
     # view: an identity perm, or one that moves only size-1 dims, is already contiguous.
@@ -265,7 +265,7 @@ def _ref_split_like(attrs: Attrs, g: np.ndarray, *likes: np.ndarray) -> Any:
 
 
 register_op(OpDef(
-    name="Concat", family=FAMILY, infer=_infer_concat,
+    name="Concat", strings=True, family=FAMILY, infer=_infer_concat,
     reference=lambda attrs, *xs: np.concatenate(xs, attrs["axis"]),
     grad=lambda node, dys: _split_like(upstream(dys), node.inputs, node.attrs["axis"]),
     kernels={"cpu": lambda node, ctx: k.concat(node.attrs["axis"]), "cuda": _cuda("concat_op")},

@@ -68,7 +68,7 @@ def _ref_one_hot(attrs: Attrs, indices: np.ndarray) -> np.ndarray:
 
 
 register_op(OpDef(
-    name="Gather", family=FAMILY, infer=_infer_gather,
+    name="Gather", strings=True, family=FAMILY, infer=_infer_gather,
     reference=lambda attrs, params, indices: np.take(params, indices, axis=attrs["axis"]),
     grad=lambda node, dys: [_scatter_add_like(upstream(dys), node.inputs[1], node.inputs[0], node.attrs["axis"]), None],
     kernels={"cpu": lambda node, ctx: k.gather(node.attrs["axis"]), "cuda": _cuda("gather_op")},

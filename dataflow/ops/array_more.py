@@ -209,7 +209,7 @@ def _infer_tile_grad(ctx: InferContext) -> TensorSpec:
 
 
 register_op(OpDef(
-    name="Tile", family=FAMILY, infer=_infer_tile,
+    name="Tile", strings=True, family=FAMILY, infer=_infer_tile,
     reference=lambda attrs, x: np.tile(x, attrs["multiples"]),
     grad=lambda node, dys: [apply("TileGrad", [upstream(dys), node.inputs[0]], node.attrs, name="tile_grad")],
     kernels={"cpu": lambda node, ctx: k.tile(node.attrs["multiples"]), "cuda": _cuda("tile_op")},

@@ -33,14 +33,14 @@ def _out_type(value: str, op: str) -> str:
 
 
 register_op(OpDef(
-    name="Shape", family=FAMILY,
+    name="Shape", strings=True, family=FAMILY,
     infer=lambda ctx: TensorSpec((ctx.inputs[0].rank,), ctx.attrs["out_type"]),
     reference=lambda attrs, x: np.array(x.shape, attrs["out_type"]),
     grad=not_differentiable,  # integer dims
     kernels={"cpu": lambda node, ctx: k.shape(node.attrs["out_type"]), "cuda": cuda_kernel("array_shape", "shape_op")},
 ))  # fmt: skip
 register_op(OpDef(
-    name="Size", family=FAMILY,
+    name="Size", strings=True, family=FAMILY,
     infer=lambda ctx: TensorSpec((), ctx.attrs["out_type"]),
     reference=lambda attrs, x: np.array(x.size, attrs["out_type"]),
     grad=not_differentiable,  # an integer count

@@ -8,7 +8,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from ..dtypes import DTYPES, as_dtype, is_float, is_half, kind, outside_int_range, past_float_range
+from ..dtypes import DTYPES, STRING, as_dtype, as_strings, is_float, is_half, kind, outside_int_range, past_float_range
 from ..errors import DTypeError
 from ..graph import Graph, Node, Tensor, get_default_graph
 from ..opdef import InferContext, Shape, TensorSpec
@@ -38,7 +38,10 @@ def as_tensor(value: TensorLike, dtype: str | None = None, graph: Graph | None =
     if dtype is None:
         array = np.asarray(value)
         # Python floats become float32 (the working precision), not float64.
-        dtype = "float32" if array.dtype.kind == "f" else as_dtype(array.dtype.name.replace("int64", "int32"))
+        if array.dtype.kind in "OU":
+            dtype = STRING
+        else:
+            dtype = "float32" if array.dtype.kind == "f" else as_dtype(array.dtype.name.replace("int64", "int32"))
     else:
         array = operand_array(value, dtype, op)
     from .state import constant
@@ -56,9 +59,11 @@ def operand_array(value: Any, dtype: str, op: str | None = None) -> np.ndarray:
     into an int tensor, or anything but bool into a bool tensor, is refused:
     that would change what the numbers are without a word.
     """
-    array = np.asarray(value)
-    target = np.dtype(as_dtype(dtype))
     where = f"{op}: " if op else ""
+    if as_dtype(dtype) == STRING:  # equal(names, "cat"): the str is a string operand
+        return as_strings(value, f"{where}operand {_short(value)}")
+    array = np.asarray(value)
+    target = DTYPES[as_dtype(dtype)]
     what = _short(value) if array.ndim == 0 else f"{_a(array.dtype.name)} array"
     # bfloat16 is an extension type (NumPy kind 'V'): ask cellgraph's kind of it.
     source = kind(array.dtype.name) if array.dtype.name in DTYPES else array.dtype.kind

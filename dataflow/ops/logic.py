@@ -70,7 +70,7 @@ _UNARY: list[tuple[Any, ...]] = [
 for _name, _kernel, _ref, _infer in _BINARY:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=_infer, reference=lambda attrs, a, b, _f=_ref: _f(a, b),
-        grad=not_differentiable, broadcasts=True,
+        grad=not_differentiable, broadcasts=True, strings=_name == "NotEqual",
         kernels={"cpu": elementwise_kernel(_kernel), "cuda": cuda_kernel("elementwise", "binary_op", _name)},
     ))  # fmt: skip
 for _name, _kernel, _ref, _infer in _UNARY:

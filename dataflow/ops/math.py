@@ -114,7 +114,7 @@ for _name, _kernel, _ref in _COMPARE:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=infer_compare,
         reference=lambda attrs, a, b, _f=_ref: _f(a, b),
-        grad=not_differentiable, broadcasts=True,
+        grad=not_differentiable, broadcasts=True, strings=_name == "Equal",
         kernels={"cpu": elementwise_kernel(_kernel), "cuda": cuda_kernel("elementwise", "binary_op", _name)},
     ))  # fmt: skip
 

@@ -338,7 +338,7 @@ def _grad_where(node: Node, dys: Dys) -> list[Tensor | None]:
 
 
 register_op(OpDef(
-    name="Where", family=FAMILY, infer=_infer_where,
+    name="Where", strings=True, family=FAMILY, infer=_infer_where,
     reference=lambda attrs, c, a, b: np.where(c, a, b), grad=_grad_where, broadcasts=True,
     elementwise="({1} if {0} else {2})",
     kernels={"cpu": elementwise_kernel(mk.where), "cuda": cuda_kernel("elementwise", "ternary_op", "Where")},
@@ -356,7 +356,7 @@ def where(condition: TensorLike, x: TensorLike, y: TensorLike, name: str = "wher
 # ----------------------------------------------------------- StopGradient
 _identity = lambda node, ctx: lambda x: x  # noqa: E731 - hands on the array it is given, host or device
 register_op(OpDef(
-    name="StopGradient", family=FAMILY, infer=infer_same, reference=lambda attrs, x: x,
+    name="StopGradient", strings=True, family=FAMILY, infer=infer_same, reference=lambda attrs, x: x,
     grad=not_differentiable, view=True, kernels={"cpu": _identity, "cuda": _identity},
 ))  # fmt: skip
 

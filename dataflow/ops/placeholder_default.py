@@ -49,7 +49,7 @@ def _grad(node: Node, dys: Dys) -> list[Tensor | None]:
 _pass_on = simple_kernel(lambda x: x)
 
 register_op(OpDef(
-    name="PlaceholderWithDefault", family=FAMILY, infer=_infer, reference=lambda attrs, x: x, grad=_grad,
+    name="PlaceholderWithDefault", strings=True, family=FAMILY, infer=_infer, reference=lambda attrs, x: x, grad=_grad,
     kernels={"cpu": _pass_on, "cuda": _pass_on}, view=True,
 ))  # fmt: skip
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import as_dtype, kind, outside_int_range, past_float_range
+from ..dtypes import DTYPES, STRING, as_dtype, as_strings, kind, outside_int_range, past_float_range
 from ..errors import DTypeError, GraphError, ShapeError
 from ..graph import Graph, Node, Tensor, get_default_graph
 from ..kernels.cuda import cuda_kernel
@@ -28,8 +28,9 @@ def _const_kernel(node: Node, ctx: KernelContext) -> Callable[[], np.ndarray]:
 register_op(
     OpDef(
         name="Const",
+        strings=True,
         family=FAMILY,
-        infer=lambda ctx: TensorSpec(ctx.attrs["value"].shape, ctx.attrs["value"].dtype.name),
+        infer=lambda ctx: TensorSpec(ctx.attrs["value"].shape, as_dtype(ctx.attrs["value"].dtype)),
         reference=lambda attrs: attrs["value"],
         grad=lambda node, dys: [],
         kernels={"cpu": _const_kernel, "cuda": cuda_kernel("state", "const_op")},
@@ -40,9 +41,13 @@ register_op(
 
 def constant(value: Any, dtype: str | None = None, name: str = "const", graph: Graph | None = None) -> Tensor:
     """A tensor holding a fixed value; with ``dtype``, its numbers must keep their values in it."""
-    if dtype:
-        _check_fits(np.asarray(value), as_dtype(dtype), name)
-    array = np.array(value, dtype=as_dtype(dtype) if dtype else None)
+    text = as_dtype(dtype) == STRING if dtype else np.asarray(value).dtype.kind in "OU"
+    if text:
+        array = as_strings(value, f"constant {name!r}").copy()
+    else:
+        if dtype:
+            _check_fits(np.asarray(value), as_dtype(dtype), name)
+        array = np.array(value, dtype=DTYPES[as_dtype(dtype)] if dtype else None)
     if dtype is None and array.dtype == np.float64:
         array = array.astype(np.float32)
     if dtype is None and array.dtype == np.int64:
@@ -75,6 +80,7 @@ def _placeholder_kernel(node: Node, ctx: KernelContext) -> Callable[[], np.ndarr
 register_op(
     OpDef(
         name="Placeholder",
+        strings=True,
         family=FAMILY,
         infer=lambda ctx: TensorSpec(tuple(ctx.attrs["shape"]), ctx.attrs["dtype"]),
         reference=lambda attrs: None,
@@ -143,6 +149,12 @@ def variable(
         value = np.asarray(init(tuple(shape), as_dtype(dtype), seed))
     else:
         source = np.asarray(init)
+        if source.dtype.kind in "OUS" or as_dtype(dtype) == STRING:
+            # A variable is trained, checkpointed and served by parameter servers: all numbers.
+            raise DTypeError(
+                f"variable {name!r}: a variable holds numbers, not text ({source.dtype} as {as_dtype(dtype)}); "
+                "use cg.constant or a placeholder for strings"
+            )
         # A number past the dtype's range would be wrapped round (an int) or made inf (a float) without a word.
         outside = outside_int_range(source, as_dtype(dtype)) or past_float_range(source, as_dtype(dtype))
         if outside is not None:
@@ -162,6 +174,7 @@ _identity = simple_kernel(lambda x: x)
 register_op(
     OpDef(
         name="Identity",
+        strings=True,
         family=FAMILY,
         infer=infer_same,
         reference=lambda attrs, x: x,

@@ -22,7 +22,9 @@ from cellgraph.dataflow.variables import VariableStore
 from .errors_helpers import raises
 
 NEW = ["float16", "bfloat16", "int8", "uint8", "int16"]
-ALL = list(DTYPES)
+# The numeric dtypes: a string tensor holds no bytes to round-trip and casts to nothing
+# (tests/dataflow/test_strings.py).
+ALL = [d for d in DTYPES if d != "string"]
 
 
 def _values(dtype: str) -> np.ndarray:

@@ -107,6 +107,7 @@ PUSHES = [
     ("unknown variable", [header(), chunk("nope")], "NOT_FOUND", "gradient for unknown variable 'nope' in replica 0's push for step 0; this shard holds: w, b"),
     ("wrong dtype", [header(), chunk(value=W.astype(np.float64))], "INVALID_ARGUMENT", "chunk of gradient for 'w' is float64, the variable is float32"),
     ("bad DataType", [header(), chunk(dtype=99)], "INVALID_ARGUMENT", "chunk of gradient for 'w': DataType 99 is not a tensor dtype"),
+    ("a string DataType", [header(), chunk(dtype=11)], "INVALID_ARGUMENT", "chunk of gradient for 'w': DataType DT_STRING: the parameter service holds numbers, not strings"),
     ("wrong shape", [header(), chunk(shape=(4, 2))], "INVALID_ARGUMENT", "chunk of gradient for 'w' says shape (4, 2), the variable's is (2, 4)"),
     ("overlapping chunks", [header(), chunk(content=bytes(16)), chunk(offset=8, content=bytes(16))], "INVALID_ARGUMENT", "chunk of gradient for 'w' at bytes [8, 24) overlaps bytes [0, 16) already received"),
     ("a gap", [header(), chunk(content=bytes(8)), chunk(offset=16, content=bytes(16)), *GOOD_B], "INVALID_ARGUMENT", "gradient for 'w' is incomplete: bytes [8, 16) of 32 never arrived"),
