@@ -29,10 +29,11 @@ import contextlib
 import functools
 import math
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
 
 from distributed import Client, LocalCluster, Nanny
@@ -176,6 +177,9 @@ class Cluster(ParameterServerHosting):
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
             # Dask reads a timeout of 0 as "wait for ever"; every wait here has a deadline.
             raise ClusterError(f"Cluster.local(timeout={timeout!r}): needs a finite number of seconds above 0")
+        if _importing_main_in_a_child():
+            raise ClusterError(_UNGUARDED_SCRIPT)
+        script = _script_top_level(sys._getframe(1))
         deadline = time.monotonic() + timeout
         security = Security.temporary() if secure else None
         processes = workers + ps
@@ -214,9 +218,11 @@ class Cluster(ParameterServerHosting):
             with contextlib.suppress(Exception):  # the count only makes the message better
                 arrived = len(_scheduler_workers(client)) if client is not None else 0
             _close_quietly(client, local)
+            hint = f'; if {script} starts the cluster outside `if __name__ == "__main__":`, see above' if script else ""
             raise ClusterError(
                 f"Cluster.local: only {arrived} of {processes} worker processes started within {timeout:g} s "
                 f"({err}); is the machine short of memory or processes? Try a larger timeout= or fewer workers"
+                f"{hint}"
             ) from err
         except BaseException:
             _close_quietly(client, local)
@@ -561,6 +567,33 @@ def _scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
         ) from err
     workers: dict[str, dict[str, Any]] = identity["workers"]
     return workers
+
+
+# Dask starts each worker process by spawning a fresh interpreter, which imports the user's script as
+# ``__mp_main__``: a script that starts a cluster at its top level would start one in every worker, which
+# cannot start processes of its own, and the workers never arrive.
+_UNGUARDED_SCRIPT = (
+    "Cluster.local was called while a worker process was importing the main script: Dask's worker processes "
+    'import it, so a script must start its cluster under `if __name__ == "__main__":` (a notebook needs nothing)'
+)
+
+
+def _importing_main_in_a_child() -> bool:
+    # A spawned child runs the script's code with ``__name__ == "__mp_main__"`` (runpy's run_name): a frame
+    # of it among the callers means the script's own top level called here.
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _script_top_level(caller: FrameType) -> str | None:
+    """The script's path when ``caller`` is a script's top level (not a function, a notebook or a test)."""
+    if caller.f_code.co_name == "<module>" and caller.f_globals.get("__name__") == "__main__":
+        return caller.f_globals.get("__file__")
+    return None
 
 
 def _close_quietly(client: Client | None, local: LocalCluster | None, timeout: float = 30.0) -> None:

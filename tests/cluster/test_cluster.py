@@ -545,3 +545,24 @@ def test_scale_refuses_no_workers_and_clusters_it_did_not_start(cluster: Cluster
     with pytest.raises(ClusterError, match=r"scale: not supported for connected clusters \(client, tcp://"):
         view.scale(3)
     assert cluster.training_workers() == before
+
+
+@pytest.mark.slow
+def test_a_script_that_starts_a_cluster_without_a_main_guard_is_told_why_its_workers_never_come(
+    tmp_path: Path,
+) -> None:
+    # Dask's worker processes import the script: unguarded, each would start a cluster of its own.
+    script = tmp_path / "unguarded.py"
+    script.write_text("import cellgraph as cg\n\nwith cg.Cluster.local(workers=1, ps=0, timeout=8):\n    pass\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    # In each worker process, at once:
+    assert (
+        "Cluster.local was called while a worker process was importing the main script: Dask's worker processes "
+        'import it, so a script must start its cluster under `if __name__ == "__main__":` (a notebook needs nothing)'
+    ) in done.stderr
+    # In the script itself, when its wait ends:
+    assert (
+        f'Try a larger timeout= or fewer workers; if {script} starts the cluster outside `if __name__ == "__main__":`, '
+        "see above"
+    ) in done.stderr
