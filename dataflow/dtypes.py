@@ -89,7 +89,12 @@ def as_strings(value: Any, what: str) -> np.ndarray:
         if not isinstance(element, str):
             raise DTypeError(
                 f"{what}: a string tensor holds str, but element {list(index)} is {type(element).__name__} "
-                f"{element!r}" + (" (decode bytes first)" if isinstance(element, bytes) else "")
+                f"{element!r}"
+                + (
+                    " (decode bytes first)"
+                    if isinstance(element, bytes)
+                    else " (an object array is read as text: convert numbers first, e.g. np.asarray(value, float))"
+                )
             )
     return array
 

@@ -123,7 +123,7 @@ def convert_feed(t: Tensor, value: Any) -> np.ndarray:
     else:
         array = np.asarray(value)
     if not is_string(t.dtype) and array.dtype != t.dtype:
-        if array.dtype.kind in "OUS":
+        if array.dtype.kind in "US":
             raise DTypeError(f"feed for {t.name!r} holds text ({array.dtype}), expected {t.dtype}")
         if not np.can_cast(array.dtype, t.dtype, "same_kind"):
             raise DTypeError(f"feed for {t.name!r} has dtype {array.dtype}, expected {t.dtype}")
