@@ -83,6 +83,8 @@ def as_strings(value: Any, what: str) -> np.ndarray:
     array = np.asarray(value)
     if array.dtype.kind == "U":
         return array.astype(object)
+    if array.dtype.kind == "S":
+        raise DTypeError(f"{what}: a string tensor holds str, got bytes ({array.dtype}); decode them first")
     if array.dtype.kind != "O":
         raise DTypeError(f"{what}: a string tensor holds str, got a {array.dtype} array")
     for index, element in np.ndenumerate(array):

@@ -113,6 +113,8 @@ def test_text_where_numbers_belong_and_numbers_where_text_belongs_are_refused_wi
         r"b'b' \(decode bytes first\)",
     ):
         sess.run(e, {x: np.array(["a", b"b"], dtype=object)})
+    with pytest.raises(DTypeError, match=r"feed for 'x:0': a string tensor holds str, got bytes \(\|S1\); decode them"):
+        sess.run(e, {x: [b"a", b"b"]})
     with pytest.raises(DTypeError, match="feed for 'x:0': a string tensor holds str, got a float64 array"):
         sess.run(e, {x: np.array([1.0, 2.0])})
     with pytest.raises(DTypeError, match=r"feed for 'f:0' holds text \(<U1\), expected float32"):
