@@ -74,11 +74,11 @@ def _strings(node: Node) -> Callable[..., Any]:
 
 def _cpu(factory: KernelFactory) -> KernelFactory:
     def bind(node: Node, ctx: KernelContext) -> Callable[..., Any]:
-        if node.inputs and STRING in _dtypes_of(node):
-            return _strings(node)
-        kernel = factory(node, ctx)
         # A stateful op with no inputs or no outputs (Recv, Send) moves a value between partitions as it is.
         moves_only = node.opdef.stateful and not (node.inputs and node.specs)
+        if node.inputs and STRING in _dtypes_of(node) and not moves_only:
+            return _strings(node)
+        kernel = factory(node, ctx)
         if moves_only or not _dtypes_of(node) & _NARROW:
             return kernel
         # Upcast the half inputs only; int inputs (indices, labels) pass as they are.

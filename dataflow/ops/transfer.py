@@ -70,11 +70,11 @@ def _recv_on_gpu(node: Node, ctx: KernelContext) -> Callable[[], Any]:
 
 
 register_op(OpDef(
-    name="Send", family=FAMILY, infer=lambda ctx: [], reference=_no_reference,
+    name="Send", strings=True, family=FAMILY, infer=lambda ctx: [], reference=_no_reference,
     grad=not_differentiable, kernels={"cpu": _send_kernel, "cuda": _send_from_gpu}, stateful=True,
 ))  # fmt: skip
 register_op(OpDef(
-    name="Recv", family=FAMILY,
+    name="Recv", strings=True, family=FAMILY,
     infer=lambda ctx: TensorSpec(tuple(ctx.attrs["shape"]), ctx.attrs["dtype"]),
     reference=_no_reference, grad=not_differentiable, kernels={"cpu": _recv_kernel, "cuda": _recv_on_gpu},
     # Stateful: a Recv has no inputs but must run every time, never be folded into a constant.

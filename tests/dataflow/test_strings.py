@@ -137,3 +137,18 @@ def test_string_ops_are_placed_on_a_cpu_beside_a_gpu_and_refused_by_a_cuda_kerne
 
     with pytest.raises(KernelNotFound, match="has no cuda kernel for string tensors: strings are computed on the cpu"):
         e.node.opdef.kernels["cuda"](e.node, None)
+
+
+def test_a_string_tensor_crosses_between_devices_of_a_partitioned_graph() -> None:
+    ps = "/job:ps/task:0/device:cpu:0"
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder([None], "string", name="x")
+        shout = cg.where(cg.equal(x, "cat"), cg.constant(["CAT"] * 4), x, name="shout")
+        again = cg.concat([shout, x], 0, name="again")
+    device_of = {n.name: WORKER_CPU for n in g.nodes}
+    device_of["shout"] = ps
+    sess = cg.PartitionedSession(g, device_of, timeout=20)
+    assert any(e.tensor.name == "shout:0" for e in sess.parts.edges)  # a string tensor crossed to the worker
+    got = sess.run(again, {x: WORDS})
+    assert got.tolist() == [*np.where(WORDS == "cat", "CAT", WORDS).tolist(), *WORDS.tolist()]
