@@ -66,6 +66,7 @@ from .import_sequences import (
     refuse_container_read,
     regroup,
 )
+from .import_symbolic import evaluate, is_partial, reshape_target
 
 
 class ImportedModel(LoadedModel):
@@ -204,15 +205,49 @@ def plan(
     types = _types(model)
     trainable = {i.name for i in graph.initializer}
     needed = _needed_at_build(graph)
+    # Values computed from a run-time shape, known but for their dynamic dims (import_symbolic.py).
+    partial: dict[str, np.ndarray] = {}
     infos = []
     for node in graph.node:
         folded = _fold(node, opset, known, trainable, needed)
         if folded is not None:
             known.update(_check_folded(node, opset, folded, known, types))
             continue
-        info = _check_node(node, opset, known, types)
+        shaped = evaluate(node, known, partial, types) if any(o in needed for o in node.output) else None
+        if shaped is not None:
+            if is_partial(shaped):
+                partial[node.output[0]] = shaped
+            else:  # every dim it read was static after all: a constant
+                known.update(_check_folded(node, opset, {node.output[0]: shaped.astype(np.int64)}, known, types))
+            continue
+        info = _check_node(_resolve_partial_reads(node, opset, known, partial), opset, known, types)
         infos.append(info)
     return infos, known
+
+
+def _resolve_partial_reads(
+    node: onnx.NodeProto, opset: int, known: dict[str, np.ndarray], partial: Mapping[str, np.ndarray]
+) -> onnx.NodeProto:
+    """``node``, its Reshape target made static (one unknown dim as -1) when it is a partial value; an
+    ``OnnxError`` for any other read of a partial value."""
+    reads = [(i, name) for i, name in enumerate(node.input) if name in partial]
+    if not reads:
+        return node
+    position, name = reads[0]
+    if node.op_type == "Reshape" and reads == [(1, name)]:
+        resolved = onnx.NodeProto()
+        resolved.CopyFrom(node)
+        resolved.input[1] = f"{name}#static"  # this Reshape's own reading: -1 means "infer" only here
+        try:
+            known[resolved.input[1]] = reshape_target(partial[name])
+        except OnnxError as err:
+            raise OnnxError(f"{err} ({NodeInfo(node, opset, {}, known, {}).describe()})") from None
+        return resolved
+    raise OnnxError(
+        f"input {position} ({name!r}) of {NodeInfo(node, opset, {}, known, {}).describe()} is computed from a "
+        f"run-time shape and known only in part when the graph is built ({partial[name].tolist()}; None is unknown "
+        "until run time): cellgraph's shapes are static but for one unknown dim per Reshape"
+    )
 
 
 # Ops whose result is not a function of their inputs: never computed ahead.
