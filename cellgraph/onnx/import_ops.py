@@ -21,7 +21,7 @@ Examples
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,6 +41,7 @@ from .import_cast import CAST
 from .import_math import MATH, float_fmod
 from .import_more import MORE
 from .import_normalization import NORMALIZATION
+from .import_recurrent import RECURRENT
 from .import_shapes import SHAPES
 from .import_windows import check_avg_pool, check_conv, check_conv_transpose, check_max_pool, conv, conv_transpose, pool
 from .import_wrappers import check_coerced, coerced_to_2d, in_float32, same_shapes_before
@@ -179,18 +180,33 @@ def _softmax(fn: Callable[..., Tensor]) -> Build:
 
 def _reshape(b: Builder, n: NodeInfo) -> list[Tensor]:
     x = b.ins(n)[0]
-    dims = [int(d) for d in b.static(n.inputs[1]).reshape(-1)]
-    if not n.attrs["allowzero"]:
-        dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]  # type: ignore[misc]
+    dims = _reshape_dims(x.shape, [int(d) for d in b.static(n.inputs[1]).reshape(-1)], bool(n.attrs["allowzero"]))
+    assert dims is not None  # the check refused it otherwise
     return [cg.reshape(x, [-1 if d is None else d for d in dims])]
+
+
+def _reshape_dims(shape: Sequence[int | None], dims: list[int], allowzero: bool) -> list[int | None] | None:
+    """ONNX's Reshape target with each 0 copied from ``shape`` (unless ``allowzero``); None for a dim known
+    only at run time. A -1 beside a copied run-time dim (a batch kept in place, ``[0, 0, -1]``) is worked
+    out here: the run-time dims cancel when each is copied to its own place. None when more than one dim
+    stays unknown (cellgraph's reshape infers one)."""
+    out: list[int | None] = [shape[i] if d == 0 and not allowzero and i < len(shape) else d for i, d in enumerate(dims)]
+    if -1 in out and None in out:
+        copied = {i for i, d in enumerate(dims) if d == 0 and not allowzero and i < len(shape) and shape[i] is None}
+        rest = [s for i, s in enumerate(shape) if i not in copied]
+        if None in rest or len(copied) != out.count(None):
+            return None
+        known = [v for v in out if v is not None and v != -1]
+        out[out.index(-1)] = math.prod(rest) // max(math.prod(known), 1)  # type: ignore[arg-type]
+    return out if out.count(None) + out.count(-1) <= 1 else None
 
 
 def _check_reshape(n: NodeInfo) -> str | None:
     dims = n.static_value(1)
     shape = n.shape(0)
     if dims is not None and not n.attrs["allowzero"] and 0 in dims:
-        if shape is None or any(shape[i] is None for i, d in enumerate(dims) if d == 0):
-            return "Reshape copying a dim (0) that is unknown until run time"
+        if shape is None or _reshape_dims(shape, [int(d) for d in dims], False) is None:
+            return "Reshape copying a dim (0) that is unknown until run time, beside another unknown dim"
     return None
 
 
@@ -517,6 +533,7 @@ IMPORTERS: dict[str, ImportRow] = {
     "HardSwish":      ImportRow(in_float32(_hard_swish)),
     **CAST,
     **MATH,
+    **RECURRENT,
     **NORMALIZATION,
     **SHAPES,
     **ARRAYS,

@@ -25,10 +25,13 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import onnx
+
+from cellgraph.dataflow.graph import Tensor
 
 from .common import OnnxError
 
@@ -53,6 +56,23 @@ SYMBOLIC_OPS = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class Dim:
+    """A dim known only at run time: axis ``axis`` of ONNX value ``tensor``. A fill of a shape holding
+    one (ConstantOfShape, Expand) takes its size from that tensor when the graph runs."""
+
+    tensor: str
+    axis: int
+
+    def __repr__(self) -> str:
+        return f"{self.tensor}.shape[{self.axis}]"
+
+
+def unknown(v: Any) -> bool:
+    """Whether an element of a partial value is unknown until run time (a ``Dim``, or None once computed on)."""
+    return v is None or isinstance(v, Dim)
+
+
 def _trunc_div(a: int, b: int) -> int:
     # ONNX's integer Div truncates toward zero (as C does), not toward -inf as Python's // does.
     q = abs(a) // abs(b)
@@ -75,12 +95,12 @@ def elementwise(op: str, values: list[np.ndarray]) -> np.ndarray:
     out = np.empty(a.shape, dtype=object)
     for index in np.ndindex(a.shape):
         x, y = a[index], b[index]
-        out[index] = None if x is None or y is None else f(int(x), int(y))
+        out[index] = None if unknown(x) or unknown(y) else f(int(x), int(y))
     return out
 
 
 def is_partial(value: np.ndarray) -> bool:
-    return value.dtype == object and any(v is None for v in value.reshape(-1))
+    return value.dtype == object and any(unknown(v) for v in value.reshape(-1))
 
 
 def shape_dims(t: onnx.TypeProto | None) -> list[int | None] | None:
@@ -108,7 +128,8 @@ def evaluate(
         rank = len(dims)
         start, end = int(attrs.get("start", 0)), attrs.get("end")
         stop = rank if end is None else int(end)
-        return np.array(dims[start + rank if start < 0 else start : stop + rank if stop < 0 else stop], dtype=object)
+        held = [Dim(node.input[0], axis) if d is None else d for axis, d in enumerate(dims)]
+        return np.array(held[start + rank if start < 0 else start : stop + rank if stop < 0 else stop], dtype=object)
     names = [name for name in node.input if name]
     if not any(name in partial for name in names) or not all(name in partial or name in known for name in names):
         return None
@@ -159,10 +180,68 @@ def _compute(op: str, attrs: dict[str, Any], values: list[np.ndarray], node: onn
 
 def reshape_target(value: np.ndarray) -> np.ndarray:
     """A Reshape's partial target as a static one: its one unknown dim becomes -1 (inferred at run time)."""
-    unknown = sum(1 for v in value.reshape(-1) if v is None or v == -1)
-    if unknown > 1:
+    if sum(1 for v in value.reshape(-1) if unknown(v) or v == -1) > 1:
         raise OnnxError(
-            f"a Reshape to {value.tolist()}, whose dims unknown until run time (None, -1) are more than one: "
+            f"a Reshape to {value.tolist()} has more than one dim unknown until run time (a run-time dim, or -1): "
             "cellgraph reshapes with at most one"
         )
-    return np.array([-1 if v is None else int(v) for v in value.reshape(-1)], dtype=np.int64)
+    return np.array([-1 if unknown(v) else int(v) for v in value.reshape(-1)], dtype=np.int64)
+
+
+def fill_dims(dims: np.ndarray) -> str | None:
+    """Why a fill (ConstantOfShape, Expand) of the partial shape ``dims`` cannot be made at run time, or None:
+    each unknown dim must be a tensor's own (a dim computed on, such as ``batch * 2``, has no tensor)."""
+    lost = [i for i, v in enumerate(dims.reshape(-1)) if v is None]
+    if lost:
+        return f"dims {lost} of {dims.tolist()} are computed from a run-time shape, not read from one tensor"
+    return None
+
+
+def run_time_fill(dims: np.ndarray, value: np.ndarray, tensor: Callable[[str], Tensor]) -> Tensor:
+    """A tensor of shape ``dims`` filled with ``value``: static dims from a constant, and each ``Dim`` added
+    along its axis as a line of zeros as long as that tensor's dim when the graph runs (broadcasting)."""
+    import cellgraph as cg
+
+    dims = dims.reshape(-1)
+    rank = len(dims)
+    compute = "int32" if value.dtype == np.bool_ else value.dtype.name
+    static = [1 if unknown(d) else int(d) for d in dims]
+    out = cg.constant(np.full(static, value.reshape(-1)[0], dtype=compute), dtype=compute)
+    for k, d in enumerate(dims):
+        if isinstance(d, Dim):
+            t = tensor(d.tensor)
+            r = len(t.shape)
+            line = cg.slice(t, [0] * r, [-1 if i == d.axis else 1 for i in range(r)])  # one element across
+            zeros = cg.zeros_like(cg.cast(line, compute))
+            out = out + cg.reshape(zeros, [-1 if i == k else 1 for i in range(rank)])
+    return cg.cast(out, "bool") if value.dtype == np.bool_ else out
+
+
+# The fills whose shape input may be partial: (op, position of the shape).
+FILLS = {"ConstantOfShape": 0, "Expand": 1}
+
+
+def fill_shape(node: onnx.NodeProto, partial: Mapping[str, np.ndarray], describe: str) -> np.ndarray | None:
+    """The partial shape a ConstantOfShape or Expand fills to, when it is one (else None); an OnnxError
+    naming the node when a dim of it has no tensor to take its size from."""
+    position = FILLS.get(node.op_type)
+    if position is None or len(node.input) <= position or node.input[position] not in partial:
+        return None
+    dims = partial[node.input[position]]
+    why = fill_dims(dims)
+    if why is not None or any(name in partial for i, name in enumerate(node.input) if i != position):
+        raise OnnxError(f"{describe} fills a shape known only when the graph runs: {why or 'its input is partial'}")
+    return dims
+
+
+def build_fill(dims: np.ndarray, node: onnx.NodeProto, tensor: Callable[[str], Tensor]) -> Tensor:
+    """The output of a ConstantOfShape or Expand (``fill_shape`` gave ``dims``), made when the graph runs."""
+    from cellgraph.dataflow.ops import logic
+
+    if node.op_type == "ConstantOfShape":
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        value = onnx.numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
+        return run_time_fill(dims, value, tensor)
+    x = tensor(node.input[0])  # Expand: ONNX broadcasts both ways, as adding zeros of the shape does
+    zeros = run_time_fill(dims, np.zeros(1, np.bool_ if x.dtype == "bool" else x.dtype), tensor)
+    return logic.logical_or(x, zeros) if x.dtype == "bool" else x + zeros

@@ -66,7 +66,7 @@ from .import_sequences import (
     refuse_container_read,
     regroup,
 )
-from .import_symbolic import evaluate, is_partial, reshape_target
+from .import_symbolic import build_fill, evaluate, fill_shape, is_partial, reshape_target
 
 
 class ImportedModel(LoadedModel):
@@ -119,6 +119,8 @@ class NodeInfo:
     attrs: dict[str, Any]
     known: Mapping[str, np.ndarray]
     types: Mapping[str, onnx.TypeProto]
+    # A ConstantOfShape's or Expand's shape known only in part (import_symbolic.py): built when it runs.
+    fill: np.ndarray | None = None
 
     @property
     def op(self) -> str:
@@ -220,6 +222,10 @@ def plan(
             else:  # every dim it read was static after all: a constant
                 known.update(_check_folded(node, opset, {node.output[0]: shaped.astype(np.int64)}, known, types))
             continue
+        fill = fill_shape(node, partial, NodeInfo(node, opset, {}, known, types).describe())
+        if fill is not None:  # a ConstantOfShape or Expand to a shape with run-time dims: made when it runs
+            infos.append(NodeInfo(node, opset, {}, known, types, fill=fill))
+            continue
         info = _check_node(_resolve_partial_reads(node, opset, known, partial), opset, known, types)
         infos.append(info)
     return infos, known
@@ -245,8 +251,8 @@ def _resolve_partial_reads(
         return resolved
     raise OnnxError(
         f"input {position} ({name!r}) of {NodeInfo(node, opset, {}, known, {}).describe()} is computed from a "
-        f"run-time shape and known only in part when the graph is built ({partial[name].tolist()}; None is unknown "
-        "until run time): cellgraph's shapes are static but for one unknown dim per Reshape"
+        f"run-time shape and known only in part when the graph is built ({partial[name].tolist()}; a tensor's dim, "
+        "or None, is known only when it runs): cellgraph's shapes are static but for one unknown dim per Reshape"
     )
 
 
@@ -505,6 +511,9 @@ def import_model(
             for info in infos:
                 if IMPORTERS[info.op].fold is not None and info.outputs[0] in known:
                     continue  # a known value becomes a constant where a tensor reads it, if one does
+                if info.fill is not None:
+                    builder.tensors[info.outputs[0]] = build_fill(info.fill, info.proto, builder.tensor)
+                    continue
                 if info.op == "Identity" and info.inputs[0] in builder.containers:
                     builder.containers[info.outputs[0]] = builder.containers[info.inputs[0]]
                     continue

@@ -1,0 +1,102 @@
+"""ONNX's RNN, GRU and LSTM import unrolled: checked against ONNX Runtime with every option combined that
+ONNX's own node cases test one at a time, and each refusal names what it refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from cellgraph.onnx import OnnxError, import_model
+
+onnxruntime = pytest.importorskip("onnxruntime")
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+HIDDEN, FEATURES, STEPS = 3, 4, 5
+
+
+def _model(kind: str, layout: int = 0, dims: list[Any] | None = None, inputs: int = 8, **attrs: Any) -> onnx.ModelProto:
+    """One ``kind`` node, bidirectional, with random bias, initial states and (LSTM) peepholes as initializers."""
+    rng = np.random.default_rng(GATES[kind])
+    gates, directions = GATES[kind], 2
+    arrays = {
+        "w": rng.normal(0, 0.5, (directions, gates * HIDDEN, FEATURES)),
+        "r": rng.normal(0, 0.5, (directions, gates * HIDDEN, HIDDEN)),
+        "b": rng.normal(0, 0.5, (directions, 2 * gates * HIDDEN)),
+        "h0": rng.normal(0, 0.5, (2, directions, HIDDEN) if layout else (directions, 2, HIDDEN)),
+        "c0": rng.normal(0, 0.5, (2, directions, HIDDEN) if layout else (directions, 2, HIDDEN)),
+        "p": rng.normal(0, 0.5, (directions, 3 * HIDDEN)),
+    }
+    names = ["x", "w", "r", "b", "", "h0", "c0", "p"][: inputs if kind == "LSTM" else min(inputs, 6)]
+    outputs = ["y", "y_h", "y_c"][: 3 if kind == "LSTM" else 2]
+    node = helper.make_node(
+        kind, names, outputs, name="cell", hidden_size=HIDDEN, direction="bidirectional", layout=layout, **attrs
+    )
+    x_dims = dims or (["batch", STEPS, FEATURES] if layout else [STEPS, "batch", FEATURES])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
+        [numpy_helper.from_array(a.astype(np.float32), name) for name, a in arrays.items() if name in names],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("kind", "layout", "attrs"),
+    [("LSTM", 0, {}), ("LSTM", 1, {}), ("GRU", 0, {"linear_before_reset": 1}), ("GRU", 1, {}), ("RNN", 1, {})],
+)
+def test_a_bidirectional_recurrent_node_with_every_input_matches_onnx_runtime_or_onnxs_reference(
+    tmp_path: Path, kind: str, layout: int, attrs: dict[str, Any]
+) -> None:
+    path = tmp_path / f"{kind}.onnx"
+    onnx.save(_model(kind, layout, **attrs), str(path))
+    imported = import_model(path)
+    # The initial states are for a batch of 2; the batch is dynamic only in x's type.
+    x = np.random.default_rng(7).normal(size=(2, STEPS, FEATURES) if layout else (STEPS, 2, FEATURES))
+    if layout:  # ONNX Runtime 1.32's CPU kernels refuse layout=1: ONNX's reference implementation checks it
+        want = ReferenceEvaluator(str(path)).run(None, {"x": x.astype(np.float32)})
+    else:
+        runtime = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        want = runtime.run(None, {"x": x.astype(np.float32)})
+    got = imported(x.astype(np.float32))
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [
+        (
+            lambda: _model("LSTM", activations=["Sigmoid", "Relu", "Tanh"] * 2),
+            "LSTM with activations ['Sigmoid', 'Relu', 'Tanh', 'Sigmoid', 'Relu', 'Tanh'] (cellgraph imports the "
+            "defaults, ['Sigmoid', 'Tanh', 'Tanh']) has no cellgraph equivalent (LSTM node 'cell', opset 17)",
+        ),
+        (
+            lambda: _model("GRU", dims=[None, 2, FEATURES]),
+            "GRU over a sequence whose length is unknown until the graph runs (it is unrolled when built)",
+        ),
+        (lambda: _model("RNN", clip=1.0), "RNN with attribute 'clip' has no cellgraph equivalent (RNN node 'cell'"),
+        (lambda: _model("LSTM", input_forget=1), "LSTM with input_forget=1 (coupled input and forget gates)"),
+    ],
+)
+def test_a_recurrent_option_cellgraph_does_not_import_is_refused_naming_it(model: Any, words: str) -> None:
+    with pytest.raises(OnnxError) as info:
+        import_model(model())
+    assert words in str(info.value)
+
+
+def test_sequence_lens_shorter_than_the_sequence_are_refused() -> None:
+    model = _model("RNN", inputs=5)
+    model.graph.node[0].input[4] = "lens"
+    model.graph.initializer.append(numpy_helper.from_array(np.array([STEPS, 2], np.int32), "lens"))
+    with pytest.raises(OnnxError, match=r"RNN with sequence_lens \[5, 2\] shorter than the sequence \(5\)"):
+        import_model(model)
+    model.graph.initializer[-1].CopyFrom(numpy_helper.from_array(np.array([STEPS, STEPS], np.int32), "lens"))
+    assert import_model(model)(np.zeros((STEPS, 2, FEATURES), np.float32))[0].shape == (STEPS, 2, 2, HIDDEN)
