@@ -285,19 +285,23 @@ RESUMED = [c for c in CASES if c.name in ("adam-cosine-warmup", "rmsprop-exponen
 def test_a_job_resumed_mid_training_keeps_the_slots_the_step_count_and_the_schedules_step(
     cluster: Cluster, tmp_path: Path, case: Case
 ) -> None:
-    """A job resumed from the checkpoint its servers wrote at step 10 trains as the straight run (and torch) does."""
-    middle = f"ckpt-{STEPS // 2:010d}"
+    """A job resumed from a checkpoint its servers wrote mid-training trains as the straight run (and torch) does."""
     straight = _train(cluster, case.optimizer(), checkpoint_every=5, checkpoint_dir=tmp_path)
     try:
         straight.wait(TIMEOUT)
-        assert middle in straight.checkpoints
+        # Every 5 steps, but a write still on the disk when the next is due gives way to the newer one
+        # (cluster/ps/autosave.py): on a loaded machine step 10's may be skipped. Any checkpoint before the
+        # end is a resume mid-training.
+        middle = [name for name in straight.checkpoints if 0 < int(name.removeprefix("ckpt-")) < STEPS]
+        assert middle, straight.checkpoints
+        resumed_at = int(middle[-1].removeprefix("ckpt-"))
         expected = straight.variables()
     finally:
         straight.close()
-    resumed = _train(cluster, case.optimizer(), checkpoint_dir=tmp_path, resume_from=middle)
+    resumed = _train(cluster, case.optimizer(), checkpoint_dir=tmp_path, resume_from=middle[-1])
     try:
         resumed.wait(TIMEOUT)
-        assert resumed.global_step() == STEPS and resumed.ps_stats()[0]["updates"] == STEPS // 2
+        assert resumed.global_step() == STEPS and resumed.ps_stats()[0]["updates"] == STEPS - resumed_at
         found = resumed.variables()
     finally:
         resumed.close()
