@@ -82,7 +82,40 @@ def global_pools(rng: np.random.Generator) -> Cases:
                     yield Case(op, version, [x], **tolerance(dtype, 4e-6))
 
 
+def recurrent(rng: np.random.Generator) -> Cases:
+    """RNN, GRU and LSTM, each version and float dtype (float32, float16): every direction, weights stored or fed, with and
+    without bias and initial state, GRU's two reset placements, LSTM's peepholes. (Layout 1 is left to
+    tests/export/test_onnx_recurrent.py: ONNX Runtime's CPU kernels refuse it.)"""
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}
+    hidden, features, steps, batch = 3, 4, 3, 2
+    for op, g in gates.items():
+        for version in since(op):
+            # float64: ONNX Runtime 1.32 has no double GRU ("does not support double yet") or LSTM kernel.
+            for dtype in [t for t in allowed(op, version, "T") if t != np.float64]:
+                for direction in ("forward", "reverse", "bidirectional"):
+                    d = 2 if direction == "bidirectional" else 1
+
+                    def v(*shape: int, dtype: np.dtype[Any] = dtype) -> np.ndarray:
+                        return values(rng, dtype, shape, special=False, low=-1.0, high=1.0)
+
+                    x, w, r = v(steps, batch, features), v(d, g * hidden, features), v(d, g * hidden, hidden)
+                    bias, h0 = v(d, 2 * g * hidden), v(d, batch, hidden)
+                    extra: list[Any] = [Const(bias), None, h0]
+                    if op == "LSTM":
+                        extra += [v(d, batch, hidden), Const(v(d, 3 * hidden))]
+                    outputs = 3 if op == "LSTM" else 2
+                    attrs: dict[str, Any] = {"hidden_size": hidden, "direction": direction}
+                    tol = tolerance(dtype, 2e-5)
+                    if dtype == np.float32:  # sums of products that cancel near 0: ONNX Runtime's order differs
+                        tol["atol"] = 1e-6
+                    yield Case(op, version, [x, Const(w), Const(r)], attrs, outputs=outputs, **tol)
+                    yield Case(op, version, [x, w, r, *extra], attrs, outputs=outputs, **tol)
+                    if op == "GRU":
+                        reset = {**attrs, "linear_before_reset": 1}
+                        yield Case(op, version, [x, w, r, *extra], reset, outputs=outputs, **tol)
+
+
 NN_FAMILIES: dict[str, Callable[[np.random.Generator], Cases]] = {
     "BatchNormalization": batch_norm, "LayerNormalization": layer_norm, "RMSNormalization": rms_norm,
-    "blocks": blocks, "global_pools": global_pools,
+    "blocks": blocks, "global_pools": global_pools, "recurrent": recurrent,
 }  # fmt: skip

@@ -73,8 +73,11 @@ def test_reject_refuses_on_every_shard_and_changes_nothing(ps: Servers) -> None:
         client.push(NAN_IN_W, step=0, replica_id=0)
     assert REASON in str(refused.value) and "refuses non-finite gradients (nonfinite='reject'" in str(refused.value)
     assert_unchanged(client)
+    # Neither shard applied its half (before: v's shard applied it). Each refuses what reaches it; but the
+    # first refusal cancels the fan-out's other call, which may end before its shard has read the push (a
+    # cancelled call is no refusal): once in a CI run, [2, 0].
     refused_by = [s.pushes_rejected for s in client.stats()]
-    assert refused_by[0] == refused_by[1] >= 1, refused_by  # both shards refused it (before: only w's shard)
+    assert max(refused_by) >= 1, refused_by
 
 
 def test_apply_applies_on_every_shard(ps: Servers) -> None:
