@@ -26,21 +26,27 @@ Examples
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, Literal, TypeVar
 
-from distributed import Client, LocalCluster, Nanny
+from distributed import Client, LocalCluster
 from distributed.security import Security
-from distributed.system import MEMORY_LIMIT
 
 from .calls import CALL_TIMEOUT_S, call_with_deadline
+from .dask_cluster import (
+    CHECK_CONNECT,
+    close_quietly,
+    refuse_a_worker_importing_the_script,
+    scheduler_workers,
+    script_top_level,
+    start_local,
+)
 from .errors import ClusterError
 from .gpus import GpuCounts, visible_gpus
 from .ps_hosting import ParameterServerHosting
@@ -51,10 +57,6 @@ T = TypeVar("T")
 
 WORKER_RESOURCE = "worker"
 GPU_RESOURCE = "GPU"
-CHECK_CONNECT = (
-    "check that the scheduler is running, that the address and port are right (e.g. tcp://host:8786), "
-    "and that no firewall blocks the port"
-)
 # Said only for a tls:// address: for any other the hint sends the user the wrong way.
 CHECK_TLS = "; a tls:// scheduler needs security=, a distributed.security.Security with its certificates"
 TLS_MISSING = (
@@ -177,56 +179,14 @@ class Cluster(ParameterServerHosting):
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
             # Dask reads a timeout of 0 as "wait for ever"; every wait here has a deadline.
             raise ClusterError(f"Cluster.local(timeout={timeout!r}): needs a finite number of seconds above 0")
-        if _importing_main_in_a_child():
-            raise ClusterError(_UNGUARDED_SCRIPT)
-        script = _script_top_level(sys._getframe(1))
-        deadline = time.monotonic() + timeout
-        security = Security.temporary() if secure else None
-        processes = workers + ps
-        # No workers yet: they differ in resources, so each gets its own entry in the worker spec below.
-        local = LocalCluster(
-            n_workers=0,
-            threads_per_worker=threads_per_worker,
-            processes=True,
-            host="127.0.0.1",
-            # The scheduler serves HTTP (the dashboard, or without bokeh a page saying to install it) even
-            # with dashboard_address=None, then on port 8787: port 0 never clashes with another cluster.
-            dashboard_address="127.0.0.1:0",
-            security=security,
-            memory_limit=MEMORY_LIMIT // processes,
-        )
-        client: Client | None = None
-        try:
-            template = local.new_spec["options"]
-            training: dict[str, float] = {WORKER_RESOURCE: 1}
-            if gpus:
-                training[GPU_RESOURCE] = gpus
-            for i in range(ps):
-                local.worker_spec[f"ps-{i}"] = {"cls": Nanny, "options": {**template, "resources": {PS_RESOURCE: 1}}}
-            for i in range(workers):
-                local.worker_spec[f"worker-{i}"] = {"cls": Nanny, "options": {**template, "resources": dict(training)}}
-            # SpecCluster.scale(n) with n entries already in worker_spec adds none and starts the missing ones.
-            local.scale(processes)
-            # A Client given the LocalCluster object would wait for its workers with no deadline (it awaits
-            # the cluster); given the scheduler's address it does not, and wait_for_workers has one.
-            client = Client(local.scheduler_address, security=local.security, timeout=timeout, set_as_default=False)
-            # Dask reads a falsy timeout as "no deadline": once this one has passed (LocalCluster alone can
-            # take longer than a short timeout), wait a millisecond, never 0.
-            client.wait_for_workers(processes, timeout=max(1e-3, deadline - time.monotonic()))
-        except (TimeoutError, OSError) as err:
-            arrived = 0
-            with contextlib.suppress(Exception):  # the count only makes the message better
-                arrived = len(_scheduler_workers(client)) if client is not None else 0
-            _close_quietly(client, local)
-            hint = f'; if {script} starts the cluster outside `if __name__ == "__main__":`, see above' if script else ""
-            raise ClusterError(
-                f"Cluster.local: only {arrived} of {processes} worker processes started within {timeout:g} s "
-                f"({err}); is the machine short of memory or processes? Try a larger timeout= or fewer workers"
-                f"{hint}"
-            ) from err
-        except BaseException:
-            _close_quietly(client, local)
-            raise
+        refuse_a_worker_importing_the_script()
+        script = script_top_level(sys._getframe(1))
+        training: dict[str, float] = {WORKER_RESOURCE: 1}
+        if gpus:
+            training[GPU_RESOURCE] = gpus
+        roles = {f"ps-{i}": {PS_RESOURCE: 1.0} for i in range(ps)}
+        roles.update({f"worker-{i}": dict(training) for i in range(workers)})
+        client, local = start_local(roles, threads_per_worker, secure, timeout, script)
         made = cls(client, local_cluster=local, owns_client=True, kind="local")
         made.ps_placement = "colocated" if colocated else "dedicated"
         with contextlib.suppress(ClusterError):  # a worker slow to answer is counted at the first cg.train instead
@@ -326,7 +286,7 @@ class Cluster(ParameterServerHosting):
 
     # ------------------------------------------------------------------ workers and roles
     def _workers_info(self) -> dict[str, dict[str, Any]]:
-        return _scheduler_workers(self.client)
+        return scheduler_workers(self.client)
 
     @staticmethod
     def _in_order(workers: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -521,7 +481,7 @@ class Cluster(ParameterServerHosting):
                 except Exception:  # noqa: S110 - the cluster may be gone already; its servers went with it
                     pass
         finally:
-            _close_quietly(self.client if self._owns_client else None, self._local_cluster, timeout)
+            close_quietly(self.client if self._owns_client else None, self._local_cluster, timeout)
 
     def __enter__(self) -> Cluster:
         return self
@@ -548,67 +508,3 @@ class Cluster(ParameterServerHosting):
         from cellgraph.widgets.reprs import cluster_bundle
 
         return cluster_bundle(self, include, exclude)
-
-
-def _scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
-    """Every worker the scheduler knows, with its info, asked for now, within ``CALL_TIMEOUT_S``.
-
-    Not ``client.scheduler_info(n_workers=-1)``: it stores the answer on the
-    client and returns the stored value, and the client's periodic refresh
-    (every 2 s, which asks for no workers) can replace it in between, so that
-    a cluster with workers reads as one without. It also has no deadline.
-    """
-    try:
-        identity: dict[str, Any] = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=CALL_TIMEOUT_S)
-    except TimeoutError as err:
-        raise ClusterError(
-            f"the Dask scheduler at {client.scheduler.address} did not list its workers within "
-            f"{CALL_TIMEOUT_S:g} s (stopped, overloaded or cut off?): {CHECK_CONNECT}"
-        ) from err
-    workers: dict[str, dict[str, Any]] = identity["workers"]
-    return workers
-
-
-# Dask starts each worker process by spawning a fresh interpreter, which imports the user's script as
-# ``__mp_main__``: a script that starts a cluster at its top level would start one in every worker, which
-# cannot start processes of its own, and the workers never arrive.
-_UNGUARDED_SCRIPT = (
-    "Cluster.local was called while a worker process was importing the main script: Dask's worker processes "
-    'import it, so a script must start its cluster under `if __name__ == "__main__":` (a notebook needs nothing)'
-)
-
-
-def _importing_main_in_a_child() -> bool:
-    # A spawned child runs the script's code with ``__name__ == "__mp_main__"`` (runpy's run_name): a frame
-    # of it among the callers means the script's own top level called here.
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_globals.get("__name__") == "__mp_main__":
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _script_top_level(caller: FrameType) -> str | None:
-    """The script's path when ``caller`` is a script's top level (not a function, a notebook or a test)."""
-    if caller.f_code.co_name == "<module>" and caller.f_globals.get("__name__") == "__main__":
-        return caller.f_globals.get("__file__")
-    return None
-
-
-def _close_quietly(client: Client | None, local: LocalCluster | None, timeout: float = 30.0) -> None:
-    """Close ``client`` then ``local`` (each may be None), the second even when the first fails."""
-    deadline = time.monotonic() + timeout
-    try:
-        if client is not None:
-            client.close(timeout=timeout)
-    finally:
-        if local is not None:
-            remaining = max(1.0, deadline - time.monotonic())
-            for worker in list(local.workers.values()):
-                # LocalCluster closes each worker with Nanny.close's default 5 s, and a worker process still there
-                # after 4 s is killed with a "Worker process still alive" warning, which lands in the user's cell:
-                # too short for a process that ran Numba and gRPC on a loaded machine (5.5 s measured at a load of
-                # 20 on 2 cores). The same close, in Dask's own order, with this close's deadline.
-                worker.close = functools.partial(worker.close, timeout=remaining)  # type: ignore[method-assign]
-            local.close(timeout=remaining)

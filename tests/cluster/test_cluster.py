@@ -25,7 +25,7 @@ import pytest
 from distributed.security import Security
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cellgraph.cluster import cluster as cluster_module
+from cellgraph.cluster import dask_cluster
 from cellgraph.cluster.cluster import CHECK_CONNECT, Cluster, ClusterError, WorkerInfo, call_with_deadline
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import ParameterClient, new_token
@@ -338,7 +338,7 @@ def test_a_scheduler_that_stops_answering_is_named_within_the_deadline(
         address = json.loads(scheduler_file.read_text())["address"]
         with Cluster.connect(address, timeout=TIMEOUT) as joined:
             assert joined.workers() == []
-            monkeypatch.setattr(cluster_module, "CALL_TIMEOUT_S", 1.0)
+            monkeypatch.setattr(dask_cluster, "CALL_TIMEOUT_S", 1.0)  # scheduler_workers' deadline
             scheduler.send_signal(signal.SIGSTOP)
             try:
                 with pytest.raises(ClusterError) as info:
@@ -349,7 +349,7 @@ def test_a_scheduler_that_stops_answering_is_named_within_the_deadline(
                 f"the Dask scheduler at {address} did not list its workers within 1 s "
                 f"(stopped, overloaded or cut off?): {CHECK_CONNECT}"
             )
-            monkeypatch.setattr(cluster_module, "CALL_TIMEOUT_S", TIMEOUT)
+            monkeypatch.setattr(dask_cluster, "CALL_TIMEOUT_S", TIMEOUT)
             assert joined.workers() == []  # answering again, the same cluster works as before
     finally:
         scheduler.terminate()
