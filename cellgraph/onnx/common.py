@@ -17,6 +17,8 @@ import numpy as np
 from cellgraph.inference import ExportError
 
 if TYPE_CHECKING:
+    import onnx
+
     from cellgraph.dataflow.graph import Tensor
 
     from .importer import Builder, NodeInfo
@@ -81,6 +83,13 @@ def widen(array: np.ndarray) -> np.ndarray:
     """``array`` in the cellgraph dtype its ONNX type computes in (uint16 as int32, float8 as float16, ...)."""
     code = onnx_code(array)
     return array.astype(READ_DTYPE[code]) if code is not None and is_wider(code) else array
+
+
+def shape_dims(t: onnx.TypeProto | None) -> list[int | None] | None:
+    """The dims of a tensor type (None for a dim unknown until run time), or None when its rank is unknown."""
+    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else None for d in t.tensor_type.shape.dim]
 
 
 def onnx_dtype_name(code: int) -> str:

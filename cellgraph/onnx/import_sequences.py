@@ -43,7 +43,7 @@ import onnx
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
 
-from .common import ONNX_TO_DTYPE, OnnxError, onnx_dtype_name
+from .common import ONNX_TO_DTYPE, OnnxError, onnx_dtype_name, shape_dims
 
 TENSOR, SEQUENCE, EMPTY = "tensor", "sequence", "empty"
 
@@ -109,16 +109,12 @@ def input_placeholders(value: onnx.ValueInfoProto, example: Any, has_example: bo
     items = list(example) if kind == SEQUENCE else [example]
     if kind == SEQUENCE and not isinstance(example, Sequence | np.ndarray):
         raise OnnxError(f"the example of sequence input {name!r} is a {type(example).__name__}, not a list of arrays")
-    shaped = element.tensor_type.HasField("shape")
+    typed = shape_dims(element)
     placeholders = []
     from .importer import cell_name
 
     for i, item in enumerate(items):
-        dims = (
-            [d.dim_value if d.HasField("dim_value") else None for d in element.tensor_type.shape.dim]
-            if shaped
-            else [None] * np.ndim(item)
-        )
+        dims = typed if typed is not None else [None] * np.ndim(item)
         label = f"{name}/{i}" if kind == SEQUENCE else name
         placeholders.append(cg.placeholder(dims, ONNX_TO_DTYPE[code], name=cell_name(label)))
     return Slot(name, kind, len(items) if kind == SEQUENCE else 1), placeholders

@@ -171,10 +171,15 @@ def _constant_of_shape_value(n: NodeInfo) -> np.ndarray | None:
     shape = n.static_value(0)
     if shape is None:
         return None
+    fill = constant_of_shape_fill(n.attrs["value"])
+    return np.full([int(d) for d in shape], fill.reshape(-1)[0], dtype=fill.dtype)
+
+
+def constant_of_shape_fill(value: Any) -> np.ndarray:
+    """ConstantOfShape's fill: its ``value`` attribute (a one-element TensorProto), float32 0 without one."""
     from onnx import numpy_helper
 
-    fill = np.zeros(1, np.float32) if n.attrs["value"] is None else numpy_helper.to_array(n.attrs["value"])
-    return np.full([int(d) for d in shape], fill.reshape(-1)[0], dtype=fill.dtype)
+    return np.zeros(1, np.float32) if value is None else numpy_helper.to_array(value)
 
 
 def _mode_check(valid: tuple[str, ...]) -> Any:

@@ -33,7 +33,8 @@ import onnx
 
 from cellgraph.dataflow.graph import Tensor
 
-from .common import OnnxError
+from .common import OnnxError, shape_dims
+from .import_shapes import constant_of_shape_fill
 
 # The ops a partial value flows through: each computes on int vectors with NumPy's own indexing.
 SYMBOLIC_OPS = frozenset(
@@ -101,13 +102,6 @@ def elementwise(op: str, values: list[np.ndarray]) -> np.ndarray:
 
 def is_partial(value: np.ndarray) -> bool:
     return value.dtype == object and any(unknown(v) for v in value.reshape(-1))
-
-
-def shape_dims(t: onnx.TypeProto | None) -> list[int | None] | None:
-    """The dims of a tensor type (None for a dim unknown until run time), or None when its rank is unknown."""
-    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else None for d in t.tensor_type.shape.dim]
 
 
 def evaluate(
@@ -221,7 +215,9 @@ def run_time_fill(dims: np.ndarray, value: np.ndarray, tensor: Callable[[str], T
 FILLS = {"ConstantOfShape": 0, "Expand": 1}
 
 
-def fill_shape(node: onnx.NodeProto, partial: Mapping[str, np.ndarray], describe: str) -> np.ndarray | None:
+def fill_shape(
+    node: onnx.NodeProto, partial: Mapping[str, np.ndarray], describe: Callable[[], str]
+) -> np.ndarray | None:
     """The partial shape a ConstantOfShape or Expand fills to, when it is one (else None); an OnnxError
     naming the node when a dim of it has no tensor to take its size from."""
     position = FILLS.get(node.op_type)
@@ -230,7 +226,7 @@ def fill_shape(node: onnx.NodeProto, partial: Mapping[str, np.ndarray], describe
     dims = partial[node.input[position]]
     why = fill_dims(dims)
     if why is not None or any(name in partial for i, name in enumerate(node.input) if i != position):
-        raise OnnxError(f"{describe} fills a shape known only when the graph runs: {why or 'its input is partial'}")
+        raise OnnxError(f"{describe()} fills a shape known only when the graph runs: {why or 'its input is partial'}")
     return dims
 
 
@@ -240,8 +236,7 @@ def build_fill(dims: np.ndarray, node: onnx.NodeProto, tensor: Callable[[str], T
 
     if node.op_type == "ConstantOfShape":
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        value = onnx.numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
-        return run_time_fill(dims, value, tensor)
+        return run_time_fill(dims, constant_of_shape_fill(attrs.get("value")), tensor)
     x = tensor(node.input[0])  # Expand: ONNX broadcasts both ways, as adding zeros of the shape does
     zeros = run_time_fill(dims, np.zeros(1, np.bool_ if x.dtype == "bool" else x.dtype), tensor)
     return logic.logical_or(x, zeros) if x.dtype == "bool" else x + zeros

@@ -52,6 +52,7 @@ from .common import (
     is_wider,
     onnx_code,
     onnx_dtype_name,
+    shape_dims,
     widen,
 )
 from .import_ops import IMPORTERS
@@ -152,10 +153,8 @@ class NodeInfo:
             return None
         if self.inputs[i] in self.known:
             return tuple(self.known[self.inputs[i]].shape)
-        t = self.types.get(self.inputs[i])
-        if t is None or not t.tensor_type.HasField("shape"):
-            return None
-        return tuple(d.dim_value if d.HasField("dim_value") else None for d in t.tensor_type.shape.dim)
+        dims = shape_dims(self.types.get(self.inputs[i]))
+        return None if dims is None else tuple(dims)
 
     def rank(self, i: int) -> int | None:
         shape = self.shape(i)
@@ -222,7 +221,7 @@ def plan(
             else:  # every dim it read was static after all: a constant
                 known.update(_check_folded(node, opset, {node.output[0]: shaped.astype(np.int64)}, known, types))
             continue
-        fill = fill_shape(node, partial, NodeInfo(node, opset, {}, known, types).describe())
+        fill = fill_shape(node, partial, NodeInfo(node, opset, {}, known, types).describe)
         if fill is not None:  # a ConstantOfShape or Expand to a shape with run-time dims: made when it runs
             infos.append(NodeInfo(node, opset, {}, known, types, fill=fill))
             continue
@@ -470,9 +469,8 @@ def _wrapped(t: Tensor, onnx_type: onnx.TypeProto | None) -> Tensor:
 
 
 def _placeholder(value: onnx.ValueInfoProto) -> Tensor:
-    t = value.type.tensor_type
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-    return cg.placeholder(dims, READ_DTYPE[t.elem_type], name=cell_name(value.name))
+    dims = shape_dims(value.type) or []  # a type without a shape: rank 0, as the importer has always read it
+    return cg.placeholder(dims, READ_DTYPE[value.type.tensor_type.elem_type], name=cell_name(value.name))
 
 
 def import_model(
