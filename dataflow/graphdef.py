@@ -29,7 +29,7 @@ import numpy as np
 
 from cellgraph.protos import graph_pb2, tensor_pb2
 
-from .dtypes import DTYPES, as_dtype
+from .dtypes import DTYPES, as_dtype, as_strings
 from .errors import DTypeError, GraphError, RegistryError
 from .graph import Graph, Node, Tensor
 from .opdef import OPS, InferContext, TensorSpec
@@ -115,12 +115,7 @@ def from_tensor_proto(proto: tensor_pb2.TensorProto) -> np.ndarray:
 
 
 def _utf8(array: np.ndarray) -> list[bytes]:
-    out = []
-    for i, element in enumerate(array.reshape(-1)):
-        if not isinstance(element, str):
-            raise DTypeError(f"a string tensor holds str, but element {i} is {type(element).__name__} {element!r}")
-        out.append(element.encode("utf-8"))
-    return out
+    return [element.encode("utf-8") for element in as_strings(array, "a TensorProto's value").reshape(-1)]
 
 
 def _strings_from_proto(proto: tensor_pb2.TensorProto, shape: tuple[int, ...]) -> np.ndarray:

@@ -42,22 +42,14 @@ from typing import TYPE_CHECKING
 
 from .cells import CellgraphWarning
 from .devices import KERNEL_KEY, DeviceSpec
-from .dtypes import STRING
 from .errors import PlacementError
 from .graph import Graph, Node
+from .kernels.storage import kernel_keys
 
 if TYPE_CHECKING:
     from cellgraph.protos import graph_pb2
 
 Partition = tuple[str, int, int]  # (device, first row, row after the last)
-
-
-def kernel_keys(node: Node) -> set[str]:
-    """The kernel kinds ("cpu", "cuda") that can run ``node``: its op's, less cuda for a string tensor."""
-    keys = set(node.opdef.kernels)
-    if any(t.dtype == STRING for t in node.inputs) or any(s.dtype == STRING for s in node.specs):
-        keys.discard("cuda")
-    return keys
 
 
 @dataclass

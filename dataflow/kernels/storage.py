@@ -72,6 +72,15 @@ def _strings(node: Node) -> Callable[..., Any]:
     return run
 
 
+def kernel_keys(node: Node) -> set[str]:
+    """The kernel kinds ("cpu", "cuda") that can run ``node``: its op's, less cuda for a string tensor
+    (placement asks, to keep such a node off a GPU; a cuda kernel bound to one is refused below)."""
+    keys = set(node.opdef.kernels)
+    if STRING in _dtypes_of(node):
+        keys.discard("cuda")
+    return keys
+
+
 def _cpu(factory: KernelFactory) -> KernelFactory:
     def bind(node: Node, ctx: KernelContext) -> Callable[..., Any]:
         # A stateful op with no inputs or no outputs (Recv, Send) moves a value between partitions as it is.
