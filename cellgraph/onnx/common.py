@@ -8,6 +8,7 @@ Examples
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,12 @@ def widen(array: np.ndarray) -> np.ndarray:
     """``array`` in the cellgraph dtype its ONNX type computes in (uint16 as int32, float8 as float16, ...)."""
     code = onnx_code(array)
     return array.astype(READ_DTYPE[code]) if code is not None and is_wider(code) else array
+
+
+def cell_name(name: str) -> str:
+    """An ONNX value name as a cellgraph node name (no ':'; not empty)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_./-]", "_", name).strip("/") or "value"
+    return cleaned.replace("//", "/")
 
 
 def shape_dims(t: onnx.TypeProto | None) -> list[int | None] | None:

@@ -43,7 +43,7 @@ import onnx
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
 
-from .common import ONNX_TO_DTYPE, OnnxError, onnx_dtype_name, shape_dims
+from .common import ONNX_TO_DTYPE, OnnxError, cell_name, onnx_dtype_name, shape_dims
 
 TENSOR, SEQUENCE, EMPTY = "tensor", "sequence", "empty"
 
@@ -106,13 +106,11 @@ def input_placeholders(value: onnx.ValueInfoProto, example: Any, has_example: bo
     code = element.tensor_type.elem_type
     if code not in ONNX_TO_DTYPE:  # in their own type: a sequence's elements are not wrapped back
         raise OnnxError(f"graph input {name!r} holds {onnx_dtype_name(code)} tensors, which cellgraph does not have")
-    items = list(example) if kind == SEQUENCE else [example]
     if kind == SEQUENCE and not isinstance(example, Sequence | np.ndarray):
         raise OnnxError(f"the example of sequence input {name!r} is a {type(example).__name__}, not a list of arrays")
+    items = list(example) if kind == SEQUENCE else [example]
     typed = shape_dims(element)
     placeholders = []
-    from .importer import cell_name
-
     for i, item in enumerate(items):
         dims = typed if typed is not None else [None] * np.ndim(item)
         label = f"{name}/{i}" if kind == SEQUENCE else name
@@ -122,8 +120,6 @@ def input_placeholders(value: onnx.ValueInfoProto, example: Any, has_example: bo
 
 def output_slot(name: str, value: Tensor | list[Tensor] | None) -> tuple[Slot, list[Tensor]]:
     """A graph output: a tensor, or the tensors of a sequence or optional that Identity passed on."""
-    from .importer import cell_name
-
     if value is None:
         return Slot(name, EMPTY, 0), []
     if isinstance(value, list):

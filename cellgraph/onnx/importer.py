@@ -27,7 +27,6 @@ array([[11.]], dtype=float32)
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from .common import (
     STRING_CODE,
     WIDENED,
     OnnxError,
+    cell_name,
     is_wider,
     onnx_code,
     onnx_dtype_name,
@@ -103,12 +103,6 @@ class ImportedModel(LoadedModel):
         if self.output_slots:
             back = regroup(self.output_slots, back)
         return back[0] if len(back) == 1 else tuple(back)
-
-
-def cell_name(name: str) -> str:
-    """An ONNX value name as a cellgraph node name (no ':'; not empty)."""
-    cleaned = re.sub(r"[^A-Za-z0-9_./-]", "_", name).strip("/") or "value"
-    return cleaned.replace("//", "/")
 
 
 @dataclass

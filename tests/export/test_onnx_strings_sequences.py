@@ -106,6 +106,8 @@ def test_a_sequence_input_is_its_tensors_and_comes_out_as_a_list() -> None:
         r"import_model\(..., examples=\{'x': \[...\]\}\)",
     ):
         import_model(model)
+    with pytest.raises(OnnxError, match="the example of sequence input 'x' is a float, not a list of arrays"):
+        import_model(model, examples={"x": 3.0})
 
 
 def test_an_optional_holding_a_value_or_none_passes_through() -> None:
