@@ -89,13 +89,16 @@ def _recurrent(kind: str) -> Build:
             c = _row_of(c_start, d) if c_start is not None else zeros
             p = cg.split(_row_of(peepholes, d), 3, axis=0) if peepholes is not None else None
             order = range(len(steps)) if direction == "forward" else range(len(steps) - 1, -1, -1)
-            outputs: list[Tensor | None] = [None] * len(steps)
+            # GRU's recurrence weights and biases by gate, split once for every step.
+            r_gates = cg.split(r_t, 3, axis=1) if kind == "GRU" else []
+            rb_gates = cg.split(biases[1], 3, axis=0) if kind == "GRU" and biases is not None else [None] * 3
+            outputs = []
             for t in order:
                 from_x = first if t == 0 else cg.matmul(steps[t], w_t)
                 if biases is not None:
                     from_x = from_x + biases[0]
                 if kind == "GRU":
-                    h = _gru_step(from_x, h, r_t, biases[1] if biases is not None else None, n)
+                    h = _gru_step(from_x, h, r_gates, rb_gates, n)
                 else:
                     from_h = cg.matmul(h, r_t)
                     pre = from_x + from_h if biases is None else from_x + from_h + biases[1]
@@ -103,8 +106,8 @@ def _recurrent(kind: str) -> Build:
                         h = cg.tanh(pre)
                     else:
                         h, c = _lstm_step(cg.split(pre, gates, axis=1), c, p)
-                outputs[t] = h
-            ys.append(cg.stack([o for o in outputs if o is not None], axis=0))
+                outputs.append(h)
+            ys.append(cg.stack(outputs if direction == "forward" else outputs[::-1], axis=0))  # in time order
             last_h.append(h)
             last_c.append(c)
         y, y_h, y_c = cg.stack(ys, axis=1), cg.stack(last_h, axis=0), cg.stack(last_c, axis=0)
@@ -126,11 +129,12 @@ def _lstm_step(pre: list[Tensor], c: Tensor, p: list[Tensor] | None) -> tuple[Te
     return cg.sigmoid(o_pre) * cg.tanh(c), c
 
 
-def _gru_step(from_x: Tensor, h: Tensor, r_t: Tensor, r_bias: Tensor | None, n: NodeInfo) -> Tensor:
-    """One GRU step (ONNX's gate order: update z, reset r, hidden h)."""
+def _gru_step(from_x: Tensor, h: Tensor, r_gates: list[Tensor], rb_gates: list[Tensor | None], n: NodeInfo) -> Tensor:
+    """One GRU step (ONNX's gate order: update z, reset r, hidden h): the recurrence weights and biases
+    come split by gate."""
     x_z, x_r, x_h = cg.split(from_x, 3, axis=1)
-    r_z, r_r, r_h = cg.split(r_t, 3, axis=1)
-    b_z, b_r, b_h = cg.split(r_bias, 3, axis=0) if r_bias is not None else (None, None, None)
+    r_z, r_r, r_h = r_gates
+    b_z, b_r, b_h = rb_gates
 
     def plus(t: Tensor, bias: Tensor | None) -> Tensor:
         return t if bias is None else t + bias
