@@ -67,8 +67,8 @@ from .ps import OptimizerConfig
 from .ps.updates import STEP_COUNT_DTYPE
 from .training_graph import WORKER_CPU, TrainingError, TrainingGraph
 
-# Every replica runs the worker partition on its own worker: the placement names replica 0's.
-WORKER_DEVICE = WORKER_CPU
+# Every replica runs the worker partition on its own worker: the placement names replica 0's (its CPU is
+# training_graph.WORKER_CPU).
 WORKER_GPU = "/job:worker/task:0/device:gpu:0"
 # The name scope of the update ops this module adds to the step graph.
 UPDATE_SCOPE = "update"
@@ -109,7 +109,7 @@ def place_training(
     _replica_scopes(graph)
     frozen = _frozen_to_worker(graph, tg)
     updates = _add_updates(graph, tg, optimizer)
-    devices = [f"/job:ps/task:{i}/device:cpu:0" for i in range(ps_tasks)] + [WORKER_DEVICE]
+    devices = [f"/job:ps/task:{i}/device:cpu:0" for i in range(ps_tasks)] + [WORKER_CPU]
     placement = place(graph, devices + [WORKER_GPU] if worker_gpu else devices, strategy=strategy)
     _follow_updates(placement, updates)
     for name in frozen:
@@ -120,16 +120,16 @@ def place_training(
     _compute_to_worker(graph, placement, updates)
     # The cut between the worker and the servers: the worker's GPU ops are in its partition, with their device.
     on_gpu = {name for name, device in placement.device_of.items() if device == WORKER_GPU}
-    cut = replace(placement, device_of={n: WORKER_DEVICE if n in on_gpu else d for n, d in placement.device_of.items()})
+    cut = replace(placement, device_of={n: WORKER_CPU if n in on_gpu else d for n, d in placement.device_of.items()})
     parts = partition(graph, cut)
     pulls: dict[str, str] = {}
     pushes: dict[str, str] = {}
     tokens: set[str] = set()
     pushed_for = {**dict(zip(tg.gradients, tg.variables)), **dict(zip(tg.state_values, tg.states))}
     for edge in parts.edges:
-        if edge.dst == WORKER_DEVICE and edge.tensor.node.op == "Variable":
+        if edge.dst == WORKER_CPU and edge.tensor.node.op == "Variable":
             pulls[edge.tensor.node.name] = edge.recv.name
-        elif edge.dst == WORKER_DEVICE:
+        elif edge.dst == WORKER_CPU:
             # A control token: a moving statistic's assignment ran on its ps task (batch norm's output waits for
             # it). On a replica that assignment is the push of its change: the token's Recv is left out below.
             tokens.add(edge.recv.node.name)
@@ -137,11 +137,11 @@ def place_training(
             pushes[pushed_for[edge.tensor.name]] = edge.tensor.name
         else:  # unreachable while prepare() refuses other in-place updates; never drop a value silently
             raise TrainingError(f"{edge.tensor.name!r} goes from the worker to {edge.dst}, where nothing takes it")
-    worker_def = to_graphdef(parts.graphs[WORKER_DEVICE])
+    worker_def = to_graphdef(parts.graphs[WORKER_CPU])
     kept = [node for node in worker_def.node if node.name not in tokens]
     for node in kept:
         node.control_input[:] = [dep for dep in node.control_input if dep not in tokens]
-        node.device = WORKER_GPU if node.name in on_gpu else WORKER_DEVICE
+        node.device = WORKER_GPU if node.name in on_gpu else WORKER_CPU
     del worker_def.node[:]
     worker_def.node.extend(kept)
     worker = replace(
@@ -173,7 +173,7 @@ def _frozen_to_worker(graph: Graph, tg: TrainingGraph) -> list[str]:
     held = set(tg.held)
     frozen = [node for node in graph.nodes if node.op == "Variable" and node.name not in held]
     for node in frozen:
-        node.device = WORKER_DEVICE  # a user's ps scope too: no server holds it
+        node.device = WORKER_CPU  # a user's ps scope too: no server holds it
     return [node.name for node in frozen]
 
 
@@ -218,7 +218,7 @@ def _compute_to_worker(graph: Graph, placement: Placement, updates: dict[str, li
             continue
         if node.opdef.stateful and node.inputs and node.inputs[0].node.op == "Variable":
             continue  # a moving statistic's assignment stays with it: the server adds the pushed change
-        placement.device_of[node.name] = WORKER_DEVICE
+        placement.device_of[node.name] = WORKER_CPU
         placement.reasons[node.name] = (
             f"{placement.reasons[node.name]}; on the replica's worker instead: parameter servers hold variables "
             "and apply their updates, compute runs where the replicas are"

@@ -16,9 +16,9 @@ import pytest
 import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.gpus import GpuCounts
-from cellgraph.cluster.placed_training import WORKER_DEVICE, WORKER_GPU, place_training
+from cellgraph.cluster.placed_training import WORKER_GPU, place_training
 from cellgraph.cluster.ps import OptimizerConfig
-from cellgraph.cluster.training_graph import DeviceRun, TrainingError, load, prepare
+from cellgraph.cluster.training_graph import WORKER_CPU, DeviceRun, TrainingError, load, prepare
 
 TIMEOUT = 180.0
 ROWS, BATCH, STEPS = 32, 8, 3
@@ -67,7 +67,7 @@ def test_the_worker_partition_keeps_its_gpu_ops_and_computes_what_the_cpu_comput
         on_gpu = [n.name for n in loaded.graph.nodes if n.device == WORKER_GPU]
         # Every op that has a CUDA kernel; the pulled values arrive on the worker's CPU (Recv) and are copied in.
         assert bool(on_gpu) is gpu and isinstance(loaded._run, DeviceRun) is gpu
-        assert all(n.device in (WORKER_DEVICE, WORKER_GPU) for n in loaded.graph.nodes)
+        assert all(n.device in (WORKER_CPU, WORKER_GPU) for n in loaded.graph.nodes)
         if gpu:
             from cellgraph.dataflow.kernels import cuda
 

@@ -15,9 +15,9 @@ import pytest
 
 import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
-from cellgraph.cluster.placed_training import WORKER_DEVICE, place_training
+from cellgraph.cluster.placed_training import place_training
 from cellgraph.cluster.ps import OptimizerConfig
-from cellgraph.cluster.training_graph import TrainingError, load, prepare
+from cellgraph.cluster.training_graph import WORKER_CPU, TrainingError, load, prepare
 from cellgraph.dataflow.errors import PlacementError
 from cellgraph.dataflow.graphdef import from_graphdef
 from cellgraph.examples import digits, models
@@ -55,7 +55,7 @@ def test_the_step_is_placed_with_its_updates_and_the_users_scope() -> None:
         assert where[f"{name}/momentum"] == where[name] == where[f"update/{name}/apply"], name
         assert where[f"update/{name}/learning_rate"] == where[name]
     assert {where[n] for n in ("w2", "b1", "b2")} <= {PS0, PS1}
-    assert where["loss"] == WORKER_DEVICE
+    assert where["loss"] == WORKER_CPU
     # The placement's load is exactly the variables and their momentum slots.
     held = {name: 2 * value.nbytes for name, value in prepare(loss).initial.items()}
     load = placed.placement.ps_load_bytes()
@@ -91,7 +91,7 @@ def test_compute_in_a_ps_scope_runs_on_the_worker_and_says_why() -> None:
         loss = cg.reduce_mean(y, name="loss")
     placed = place_training(prepare(loss), OptimizerConfig("sgd", 0.1), ps_tasks=1)
     assert placed.placement.device_of["w"] == PS0
-    assert placed.placement.device_of["scores"] == WORKER_DEVICE
+    assert placed.placement.device_of["scores"] == WORKER_CPU
     assert placed.placement.reasons["scores"] == (
         "explicit device scope '/job:ps/task:0' (completed from the devices); on the replica's worker instead: parameter servers hold variables "
         "and apply their updates, compute runs where the replicas are"
