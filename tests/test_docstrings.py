@@ -43,6 +43,7 @@ NO_EXAMPLES = {
     "cellgraph.testing",
     "cellgraph.testing.jupyterlab",
     "cellgraph.testing.netns",
+    "cellgraph.cluster.dask_cluster",
     "cellgraph.cluster.ps_hosting",
     "cellgraph.dataflow.kernels.cpu.cumulative",
     "cellgraph.dataflow.kernels.cpu.top_k",
