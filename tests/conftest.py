@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import pytest
 
+import cellgraph.cluster.ps  # noqa: F401  (first, as in a user's process: it keeps gRPC's fork handlers off)
 from cellgraph.examples import digits
 
 NO_CUDA = (
