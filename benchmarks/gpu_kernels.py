@@ -25,7 +25,9 @@ The last line of stdout is one JSON object with ``matmul_tflops``,
 ``cublas_tflops`` (null without CuPy), ``matmul_ratio`` (target: at least
 0.5), ``fused_gb_per_s``, ``copy_gb_per_s``, ``fused_ratio`` (target: at
 least 0.7), ``fused_dispatch_ms`` (the host's time to issue one fused call:
-near ``fused_ms``, the host sets the pace) and ``gpu``. Without a GPU (or on Numba's simulator) it says so,
+near ``fused_ms``, the host sets the pace), the host copies' GB/s plain and
+through the pinned buffers of ``staging.py`` (``h2d_pinned_over_pageable``,
+``d2h_pinned_over_pageable``; no target) and ``gpu``. Without a GPU (or on Numba's simulator) it says so,
 prints ``{"gpu": null, "skipped": "no CUDA GPU"}`` and exits 0. ``--simulate``
 runs every step on Numba's CUDA simulator instead, on tiny shapes and without
 cuBLAS: it checks the script (``tests/test_gpu_check.py``), it measures nothing.
@@ -213,6 +215,34 @@ def bench_fused(cg: Any, np: Any, cuda: Any, size: int, repeats: int, number: in
     return result
 
 
+def bench_host_copies(np: Any, cuda: Any, size: int, repeats: int, number: int) -> dict[str, Any]:
+    """Host-to-GPU and GPU-to-host copies of ``size`` float32: plain (pageable) against the boundary's pinned ones.
+
+    The pinned path is what a partition's feeds, fetches, Recvs and Sends use
+    (``dataflow/kernels/cuda/staging.py``): a copy into a lent page-locked
+    buffer, DMA on the copy stream, and, to the host, a copy out of it.
+    """
+    from cellgraph.dataflow.kernels.cuda import staging
+
+    host = np.random.default_rng(1).standard_normal(size, dtype=np.float32)
+    on_device = cuda.to_device(host)
+    if not (np.array_equal(staging.to_host(staging.to_device(host)), host)):
+        raise SystemExit("a pinned round trip through the GPU changed the values")
+    seconds = {
+        "h2d_pageable": gpu_seconds(lambda: cuda.to_device(host), cuda, repeats=repeats, number=number),
+        "h2d_pinned": gpu_seconds(lambda: staging.to_device(host), cuda, repeats=repeats, number=number),
+        "d2h_pageable": gpu_seconds(on_device.copy_to_host, cuda, repeats=repeats, number=number),
+        "d2h_pinned": gpu_seconds(lambda: staging.to_host(on_device), cuda, repeats=repeats, number=number),
+    }
+    result: dict[str, Any] = {f"{name}_gb_per_s": host.nbytes / s / 1e9 for name, s in seconds.items()}
+    for way in ("h2d", "d2h"):
+        result[f"{way}_pinned_over_pageable"] = result[f"{way}_pinned_gb_per_s"] / result[f"{way}_pageable_gb_per_s"]
+    result["host_copy_bytes"] = host.nbytes
+    for name in seconds:
+        print(f"{name:>13}: {result[f'{name}_gb_per_s']:8.1f} GB/s")
+    return result
+
+
 def main() -> None:
     cli = parser(__doc__.splitlines()[0])
     cli.add_argument("--simulate", action="store_true", help="Numba's CUDA simulator, tiny shapes: checks the script")
@@ -245,6 +275,7 @@ def main() -> None:
     result.update(bench_matmul(cg, np, cuda, matmul_n, repeats, number, args.simulate))
     repeats, number = (1, 1) if args.simulate else (5, 10) if args.quick else (15, 40)
     result.update(bench_fused(cg, np, cuda, size, repeats, number))
+    result.update(bench_host_copies(np, cuda, size // 4, repeats, number))  # 64 MiB on a GPU
     matmul_met = result["matmul_ratio"] is not None and result["matmul_ratio"] >= TARGET_MATMUL
     fused_met = result["fused_ratio"] >= TARGET_FUSED
     if result["matmul_ratio"] is not None:

@@ -121,11 +121,16 @@ class PartitionedSession:
     def _run_all(self, plans: dict[str, Plan], values: dict[str, Any]) -> dict[str, dict[str, Any]]:
         def run_one(plan: Plan) -> dict[str, Any]:
             feeds = [values[name] for name in plan.feed_names]  # type: ignore[attr-defined]
-            if plan.device != "cpu":  # feeds and fetches cross the device boundary here
-                from numba import cuda
+            if plan.device != "cpu":  # feeds and fetches cross the device boundary here, through pinned buffers
+                from .kernels.cuda import staging
 
-                feeds = [cuda.to_device(v) for v in feeds]
-                outputs = [o.copy_to_host() if hasattr(o, "copy_to_host") else o for o in plan(*feeds)]
+                feeds = [staging.to_device(v) for v in feeds]
+                try:
+                    outputs = [staging.to_host(o) if hasattr(o, "copy_to_host") else o for o in plan(*feeds)]
+                except BaseException:
+                    staging.wait_sent(report=False)  # its Sends land (or are dropped) before the run ends; its
+                    raise  # own error is the one to report
+                staging.wait_sent()  # the partition's Sends from the GPU are delivered before its run ends
             else:
                 outputs = list(plan(*feeds))
             return dict(zip(plan.fetch_names, outputs, strict=True))  # type: ignore[attr-defined]
@@ -147,6 +152,9 @@ class PartitionedSession:
                         self.transport.cancel(f"the partition on {device} failed")
                     errors.append((device, err))
         if errors:
+            # Every partition has stopped (the pool above waited for them): what they sent after the cancel was
+            # dropped, and the next run starts with no queue and nothing cancelled.
+            self.transport.reset()
             failed, first = errors[0]
             raise ExecutionError(f"the partition on {failed} failed: {first}") from first
         return results

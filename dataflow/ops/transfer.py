@@ -57,16 +57,24 @@ def _no_reference(attrs: dict[str, Any], *inputs: np.ndarray) -> Any:
 
 
 def _send_from_gpu(node: Node, ctx: KernelContext) -> Callable[[Any], tuple[()]]:
-    # A device boundary: the only place a tensor leaves the GPU.
+    # A device boundary: the only place a tensor leaves the GPU. The copy is queued and the Send returns: the sender
+    # thread hands the value over once copied (kernels/cuda/staging.py), and the partition's run waits for it at its end.
+    from ..kernels.cuda import staging
+
     send_host = _send_kernel(node, ctx)
-    return lambda x: send_host(x.copy_to_host())
+
+    def send(x: Any) -> tuple[()]:
+        staging.send_async(x, send_host)
+        return ()
+
+    return send
 
 
 def _recv_on_gpu(node: Node, ctx: KernelContext) -> Callable[[], Any]:
-    from numba import cuda
+    from ..kernels.cuda import staging
 
     recv_host = _recv_kernel(node, ctx)
-    return lambda: cuda.to_device(recv_host())
+    return lambda: staging.to_device(recv_host())
 
 
 register_op(OpDef(

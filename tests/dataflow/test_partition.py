@@ -122,6 +122,42 @@ def test_a_failing_partition_cancels_the_others_at_once() -> None:
     np.testing.assert_array_equal(sess.run(w), np.ones(3))  # and the PS applied nothing
 
 
+def test_a_value_sent_after_a_cancel_never_reaches_the_next_run() -> None:
+    transport = cg.InProcessTransport()
+    transport.cancel("the partition on B failed")
+    transport.send("y", np.ones(3, np.float32))  # a partition still running when B failed sends late
+    with pytest.raises(cg.ExecutionError, match=r"Recv of 'y': the run was cancelled \(the partition on B failed\)"):
+        transport.recv("y", 3600.0)  # at once, not after its deadline
+    transport.reset()  # the run has ended: every partition stopped
+    transport.send("y", np.full(3, 2.0, np.float32))
+    np.testing.assert_array_equal(transport.recv("y", 1.0), np.full(3, 2.0, np.float32))  # the new run's own value
+
+
+def test_the_run_after_a_failed_one_computes_from_its_own_values() -> None:
+    """A's slow product reaches the Send after B has failed: before, that value waited in the transport, and
+    the next run's Recv took it (about 1 run in 20 here returned the failed run's numbers, without a word)."""
+    slow, fast = WORKER, "/job:worker/task:1/device:cpu:0"
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((200, 200), name="x")
+        index = cg.placeholder((1,), dtype="int32", name="index")
+        with cg.device(slow):
+            y = cg.reduce_sum(cg.matmul(cg.matmul(x, x), x), axis=0, name="y")
+        with cg.device(fast):
+            picked = cg.reduce_sum(cg.gather(cg.constant(np.arange(4, dtype=np.float32)), index), name="picked")
+            out = cg.add(y, picked, name="out")  # gather fails for index 9, before y arrives
+    placement = {n.name: n.device or slow for n in g.nodes}
+    placement["index"] = fast
+    sess = cg.PartitionedSession(g, placement, timeout=60)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        with pytest.raises(cg.ExecutionError, match=r"the partition on /job:worker/task:1/device:cpu:0 failed"):
+            sess.run(out, {x: rng.random((200, 200), dtype=np.float32), index: np.array([9], np.int32)})
+        xb = rng.random((200, 200), dtype=np.float32)
+        got = sess.run(out, {x: xb, index: np.array([3], np.int32)})
+        np.testing.assert_allclose(got, (xb @ xb @ xb).sum(axis=0) + 3.0, rtol=1e-4)
+
+
 def test_send_and_recv_need_a_transport() -> None:
     g = cg.Graph()
     with g.as_default():
