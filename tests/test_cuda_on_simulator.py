@@ -32,6 +32,7 @@ SIMULATOR_S: dict[str, float] = {
     "tests/dataflow/test_partition.py::test_mini_inception_on_two_ps_tasks_and_a_gpu_worker_trains_like_one_device": 76,
     "tests/dataflow/test_cuda_models_ops.py::test_a_training_step_on_the_gpu_matches_the_cpu": 19,
     "tests/dataflow/test_cuda_matmul.py::test_conv2d_gradients_are_the_cpu_kernels": 13,
+    "tests/dataflow/test_cuda_staging.py::test_a_training_step_pins_nothing_new_after_its_first": 12,
     "tests/dataflow/test_partition.py::test_cpu_and_gpu_partitions_train_like_one_device": 7,
     "tests/dataflow/test_cuda_matmul.py::test_batched_matmul_is_one_gemm_over_broadcast_operands": 5.5,
 }
