@@ -128,6 +128,10 @@ class ImportRow:
     # Whether the row reads and makes STRING tensors: only rows built from cellgraph ops that take
     # strings (moves, Equal); every other row refuses them at the plan, before anything is built.
     strings: bool = False
+    # How the row reads input i when it is computed from a run-time shape and known only in part
+    # (import_symbolic.py): ``partial(node, i, value)`` gives a static stand-in for it (a Reshape's
+    # target with -1 for its unknown dim), or None where it cannot (the read is then refused).
+    partial: Callable[[onnx.NodeProto, int, np.ndarray], np.ndarray | None] | None = None
 
 
 HALF_FLOATS = ("float16", "bfloat16")

@@ -42,7 +42,9 @@ from .import_math import MATH, float_fmod
 from .import_more import MORE
 from .import_normalization import NORMALIZATION
 from .import_recurrent import RECURRENT
+from .import_resize import RESIZE
 from .import_shapes import SHAPES
+from .import_symbolic import reshape_target
 from .import_windows import check_avg_pool, check_conv, check_conv_transpose, check_max_pool, conv, conv_transpose, pool
 from .import_wrappers import check_coerced, coerced_to_2d, in_float32, same_shapes_before
 
@@ -486,7 +488,8 @@ IMPORTERS: dict[str, ImportRow] = {
     # Before version 13 these flattened the input to 2-D around the axis (default 1).
     "Softmax":        ImportRow(coerced_to_2d(_softmax(cg.softmax)), {"axis": -1}, check=check_coerced),
     "LogSoftmax":     ImportRow(coerced_to_2d(_softmax(cg.log_softmax)), {"axis": -1}, check=check_coerced),
-    "Reshape":        ImportRow(_reshape, {"allowzero": 0}, (1,), _check_reshape, strings=True),
+    "Reshape":        ImportRow(_reshape, {"allowzero": 0}, (1,), _check_reshape, strings=True,
+                                partial=lambda node, i, value: reshape_target(value) if i == 1 else None),
     "Flatten":        ImportRow(_flatten, {"axis": 1}, check=_check_flatten, strings=True),
     "Concat":         ImportRow(lambda b, n: [cg.concat(b.ins(n), int(n.attrs["axis"]))], {"axis": None}, strings=True),
     "Unsqueeze":      ImportRow(_unsqueeze, {"axes": None}, (1,), strings=True),
@@ -538,4 +541,5 @@ IMPORTERS: dict[str, ImportRow] = {
     **SHAPES,
     **ARRAYS,
     **MORE,
+    **RESIZE,
 }  # fmt: skip

@@ -67,7 +67,7 @@ from .import_sequences import (
     refuse_container_read,
     regroup,
 )
-from .import_symbolic import build_fill, evaluate, fill_shape, is_partial, reshape_target
+from .import_symbolic import build_fill, evaluate, fill_shape, is_partial
 
 
 class ImportedModel(LoadedModel):
@@ -227,26 +227,29 @@ def plan(
 def _resolve_partial_reads(
     node: onnx.NodeProto, opset: int, known: dict[str, np.ndarray], partial: Mapping[str, np.ndarray]
 ) -> onnx.NodeProto:
-    """``node``, its Reshape target made static (one unknown dim as -1) when it is a partial value; an
-    ``OnnxError`` for any other read of a partial value."""
+    """``node`` reading a static stand-in for each partial value its row can read so (``ImportRow.partial``: a
+    Reshape's target with one unknown dim as -1); an ``OnnxError`` for any other read of a partial value."""
     reads = [(i, name) for i, name in enumerate(node.input) if name in partial]
     if not reads:
         return node
-    position, name = reads[0]
-    if node.op_type == "Reshape" and reads == [(1, name)]:
-        resolved = onnx.NodeProto()
-        resolved.CopyFrom(node)
-        resolved.input[1] = f"{name}#static"  # this Reshape's own reading: -1 means "infer" only here
+    row = IMPORTERS.get(node.op_type)
+    resolved = onnx.NodeProto()
+    resolved.CopyFrom(node)
+    for position, name in reads:
         try:
-            known[resolved.input[1]] = reshape_target(partial[name])
+            stand_in = None if row is None or row.partial is None else row.partial(node, position, partial[name])
         except OnnxError as err:
             raise OnnxError(f"{err} ({NodeInfo(node, opset, {}, known, {}).describe()})") from None
-        return resolved
-    raise OnnxError(
-        f"input {position} ({name!r}) of {NodeInfo(node, opset, {}, known, {}).describe()} is computed from a "
-        f"run-time shape and known only in part when the graph is built ({partial[name].tolist()}; a tensor's dim, "
-        "or None, is known only when it runs): cellgraph's shapes are static but for one unknown dim per Reshape"
-    )
+        if stand_in is None:
+            raise OnnxError(
+                f"input {position} ({name!r}) of {NodeInfo(node, opset, {}, known, {}).describe()} is computed from "
+                f"a run-time shape and known only in part when the graph is built ({partial[name].tolist()}; a "
+                "tensor's dim, or None, is known only when it runs): cellgraph's shapes are static but for one "
+                "unknown dim per Reshape and a Resize's sizes of the dims it keeps"
+            )
+        resolved.input[position] = f"{name}#static"  # this node's own reading (-1 means "infer" only here)
+        known[resolved.input[position]] = stand_in
+    return resolved
 
 
 # Ops whose result is not a function of their inputs: never computed ahead.

@@ -35,24 +35,50 @@ from ..graph import Tensor
 from ..shapes import fmt
 from .array_gather import gather
 from .base import TensorLike, as_tensor, graph_of
+from .math_unary import where
+from .resize_taps import Taps, axis_taps
 from .state import constant
 
-__all__ = ["resize"]
+__all__ = ["resample_axis", "resize"]
 
 METHODS = ("bilinear", "nearest")
 
 
-def nearest_rows(size: int, out: int) -> np.ndarray:
-    """The input row each output row copies (half-pixel centres, rounded down)."""
-    return np.minimum(np.floor((np.arange(out) + 0.5) * (size / out)).astype(np.int64), size - 1).astype(np.int32)
+def resample_axis(
+    x: Tensor, axis: int, taps: Taps, extrapolation: float = 0.0, lerp: bool = False, name: str = "resample"
+) -> Tensor:
+    """``x`` resampled along ``axis`` by ``taps`` (``resize_taps.axis_taps``): a Gather per tap, weighted, summed.
 
+    A tap whose weights are all 1 is a plain Gather (nearest). Every other
+    tap is multiplied in, a zero weight too, so an infinity there gives NaN
+    as in ONNX Runtime and ONNX's reference. ``lerp`` (two taps whose weights
+    add to 1): ``low + (high - low) * w`` instead, one product fewer and no
+    cancellation between two rounded products where the rows are close
+    (``resize``'s bilinear form). Outputs ``taps.outside`` takes
+    ``extrapolation``.
+    """
+    g = x.graph
+    shape = [1] * len(x.shape)
+    shape[axis] = len(taps.index)
 
-def bilinear_rows(size: int, out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row below, row above, weight of the row above) for each output row."""
-    src = np.maximum((np.arange(out) + 0.5) * (size / out) - 0.5, 0.0)
-    below = np.minimum(np.floor(src).astype(np.int64), size - 1)
-    above = np.minimum(below + 1, size - 1)
-    return below.astype(np.int32), above.astype(np.int32), src - below
+    def weight(column: np.ndarray) -> Tensor:
+        return constant(column.reshape(shape).astype(x.dtype), dtype=x.dtype)
+
+    with g.name_scope(name):
+        picked = [gather(x, constant(taps.index[:, k]), axis=axis, name="rows") for k in range(taps.index.shape[1])]
+        if lerp:
+            if len(picked) != 2 or not np.allclose(taps.weight.sum(axis=1), 1, rtol=0, atol=1e-12):
+                raise ValueError(f"lerp needs two taps whose weights add to 1, got {taps.index.shape[1]} taps")
+            total = picked[0] + (picked[1] - picked[0]) * weight(taps.weight[:, 1])
+        else:
+            terms = [p if np.all(w == 1) else p * weight(w) for p, w in zip(picked, taps.weight.T, strict=True)]
+            total = terms[0]
+            for term in terms[1:]:
+                total = total + term
+        if taps.outside is not None and taps.outside.any():
+            value = constant(np.array(extrapolation, x.dtype), dtype=x.dtype)
+            total = where(constant(taps.outside.reshape(shape)), value, total)
+    return total
 
 
 def _resize_axis(x: Tensor, axis: int, out: int, method: str) -> Tensor:
@@ -60,15 +86,14 @@ def _resize_axis(x: Tensor, axis: int, out: int, method: str) -> Tensor:
     assert size is not None
     if size == out:
         return x
-    if method == "nearest":
-        return gather(x, constant(nearest_rows(size, out)), axis=axis, name="rows")
-    below, above, weight = bilinear_rows(size, out)
-    shape = [1] * len(x.shape)
-    shape[axis] = out
-    w = constant(weight.reshape(shape).astype(x.dtype), dtype=x.dtype)
-    low = gather(x, constant(below), axis=axis, name="below")
-    high = gather(x, constant(above), axis=axis, name="above")
-    return low + (high - low) * w
+    # TensorFlow 2's half-pixel rules in ONNX's words (the module docstring): bilinear is ONNX's linear,
+    # nearest rounds half-pixel positions with ties up.
+    mode = "linear" if method == "bilinear" else "nearest"
+    # Positions in float64: weights exact to the image's own precision (ONNX's import uses float32, as runtimes do).
+    taps = axis_taps(
+        size, out, mode=mode, coordinate="half_pixel", nearest_mode="round_prefer_ceil", precision=np.float64
+    )
+    return resample_axis(x, axis, taps, lerp=method == "bilinear", name="rows" if method == "nearest" else "blend")
 
 
 def resize(images: TensorLike, size: Any, method: str = "bilinear", name: str = "resize") -> Tensor:

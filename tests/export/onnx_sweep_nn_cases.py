@@ -5,6 +5,7 @@ inference and training mode, each version's attributes.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -115,7 +116,45 @@ def recurrent(rng: np.random.Generator) -> Cases:
                         yield Case(op, version, [x, w, r, *extra], reset, outputs=outputs, **tol)
 
 
+def resize(rng: np.random.Generator) -> Cases:
+    """Resize at each version and dtype (nearest for every dtype, linear and cubic for floats), up and down by scales
+    and by sizes, each version's coordinate rules; and Upsample. Linear and cubic take finite values: a zero-weight
+    tap of an infinity is NaN in both, but ONNX Runtime's taps per output differ from ONNX's own at the edges."""
+    image = (1, 2, 5, 7)
+    grids = [(np.array([1, 1, 1.6, 0.6], np.float32), None), (None, np.array([1, 2, 3, 9], np.int64))]
+    for version in since("Resize"):
+        coordinates = ["asymmetric"] if version == 10 else ["half_pixel", "align_corners", "asymmetric"]
+        for dtype in allowed("Resize", version, "T" if version == 10 else "T1"):
+            floats = dtype.kind == "f"
+            for mode, coordinate, (scales, sizes) in itertools.product(
+                ("nearest", "linear", "cubic") if floats and version > 10 else ("nearest", "linear")[: 1 + floats],
+                coordinates,
+                grids if version > 10 else grids[:1],
+            ):
+                if mode == "cubic" and dtype == np.float16:
+                    continue  # ONNX Runtime 1.32 computes float16 cubic in float16 steps: it differs by more than a unit
+                x = values(rng, dtype, image, special=mode == "nearest")
+                attrs: dict[str, Any] = {"mode": mode}
+                tol = tolerance(dtype, 1e-5)
+                if mode != "nearest" and dtype in (np.float32, np.float64):
+                    # Sums of up to 16 products of values up to 4 that cancel near 0: ONNX Runtime's order and
+                    # float32 weights (for every dtype) differ from cellgraph's by float32 noise there.
+                    tol = {"rtol": 1e-5, "atol": 1e-5}
+                if version == 10:
+                    yield Case("Resize", version, [x, Const(scales)], attrs, **tol)
+                    continue
+                attrs["coordinate_transformation_mode"] = coordinate
+                roi = Const(np.array([], np.float32)) if version == 11 else None
+                given = [Const(scales) if scales is not None else Const(np.array([], np.float32)) if version == 11
+                         else None, *([Const(sizes)] if sizes is not None else [])]  # fmt: skip
+                yield Case("Resize", version, [x, roi, *given], attrs, **tol)
+    for version in since("Upsample"):
+        for dtype in allowed("Upsample", version, "T"):
+            x = values(rng, dtype, image)
+            yield Case("Upsample", version, [x, Const(np.array([1, 1, 2, 3], np.float32))], {"mode": "nearest"})
+
+
 NN_FAMILIES: dict[str, Callable[[np.random.Generator], Cases]] = {
     "BatchNormalization": batch_norm, "LayerNormalization": layer_norm, "RMSNormalization": rms_norm,
-    "blocks": blocks, "global_pools": global_pools, "recurrent": recurrent,
+    "blocks": blocks, "global_pools": global_pools, "recurrent": recurrent, "resize": resize,
 }  # fmt: skip

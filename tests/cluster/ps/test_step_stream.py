@@ -168,10 +168,12 @@ def test_a_write_on_a_stream_the_server_ended_is_never_an_internal_error(mode: s
         client.close()
     refused = ("RESOURCE_EXHAUSTED", "this server ends each step at its first message")
     broke = "the Step stream broke while the step was being sent: the server ended it or went away"
+    assert all(key == refused or (key[0] == "UNAVAILABLE" and broke in key[1]) for key in outcomes), outcomes
     if mode == "sync":
-        assert set(outcomes) == {refused}, outcomes
-    else:
-        assert all(key == refused or (key[0] == "UNAVAILABLE" and broke in key[1]) for key in outcomes), outcomes
+        # Each broken write is tried again on a new stream, which gets the server's own answer. On a loaded machine
+        # the client may write past the server's end several times in a row and use up its attempts (5): seen once
+        # in 30 pushes in a CI run; it is still UNAVAILABLE, never INTERNAL.
+        assert outcomes.get(refused, 0) >= 25, outcomes
 
 
 def test_threads_sharing_a_client_each_get_a_stream_of_their_own(ps: Servers) -> None:
