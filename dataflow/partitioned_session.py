@@ -57,6 +57,9 @@ class PartitionedSession:
         self.timeout = timeout
         self.fuse = fuse
         self.transport = transport or InProcessTransport()
+        # Partitions of an interrupted run that had not stopped when it returned (a second Ctrl-C): the next run
+        # waits for them before it resets the transport (_settle).
+        self._unfinished: list[concurrent.futures.Future[dict[str, Any]]] = []
         # One store for every partition: in one process, a variable is one array.
         self.variables = VariableStore()
         self.parts: Partitioned = partition(graph, placement, timeout)
@@ -118,6 +121,18 @@ class PartitionedSession:
         self._plans[key] = plans
         return plans
 
+    def _settle(self) -> None:
+        """Before a run: the partitions of an interrupted run that were still running have stopped; start afresh."""
+        if not self._unfinished:
+            return
+        _, late = concurrent.futures.wait(self._unfinished, timeout=self.timeout)
+        if late:
+            raise ExecutionError(
+                f"{len(late)} partition(s) of an interrupted run are still running after {self.timeout:g} s"
+            )
+        self._unfinished = []
+        self.transport.reset()
+
     def _run_all(self, plans: dict[str, Plan], values: dict[str, Any]) -> dict[str, dict[str, Any]]:
         def run_one(plan: Plan) -> dict[str, Any]:
             feeds = [values[name] for name in plan.feed_names]  # type: ignore[attr-defined]
@@ -140,21 +155,37 @@ class PartitionedSession:
             return {device: run_one(plan)}
         results: dict[str, dict[str, Any]] = {}
         errors: list[tuple[str, BaseException]] = []
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(plans), thread_name_prefix="partition") as pool:
-            futures = {pool.submit(run_one, plan): device for device, plan in plans.items()}
-            for future in concurrent.futures.as_completed(futures):
-                device = futures[future]
+        self._settle()
+        cancelled = False
+        futures: dict[concurrent.futures.Future[dict[str, Any]], str] = {}
+        try:
+            with concurrent.futures.ThreadPoolExecutor(len(plans), thread_name_prefix="partition") as pool:
                 try:
-                    results[device] = future.result()
-                except BaseException as err:  # noqa: BLE001 - reported below, with the device
-                    if not errors:
-                        # Wake every partition still waiting on a Recv from this one.
-                        self.transport.cancel(f"the partition on {device} failed")
-                    errors.append((device, err))
+                    for device, plan in plans.items():  # one by one: an interrupt here leaves those started known
+                        futures[pool.submit(run_one, plan)] = device
+                    for future in concurrent.futures.as_completed(futures):
+                        device = futures[future]
+                        try:
+                            results[device] = future.result()
+                        except BaseException as err:  # noqa: BLE001 - reported below, with the device
+                            if not cancelled:
+                                # Wake every partition still waiting on a Recv from this one.
+                                self.transport.cancel(f"the partition on {device} failed")
+                                cancelled = True
+                            errors.append((device, err))
+                except BaseException:  # an interrupt (Ctrl-C in a notebook): stop the partitions now, not at their end
+                    if not cancelled:
+                        self.transport.cancel("the run was interrupted")
+                        cancelled = True
+                    raise
+        finally:
+            if cancelled:
+                # What the partitions sent after the cancel was dropped. Once every one has stopped (the pool waits
+                # for them, unless a second interrupt cut that short), the next run starts with no queue.
+                self._unfinished = [future for future in futures if not future.done()]
+                if not self._unfinished:
+                    self.transport.reset()
         if errors:
-            # Every partition has stopped (the pool above waited for them): what they sent after the cancel was
-            # dropped, and the next run starts with no queue and nothing cancelled.
-            self.transport.reset()
             failed, first = errors[0]
             raise ExecutionError(f"the partition on {failed} failed: {first}") from first
         return results

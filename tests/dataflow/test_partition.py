@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import numpy as np
 import pytest
 
@@ -156,6 +159,59 @@ def test_the_run_after_a_failed_one_computes_from_its_own_values() -> None:
         xb = rng.random((200, 200), dtype=np.float32)
         got = sess.run(out, {x: xb, index: np.array([3], np.int32)})
         np.testing.assert_allclose(got, (xb @ xb @ xb).sum(axis=0) + 3.0, rtol=1e-4)
+
+
+class StallingLink(cg.InProcessTransport):
+    """A link whose send of ``y`` stalls until the run is cancelled, as a send into a dead network would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stall = threading.Event()
+        self.stalled = threading.Event()
+
+    def send(self, key: str, value: np.ndarray) -> None:
+        if key.startswith("y:") and not self.stall.is_set():
+            self.stalled.set()
+            self.stall.wait()  # until cancel() (the fix) or the test's watchdog (a hang)
+            return
+        super().send(key, value)
+
+    def cancel(self, reason: str) -> None:
+        self.stall.set()
+        super().cancel(reason)
+
+
+def test_an_interrupted_run_stops_its_partitions_and_leaves_nothing_for_the_next() -> None:
+    """Ctrl-C in a notebook while a partition waits on another: the run stops at once, its Recv woken (it would
+    wait out its hour), and the next run computes from its own values."""
+    sender, receiver = WORKER, "/job:worker/task:1/device:cpu:0"
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((3,), name="x")
+        with cg.device(sender):
+            y = cg.mul(x, 2.0, name="y")
+        with cg.device(receiver):
+            out = cg.add(y, 1.0, name="out")
+    link = StallingLink()
+    sess = cg.PartitionedSession(g, {n.name: n.device or sender for n in g.nodes}, transport=link, timeout=3600.0)
+    # A real SIGINT, as Jupyter's interrupt sends, to the main thread (where the run waits): it wakes a blocking
+    # wait, which a simulated one (_thread.interrupt_main) does not.
+    main = threading.main_thread().ident
+    assert main is not None
+    interrupt = threading.Thread(target=lambda: link.stalled.wait(HANG_S) and signal.pthread_kill(main, signal.SIGINT))
+    fired: list[bool] = []
+    watchdog = threading.Timer(HANG_S, lambda: (fired.append(True), link.cancel("the test's watchdog")))
+    interrupt.start()
+    watchdog.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sess.run(out, {x: np.ones(3, np.float32)})
+    finally:
+        watchdog.cancel()
+        interrupt.join(HANG_S)
+    assert not fired, "the interrupt did not stop the run: the test's watchdog did"
+    assert link._closed is None  # reset once the interrupted run's partitions stopped
+    np.testing.assert_array_equal(sess.run(out, {x: np.full(3, 5.0, np.float32)}), np.full(3, 11.0, np.float32))
 
 
 def test_send_and_recv_need_a_transport() -> None:
