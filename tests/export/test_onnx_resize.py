@@ -176,6 +176,57 @@ def test_an_imported_upsampling_passes_pytorchs_gradient_back() -> None:
     np.testing.assert_allclose(ours, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_a_pytorch_unet_with_upsampling_imports_and_backpropagates_as_pytorch() -> None:
+    """A small U-Net (convolutions, batch norm folded by the exporter, max pools, bilinear and nearest upsampling,
+    skip concatenations), exported with a dynamic batch: its outputs and its input gradient are PyTorch's."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+
+    def block(inputs: int, outputs: int) -> object:
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(inputs, outputs, 3, padding=1), torch.nn.BatchNorm2d(outputs), torch.nn.ReLU()
+        )
+
+    class UNet(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.down1, self.down2, self.middle = block(3, 8), block(8, 16), block(16, 16)
+            self.up2, self.up1, self.head = block(32, 8), block(16, 8), torch.nn.Conv2d(8, 2, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            f = torch.nn.functional
+            a = self.down1(x)
+            b = self.down2(f.max_pool2d(a, 2))
+            m = self.middle(f.max_pool2d(b, 2))
+            u = self.up2(torch.cat([f.interpolate(m, scale_factor=2, mode="bilinear"), b], 1))
+            return self.head(self.up1(torch.cat([f.interpolate(u, scale_factor=2, mode="nearest"), a], 1)))
+
+    unet = UNet().eval()
+    for layer in unet.modules():
+        if isinstance(layer, torch.nn.BatchNorm2d):
+            layer.running_mean.uniform_(-0.5, 0.5)
+            layer.running_var.uniform_(0.5, 2.0)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            unet, (torch.randn(2, 3, 16, 16),), buffer, dynamo=False, opset_version=17, input_names=["x"],
+            output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+        )  # fmt: skip
+    imported = import_model(onnx.load_from_string(buffer.getvalue()))
+    assert "Resize" in {node.op_type for node in onnx.load_from_string(buffer.getvalue()).graph.node}
+    for batch in (1, 4):
+        x = torch.randn(batch, 3, 16, 16, requires_grad=True)
+        weights = torch.randn(batch, 2, 16, 16)
+        (unet(x) * weights).sum().backward()
+        with imported.graph.as_default():
+            loss = cg.reduce_sum(imported.outputs[0] * cg.constant(weights.numpy()))
+            [grad] = cg.gradients(loss, [imported.inputs[0]])
+        got_y, got_grad = imported.session.run([imported.outputs[0], grad], {imported.inputs[0]: x.detach().numpy()})
+        np.testing.assert_allclose(got_y, unet(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got_grad, x.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("model", "words"),
     [
