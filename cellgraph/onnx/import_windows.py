@@ -89,8 +89,7 @@ def _explicit_pads(n: NodeInfo) -> list[int] | None:
     if pad == "VALID":
         return [0, 0, 0, 0]
     if pad == "NOTSET":
-        p = [int(x) for x in (n.attrs["pads"] or [0, 0, 0, 0])]
-        pads = [0, p[0], 0, p[1]] if _one_d(n) else p
+        pads = _stated_pads(n)
         return _ceil_pads(n, pads) if n.attrs.get("ceil_mode") else pads
     hw, kernel = _hw(n), _kernel(n)
     if hw is None or kernel is None or None in hw:
@@ -103,6 +102,19 @@ def _explicit_pads(n: NodeInfo) -> list[int] | None:
         before.append(small if pad == "SAME_UPPER" else total - small)
         after.append(total - before[-1])
     return [before[0], before[1], after[0], after[1]]
+
+
+def _stated_pads(n: NodeInfo) -> list[int]:
+    """(top, left, bottom, right) as the node's ``pads`` state them, without ceil mode's extra pixels."""
+    p = [int(x) for x in (n.attrs["pads"] or [0, 0, 0, 0])]
+    return [0, p[0], 0, p[1]] if _one_d(n) else p
+
+
+def _covered(padded: int, kernel: int, stride: int, extended: int) -> np.ndarray:
+    """How many of each window's ``kernel`` positions fall inside the first ``padded`` of ``extended`` pixels
+    (the windows at stride ``stride`` over ``extended``, VALID)."""
+    starts = np.arange((extended - kernel) // stride + 1) * stride
+    return np.minimum(starts + kernel, padded) - starts
 
 
 def _ceil_pads(n: NodeInfo, pads: list[int]) -> list[int]:
@@ -136,8 +148,6 @@ def _window_check(n: NodeInfo) -> str | None:
     elif not _native(n):
         return _check_sliced(n)
     if n.attrs.get("ceil_mode"):
-        if n.op == "AveragePool" and n.attrs["count_include_pad"]:
-            return "AveragePool with ceil_mode=1 counting padded pixels"
         hw = _hw(n)
         if _auto_pad(n) != "NOTSET" or hw is None or None in hw:
             return f"{n.op} with ceil_mode=1 and auto_pad {_auto_pad(n)} or an unknown height or width"
@@ -311,6 +321,18 @@ def _pool(n: NodeInfo, source: Tensor) -> list[Tensor]:
     pads = _explicit_pads(n)
     assert pads is not None
     y = cg.avg_pool(_pad_nhwc(x, pads, 0.0), ksize=k, strides=s, padding="VALID")
+    if n.attrs["count_include_pad"] and n.attrs.get("ceil_mode"):
+        # The pads count, ceil mode's extra pixels past them do not: a last window that overhangs the padded
+        # input is the mean of the pixels and pads it covers (ONNX Runtime's rule).
+        hw = _hw(n)
+        assert hw is not None
+        stated = _stated_pads(n)
+        covered = [
+            _covered(int(size) + stated[i] + stated[i + 2], k[i], s[i], int(size) + pads[i] + pads[i + 2])  # type: ignore[arg-type]
+            for i, size in enumerate(hw)
+        ]
+        divisor = np.outer(covered[0], covered[1])[None, :, :, None]
+        return [_from_nhwc(n, y * cg.constant((float(np.prod(k)) / divisor).astype(np.dtype(x.dtype))))]
     if any(pads) and not n.attrs["count_include_pad"]:
         # The mean over real pixels only: the mean over the padded window, divided by
         # the share of real pixels in it.
@@ -344,13 +366,14 @@ def _check_sliced(n: NodeInfo) -> str | None:
         return f"{n.op} over {len(shape or ()) - 2 or 'unknown'}-D windows or with dilations, of unknown spatial size"
     if n.attrs.get("kernel_shape") is None:
         return f"{n.op} without kernel_shape"
-    if n.op == "AveragePool" and n.attrs["count_include_pad"] and n.attrs["ceil_mode"]:
-        return "AveragePool with ceil_mode=1 counting padded pixels"
     return None
 
 
-def _sliced_geometry(n: NodeInfo) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
-    """Spatial sizes, kernel, strides, dilations, pads before and after, for a pool of any rank."""
+def _sliced_geometry(
+    n: NodeInfo,
+) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int], list[int]]:
+    """Spatial sizes, kernel, strides, dilations, pads before and after (as stated or auto), and ceil mode's extra
+    pixels after those, for a pool of any rank."""
     shape = n.shape(0)
     assert shape is not None
     sizes = [int(d) for d in shape[2:]]  # type: ignore[arg-type]
@@ -370,19 +393,21 @@ def _sliced_geometry(n: NodeInfo) -> tuple[list[int], list[int], list[int], list
     else:
         p = [int(v) for v in (n.attrs["pads"] or [0] * (2 * rank))]
         before, after = p[:rank], p[rank:]
+    extra = [0] * rank  # ceil mode's pixels past the stated end pads
     if n.attrs.get("ceil_mode"):
         for i in range(rank):
             padded = sizes[i] + before[i] + after[i]
             count = -(-(padded - span[i]) // strides[i]) + 1
             if (count - 1) * strides[i] >= sizes[i] + before[i]:  # a window may not start in the end padding
                 count -= 1
-            after[i] += max((count - 1) * strides[i] + span[i] - padded, 0)
-    return sizes, kernel, strides, dilations, before, after
+            extra[i] = max((count - 1) * strides[i] + span[i] - padded, 0)
+    return sizes, kernel, strides, dilations, before, after, extra
 
 
 def _sliced_pool(n: NodeInfo, x: Tensor) -> Tensor:
     """A pool as the max (or mean) of one strided slice of the padded input per kernel offset."""
-    sizes, kernel, strides, dilations, before, after = _sliced_geometry(n)
+    sizes, kernel, strides, dilations, before, stated_after, extra = _sliced_geometry(n)
+    after = [a + e for a, e in zip(stated_after, extra, strict=True)]
     is_max = n.op == "MaxPool"
     pairs = [(0, 0), (0, 0), *zip(before, after, strict=True)]
     padded = cg.pad(x, pairs, constant_values=-np.inf if is_max else 0.0) if any(before + after) else x
@@ -392,6 +417,10 @@ def _sliced_pool(n: NodeInfo, x: Tensor) -> Tensor:
     ]
     total: Tensor | None = None
     real = np.pad(np.ones(sizes), list(zip(before, after, strict=True)))
+    if not is_max and n.attrs["count_include_pad"]:
+        # The stated pads count as pixels; ceil mode's extra ones past them do not (ONNX Runtime's rule).
+        stated = [size + b + a for size, b, a in zip(sizes, before, stated_after, strict=True)]
+        real = np.pad(np.ones(stated), [(0, e) for e in extra])
     count = np.zeros(outs)
     for offset in np.ndindex(*kernel):
         key = tuple(
@@ -404,6 +433,6 @@ def _sliced_pool(n: NodeInfo, x: Tensor) -> Tensor:
     assert total is not None
     if is_max:
         return total
-    # The mean's divisor: every window position, or only the real pixels under it.
-    divisor = np.full(outs, float(np.prod(kernel))) if n.attrs["count_include_pad"] else count
+    # The mean's divisor: the pixels under each window (and the stated pads, with count_include_pad).
+    divisor = count
     return total / cg.constant(divisor.astype(np.dtype(x.dtype)))
