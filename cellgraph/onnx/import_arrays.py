@@ -140,10 +140,38 @@ def _size_value(n: NodeInfo) -> np.ndarray | None:
     return None if shape is None or None in shape else np.array(math.prod(d or 0 for d in shape), np.int64)
 
 
+def _gather_elements(b: Builder, n: NodeInfo) -> list[Tensor]:
+    """GatherElements as a GatherND: each index's full coordinates, its own position on every other axis."""
+    data, indices = b.ins(n, 2)
+    rank = len(indices.shape)
+    axis = int(n.attrs["axis"]) % rank
+    index = cg.cast(indices, "int64")
+    size = cg.constant(np.array(data.shape[axis], np.int64), dtype="int64")
+    index = cg.where(cg.less(index, cg.zeros_like(index)), index + size, index)  # a negative index counts from the end
+    if None in indices.shape:  # a run-time dim (a dynamic batch): each position along d counted when it runs
+        ones = cg.ones_like(index)
+        grid = [cg.cumsum(ones, d, exclusive=True) for d in range(rank)]
+    else:
+        grid = [cg.constant(g, dtype="int64") for g in np.indices([int(d) for d in indices.shape], dtype=np.int64)]  # type: ignore[arg-type]
+    coordinates = [index if d == axis else grid[d] for d in range(rank)]
+    return [cg.gather_nd(data, cg.stack(coordinates, axis=-1))]
+
+
+def _check_gather_elements(n: NodeInfo) -> str | None:
+    data, indices = n.shape(0), n.shape(1)
+    if indices is None or data is None:
+        return "GatherElements of an input or indices whose rank is unknown until the graph runs"
+    axis = int(n.attrs["axis"]) % max(len(indices), 1)
+    if data[axis] is None:
+        return f"GatherElements along axis {axis}, whose size is unknown until the graph runs"
+    return None
+
+
 ARRAYS: dict[str, ImportRow] = {
     "Tile":      ImportRow(_tile, {}, (1,), strings=True),
     "Expand":    ImportRow(_expand, {}, (1,), _check_expand),
     "GatherND":  ImportRow(_gather_nd, {"batch_dims": 0}, check=_check_gather_nd),
+    "GatherElements": ImportRow(_gather_elements, {"axis": 0}, check=_check_gather_elements, since=11),
     "ScatterND": ImportRow(_scatter_nd, {"reduction": "none"}, check=_check_scatter_nd),
     # A static shape gives the size now; otherwise cellgraph's Size computes it.
     "Size":      ImportRow(lambda b, n: [cg.size(b.ins(n)[0], out_type="int64")], fold=_size_value, strings=True),

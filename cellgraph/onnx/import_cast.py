@@ -38,7 +38,7 @@ from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import logic
 from cellgraph.dataflow.ops import math_unary as mu
 
-from .common import COMPUTE_DTYPE, READ_DTYPE, READ_ONLY, ImportRow
+from .common import COMPUTE_DTYPE, READ_DTYPE, READ_ONLY, ImportRow, onnx_code
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
@@ -117,7 +117,15 @@ def to_float_grid(x: Tensor, grid: FloatGrid, saturate: bool) -> Tensor:
 
 
 def _to(n: NodeInfo) -> int | None:
-    """Cast's target type: a TensorProto code, or (Cast-1) its name as a string ("FLOAT")."""
+    """Cast's target type: a TensorProto code, or (Cast-1) its name as a string ("FLOAT"); CastLike's is its second
+    input's type (its values are not read)."""
+    if n.op == "CastLike":
+        like = n.inputs[1]
+        if like in n.known:
+            return onnx_code(n.known[like])
+        value = n.types.get(like)
+        code = int(value.tensor_type.elem_type) if value is not None and value.HasField("tensor_type") else 0
+        return code or None  # 0: UNDEFINED
     to = n.attrs["to"]
     if isinstance(to, bytes | str):
         name = to.decode() if isinstance(to, bytes) else to
@@ -126,7 +134,7 @@ def _to(n: NodeInfo) -> int | None:
 
 
 def _cast(b: Builder, n: NodeInfo) -> list[Tensor]:
-    x = b.ins(n)[0]
+    x = b.ins(n, 1)[0]
     to = _to(n)
     assert to is not None  # the check refused it otherwise
     if to not in READ_ONLY:
@@ -146,6 +154,8 @@ def _cast(b: Builder, n: NodeInfo) -> list[Tensor]:
 def _check_cast(n: NodeInfo) -> str | None:
     to = _to(n)
     if to is None:
+        if n.op == "CastLike":
+            return "CastLike to the type of an input whose type is unknown"
         return f"Cast to {n.attrs['to']!r}, which is no ONNX type"
     if to in COMPUTE_DTYPE or to in FLOAT_GRIDS or to in INT_RANGES:
         return None
@@ -155,4 +165,5 @@ def _check_cast(n: NodeInfo) -> str | None:
 CAST = {
     # A Cast may make the narrow types it rounds into exactly (held wider: float8 as float16).
     "Cast": ImportRow(_cast, {"to": None, "saturate": 1, "round_mode": "up"}, check=_check_cast, makes_narrow=True),
+    "CastLike": ImportRow(_cast, {"saturate": 1, "round_mode": "up"}, check=_check_cast, makes_narrow=True, since=15),
 }

@@ -1,5 +1,6 @@
 """Import rows of the ONNX ops that map onto issue 16's newer cellgraph ops: CumSum
-(``cg.cumsum``) and TopK (``cg.top_k``).
+(``cg.cumsum``), TopK (``cg.top_k``) and Einsum (``cg.einsum``, its ``...`` spelled out as letters at import;
+a diagonal, a label repeated within one operand, is refused).
 
 CumSum's axis and TopK's K must be known when the graph is built (they are
 attrs of cellgraph's ops). TopK along another axis than the last is moved
@@ -25,6 +26,7 @@ array([0., 1., 3.], dtype=float32)
 
 from __future__ import annotations
 
+import string
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,6 +38,7 @@ from cellgraph.dataflow.ops import logic
 from cellgraph.dataflow.ops import math_unary as mu
 
 from .common import ImportRow
+from .import_wrappers import in_float32
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
@@ -102,7 +105,64 @@ def _check_top_k(n: NodeInfo) -> str | None:
     return None
 
 
+def _einsum_equation(n: NodeInfo) -> str:
+    """Einsum's equation with ``...`` spelled out as letters of its own (the ranks are known at import): the
+    broadcast dims, aligned from the right, as NumPy and ONNX align them; an output left implicit made explicit."""
+    equation = _text(n.attrs["equation"]).replace(" ", "")
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    free = [c for c in string.ascii_letters if c not in equation]
+    widest = 0
+    for i, term in enumerate(terms):
+        if "..." in term:
+            rank = n.rank(i)
+            if rank is None:
+                raise ValueError(f"Einsum {equation!r}: operand {i}'s rank is unknown until the graph runs")
+            widest = max(widest, rank - len(term.replace("...", "")))
+    spelled = "".join(free[:widest])
+    for i, term in enumerate(terms):
+        if "..." in term:
+            count = (n.rank(i) or 0) - len(term.replace("...", ""))
+            terms[i] = term.replace("...", spelled[widest - count :])
+    if not arrow:
+        every = "".join(t for t in terms)
+        once = sorted(c for c in set(every) if every.count(c) == 1 and c not in spelled)
+        out = spelled + "".join(once)
+    return ",".join(terms) + "->" + out.replace("...", spelled)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _einsum(b: Builder, n: NodeInfo) -> list[Tensor]:
+    return [cg.einsum(_einsum_equation(n), *b.ins(n))]
+
+
+def _check_einsum(n: NodeInfo) -> str | None:
+    try:
+        equation = _einsum_equation(n)
+    except ValueError as err:
+        return str(err)
+    terms = equation.partition("->")[0].split(",")
+    sizes: dict[str, int | None] = {}
+    for i, term in enumerate(terms):
+        shape = n.shape(i)
+        if shape is None or len(shape) != len(term):
+            return (
+                f"Einsum {_text(n.attrs['equation'])!r}: operand {i} has rank {None if shape is None else len(shape)}"
+            )
+        for label, size in zip(term, shape, strict=True):
+            if term.count(label) > 1:
+                return f"Einsum {_text(n.attrs['equation'])!r}: a label repeats in operand {i} (a diagonal or trace)"
+            seen = sizes.setdefault(label, size)
+            if seen is not None and size is not None and seen != size:
+                return f"Einsum {_text(n.attrs['equation'])!r}: sizes {seen} and {size} of one axis (broadcast dims)"
+    return None
+
+
 MORE: dict[str, ImportRow] = {
     "CumSum": ImportRow(_cumsum, {"exclusive": 0, "reverse": 0}, (1,), _check_cumsum),
     "TopK":   ImportRow(_top_k, {"axis": -1, "largest": 1, "sorted": 1}, (1,), _check_top_k, since=10),
+    "Einsum": ImportRow(in_float32(_einsum), {"equation": ""}, check=_check_einsum, since=12),
 }  # fmt: skip

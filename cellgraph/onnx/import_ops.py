@@ -36,11 +36,13 @@ from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
 from .common import Build, ImportRow
+from .import_activations import ACTIVATIONS
 from .import_arrays import ARRAYS
 from .import_cast import CAST
 from .import_math import MATH, float_fmod
 from .import_more import MORE
 from .import_normalization import NORMALIZATION
+from .import_norms import NORMS
 from .import_recurrent import RECURRENT
 from .import_resize import RESIZE
 from .import_shapes import SHAPES
@@ -542,4 +544,6 @@ IMPORTERS: dict[str, ImportRow] = {
     **ARRAYS,
     **MORE,
     **RESIZE,
+    **ACTIVATIONS,
+    **NORMS,
 }  # fmt: skip

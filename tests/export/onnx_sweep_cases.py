@@ -17,6 +17,7 @@ import numpy as np
 
 from .onnx_sweep import FLOATS, Case, Cases, Const, allowed, since, tolerance, values
 from .onnx_sweep_array_cases import ARRAY_FAMILIES
+from .onnx_sweep_model_cases import MODEL_FAMILIES
 from .onnx_sweep_nn_cases import NN_FAMILIES
 from .onnx_sweep_window_cases import WINDOW_FAMILIES
 
@@ -372,6 +373,7 @@ FAMILIES: dict[str, Callable[[np.random.Generator], Cases]] = {
     **ARRAY_FAMILIES,
     **NN_FAMILIES,
     **WINDOW_FAMILIES,
+    **MODEL_FAMILIES,
 }  # fmt: skip
 
 

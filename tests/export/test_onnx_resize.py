@@ -118,6 +118,20 @@ def test_the_cases_against_onnxs_text_are_what_onnx_runtime_computes() -> None:
         assert not np.allclose(theirs, expected[0], rtol=case.rtol, atol=case.atol)
 
 
+def exported_with_a_dynamic_batch(module: object, example: object, opset: int) -> onnx.ModelProto:
+    """PyTorch's (TorchScript) export of ``module`` with input ``x`` and output ``y``, its batch dimension dynamic."""
+    import torch
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, (example,), buffer, dynamo=False, opset_version=opset, input_names=["x"], output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+        )  # fmt: skip
+    return onnx.load_from_string(buffer.getvalue())
+
+
 class Interpolate:
     """``torch.nn.functional.interpolate`` with fixed arguments, as a module to export."""
 
@@ -147,14 +161,7 @@ class Interpolate:
 def test_pytorchs_export_of_interpolate_gives_pytorchs_values_at_any_batch(options: dict[str, object]) -> None:
     torch = pytest.importorskip("torch")
     module = Interpolate(**options)
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module, (torch.randn(2, 3, 6, 8),), buffer, dynamo=False, opset_version=18, input_names=["x"],
-            output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
-        )  # fmt: skip
-    model = import_model(onnx.load_from_string(buffer.getvalue()))
+    model = import_model(exported_with_a_dynamic_batch(module, torch.randn(2, 3, 6, 8), opset=18))
     for batch in (1, 3):
         x = torch.randn(batch, 3, 6, 8)
         np.testing.assert_allclose(model(x.numpy()), module(x).numpy(), rtol=1e-5, atol=2e-5)
@@ -206,15 +213,9 @@ def test_a_pytorch_unet_with_upsampling_imports_and_backpropagates_as_pytorch() 
         if isinstance(layer, torch.nn.BatchNorm2d):
             layer.running_mean.uniform_(-0.5, 0.5)
             layer.running_var.uniform_(0.5, 2.0)
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            unet, (torch.randn(2, 3, 16, 16),), buffer, dynamo=False, opset_version=17, input_names=["x"],
-            output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
-        )  # fmt: skip
-    imported = import_model(onnx.load_from_string(buffer.getvalue()))
-    assert "Resize" in {node.op_type for node in onnx.load_from_string(buffer.getvalue()).graph.node}
+    exported = exported_with_a_dynamic_batch(unet, torch.randn(2, 3, 16, 16), opset=17)
+    assert "Resize" in {node.op_type for node in exported.graph.node}
+    imported = import_model(exported)
     for batch in (1, 4):
         x = torch.randn(batch, 3, 16, 16, requires_grad=True)
         weights = torch.randn(batch, 2, 16, 16)
