@@ -39,6 +39,7 @@ from .common import Build, ImportRow
 from .import_activations import ACTIVATIONS
 from .import_arrays import ARRAYS
 from .import_cast import CAST
+from .import_losses import LOSSES
 from .import_math import MATH, float_fmod
 from .import_more import MORE
 from .import_normalization import NORMALIZATION
@@ -546,4 +547,5 @@ IMPORTERS: dict[str, ImportRow] = {
     **RESIZE,
     **ACTIVATIONS,
     **NORMS,
+    **LOSSES,
 }  # fmt: skip

@@ -84,6 +84,16 @@ F = TensorProto.FLOAT
 @pytest.mark.parametrize(
     ("model", "words"),
     [
+        (
+            one_node(
+                "SoftmaxCrossEntropyLoss", [("x", F, [3, 5]), ("t", TensorProto.INT64, [3])], opset=17, reduction="avg"
+            ),
+            r"SoftmaxCrossEntropyLoss with reduction 'avg' \(ONNX's are none, sum, mean\)",
+        ),
+        (
+            one_node("NegativeLogLikelihoodLoss", [("x", F, None), ("t", TensorProto.INT64, [3])], opset=17),
+            r"NegativeLogLikelihoodLoss of scores of unknown rank or without a class axis",
+        ),
         (one_node("PRelu", [("x", F, [3]), ("s", F, [2, 3])]), r"PRelu with a slope of rank 2 over an input of rank 1"),
         (
             one_node("GroupNormalization", [("x", F, [2, 6, 4]), ("s", F, [6]), ("b", F, [6])], num_groups=4),
@@ -133,6 +143,8 @@ F = TensorProto.FLOAT
         ),
     ],
     ids=[
+        "loss-reduction",
+        "loss-rank",
         "prelu-rank",
         "groups",
         "group-dynamic",
