@@ -106,6 +106,7 @@ def test_without_pinned_memory_the_copies_go_through_pageable_memory(monkeypatch
 
 def test_a_pool_at_its_limit_lends_nothing_and_lends_back_in_order() -> None:
     pool = staging.PinnedPool(limit_bytes=48)
+    assert pool.take((0, 4), np.dtype(np.float32)) is None  # an empty tensor is copied without a pinned buffer
     first, second = np.zeros((3, 4), np.float32), np.ones((3, 4), np.float32)
     assert pool.take((4, 4), np.dtype(np.float32)) is None  # 64 bytes: over the limit, nothing pinned
     pool.give(first)

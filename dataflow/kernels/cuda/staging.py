@@ -87,6 +87,8 @@ class PinnedPool:
     def take(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray | None:
         """A buffer of ``shape`` and ``dtype`` that no copy uses, or None when the pool is at its limit."""
         key = (tuple(shape), np.dtype(dtype).str)
+        if 0 in key[0]:
+            return None  # nothing to copy, and the driver refuses to pin 0 bytes: the plain copy handles it
         with self._lock:
             free = self._free.get(key)
             if free:
