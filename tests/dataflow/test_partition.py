@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import signal
 import threading
 
@@ -212,6 +213,25 @@ def test_an_interrupted_run_stops_its_partitions_and_leaves_nothing_for_the_next
     assert not fired, "the interrupt did not stop the run: the test's watchdog did"
     assert link._closed is None  # reset once the interrupted run's partitions stopped
     np.testing.assert_array_equal(sess.run(out, {x: np.full(3, 5.0, np.float32)}), np.full(3, 11.0, np.float32))
+
+
+def test_a_run_after_an_interrupt_that_left_a_partition_running_waits_for_it_within_its_deadline() -> None:
+    """A second Ctrl-C can cut the wait for an interrupted run's partitions short: the next run waits for them
+    before it resets the transport, and says so when they outlive the session's deadline."""
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((3,), name="x")
+        with cg.device("/job:worker/task:1/device:cpu:0"):
+            y = cg.add(cg.mul(x, 2.0, name="twice"), 1.0, name="y")
+    sess = cg.PartitionedSession(g, {n.name: n.device or WORKER for n in g.nodes}, timeout=0.05)
+    still_running: concurrent.futures.Future[dict[str, object]] = concurrent.futures.Future()
+    sess._unfinished = [still_running]
+    with pytest.raises(
+        cg.ExecutionError, match=r"1 partition\(s\) of an interrupted run are still running after 0.05 s"
+    ):
+        sess.run(y, {x: np.zeros(3, np.float32)})
+    still_running.set_result({})  # it stopped: the next run starts afresh
+    np.testing.assert_array_equal(sess.run(y, {x: np.ones(3, np.float32)}), np.full(3, 3.0, np.float32))
 
 
 def test_send_and_recv_need_a_transport() -> None:

@@ -85,6 +85,14 @@ F = TensorProto.FLOAT
     ("model", "words"),
     [
         (
+            one_node("MeanVarianceNormalization", [("x", F, None)], opset=17),
+            r"MeanVarianceNormalization of an input of unknown rank",
+        ),
+        (
+            one_node("Einsum", [("a", F, [2, 3, 4])], opset=17, equation="ij->ji"),
+            r"Einsum 'ij->ji': operand 0 has rank 3",
+        ),
+        (
             one_node(
                 "SoftmaxCrossEntropyLoss", [("x", F, [3, 5]), ("t", TensorProto.INT64, [3])], opset=17, reduction="avg"
             ),
@@ -143,6 +151,8 @@ F = TensorProto.FLOAT
         ),
     ],
     ids=[
+        "mvn-rank",
+        "einsum-operand-rank",
         "loss-reduction",
         "loss-rank",
         "prelu-rank",

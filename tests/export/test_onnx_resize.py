@@ -256,8 +256,42 @@ def test_a_pytorch_unet_with_upsampling_imports_and_backpropagates_as_pytorch() 
             resize_model(19, {"mode": "nearest"}, scales=[1, 1, 0.1, 0.1]),
             r"to sizes \[0, 0\]: every output size must be at least 1",
         ),
+        (
+            resize_model(19, {"mode": "linear", "coordinate_transformation_mode": "edges"}, scales=[1, 1, 2, 2]),
+            r"coordinate_transformation_mode 'edges'",
+        ),
+        (
+            resize_model(19, {"mode": "nearest", "nearest_mode": "up"}, scales=[1, 1, 2, 2]),
+            r"nearest_mode 'up' \(ONNX's are round_prefer_floor, round_prefer_ceil, floor, ceil\)",
+        ),
+        (
+            resize_model(19, {"mode": "nearest", "keep_aspect_ratio_policy": "fit"}, sizes=[2, 3, 8, 8]),
+            r"keep_aspect_ratio_policy 'fit' \(ONNX's are stretch, not_larger, not_smaller\)",
+        ),
+        (
+            resize_model(
+                19,
+                {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"},
+                sizes=[2, 3, 4, 4],
+                roi=[0, 0, 1, 1],
+            ),
+            r"Resize with a region of interest of 4 values for 4 axes \(it takes 2 per axis\)",
+        ),
     ],
-    ids=["both", "dynamic-height", "antialias-nearest", "crop-without-roi", "zero-scale", "too-few", "area", "empty"],
+    ids=[
+        "both",
+        "dynamic-height",
+        "antialias-nearest",
+        "crop-without-roi",
+        "zero-scale",
+        "too-few",
+        "area",
+        "empty",
+        "coordinates",
+        "rounding",
+        "policy",
+        "roi-length",
+    ],
 )
 def test_a_resize_cellgraph_cannot_build_is_refused_with_its_reason(model: onnx.ModelProto, words: str) -> None:
     with pytest.raises(OnnxError, match=words):
