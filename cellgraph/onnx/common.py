@@ -65,6 +65,15 @@ class OnnxError(ExportError):
     """A model cannot cross to or from ONNX: names the op, the node and (importing) the opset."""
 
 
+# ONNX's float element types: TensorProto.FLOAT, DOUBLE, FLOAT16, BFLOAT16.
+FLOAT_CODES = (1, 11, 10, 16)
+
+
+def as_text(value: Any) -> str:
+    """A STRING attribute's value as ``str`` (ONNX gives bytes)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def onnx_code(array: np.ndarray) -> int | None:
     """The ONNX data type of a NumPy array, or None for one ONNX has no type for."""
     import onnx

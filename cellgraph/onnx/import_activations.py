@@ -31,7 +31,7 @@ from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import activations as act
 from cellgraph.dataflow.ops import math_unary as mu
 
-from .common import ImportRow
+from .common import FLOAT_CODES, ImportRow
 from .import_wrappers import in_float32
 
 if TYPE_CHECKING:
@@ -74,17 +74,13 @@ def _shrink(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 def _floats_only(op: str) -> object:
     def check(n: NodeInfo) -> str | None:
-        value = n.types.get(n.inputs[0])
-        code = value.tensor_type.elem_type if value is not None and value.HasField("tensor_type") else 0
+        code = n.elem_type(0)
         if code and code not in FLOAT_CODES:
             return f"{op} of {n.dtype_name(code)} (cellgraph imports it for floats)"
         return None
 
     return check
 
-
-# ONNX's float element types (TensorProto.FLOAT, DOUBLE, FLOAT16, BFLOAT16).
-FLOAT_CODES = (1, 11, 10, 16)
 
 ACTIVATIONS: dict[str, ImportRow] = {
     "PRelu":           ImportRow(in_float32(_prelu), check=_check_prelu, since=7),

@@ -122,8 +122,7 @@ def _scatter_nd(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 
 def _reduction(n: NodeInfo) -> str:
-    reduction = n.attrs["reduction"]
-    return reduction.decode() if isinstance(reduction, bytes) else str(reduction)
+    return n.text("reduction")
 
 
 def _check_scatter_nd(n: NodeInfo) -> str | None:

@@ -38,7 +38,7 @@ from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import logic
 from cellgraph.dataflow.ops import math_unary as mu
 
-from .common import COMPUTE_DTYPE, READ_DTYPE, READ_ONLY, ImportRow, onnx_code
+from .common import COMPUTE_DTYPE, READ_DTYPE, READ_ONLY, ImportRow
 
 if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
@@ -120,12 +120,7 @@ def _to(n: NodeInfo) -> int | None:
     """Cast's target type: a TensorProto code, or (Cast-1) its name as a string ("FLOAT"); CastLike's is its second
     input's type (its values are not read)."""
     if n.op == "CastLike":
-        like = n.inputs[1]
-        if like in n.known:
-            return onnx_code(n.known[like])
-        value = n.types.get(like)
-        code = int(value.tensor_type.elem_type) if value is not None and value.HasField("tensor_type") else 0
-        return code or None  # 0: UNDEFINED
+        return n.elem_type(1)
     to = n.attrs["to"]
     if isinstance(to, bytes | str):
         name = to.decode() if isinstance(to, bytes) else to

@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 REDUCTIONS = ("none", "sum", "mean")
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _nll(n: NodeInfo, scores: Tensor, target: Tensor, weight: Tensor | None) -> Tensor:
     """The loss of log-probabilities ``scores`` (N, C, d...) at ``target`` (N, d...), as the node's attributes say."""
     target = cg.cast(target, "int64")
@@ -57,7 +53,7 @@ def _nll(n: NodeInfo, scores: Tensor, target: Tensor, weight: Tensor | None) -> 
     if ignore is not None:
         w = cg.where(kept, w, cg.zeros_like(w))
     losses = -picked * w
-    reduction = _text(n.attrs["reduction"])
+    reduction = n.text("reduction")
     if reduction == "none":
         return losses
     total = cg.reduce_sum(losses)
@@ -84,7 +80,7 @@ def _softmax_cross_entropy(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 
 def _check_loss(n: NodeInfo) -> str | None:
-    reduction = _text(n.attrs["reduction"])
+    reduction = n.text("reduction")
     if reduction not in REDUCTIONS:
         return f"{n.op} with reduction {reduction!r} (ONNX's are {', '.join(REDUCTIONS)})"
     shape = n.shape(0)

@@ -108,7 +108,7 @@ def _check_top_k(n: NodeInfo) -> str | None:
 def _einsum_equation(n: NodeInfo) -> str:
     """Einsum's equation with ``...`` spelled out as letters of its own (the ranks are known at import): the
     broadcast dims, aligned from the right, as NumPy and ONNX align them; an output left implicit made explicit."""
-    equation = _text(n.attrs["equation"]).replace(" ", "")
+    equation = n.text("equation").replace(" ", "")
     lhs, arrow, out = equation.partition("->")
     terms = lhs.split(",")
     free = [c for c in string.ascii_letters if c not in equation]
@@ -131,10 +131,6 @@ def _einsum_equation(n: NodeInfo) -> str:
     return ",".join(terms) + "->" + out.replace("...", spelled)
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _einsum(b: Builder, n: NodeInfo) -> list[Tensor]:
     return [cg.einsum(_einsum_equation(n), *b.ins(n))]
 
@@ -149,15 +145,13 @@ def _check_einsum(n: NodeInfo) -> str | None:
     for i, term in enumerate(terms):
         shape = n.shape(i)
         if shape is None or len(shape) != len(term):
-            return (
-                f"Einsum {_text(n.attrs['equation'])!r}: operand {i} has rank {None if shape is None else len(shape)}"
-            )
+            return f"Einsum {n.text('equation')!r}: operand {i} has rank {None if shape is None else len(shape)}"
         for label, size in zip(term, shape, strict=True):
             if term.count(label) > 1:
-                return f"Einsum {_text(n.attrs['equation'])!r}: a label repeats in operand {i} (a diagonal or trace)"
+                return f"Einsum {n.text('equation')!r}: a label repeats in operand {i} (a diagonal or trace)"
             seen = sizes.setdefault(label, size)
             if seen is not None and size is not None and seen != size:
-                return f"Einsum {_text(n.attrs['equation'])!r}: sizes {seen} and {size} of one axis (broadcast dims)"
+                return f"Einsum {n.text('equation')!r}: sizes {seen} and {size} of one axis (broadcast dims)"
     return None
 
 

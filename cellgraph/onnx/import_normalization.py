@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
 
 
-def _per_channel(t: Tensor, rank: int) -> Tensor:
+def per_channel(t: Tensor, rank: int) -> Tensor:
     """A (C,) parameter shaped to broadcast over NC... (channels on axis 1)."""
     return cg.reshape(t, (-1, *([1] * (rank - 2))))
 
@@ -49,15 +49,15 @@ def _batch_norm(b: Builder, n: NodeInfo) -> list[Tensor]:
     rank = len(x.shape)
     eps = float(n.attrs["epsilon"])
     if not n.attrs["training_mode"]:
-        factor = _per_channel(scale, rank) / cg.sqrt(_per_channel(var, rank) + eps)
-        return [(x - _per_channel(mean, rank)) * factor + _per_channel(bias, rank)]
+        factor = per_channel(scale, rank) / cg.sqrt(per_channel(var, rank) + eps)
+        return [(x - per_channel(mean, rank)) * factor + per_channel(bias, rank)]
     # Training mode: the batch's own statistics (population variance) normalize, and the
     # running values move toward them by (1 - momentum).
     axes = (0, *range(2, rank))
     batch_mean = cg.reduce_mean(x, axis=axes, keepdims=True)
     centered = x - batch_mean
     batch_var = cg.reduce_mean(centered * centered, axis=axes, keepdims=True)
-    y = centered * (_per_channel(scale, rank) / cg.sqrt(batch_var + eps)) + _per_channel(bias, rank)
+    y = centered * (per_channel(scale, rank) / cg.sqrt(batch_var + eps)) + per_channel(bias, rank)
     momentum = float(n.attrs["momentum"])
     flat_mean, flat_var = cg.reshape(batch_mean, (-1,)), cg.reshape(batch_var, (-1,))
     return [y, mean * momentum + flat_mean * (1.0 - momentum), var * momentum + flat_var * (1.0 - momentum)]

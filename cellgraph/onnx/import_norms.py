@@ -31,6 +31,7 @@ import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
 
 from .common import ImportRow
+from .import_normalization import per_channel
 from .import_wrappers import in_float32
 
 if TYPE_CHECKING:
@@ -43,16 +44,11 @@ def _normalized(x: Tensor, axes: tuple[int, ...], epsilon: float) -> Tensor:
     return centered / cg.sqrt(cg.reduce_mean(centered * centered, axis=axes, keepdims=True) + epsilon)
 
 
-def _channels(t: Tensor, rank: int) -> Tensor:
-    """A (C,) parameter shaped to broadcast over NC... (channels on axis 1)."""
-    return cg.reshape(t, (-1, *([1] * (rank - 2))))
-
-
 def _instance_norm(b: Builder, n: NodeInfo) -> list[Tensor]:
     x, scale, bias = b.ins(n, 3)
     rank = len(x.shape)
     y = _normalized(x, tuple(range(2, rank)), float(n.attrs["epsilon"]))
-    return [y * _channels(scale, rank) + _channels(bias, rank)]
+    return [y * per_channel(scale, rank) + per_channel(bias, rank)]
 
 
 def _group_norm(b: Builder, n: NodeInfo) -> list[Tensor]:
@@ -67,7 +63,7 @@ def _group_norm(b: Builder, n: NodeInfo) -> list[Tensor]:
         return [cg.reshape(y, (-1, channels, *spatial))]
     rank = len(shape)
     y = cg.reshape(y, (-1, channels, *spatial))
-    return [y * _channels(scale, rank) + _channels(bias, rank)]
+    return [y * per_channel(scale, rank) + per_channel(bias, rank)]
 
 
 def _check_group_norm(n: NodeInfo) -> str | None:

@@ -305,8 +305,7 @@ def _pad(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 
 def _mode(n: NodeInfo) -> str:
-    mode = n.attrs["mode"]
-    return mode.decode() if isinstance(mode, bytes) else str(mode)
+    return n.text("mode")
 
 
 def _check_pad(n: NodeInfo) -> str | None:
@@ -444,8 +443,7 @@ def _hard_swish(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 
 def _gelu(b: Builder, n: NodeInfo) -> list[Tensor]:
-    approximate = n.attrs["approximate"]
-    approximate = approximate.decode() if isinstance(approximate, bytes) else str(approximate)
+    approximate = n.text("approximate")
     return [act.gelu(b.ins(n)[0], approximate=approximate == "tanh")]
 
 

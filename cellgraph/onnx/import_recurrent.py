@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
 
-from .common import Build, Check, ImportRow
+from .common import Build, Check, ImportRow, as_text
 from .import_wrappers import in_float32
 
 if TYPE_CHECKING:
@@ -47,8 +47,7 @@ DEFAULT_ACTIVATIONS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Si
 
 
 def _direction(n: NodeInfo) -> str:
-    value = n.attrs["direction"]
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return n.text("direction")
 
 
 def _directions(n: NodeInfo) -> list[str]:
@@ -162,7 +161,7 @@ def _check(kind: str) -> Check:
             return f"{kind} with direction {_direction(n)!r}"
         activations = n.attrs["activations"]
         if activations is not None:
-            names = [a.decode() if isinstance(a, bytes) else str(a) for a in activations]
+            names = [as_text(a) for a in activations]
             if names != DEFAULT_ACTIVATIONS[kind] * len(_directions(n)):
                 return f"{kind} with activations {names} (cellgraph imports the defaults, {DEFAULT_ACTIVATIONS[kind]})"
         for attr in ("activation_alpha", "activation_beta", "clip"):

@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import helper
 
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops.resize import resample_axis
 from cellgraph.dataflow.ops.resize_taps import COORDINATES, MODES, NEAREST_MODES, Taps, axis_taps
 
-from .common import ImportRow
+from .common import FLOAT_CODES, ImportRow
 from .import_symbolic import Dim
 from .import_wrappers import in_float32
 
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from .importer import Builder, NodeInfo
 
 POLICIES = ("stretch", "not_larger", "not_smaller")
-FLOAT_CODES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
 @dataclass(frozen=True)
@@ -62,10 +61,6 @@ class AxisPlan:
     out: int
     scale: float
     roi: tuple[float, float]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _legacy(n: NodeInfo) -> bool:
@@ -101,7 +96,7 @@ def _plan(n: NodeInfo) -> list[AxisPlan] | str:
         return f"Resize with {len(given)} {'scales' if scales is not None else 'sizes'} for {len(axes)} axes"
     if scales is not None and not np.all(scales > 0):
         return f"Resize by scales {scales.tolist()}: every scale must be above 0"
-    policy = _text(n.attrs.get("keep_aspect_ratio_policy", "stretch"))
+    policy = n.text("keep_aspect_ratio_policy", "stretch")
     if policy not in POLICIES:
         return f"keep_aspect_ratio_policy {policy!r} (ONNX's are {', '.join(POLICIES)})"
     regions = [(0.0, 1.0)] * len(axes)
@@ -111,7 +106,7 @@ def _plan(n: NodeInfo) -> list[AxisPlan] | str:
         regions = [(float(roi[i]), float(roi[len(axes) + i])) for i in range(len(axes))]
     # An axis kept as it is (scale 1, or a size that is the input's own run-time dim: -1 from _partial_sizes)
     # is left out, so a dynamic batch may pass; crops and tf_half_pixel_for_nn move even such an axis.
-    coordinate = "asymmetric" if _legacy(n) else _text(n.attrs["coordinate_transformation_mode"])
+    coordinate = "asymmetric" if _legacy(n) else n.text("coordinate_transformation_mode")
     moving = coordinate in ("tf_crop_and_resize", "tf_half_pixel_for_nn")
     kept = [
         not moving and (float(given[k]) == 1.0 if scales is not None else int(given[k]) in (-1, shape[a]))
@@ -165,7 +160,7 @@ def _partial_sizes(node: onnx.NodeProto, position: int, value: np.ndarray) -> np
 
 
 def _taps(n: NodeInfo, plan: AxisPlan) -> Taps:
-    mode = _text(n.attrs["mode"])
+    mode = n.text("mode")
     if _legacy(n):
         # ONNX Runtime's rounding for the versions without nearest_mode: up when downsampling, else down.
         rounding = "ceil" if plan.scale < 1 else "floor"
@@ -175,8 +170,8 @@ def _taps(n: NodeInfo, plan: AxisPlan) -> Taps:
         plan.out,
         plan.scale,
         mode=mode,
-        coordinate=_text(n.attrs["coordinate_transformation_mode"]),
-        nearest_mode=_text(n.attrs["nearest_mode"]),
+        coordinate=n.text("coordinate_transformation_mode"),
+        nearest_mode=n.text("nearest_mode"),
         cubic_a=float(n.attrs["cubic_coeff_a"]),
         exclude_outside=bool(n.attrs["exclude_outside"]),
         antialias=bool(n.attrs.get("antialias", 0)),
@@ -205,15 +200,15 @@ def _build_resize(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 
 def _check_resize(n: NodeInfo) -> str | None:
-    mode = _text(n.attrs["mode"])
+    mode = n.text("mode")
     if mode not in MODES:
         return f"Resize mode {mode!r} (ONNX's are {', '.join(MODES)})"
     if not _legacy(n):
-        coordinate = _text(n.attrs["coordinate_transformation_mode"])
+        coordinate = n.text("coordinate_transformation_mode")
         if coordinate not in COORDINATES:
             return f"coordinate_transformation_mode {coordinate!r}"
-        if _text(n.attrs["nearest_mode"]) not in NEAREST_MODES:
-            return f"nearest_mode {_text(n.attrs['nearest_mode'])!r} (ONNX's are {', '.join(NEAREST_MODES)})"
+        if n.text("nearest_mode") not in NEAREST_MODES:
+            return f"nearest_mode {n.text('nearest_mode')!r} (ONNX's are {', '.join(NEAREST_MODES)})"
         if n.attrs.get("antialias") and mode == "nearest":
             return "Resize with antialias in nearest mode (antialias is for linear and cubic)"
         if coordinate == "tf_crop_and_resize" and _inputs(n)[0] is None:
@@ -222,8 +217,7 @@ def _check_resize(n: NodeInfo) -> str | None:
     if isinstance(plans, str):
         return plans
     if mode != "nearest":
-        value = n.types.get(n.inputs[0])
-        code = value.tensor_type.elem_type if value is not None and value.HasField("tensor_type") else None
+        code = n.elem_type(0)
         if code not in FLOAT_CODES:  # weights of an integer tensor would be cast to 0 and 1
             name = np.dtype(helper.tensor_dtype_to_np_dtype(code)).name if code else n.dtype_name(code)
             return f"{mode} Resize of {name} (cellgraph resamples floats this way; nearest takes any dtype)"

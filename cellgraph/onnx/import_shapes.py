@@ -93,8 +93,7 @@ def _trilu(b: Builder, n: NodeInfo) -> list[Tensor]:
 
 # --------------------------------------------------- SpaceToDepth, DepthToSpace
 def _mode(n: NodeInfo) -> str:
-    mode = n.attrs["mode"]
-    return mode.decode() if isinstance(mode, bytes) else str(mode)
+    return n.text("mode")
 
 
 def _space_to_depth(b: Builder, n: NodeInfo) -> list[Tensor]:

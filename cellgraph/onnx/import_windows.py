@@ -44,8 +44,7 @@ Pair = tuple[int, int]
 
 
 def _auto_pad(n: NodeInfo) -> str:
-    value = n.attrs["auto_pad"]
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return n.text("auto_pad")
 
 
 def _one_d(n: NodeInfo) -> bool:
@@ -416,11 +415,13 @@ def _sliced_pool(n: NodeInfo, x: Tensor) -> Tensor:
         for size, b, a, k, d, s in zip(sizes, before, after, kernel, dilations, strides, strict=True)
     ]
     total: Tensor | None = None
-    real = np.pad(np.ones(sizes), list(zip(before, after, strict=True)))
+    # What a window's mean divides by: the pixels under it, and the stated pads with count_include_pad (ceil
+    # mode's extra pixels past them never count: ONNX Runtime's rule).
     if not is_max and n.attrs["count_include_pad"]:
-        # The stated pads count as pixels; ceil mode's extra ones past them do not (ONNX Runtime's rule).
         stated = [size + b + a for size, b, a in zip(sizes, before, stated_after, strict=True)]
         real = np.pad(np.ones(stated), [(0, e) for e in extra])
+    else:
+        real = np.pad(np.ones(sizes), list(zip(before, after, strict=True)))
     count = np.zeros(outs)
     for offset in np.ndindex(*kernel):
         key = tuple(
@@ -433,6 +434,4 @@ def _sliced_pool(n: NodeInfo, x: Tensor) -> Tensor:
     assert total is not None
     if is_max:
         return total
-    # The mean's divisor: the pixels under each window (and the stated pads, with count_include_pad).
-    divisor = count
-    return total / cg.constant(divisor.astype(np.dtype(x.dtype)))
+    return total / cg.constant(count.astype(np.dtype(x.dtype)))

@@ -48,6 +48,7 @@ from .common import (
     STRING_CODE,
     WIDENED,
     OnnxError,
+    as_text,
     cell_name,
     is_wider,
     onnx_code,
@@ -159,6 +160,21 @@ class NodeInfo:
             return None
         value = self.known[self.inputs[i]]
         return value if shaped else value.reshape(-1)
+
+    def text(self, name: str, default: str = "") -> str:
+        """STRING attribute ``name`` as ``str`` (``default`` when the op's version has no such attribute)."""
+        return as_text(self.attrs[name]) if name in self.attrs else default
+
+    def elem_type(self, i: int) -> int | None:
+        """Input ``i``'s ONNX element type (a TensorProto code): its value's when known, else from shape inference;
+        None when unknown (UNDEFINED too)."""
+        if i >= len(self.inputs) or not self.inputs[i]:
+            return None
+        if self.inputs[i] in self.known:
+            return onnx_code(self.known[self.inputs[i]])
+        t = self.types.get(self.inputs[i])
+        code = int(t.tensor_type.elem_type) if t is not None and t.HasField("tensor_type") else 0
+        return code or None
 
     @property
     def static_output(self) -> np.ndarray | None:
