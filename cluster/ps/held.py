@@ -6,8 +6,8 @@ request frames on a stream and reads the answer; the stream stays open for
 the next step, so a step costs no call setup. A stream that failed is
 dropped and the next step opens a new one.
 
-Every held stream of a process runs on one event loop thread (``StepLoop``,
-grpc.aio): a step is a coroutine handed to it. The stream itself has no
+Every held stream of a process runs on one event loop (``StepLoop``,
+grpc.aio; step_loop.py), run by the thread that waits for a step. The stream itself has no
 deadline (it lives across steps); each step has one: the caller waits for the
 step's result that long, then cancels it.
 
@@ -31,12 +31,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import grpc
 import numpy as np
@@ -49,6 +48,7 @@ from .chunks import MAX_MESSAGE_BYTES, TensorAssembler
 from .config import VariableSpec
 from .frames import Framed, chunk_parts, length_delimited, parse_framed, varint
 from .sharding import Layout
+from .step_loop import LoopTimeout, StepLoop
 
 _HEADER = pb.StepRequest.DESCRIPTOR.fields_by_name["header"].number
 _CHUNKS = pb.StepRequest.DESCRIPTOR.fields_by_name["chunks"].number
@@ -60,7 +60,6 @@ _NONFINITE = pb.StepRequest.DESCRIPTOR.fields_by_name["nonfinite"].number
 ONE_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 # How long closing a client waits for its Step channels to close.
 CLOSE_WAIT_S = 1.0
-T = TypeVar("T")
 
 
 def step_frames(
@@ -148,6 +147,17 @@ class StreamBroken(grpc.RpcError):
         return "the Step stream broke while the step was being sent: the server ended it or went away"
 
 
+class StreamStale(StreamBroken):
+    """A held stream the server had ended before this step began (its idle limit, a restart), found by the
+    step's first write: nothing of the step was sent, so it is safe to send it again on a new stream.
+
+    The loop is run by the thread that steps (step_loop.py), so the end of a stream between steps is seen
+    only when the next step writes, not as it happens."""
+
+    def details(self) -> str:
+        return "the held Step stream had been ended by the server before this step: nothing of it was sent"
+
+
 # What gRPC's asyncio client says of a write on a stream that Core had closed (grpc/aio/_call.py, set_internal_error).
 CORE_WRITE_FAILURE = "Internal error from Core"
 
@@ -171,56 +181,12 @@ class StepCancelled(Exception):
     """A step cancelled from outside (another shard of the same call failed)."""
 
 
-class StepLoop:
-    """The process's one event loop thread, on which every held Step stream of the process runs (grpc.aio).
-
-    A synchronous stream would need a thread of its own per stream to send
-    (gRPC's request iterator): a process with many replica threads (the
-    fan-in benchmark runs 256) spent its time switching between them. Here a
-    step is a coroutine handed to the loop; the caller waits for its result
-    with the step's deadline and cancels it when the deadline passes.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pid = -1
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def get(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._pid != os.getpid() or self._loop is None:  # a forked child has no loop thread: start its own
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="cellgraph-psclient-steps", daemon=True).start()
-                self._pid, self._loop = os.getpid(), loop
-            return self._loop
-
-    def run(self, coroutine: Coroutine[Any, Any, T], seconds: float, scope: Any = None) -> T:
-        """Run ``coroutine`` on the loop; its result, or StepTimeout after ``seconds`` (the step is cancelled).
-
-        ``scope`` (a client fan-out) may cancel the step from another thread:
-        then StepCancelled.
-        """
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.get())
-        if scope is not None:
-            scope.track(future)
-        try:
-            return future.result(seconds)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise StepTimeout() from None
-        except concurrent.futures.CancelledError:
-            raise StepCancelled() from None
-        finally:
-            if scope is not None:
-                scope.untrack(future)
-
-
 STEP_LOOP = StepLoop()
 
 
 def put_threadsafe(queue: asyncio.Queue[Any], item: Any) -> None:
     """Put ``item`` on ``queue``, a queue of the step loop, from any thread."""
-    STEP_LOOP.get().call_soon_threadsafe(queue.put_nowait, item)
+    STEP_LOOP.soon(queue.put_nowait, item)
 
 
 class HeldStream:
@@ -238,7 +204,12 @@ class HeldStream:
         """Send one step's frames (made on the loop thread as each is sent) and hand each message of its answer
         to ``on_answer`` (on the loop thread)."""
         self.broken = True  # until the step's answer is read through
-        STEP_LOOP.run(self._exchange(_FrameSource(frames), on_answer, []), seconds, scope)
+        try:
+            STEP_LOOP.run(self._exchange(_FrameSource(frames), on_answer, []), seconds, scope)
+        except LoopTimeout:
+            raise StepTimeout() from None
+        except concurrent.futures.CancelledError:
+            raise StepCancelled() from None
         self.broken = False
 
     def start_streamed(
@@ -250,7 +221,7 @@ class HeldStream:
         """Start a step whose frames arrive over time (``frames``: (frame, is_last), put from any thread with
         ``put_threadsafe``); each write's start time goes to ``sent``. The future ends with the answer."""
         self.broken = True  # until the answer is read through (the caller sets it back)
-        return asyncio.run_coroutine_threadsafe(self._exchange(frames, on_answer, sent), STEP_LOOP.get())
+        return STEP_LOOP.submit(self._exchange(frames, on_answer, sent))
 
     async def _exchange(
         self,
@@ -259,21 +230,26 @@ class HeldStream:
         sent: list[float],
     ) -> None:
         """Write the step's frames as they come (the last one marked), then read its answer to the end."""
+        reused = self.call is not None
         if self.call is None:
             self.call = self.pool.method()(metadata=self.metadata)
         call = self.call
         try:
+            first = True
             while True:
                 frame, last = await frames.get()
                 sent.append(time.monotonic())
                 try:
                     await call.write(frame)
                 except asyncio.InvalidStateError:  # the server ended the stream between steps: say why
+                    if first and reused:
+                        raise StreamStale() from None
                     raise StreamFinished(await call.code(), await call.details() or "") from None
                 except grpc.aio.AioRpcError as err:
                     if err.code() == grpc.StatusCode.INTERNAL and err.details() == CORE_WRITE_FAILURE:
-                        raise StreamBroken() from None
+                        raise StreamStale() if first and reused else StreamBroken() from None
                     raise
+                first = False
                 if last:
                     break
             while True:
@@ -290,7 +266,7 @@ class HeldStream:
     def close(self) -> None:
         call, self.call = self.call, None
         if call is not None:
-            STEP_LOOP.get().call_soon_threadsafe(call.cancel)
+            STEP_LOOP.soon(call.cancel)
 
 
 class StreamPool:
@@ -316,9 +292,10 @@ class StreamPool:
             )
         return self._method
 
-    def take(self, metadata: Any) -> HeldStream:
+    def take(self, metadata: Any, new: bool = False) -> HeldStream:
+        """An idle held stream (``new``: a stream not opened yet, whatever is idle)."""
         with self._lock:
-            if self._idle:
+            if self._idle and not new:
                 return self._idle.pop()
         return HeldStream(self, metadata)
 
@@ -337,9 +314,8 @@ class StreamPool:
             stream.close()
         channel, self._channel, self._method = self._channel, None, None
         if channel is not None:
-            closing = asyncio.run_coroutine_threadsafe(channel.close(), STEP_LOOP.get())
-            with contextlib.suppress(concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
-                closing.result(CLOSE_WAIT_S)
+            with contextlib.suppress(LoopTimeout, concurrent.futures.CancelledError):
+                STEP_LOOP.run(channel.close(), CLOSE_WAIT_S)
 
 
 class PullPlan:

@@ -60,6 +60,7 @@ from .held import (
     _HEADER,
     _MORE,
     ONE_MESSAGE_BYTES,
+    STEP_LOOP,
     HeldStream,
     PullPlan,
     ShardReceiver,
@@ -312,7 +313,8 @@ class StreamedStep:
     def _wait(self, shard: int, send: _ShardSend, deadline: float) -> None:
         assert send.future is not None
         try:
-            send.future.result(max(0.001, deadline - time.monotonic()))
+            STEP_LOOP.wait(send.future, max(0.001, deadline - time.monotonic()))  # runs the loop if nobody does
+            send.future.result(0)
             send.stream.broken = False
         except concurrent.futures.TimeoutError:
             send.future.cancel()

@@ -60,13 +60,9 @@ def test_a_held_stream_idle_between_steps_is_ended_and_the_client_opens_another(
     client.register(0)
     client.push({"w": np.ones(4, F32)}, step=0, replica_id=0)
     time.sleep(1.0)  # longer than held_idle_s: the server ends the stream while the replica "computes"
-    # The next step finds its stream ended: the client reports it or retries on a new stream; the step is not lost.
-    for attempt in range(2):
-        try:
-            client.push({"w": np.ones(4, F32)}, step=1, replica_id=0)
-            break
-        except ParameterServerError as err:
-            assert attempt == 0 and "sent nothing for 0.3 s between steps" in str(err), str(err)
+    # The next step finds its stream ended at its first write: nothing of it was sent, so the client sends it
+    # again on a new stream, even an async push (which it never retries once any of it may have arrived).
+    assert client.push({"w": np.ones(4, F32)}, step=1, replica_id=0).status == "applied"
     assert client.pull().global_step == 2
     assert int(ps.client().stats()[0].calls["Step"]) >= 2
 
