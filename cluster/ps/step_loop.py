@@ -83,7 +83,12 @@ class StepLoop:
         except RuntimeError:
             coroutine.close()  # never to run: no "never awaited" warning on top of the error
             raise
-        future = driven.schedule(coroutine, here=lead)
+        try:
+            future = driven.schedule(coroutine, here=lead)
+        except BaseException:
+            if lead:
+                driven.release()
+            raise
         if scope is not None:
             scope.track(future)
         try:
@@ -211,7 +216,8 @@ class _Driven:
                 return True
             return False
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Free the loop (this thread claimed it): wake the threads that wait to run it, or the background one."""
         with self.changed:
             self.driver = None
             waiting, self.waiting = self.waiting, []
@@ -248,7 +254,7 @@ class _Driven:
                 woken.wait(left)
         finally:
             if lead:  # claimed, and the future was done before this thread ran the loop
-                self._release()
+                self.release()
 
     def _lead(self, future: concurrent.futures.Future[Any], deadline: float) -> None:
         """Run the loop on this thread until ``future`` is done or ``deadline`` passes, then free it."""
@@ -271,7 +277,7 @@ class _Driven:
             finally:
                 timer.cancel()
         finally:
-            self._release()
+            self.release()
         if interrupted:
             handler, frame = interrupted[0]
             try:
@@ -290,7 +296,7 @@ class _Driven:
             try:
                 self.loop.run_forever()  # stopped when the last live work ends
             finally:
-                self._release()
+                self.release()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
