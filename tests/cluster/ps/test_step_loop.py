@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -181,3 +183,33 @@ def test_waiting_for_work_already_done_leaves_the_loop_free_for_the_next_step() 
     worker.start()
     worker.join(DEADLINE_S)
     assert ran_on == [worker.ident]
+
+
+SERVER_BESIDE_AN_IDLE_STEP_LOOP = """
+from cellgraph.cluster.ps import create_server, new_token
+from cellgraph.cluster.ps.held import STEP_LOOP
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+async def first_aio_use():  # the step loop is the first loop of this process to use grpc.aio
+    channel = grpc.aio.insecure_channel("127.0.0.1:1")
+    await channel.close()
+
+STEP_LOOP.run(first_aio_use(), 5.0)
+server, port = create_server("127.0.0.1:0", token=new_token())
+with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    statuses = [health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5.0).status
+                for _ in range(20)]  # nobody runs the step loop meanwhile
+print("statuses", sorted(set(statuses)))
+server.stop(None)
+"""
+
+
+def test_a_parameter_server_beside_an_idle_step_loop_answers_without_it() -> None:
+    """gRPC's asyncio layer hands its completions to whichever of its loops runs: a server in a process whose
+    step loop used grpc.aio first (a colocated worker's second job) must not wait for a step to be answered."""
+    done = subprocess.run(
+        [sys.executable, "-c", SERVER_BESIDE_AN_IDLE_STEP_LOOP], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "statuses [1]" in done.stdout  # SERVING, 20 times, each within its 5 s deadline
