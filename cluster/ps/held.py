@@ -201,8 +201,8 @@ class HeldStream:
     def step(
         self, frames: Iterator[bytes], on_answer: Callable[[Framed[pb.StepResponse]], None], seconds: float, scope: Any
     ) -> None:
-        """Send one step's frames (made on the loop thread as each is sent) and hand each message of its answer
-        to ``on_answer`` (on the loop thread)."""
+        """Send one step's frames (made on the step loop as each is sent) and hand each message of its answer
+        to ``on_answer`` (on the step loop: this thread runs it while it waits, unless another one does)."""
         self.broken = True  # until the step's answer is read through
         try:
             STEP_LOOP.run(self._exchange(_FrameSource(frames), on_answer, []), seconds, scope)
@@ -282,7 +282,7 @@ class StreamPool:
         self._closed = False
 
     def method(self) -> Any:
-        """The Step multi-callable of this shard's aio channel (opened now if need be); on the loop thread."""
+        """The Step multi-callable of this shard's aio channel (opened now if need be); on the step loop."""
         if self._method is None:
             self._channel = self._open_channel()
             self._method = self._channel.stream_stream(

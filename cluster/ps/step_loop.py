@@ -41,6 +41,7 @@ import _signal  # type: ignore[import-not-found]
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import os
 import signal
 import threading
@@ -145,18 +146,21 @@ class _Driven:
             if self.driver is None and not here:
                 self.changed.notify_all()  # the background thread runs it unless a caller claimed the loop
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        tasks: list[asyncio.Task[T]] = []
+        tasks: list[asyncio.Task[None]] = []
 
-        def settle(done: asyncio.Task[T]) -> None:  # on the loop
+        async def settled() -> None:  # the future is settled inside the task's last step: no loop pass more
             try:
-                if done.cancelled():
+                try:
+                    result = await coroutine
+                except asyncio.CancelledError:
                     future.cancel()
-                elif future.set_running_or_notify_cancel():  # False: cancelled by its waiter meanwhile
-                    error = done.exception()
-                    if error is not None:
+                    raise
+                except BaseException as error:  # handed to the waiter, who raises it
+                    if future.set_running_or_notify_cancel():  # False: cancelled by its waiter meanwhile
                         future.set_exception(error)
-                    else:
-                        future.set_result(done.result())
+                else:
+                    if future.set_running_or_notify_cancel():
+                        future.set_result(result)
             finally:
                 self._end_live()
 
@@ -165,9 +169,7 @@ class _Driven:
                 coroutine.close()
                 self._end_live()
                 return
-            task = self.loop.create_task(coroutine)
-            tasks.append(task)
-            task.add_done_callback(settle)
+            tasks.append(self.loop.create_task(settled()))
 
         def cancel_task(done: concurrent.futures.Future[T]) -> None:  # on any thread
             if done.cancelled():
@@ -229,8 +231,7 @@ class _Driven:
     def wait(self, future: concurrent.futures.Future[Any], deadline: float, lead: bool) -> None:
         """Until ``future`` is done or ``deadline`` passes: lead when the loop is free, else sleep."""
         can_lead = lead or _running_loop() is None
-        woken = threading.Event()
-        future.add_done_callback(lambda _: woken.set())
+        woken: threading.Event | None = None  # made only if this thread has to sleep (a leader never does)
         try:
             while not future.done():
                 if lead:
@@ -246,6 +247,9 @@ class _Driven:
                     if can_lead and self.driver is None:
                         self.driver, lead = threading.get_ident(), True
                         continue
+                    if woken is None:
+                        woken = threading.Event()
+                        future.add_done_callback(functools.partial(_set, woken))
                     woken.clear()
                     if future.done():  # done between the check and the clear: its callback's set was cleared
                         return
@@ -297,6 +301,10 @@ class _Driven:
                 self.loop.run_forever()  # stopped when the last live work ends
             finally:
                 self.release()
+
+
+def _set(event: threading.Event, _: object) -> None:
+    event.set()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -3,7 +3,7 @@
 ``ParameterClient.start_step`` returns a ``StreamedStep``. The replica hands
 it each gradient the moment the executor has computed it (``push``); the step
 packs gradients into messages of about ``FLUSH_BYTES`` and sends each on its
-shard's held Step stream at once, from the step loop's thread, while the
+shard's held Step stream at once, from the step loop's background thread, while the
 replica's thread goes on computing. ``finish`` sends the last message of each
 shard (the pull after the push) and waits for the answers; or, in two
 halves, ``send_last`` and then ``result``: between them the replica starts
