@@ -54,7 +54,7 @@ from .chunks import MAX_CHUNK_BYTES
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
 from .fanout import CANCEL_WAIT_S, FAN_OUT, Cancellable, Cancelled, FanOut, current_fan_out
 from .frames import Framed, serialize, tensor_chunk_frames
-from .held import PullPlan, StepCancelled, StreamPool, StreamStale, rows, step_frames
+from .held import PullPlan, StepCancelled, StreamPool, rows, step_frames
 from .malloc import tune_malloc
 from .messages import (
     optimizer_from_proto,
@@ -463,16 +463,10 @@ class ParameterClient:
         def call(
             stub: pb_grpc.ParameterServiceStub, left: float
         ) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
-            try:
-                return attempt(left, new=False)
-            except StreamStale:  # nothing of the step was sent: send it again, on a stream opened for it
-                return attempt(left, new=True)
-
-        def attempt(left: float, new: bool) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
             # The server gives up on a step a little before the caller does, to say whom it waited for.
             frames = step_frames(pieces, header, request, 0.9 * left, self.max_chunk_bytes, nonfinite)
             pool = self._pools[shard]
-            stream = pool.take(self._metadata, new=new)
+            stream = pool.take(self._metadata)
             receiver = plan.receiver(shard) if plan is not None and request is not None else None
             answered: list[pb.PushResponse] = []
 

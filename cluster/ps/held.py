@@ -147,17 +147,6 @@ class StreamBroken(grpc.RpcError):
         return "the Step stream broke while the step was being sent: the server ended it or went away"
 
 
-class StreamStale(StreamBroken):
-    """A held stream the server had ended before this step began (its idle limit, a restart), found by the
-    step's first write: nothing of the step was sent, so it is safe to send it again on a new stream.
-
-    The loop is run by the thread that steps (step_loop.py), so the end of a stream between steps is seen
-    only when the next step writes, not as it happens."""
-
-    def details(self) -> str:
-        return "the held Step stream had been ended by the server before this step: nothing of it was sent"
-
-
 # What gRPC's asyncio client says of a write on a stream that Core had closed (grpc/aio/_call.py, set_internal_error).
 CORE_WRITE_FAILURE = "Internal error from Core"
 
@@ -179,6 +168,19 @@ class StreamFinished(grpc.RpcError):
 
 class StepCancelled(Exception):
     """A step cancelled from outside (another shard of the same call failed)."""
+
+
+async def _write(call: Any, frame: bytes) -> None:
+    """Write one frame on a Step stream; a stream already ended raises StreamFinished (the server's status) or
+    StreamBroken (Core's INTERNAL in place of it)."""
+    try:
+        await call.write(frame)
+    except asyncio.InvalidStateError:  # the server ended the stream between steps: say why
+        raise StreamFinished(await call.code(), await call.details() or "") from None
+    except grpc.aio.AioRpcError as err:
+        if err.code() == grpc.StatusCode.INTERNAL and err.details() == CORE_WRITE_FAILURE:
+            raise StreamBroken() from None
+        raise
 
 
 STEP_LOOP = StepLoop()
@@ -229,7 +231,13 @@ class HeldStream:
         on_answer: Callable[[Framed[pb.StepResponse]], None],
         sent: list[float],
     ) -> None:
-        """Write the step's frames as they come (the last one marked), then read its answer to the end."""
+        """Write the step's frames as they come (the last one marked), then read its answer to the end.
+
+        A held stream the server ended between steps (its idle limit, a
+        restart) is found by the step's first write, since nobody runs the
+        step loop between steps: nothing of the step was sent then, so the
+        frame goes again on a new stream, whatever the step (an async push
+        included)."""
         reused = self.call is not None
         if self.call is None:
             self.call = self.pool.method()(metadata=self.metadata)
@@ -240,15 +248,13 @@ class HeldStream:
                 frame, last = await frames.get()
                 sent.append(time.monotonic())
                 try:
-                    await call.write(frame)
-                except asyncio.InvalidStateError:  # the server ended the stream between steps: say why
-                    if first and reused:
-                        raise StreamStale() from None
-                    raise StreamFinished(await call.code(), await call.details() or "") from None
-                except grpc.aio.AioRpcError as err:
-                    if err.code() == grpc.StatusCode.INTERNAL and err.details() == CORE_WRITE_FAILURE:
-                        raise StreamStale() if first and reused else StreamBroken() from None
-                    raise
+                    await _write(call, frame)
+                except (StreamFinished, StreamBroken):
+                    if not (first and reused):
+                        raise
+                    call.cancel()
+                    call = self.call = self.pool.method()(metadata=self.metadata)
+                    await _write(call, frame)
                 first = False
                 if last:
                     break
@@ -292,10 +298,9 @@ class StreamPool:
             )
         return self._method
 
-    def take(self, metadata: Any, new: bool = False) -> HeldStream:
-        """An idle held stream (``new``: a stream not opened yet, whatever is idle)."""
+    def take(self, metadata: Any) -> HeldStream:
         with self._lock:
-            if self._idle and not new:
+            if self._idle:
                 return self._idle.pop()
         return HeldStream(self, metadata)
 

@@ -67,6 +67,22 @@ def test_a_held_stream_idle_between_steps_is_ended_and_the_client_opens_another(
     assert int(ps.client().stats()[0].calls["Step"]) >= 2
 
 
+def test_a_streamed_step_on_a_held_stream_ended_while_idle_goes_on_a_new_stream(ps: Servers) -> None:
+    ps.start(1, held_idle_s=0.3)
+    client = ps.client()
+    client.init("idle-streamed", {"w": np.zeros(4, F32)}, OptimizerConfig("sgd", 1.0))
+    client.register(0)
+    first = client.start_step(step=0, replica_id=0)
+    first.push("w", np.ones(4, F32))
+    assert first.finish().pushed.status == "applied"
+    time.sleep(1.0)  # the server ends the idle stream; nobody runs the step loop meanwhile
+    second = client.start_step(step=1, replica_id=0)
+    second.push("w", np.ones(4, F32))
+    result = second.finish()
+    assert result.pushed.status == "applied"
+    np.testing.assert_array_equal(result.pulled.values["w"], -2 * np.ones(4, F32))
+
+
 def test_a_refused_step_ends_its_stream_and_the_next_step_opens_a_new_one(ps: Servers) -> None:
     ps.start(1)
     client = ps.client()
