@@ -143,10 +143,7 @@ class _Driven:
         The work stays live until its future is settled, so that the background
         thread never stops between the task's end and its result.
         """
-        with self.changed:
-            self.live += 1
-            if self.driver is None and not here:
-                self.changed.notify_all()  # the background thread runs it unless a caller claimed the loop
+        self._add_live(wake=not here)
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
         tasks: list[asyncio.Task[None]] = []
 
@@ -194,10 +191,12 @@ class _Driven:
         self._add_live()
         self.loop.call_soon_threadsafe(call)
 
-    def _add_live(self) -> None:
+    def _add_live(self, wake: bool = True) -> None:
+        """One more piece of live work; ``wake``: the background thread runs it unless a caller claimed the loop
+        (False: this thread claimed it and runs it)."""
         with self.changed:
             self.live += 1
-            if self.driver is None:
+            if wake and self.driver is None:
                 self.changed.notify_all()  # the background thread runs it unless a caller claimed the loop
 
     def _end_live(self) -> None:  # on the loop

@@ -24,6 +24,15 @@ async def where_run(pause: float = 0.0) -> int:
     return threading.get_ident()
 
 
+async def sleep_until_cancelled(cancelled: threading.Event) -> None:
+    """A step that never ends by itself; ``cancelled`` is set when it is cancelled."""
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
 def leads_again(loop: StepLoop) -> bool:
     """Whether a step of this thread is run by this thread again once the loop's leftover work is done (until
     then the background thread may still be running the loop, and runs the step for it)."""
@@ -80,17 +89,9 @@ def test_many_threads_stepping_at_once_all_finish_with_their_own_results() -> No
 def test_a_step_past_its_deadline_is_cancelled_even_though_nobody_waits_any_more() -> None:
     loop = StepLoop()
     cancelled = threading.Event()
-
-    async def never_ends() -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
     started = time.monotonic()
     with pytest.raises(LoopTimeout, match=r"not done within 0.2 s \(cancelled\)"):
-        loop.run(never_ends(), 0.2)
+        loop.run(sleep_until_cancelled(cancelled), 0.2)
     assert time.monotonic() - started < DEADLINE_S
     assert cancelled.wait(DEADLINE_S), "the background thread did not run the cancellation"
     assert leads_again(loop)
@@ -129,20 +130,12 @@ def test_ctrl_c_while_the_main_thread_runs_the_loop_cancels_the_step_and_keeps_t
     assert threading.current_thread() is threading.main_thread()
     loop = StepLoop()
     cancelled = threading.Event()
-
-    async def long_step() -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
     main = threading.main_thread().ident
     assert main is not None
     threading.Timer(0.1, signal.pthread_kill, (main, signal.SIGINT)).start()
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        loop.run(long_step(), DEADLINE_S)
+        loop.run(sleep_until_cancelled(cancelled), DEADLINE_S)
     assert time.monotonic() - started < DEADLINE_S / 2
     assert cancelled.wait(DEADLINE_S)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own handler is back
