@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
     from cellgraph.dataflow.graph import Tensor
 
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 Build = Callable[["Builder", "NodeInfo"], "list[Tensor]"]
 Check = Callable[["NodeInfo"], "str | None"]

@@ -35,7 +35,8 @@ from .common import FLOAT_CODES, ImportRow
 from .import_wrappers import in_float32
 
 if TYPE_CHECKING:
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 
 def _scalar(value: float, like: Tensor) -> Tensor:

@@ -39,7 +39,8 @@ from cellgraph.dataflow.ops import array_index
 from .common import ImportRow
 
 if TYPE_CHECKING:
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 
 def _tile(b: Builder, n: NodeInfo) -> list[Tensor]:

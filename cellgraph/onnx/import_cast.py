@@ -41,7 +41,8 @@ from cellgraph.dataflow.ops import math_unary as mu
 from .common import COMPUTE_DTYPE, READ_DTYPE, READ_ONLY, ImportRow
 
 if TYPE_CHECKING:
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 
 @dataclass(frozen=True)

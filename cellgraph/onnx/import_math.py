@@ -35,7 +35,8 @@ from .common import ImportRow
 from .import_wrappers import same_shapes_before
 
 if TYPE_CHECKING:
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 
 def _via_float64(fn: Callable[[Tensor, Tensor], Tensor], x: Tensor, y: Tensor) -> Tensor:

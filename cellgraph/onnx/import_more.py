@@ -41,7 +41,8 @@ from .common import ImportRow
 from .import_wrappers import in_float32
 
 if TYPE_CHECKING:
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 
 def _cumsum(b: Builder, n: NodeInfo) -> list[Tensor]:

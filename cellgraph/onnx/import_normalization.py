@@ -36,7 +36,8 @@ from .common import ImportRow
 from .import_wrappers import in_float32, same_shapes_before
 
 if TYPE_CHECKING:
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 
 def per_channel(t: Tensor, rank: int) -> Tensor:

@@ -35,7 +35,8 @@ from .import_normalization import per_channel
 from .import_wrappers import in_float32
 
 if TYPE_CHECKING:
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 
 def _normalized(x: Tensor, axes: tuple[int, ...], epsilon: float) -> Tensor:

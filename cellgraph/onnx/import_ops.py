@@ -52,7 +52,8 @@ from .import_windows import check_avg_pool, check_conv, check_conv_transpose, ch
 from .import_wrappers import check_coerced, coerced_to_2d, in_float32, same_shapes_before
 
 if TYPE_CHECKING:
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 
 # ------------------------------------------------------------------ helpers

@@ -47,7 +47,8 @@ from .import_wrappers import in_float32
 if TYPE_CHECKING:
     import onnx
 
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 POLICIES = ("stretch", "not_larger", "not_smaller")
 

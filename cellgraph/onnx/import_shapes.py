@@ -34,7 +34,8 @@ from .common import ImportRow
 from .import_wrappers import check_coerced, coerced_to_2d
 
 if TYPE_CHECKING:
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 
 def _static_dims(n: NodeInfo, what: str, dims: slice) -> str | None:

@@ -38,7 +38,8 @@ from cellgraph.dataflow.graph import Tensor
 from .common import HALF_FLOATS
 
 if TYPE_CHECKING:
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 Pair = tuple[int, int]
 

@@ -26,7 +26,8 @@ from .common import HALF_FLOATS, Build, Check
 if TYPE_CHECKING:
     from cellgraph.dataflow.graph import Tensor
 
-    from .importer import Builder, NodeInfo
+    from .importer import Builder
+    from .node_info import NodeInfo
 
 
 class _Float32Inputs:
