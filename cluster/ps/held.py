@@ -44,6 +44,7 @@ from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import parameter_service_pb2 as pb
 
 from ..errors import ParameterServerError
+from .aio_layer import keep_grpc_aio_up
 from .chunks import MAX_MESSAGE_BYTES, TensorAssembler
 from .config import VariableSpec
 from .frames import Framed, chunk_parts, length_delimited, parse_framed, varint
@@ -290,6 +291,7 @@ class StreamPool:
     def method(self) -> Any:
         """The Step multi-callable of this shard's aio channel (opened now if need be); on the step loop."""
         if self._method is None:
+            keep_grpc_aio_up()
             self._channel = self._open_channel()
             self._method = self._channel.stream_stream(
                 f"/{self._service}/Step",

@@ -35,6 +35,7 @@ from grpc_health.v1.health import aio as health_aio
 from cellgraph.protos import parameter_service_pb2 as pb
 
 from ..errors import ParameterServerError
+from .aio_layer import keep_grpc_aio_up
 from .auth import AsyncTokenAuthInterceptor, ServerTLS
 from .chunks import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES
 from .door import lenient
@@ -207,6 +208,7 @@ async def _start(
     address: str, servicer: ParameterServicer, auth: AsyncTokenAuthInterceptor | None, tls: ServerTLS | None
 ) -> tuple[grpc.aio.Server, int]:
     """Make, bind and start the aio server, on the loop that will run it."""
+    keep_grpc_aio_up()
     options = [
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
