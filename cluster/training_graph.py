@@ -30,6 +30,7 @@ Examples
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -330,8 +331,10 @@ class DeviceRun:
     """The step of a worker graph placed across its CPU and GPU (``node.device``), run by a ``PartitionedSession``:
     tensors stay on the GPU between its ops, and are copied at the feeds (pulled values, the batch) and fetches.
 
-    The same calls as a ``Session.make_callable`` plan, but the fetches are handed over once the whole step has
-    run (``stream``): a GPU replica sends its gradients after its backward pass.
+    The same calls as a ``Session.make_callable`` plan. ``stream`` hands each fetch over as soon as it is
+    computed: one computed on the GPU once its copy to the host has finished, on the copy stream, while the
+    partition goes on launching the rest of the backward pass (``PartitionedSession.stream``). So a GPU replica
+    sends each gradient while backprop goes on, as a CPU replica does.
     """
 
     def __init__(self, graph: Graph, fetches: list[Tensor], feeds: list[Tensor]) -> None:
@@ -346,9 +349,28 @@ class DeviceRun:
         return list(self.session.run(self.fetches, dict(zip(self.feeds, values))))
 
     def stream(self, ready: Callable[[int, Any], None], *values: Any) -> list[Any]:
-        fetched = self(*values)
-        for i, value in enumerate(fetched):
-            ready(i, value)
+        """Run the step, calling ``ready(i, value)`` as each fetch is computed, one call at a time.
+
+        The calls come from the partitions' threads and the GPU's sender
+        thread: ``ready`` runs under a lock, and its first error (a push the
+        parameter servers refused) is raised here, on the caller's thread,
+        once the step has run; no fetch is handed over after it.
+        """
+        lock = threading.Lock()
+        failed: list[BaseException] = []
+
+        def handed(i: int, value: Any) -> None:
+            with lock:
+                if failed:
+                    return
+                try:
+                    ready(i, value)
+                except BaseException as error:  # noqa: BLE001 - raised on the caller's thread below
+                    failed.append(error)
+
+        fetched = self.session.stream(self.fetches, dict(zip(self.feeds, values)), handed)
+        if failed:
+            raise failed[0]
         return fetched
 
     def stream_gated(

@@ -177,8 +177,8 @@ class Plan:
         for name, j in last.items():
             if name not in fetched and name.startswith("v"):
                 dying.setdefault(j, []).append(name)
-        params = ", ".join(f"f{i}" for i in range(len(self.feeds)))
-        lines = [f"def run({params}{', _on' if notify else ''}{', _wait' if gate else ''}):"]
+        params = [f"f{i}" for i in range(len(self.feeds))] + ["_on"] * notify + ["_wait"] * gate
+        lines = [f"def run({', '.join(params)}):"]  # a plan with no feeds may still stream its fetches
         unread = set(range(len(self.feeds))) if gate else set()
         fetch_indices: dict[str, list[int]] = {}
         for i, t in enumerate(self.fetches):

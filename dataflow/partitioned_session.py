@@ -9,8 +9,10 @@ cancels the transport so no other partition waits out its deadline.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 from .devices import KERNEL_KEY, DeviceSpec
 from .errors import ExecutionError
@@ -67,6 +69,40 @@ class PartitionedSession:
 
     def run(self, fetches: Any, feed_dict: Mapping[Tensor | str, Any] | None = None) -> Any:
         """Compute ``fetches`` (same forms as ``Session.run``) across every partition."""
+        return self._run(fetches, feed_dict, None)
+
+    def stream(
+        self, fetches: list[Tensor], feed_dict: Mapping[Tensor | str, Any], on_fetch: Callable[[int, Any], None]
+    ) -> list[Any]:
+        """``run`` for a list of tensors, calling ``on_fetch(i, value)`` as soon as fetch ``i`` is computed.
+
+        A GPU replica sends each gradient while backprop goes on: a fetch
+        computed on the GPU is copied to the host on the copy stream while the
+        partition goes on launching kernels, and handed over (a host array) by
+        the sender thread once copied; a CPU partition's fetch is handed over
+        between its kernels, on its thread. So ``on_fetch`` may be called from
+        several threads, one call at a time per thread.
+
+        >>> import cellgraph as cg
+        >>> g = cg.Graph()
+        >>> with g.as_default():
+        ...     w = cg.variable([1.0, 2.0], name="w")
+        ...     y = cg.reduce_sum(w * 3.0, name="y")
+        >>> ps, worker = "/job:ps/task:0/device:cpu:0", "/job:worker/task:0/device:cpu:0"
+        >>> sess = cg.PartitionedSession(g, {n.name: ps if n.name == "w" else worker for n in g.nodes})
+        >>> seen = []
+        >>> total, weights = sess.stream([y, w], {}, lambda i, v: seen.append(i))
+        >>> float(total), weights.tolist(), sorted(seen)
+        (9.0, [1.0, 2.0], [0, 1])
+        """
+        return list(self._run(fetches, feed_dict, on_fetch))
+
+    def _run(
+        self,
+        fetches: Any,
+        feed_dict: Mapping[Tensor | str, Any] | None,
+        on_fetch: Callable[[int, Any], None] | None,
+    ) -> Any:
         if self.graph.version != self.parts.version:
             self.parts = partition(self.graph, self.placement, self.timeout)
             self._plans.clear()
@@ -77,7 +113,19 @@ class PartitionedSession:
         feeds = {feed_tensor(self.graph, k): v for k, v in (feed_dict or {}).items()}
         values = {t.name: convert_feed(t, v) for t, v in feeds.items()}
         plans = self._plans_for(resolved, list(feeds))
-        results = self._run_all(plans, values)
+        by_name: dict[str, list[int]] = {}  # a tensor's positions among the fetches (it may be fetched twice)
+        for i, r in enumerate(resolved):
+            if isinstance(r, Tensor):
+                by_name.setdefault(r.name, []).append(i)
+        handed = None
+        if on_fetch is not None:
+            report = on_fetch
+
+            def handed(name: str, value: Any) -> None:
+                for i in by_name[name]:
+                    report(i, value)
+
+        results = self._run_all(plans, values, handed)
         out: list[Any] = []
         for r in resolved:
             if isinstance(r, Node):
@@ -133,22 +181,45 @@ class PartitionedSession:
         self._unfinished = []
         self.transport.reset()
 
-    def _run_all(self, plans: dict[str, Plan], values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    def _run_all(
+        self, plans: dict[str, Plan], values: dict[str, Any], on_fetch: Callable[[str, Any], None] | None = None
+    ) -> dict[str, dict[str, Any]]:
         def run_one(plan: Plan) -> dict[str, Any]:
+            names: list[str] = plan.fetch_names  # type: ignore[attr-defined]
             feeds = [values[name] for name in plan.feed_names]  # type: ignore[attr-defined]
-            if plan.device != "cpu":  # feeds and fetches cross the device boundary here, through pinned buffers
-                from .kernels.cuda import staging
+            if plan.device == "cpu":
+                if on_fetch is None:
+                    return dict(zip(names, plan(*feeds), strict=True))
+                return dict(zip(names, plan.stream(lambda i, v: on_fetch(names[i], v), *feeds), strict=True))
+            # Feeds and fetches cross the device boundary here, through pinned buffers.
+            from .kernels.cuda import staging
 
-                feeds = [staging.to_device(v) for v in feeds]
-                try:
-                    outputs = [staging.to_host(o) if hasattr(o, "copy_to_host") else o for o in plan(*feeds)]
-                except BaseException:
-                    staging.wait_sent(report=False)  # its Sends land (or are dropped) before the run ends; its
-                    raise  # own error is the one to report
-                staging.wait_sent()  # the partition's Sends from the GPU are delivered before its run ends
-            else:
-                outputs = list(plan(*feeds))
-            return dict(zip(plan.fetch_names, outputs, strict=True))  # type: ignore[attr-defined]
+            copied: dict[int, Any] = {}  # fetches handed over as they were computed: their host copies
+
+            def copy_out(i: int, value: Any) -> None:  # between kernels, on this thread
+                assert on_fetch is not None
+                if not hasattr(value, "copy_to_host"):
+                    on_fetch(names[i], value)
+                    return
+
+                def deliver(buffer: np.ndarray) -> None:  # on the sender thread, once copied
+                    host = copied[i] = buffer.copy()  # the pinned buffer is lent again after this returns
+                    on_fetch(names[i], host)
+
+                staging.send_async(value, deliver)
+
+            feeds = [staging.to_device(v) for v in feeds]
+            try:
+                outputs = plan(*feeds) if on_fetch is None else plan.stream(copy_out, *feeds)
+            except BaseException:
+                staging.wait_sent(report=False)  # its Sends land (or are dropped) before the run ends; its
+                raise  # own error is the one to report
+            staging.wait_sent()  # the partition's Sends and streamed fetches are delivered before its run ends
+            host = [
+                copied[i] if i in copied else staging.to_host(o) if hasattr(o, "copy_to_host") else o
+                for i, o in enumerate(outputs)
+            ]
+            return dict(zip(names, host, strict=True))
 
         if len(plans) == 1:
             [(device, plan)] = plans.items()

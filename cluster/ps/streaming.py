@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import threading
 import time
@@ -178,8 +179,8 @@ class _ShardSend:
         self.answered = 0.0  # when the answer's last message came (time.monotonic)
         self.future: concurrent.futures.Future[None] | None = None
 
-    def wrote(self) -> None:  # on the step loop, after each frame's write
-        if not self.written.done():
+    def wrote(self) -> None:  # after each frame's write (on the step loop), or once the step ended (any thread)
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # said already
             self.written.set_result(None)
 
     def on_answer(self, framed: Framed[pb.StepResponse]) -> None:  # on the step loop
@@ -272,6 +273,7 @@ class StreamedStep:
                 send.future.add_done_callback(
                     lambda done: self.arrivals.shard_done(send.shard, not done.cancelled() and done.exception() is None)
                 )
+                send.future.add_done_callback(lambda _: send.wrote())  # a step that failed before its write
             if here:
                 send.frames.put_nowait(item)
             else:

@@ -129,3 +129,29 @@ def test_sends_not_delivered_by_the_deadline_are_reported() -> None:
     with pytest.raises(ExecutionError, match=r"1 of this run's 1 Sends from the GPU were not delivered within 0.05 s"):
         staging.wait_sent(timeout=0.05)
     staging.wait_sent(timeout=0.05)  # the list was cleared: the next run does not wait on this one's
+
+
+@pytest.mark.cuda
+def test_a_streamed_run_hands_each_fetch_over_once_its_copy_from_the_gpu_is_done() -> None:
+    """A GPU replica's gradients leave during backprop: a fetch computed on the GPU is handed over by the sender
+    thread, once copied, while the partition goes on; a CPU fetch by its partition's thread; both as ``run``'s."""
+    import threading
+
+    g, shifted, scaled, placement = gpu_then_cpu()
+    sess = cg.PartitionedSession(g, placement, timeout=60)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    fetches = [shifted, g.tensor("doubled:0"), g.tensor("total:0"), scaled]
+    handed: dict[int, tuple[np.ndarray, str]] = {}
+
+    def on_fetch(i: int, value: np.ndarray) -> None:
+        assert i not in handed, f"fetch {i} was handed over twice"
+        handed[i] = (np.array(value), threading.current_thread().name)
+
+    streamed = sess.stream(fetches, {"x:0": x}, on_fetch)
+    expected = sess.run(fetches, {"x:0": x})
+    assert sorted(handed) == [0, 1, 2, 3]
+    for i, want in enumerate(expected):
+        np.testing.assert_allclose(streamed[i], want, rtol=1e-6)
+        np.testing.assert_allclose(handed[i][0], want, rtol=1e-6)
+    assert handed[1][1].startswith("cellgraph-gpu-send") and handed[2][1].startswith("cellgraph-gpu-send")
+    assert not handed[0][1].startswith("cellgraph-gpu-send")  # computed on the CPU: handed over between kernels

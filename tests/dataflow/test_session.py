@@ -183,3 +183,18 @@ def test_every_read_of_a_variable_in_a_step_sees_one_value(order: str) -> None:
         for value in got:
             np.testing.assert_array_equal(np.ravel(value), [1.0, 2.0], err_msg=type(sess).__name__)
         np.testing.assert_array_equal(sess.run(w), [0.5, 1.5])  # one step of SGD(0.5) on a gradient of ones
+
+
+def test_a_plan_with_no_feeds_streams_and_gates_its_fetches() -> None:
+    """Its generated function once began ``def run(, _on):``, a SyntaxError (a partition holding only
+    variables, a parameter server's, streamed with the rest of a step)."""
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable([1.0, 2.0], name="w")
+        doubled = w * 2.0
+    plan = cg.Session(g).make_callable([doubled, w], [])
+    seen: list[int] = []
+    streamed = plan.stream(lambda i, v: seen.append(i))
+    assert sorted(seen) == [0, 1] and streamed[0].tolist() == [2.0, 4.0]
+    gated = plan.stream_gated(lambda i, v: None, lambda i: None)
+    assert gated[1].tolist() == [1.0, 2.0]
