@@ -31,6 +31,8 @@ server = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess
                           text=True)
 address = f"127.0.0.1:{int(server.stdout.readline())}"
 threads = ThreadPoolExecutor(8)  # replicas' threads: each holds a stream of its own, all cancelled at close
+all_up = threading.Barrier(8)
+list(threads.map(lambda _: all_up.wait(10), range(8)))  # every one started now, not in a later job
 started_later = set()
 
 async def kernel():  # the main thread runs an event loop of its own, as a notebook kernel's does
