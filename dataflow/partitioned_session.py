@@ -80,20 +80,21 @@ class PartitionedSession:
         computed on the GPU is copied to the host on the copy stream while the
         partition goes on launching kernels, and handed over (a host array) by
         the sender thread once copied; a CPU partition's fetch is handed over
-        between its kernels, on its thread. So ``on_fetch`` may be called from
-        several threads, one call at a time per thread.
+        between its kernels, on its thread; one that no kernel computes (a fed
+        tensor) at the end. So ``on_fetch`` may be called from several threads,
+        one call at a time per thread.
 
         >>> import cellgraph as cg
         >>> g = cg.Graph()
         >>> with g.as_default():
-        ...     w = cg.variable([1.0, 2.0], name="w")
-        ...     y = cg.reduce_sum(w * 3.0, name="y")
-        >>> ps, worker = "/job:ps/task:0/device:cpu:0", "/job:worker/task:0/device:cpu:0"
-        >>> sess = cg.PartitionedSession(g, {n.name: ps if n.name == "w" else worker for n in g.nodes})
-        >>> seen = []
-        >>> total, weights = sess.stream([y, w], {}, lambda i, v: seen.append(i))
-        >>> float(total), weights.tolist(), sorted(seen)
-        (9.0, [1.0, 2.0], [0, 1])
+        ...     x = cg.placeholder((2,), name="x")
+        ...     halved = cg.mul(x, 0.5, name="halved")
+        >>> sess = cg.PartitionedSession(g, {n.name: "/job:worker/task:0/device:cpu:0" for n in g.nodes})
+        >>> handed = []
+        >>> [v.tolist() for v in sess.stream([halved, x], {x: np.ones(2, np.float32)}, lambda i, v: handed.append(i))]
+        [[0.5, 0.5], [1.0, 1.0]]
+        >>> sorted(handed)
+        [0, 1]
         """
         return list(self._run(fetches, feed_dict, on_fetch))
 
@@ -118,10 +119,12 @@ class PartitionedSession:
             if isinstance(r, Tensor):
                 by_name.setdefault(r.name, []).append(i)
         handed = None
+        announced: set[str] = set()  # fetches handed over as they were computed
         if on_fetch is not None:
             report = on_fetch
 
             def handed(name: str, value: Any) -> None:
+                announced.add(name)
                 for i in by_name[name]:
                     report(i, value)
 
@@ -133,6 +136,10 @@ class PartitionedSession:
             else:
                 device = self.parts.device_of[r.node.name]
                 out.append(results[device][r.name])
+        if on_fetch is not None:  # what no kernel computed (a fed tensor, fetched) is handed over at the end
+            for i, (r, value) in enumerate(zip(resolved, out)):
+                if isinstance(r, Tensor) and r.name not in announced:
+                    on_fetch(i, value)
         return rebuild(iter(out))
 
     def _plans_for(self, resolved: list[Tensor | Node], feeds: list[Tensor]) -> dict[str, Plan]:
