@@ -124,6 +124,8 @@ class PartitionedSession:
             report = on_fetch
 
             def handed(name: str, value: Any) -> None:
+                if name in announced:  # a tensor fetched twice is one fetch of its plan per position: once is all
+                    return
                 announced.add(name)
                 for i in by_name[name]:
                     report(i, value)

@@ -198,3 +198,14 @@ def test_a_plan_with_no_feeds_streams_and_gates_its_fetches() -> None:
     assert sorted(seen) == [0, 1] and streamed[0].tolist() == [2.0, 4.0]
     gated = plan.stream_gated(lambda i, v: None, lambda i: None)
     assert gated[1].tolist() == [1.0, 2.0]
+
+
+def test_a_partitioned_stream_hands_a_tensor_fetched_twice_over_once_at_each_position() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2,), name="x")
+        halved = cg.mul(x, 0.5, name="halved")
+    sess = cg.PartitionedSession(g, {n.name: "/job:worker/task:0/device:cpu:0" for n in g.nodes})
+    handed: list[int] = []
+    out = sess.stream([halved, halved], {x: np.ones(2, np.float32)}, lambda i, v: handed.append(i))
+    assert sorted(handed) == [0, 1] and [v.tolist() for v in out] == [[0.5, 0.5], [0.5, 0.5]]
