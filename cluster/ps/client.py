@@ -50,10 +50,11 @@ from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 
 from ..errors import STATUS_CODES, ParameterServerError
 from .auth import ClientTLS, token_metadata
+from .channels import ServiceStub, open_aio_channel, open_channel
 from .chunks import MAX_CHUNK_BYTES
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
-from .fanout import CANCEL_WAIT_S, FAN_OUT, Cancellable, Cancelled, FanOut, current_fan_out
-from .frames import Framed, serialize, tensor_chunk_frames
+from .fanout import CANCEL_WAIT_S, FAN_OUT, Cancelled, FanOut, current_fan_out
+from .frames import Framed, tensor_chunk_frames
 from .held import PullPlan, StepCancelled, StreamPool, rows, step_frames
 from .malloc import tune_malloc
 from .messages import (
@@ -66,27 +67,13 @@ from .messages import (
 )
 from .nonfinite import first_nonfinite
 from .results import JobInfo, PullResult, PushResult, push_result
-from .server import MAX_MESSAGE_BYTES, SERVICE_NAME
+from .server import SERVICE_NAME
 from .sharding import Layout, layout_from_placement, shard_variables
 from .streaming import StreamedStep
 
 T = TypeVar("T")
 _PUSH_CHUNK_FIELD = pb.PushMessage.DESCRIPTOR.fields_by_name["chunk"].number
 _INIT_CHUNK_FIELD = pb.InitMessage.DESCRIPTOR.fields_by_name["chunk"].number
-
-
-class _Stub(pb_grpc.ParameterServiceStub):
-    """The generated stub, except that Init sends frames serialized by hand (``tensor_chunk_frames``)."""
-
-    def __init__(self, channel: grpc.Channel) -> None:
-        super().__init__(channel)
-        self.Init = channel.stream_unary(  # type: ignore[misc]
-            f"/{SERVICE_NAME}/Init", request_serializer=serialize, response_deserializer=pb.InitResponse.FromString
-        )
-        # Every call of a fan-out over shards goes through _Cancellable, so a failed shard can cancel the others'.
-        # (Push, Pull and PushPull are not used: steps go over the held Step stream, held.py.)
-        for name in ("Init", "Register", "Save", "Restore", "Reconfigure", "Stats"):
-            setattr(self, name, Cancellable(getattr(self, name)))
 
 
 class ParameterClient:
@@ -144,33 +131,12 @@ class ParameterClient:
             if self._pid != os.getpid():
                 # A forked child must not use its parent's channels: open its own (the parent's stay the parent's).
                 self._pid, self._pool = os.getpid(), None
-                self._channels = [self._open(a) for a in self.addresses]
-                self._stubs = [_Stub(c) for c in self._channels]
-                self._pools = [StreamPool(functools.partial(self._open_aio, a), SERVICE_NAME) for a in self.addresses]
+                self._channels = [open_channel(a, self.tls) for a in self.addresses]
+                self._stubs = [ServiceStub(c) for c in self._channels]
+                self._pools = [
+                    StreamPool(functools.partial(open_aio_channel, a, self.tls), SERVICE_NAME) for a in self.addresses
+                ]
             return self._stubs[shard]
-
-    def _open(self, address: str) -> grpc.Channel:
-        options: list[tuple[str, int | str]] = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            # Read a Pull's messages on the calling thread, with no hop through a second thread per message.
-            (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
-        ]
-        if self.tls is None:
-            return grpc.insecure_channel(address, options=options)
-        return grpc.secure_channel(address, self.tls.credentials(), options=options + list(self.tls.channel_options()))
-
-    def _open_aio(self, address: str) -> grpc.aio.Channel:
-        """The asyncio channel of ``address``'s held Step streams (made on the step loop, held.py)."""
-        options: list[tuple[str, int | str]] = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ]
-        if self.tls is None:
-            return grpc.aio.insecure_channel(address, options=options)
-        return grpc.aio.secure_channel(
-            address, self.tls.credentials(), options=options + list(self.tls.channel_options())
-        )
 
     def _call(
         self,
