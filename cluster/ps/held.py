@@ -34,7 +34,7 @@ import contextlib
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -220,17 +220,22 @@ class HeldStream:
         frames: asyncio.Queue[tuple[bytes, bool]],
         on_answer: Callable[[Framed[pb.StepResponse]], None],
         sent: list[float],
+        submit: Callable[[Coroutine[Any, Any, None]], concurrent.futures.Future[None]] = STEP_LOOP.submit,
+        wrote: Callable[[], None] | None = None,
     ) -> concurrent.futures.Future[None]:
         """Start a step whose frames arrive over time (``frames``: (frame, is_last), put from any thread with
-        ``put_threadsafe``); each write's start time goes to ``sent``. The future ends with the answer."""
+        ``put_threadsafe``); each write's start time goes to ``sent``, and ``wrote()`` is called as each write
+        ends. The future ends with the answer. ``submit`` starts the exchange on the step loop
+        (``StepLoop.drive``'s, for a step its caller drives)."""
         self.broken = True  # until the answer is read through (the caller sets it back)
-        return STEP_LOOP.submit(self._exchange(frames, on_answer, sent))
+        return submit(self._exchange(frames, on_answer, sent, wrote))
 
     async def _exchange(
         self,
         frames: asyncio.Queue[tuple[bytes, bool]] | _FrameSource,
         on_answer: Callable[[Framed[pb.StepResponse]], None],
         sent: list[float],
+        wrote: Callable[[], None] | None = None,
     ) -> None:
         """Write the step's frames as they come (the last one marked), then read its answer to the end.
 
@@ -257,6 +262,8 @@ class HeldStream:
                     call = self.call = self.pool.method()(metadata=self.metadata)
                     await _write(call, frame)
                 first = False
+                if wrote is not None:
+                    wrote()
                 if last:
                     break
             while True:

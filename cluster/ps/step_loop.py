@@ -121,6 +121,37 @@ class StepLoop:
         """Call ``callback(*args)`` on the loop, from any thread; the loop is run for it."""
         self._driven().soon(callback, *args)
 
+    def drive(
+        self,
+        start: Callable[[Callable[[Coroutine[Any, Any, T]], concurrent.futures.Future[T]], bool], None],
+        started: concurrent.futures.Future[Any],
+        seconds: float,
+    ) -> None:
+        """Start work that this thread will wait for soon, running the loop here until ``started`` is done.
+
+        ``start(submit, here)`` starts the work: ``submit(coroutine)`` makes
+        its task; ``here`` says whether this thread holds the loop (then it may
+        touch the loop's objects directly). ``started`` is done once the work
+        no longer needs this thread (a streamed step's message is written),
+        or ``seconds`` pass. The work is not live: the background thread is
+        not woken for it. It goes on whenever anybody runs the loop, and at
+        the latest when this thread waits for it (``wait``), as a streamed
+        step's replica does before it reads a pulled value. So a message of a
+        streamed step costs no wake-up of another thread. A caller that cannot
+        run the loop now (another thread runs it, or this one runs an event
+        loop of its own) hands the work over as live work instead.
+        """
+        driven = self._driven()
+        if not driven.claim():
+            start(driven.schedule, False)
+            return
+        try:
+            start(functools.partial(driven.schedule, here=True, driven_by_caller=True), True)
+        except BaseException:
+            driven.release()
+            raise
+        driven.lead(started, time.monotonic() + seconds)  # frees the loop when it returns
+
 
 class _Driven:
     """One process's step loop, who runs it now, and how much live work it has."""
@@ -134,7 +165,9 @@ class _Driven:
         threading.Thread(target=self._background, name="cellgraph-psclient-steps", daemon=True).start()
 
     # ------------------------------------------------------------------ live work
-    def schedule(self, coroutine: Coroutine[Any, Any, T], here: bool = False) -> concurrent.futures.Future[T]:
+    def schedule(
+        self, coroutine: Coroutine[Any, Any, T], here: bool = False, driven_by_caller: bool = False
+    ) -> concurrent.futures.Future[T]:
         """Start ``coroutine`` as a task of the loop; its future, settled on the loop.
 
         ``here``: by the thread that claimed the loop, which makes the task at
@@ -142,8 +175,11 @@ class _Driven:
         a syscall and a pass of the loop less per step than from another thread.
         The work stays live until its future is settled, so that the background
         thread never stops between the task's end and its result.
+        ``driven_by_caller``: the work is not live (see ``StepLoop.drive``).
         """
-        self._add_live(wake=not here)
+        live = not driven_by_caller
+        if live:
+            self._add_live(wake=not here)
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
         tasks: list[asyncio.Task[None]] = []
 
@@ -161,12 +197,14 @@ class _Driven:
                     if future.set_running_or_notify_cancel():
                         future.set_result(result)
             finally:
-                self._end_live()
+                if live:
+                    self._end_live()
 
         def start() -> None:  # on the loop
             if future.cancelled():  # given up on before it began
                 coroutine.close()
-                self._end_live()
+                if live:
+                    self._end_live()
                 return
             tasks.append(self.loop.create_task(settled()))
 
@@ -182,6 +220,8 @@ class _Driven:
         return future
 
     def soon(self, callback: Callable[..., Any], *args: Any) -> None:
+        """Call ``callback(*args)`` on the loop, from any thread, as live work."""
+
         def call() -> None:
             try:
                 callback(*args)
@@ -237,7 +277,7 @@ class _Driven:
             while not future.done():
                 if lead:
                     lead = False
-                    self._lead(future, deadline)  # frees the loop when it returns
+                    self.lead(future, deadline)  # frees the loop when it returns
                     continue
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -261,7 +301,7 @@ class _Driven:
             if lead:  # claimed, and the future was done before this thread ran the loop
                 self.release()
 
-    def _lead(self, future: concurrent.futures.Future[Any], deadline: float) -> None:
+    def lead(self, future: concurrent.futures.Future[Any], deadline: float) -> None:
         """Run the loop on this thread until ``future`` is done or ``deadline`` passes, then free it."""
         me, loop = threading.get_ident(), self.loop
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import threading
 import time
@@ -80,6 +81,10 @@ if TYPE_CHECKING:
 # 32 KB of gradients went in 3 messages and a 2-replica step on the shaped network took 7.4 ms against 6.3-6.5 ms
 # in one (a 256 KiB message is 2 ms on a 1 Gbit/s link: a big model's gradients still leave during backprop).
 FLUSH_BYTES = 256 * 1024
+# How long a thread that sends a shard's whole step in one message runs the step loop for its write, at most
+# (about 0.1 ms on a held stream here; a new stream's first write waits for its call to be set up too). Past it,
+# the write goes on at the thread's next wait for the step, or whenever another thread runs the loop.
+WRITE_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -109,39 +114,50 @@ class Arrivals:
                 if spec.nbytes:  # a piece of no bytes is never sent a chunk: it is whole already
                     self._left[name] = self._left.get(name, 0) + 1
                     self._owed.setdefault(shard, set()).add(name)
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
+        self._awaited: dict[str, concurrent.futures.Future[None]] = {}  # done when that variable is whole
         self.failed = False
         self.waited_s = 0.0  # how long the replica's thread waited in ``wait``
 
     def piece(self, shard: int, name: str) -> None:
-        with self._changed:
+        with self._lock:
             owed = self._owed.get(shard, set())
             if name not in owed:  # told twice (a chunk of no bytes after the last): counted once
                 return
             owed.discard(name)
             self._left[name] -= 1
-            if not self._left[name]:
-                del self._left[name]
-                self._changed.notify_all()
+            if self._left[name]:
+                return
+            del self._left[name]
+            awaited = self._awaited.pop(name, None)
+        if awaited is not None:
+            awaited.set_result(None)
 
     def shard_done(self, shard: int, ok: bool) -> None:
-        with self._changed:
-            if not ok or self._owed.get(shard):
-                self.failed = True
-                self._changed.notify_all()
+        with self._lock:
+            if ok and not self._owed.get(shard):
+                return
+            self.failed = True
+            awaited, self._awaited = list(self._awaited.values()), {}
+        for future in awaited:
+            future.set_result(None)
 
     def wait(self, name: str, deadline: float) -> bool:
-        """Whether ``name`` arrived whole before ``deadline`` (False: the step failed or ran out of time)."""
-        with self._changed:
+        """Whether ``name`` arrived whole before ``deadline`` (False: the step failed or ran out of time).
+
+        The waiting thread runs the step loop itself while nobody else does:
+        it reads the answer it waits for, with no other thread to wake.
+        """
+        with self._lock:
             if name not in self._left:
                 return True
-            began = time.monotonic()
-            while name in self._left and not self.failed:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._changed.wait(left)
-            self.waited_s += time.monotonic() - began
+            if self.failed:
+                return False
+            awaited = self._awaited.setdefault(name, concurrent.futures.Future())
+        began = time.monotonic()
+        STEP_LOOP.wait(awaited, max(0.0, deadline - began))
+        self.waited_s += time.monotonic() - began
+        with self._lock:
             return name not in self._left
 
 
@@ -158,9 +174,14 @@ class _ShardSend:
         self.size = 0
         self.pushing = False  # a gradient of this shard was added: its first message carries the push's header
         self.started = False
+        self.written: concurrent.futures.Future[None] = concurrent.futures.Future()  # done at the first write
         self.answers: list[pb.PushResponse] = []
         self.answered = 0.0  # when the answer's last message came (time.monotonic)
         self.future: concurrent.futures.Future[None] | None = None
+
+    def wrote(self) -> None:  # after each frame's write (on the step loop), or once the step ended (any thread)
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # said already
+            self.written.set_result(None)
 
     def on_answer(self, framed: Framed[pb.StepResponse]) -> None:  # on the step loop
         if framed.message.HasField("push"):
@@ -243,13 +264,29 @@ class StreamedStep:
         tail = [last] if last is not None else [_MORE]
         frame = b"".join([*head, *send.parts, *tail])
         send.parts, send.size = [], 0
-        if not send.started:
-            send.started = True
-            send.future = send.stream.start_streamed(send.frames, send.on_answer, send.sent)
-            send.future.add_done_callback(
-                lambda done: self.arrivals.shard_done(send.shard, not done.cancelled() and done.exception() is None)
-            )
-        put_threadsafe(send.frames, (frame, last is not None))
+        item = (frame, last is not None)
+
+        def start(submit: Any, here: bool) -> None:
+            if not send.started:
+                send.started = True
+                send.future = send.stream.start_streamed(send.frames, send.on_answer, send.sent, submit, send.wrote)
+                send.future.add_done_callback(
+                    lambda done: self.arrivals.shard_done(send.shard, not done.cancelled() and done.exception() is None)
+                )
+                send.future.add_done_callback(lambda _: send.wrote())  # a step that failed before its write
+            if here:
+                send.frames.put_nowait(item)
+            else:
+                put_threadsafe(send.frames, item)
+
+        if last is not None and not send.started:
+            # The shard's whole step is this one message, and this thread waits for its answer next (wait_for,
+            # result): it writes the message itself, and reads the answer as it waits; no other thread is woken.
+            # A step sent in several messages (a big model's gradients, during backprop) is run by the loop's
+            # background thread, which keeps its bytes moving while this thread computes.
+            STEP_LOOP.drive(start, send.written, WRITE_S)
+        else:
+            start(STEP_LOOP.submit, False)
 
     def finish(self) -> StepResult:
         """Send every shard's last message (the pull) and wait for the answers, within the step's deadline."""

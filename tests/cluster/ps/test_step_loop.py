@@ -65,6 +65,41 @@ def test_a_thread_running_its_own_event_loop_is_served_by_the_background_thread(
     assert threading.current_thread().ident != ran_on
 
 
+def drive_then_wait(loop: StepLoop) -> tuple[int, int]:
+    """Start, through ``drive``, work that records its thread before and after a pause; wait for it.
+
+    The pause comes after ``drive`` returned: whoever runs the loop then finishes the work."""
+    started: concurrent.futures.Future[None] = concurrent.futures.Future()
+    futures: list[concurrent.futures.Future[tuple[int, int]]] = []
+
+    async def work() -> tuple[int, int]:
+        first = threading.get_ident()
+        started.set_result(None)
+        await asyncio.sleep(0.05)
+        return first, threading.get_ident()
+
+    loop.drive(lambda submit, here: futures.append(submit(work())), started, DEADLINE_S)
+    loop.wait(futures[0], DEADLINE_S)
+    return futures[0].result()
+
+
+def test_work_started_by_drive_is_run_by_the_thread_that_then_waits_for_it() -> None:
+    """A streamed step sent in one message: the sender writes it and reads the answer itself, with no wake-up
+    of the background thread, although the work was left unfinished between ``drive`` and ``wait``."""
+    loop = StepLoop()
+    assert drive_then_wait(loop) == (threading.get_ident(), threading.get_ident())
+
+
+def test_drive_from_a_thread_running_its_own_event_loop_hands_the_work_to_the_background_thread() -> None:
+    loop = StepLoop()
+
+    async def from_inside_a_loop() -> tuple[int, int]:
+        return drive_then_wait(loop)
+
+    first, last = asyncio.run(from_inside_a_loop())
+    assert first == last != threading.get_ident()
+
+
 def test_many_threads_stepping_at_once_all_finish_with_their_own_results() -> None:
     loop = StepLoop()
 
