@@ -54,8 +54,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cellgraph.dataflow.devices import DeviceSpec
-from cellgraph.dataflow.graph import Graph, Tensor
+from cellgraph.dataflow.graph import Graph, Node, Tensor
 from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef
+from cellgraph.dataflow.ops.normalization import MOVING_AVERAGE_MOMENTUM
 from cellgraph.dataflow.ops.state import constant, variable
 from cellgraph.dataflow.ops.training import apply_optimizer
 from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS
@@ -65,7 +66,7 @@ from cellgraph.protos import graph_pb2
 
 from .ps import OptimizerConfig
 from .ps.updates import STEP_COUNT_DTYPE
-from .training_graph import WORKER_CPU, TrainingError, TrainingGraph
+from .training_graph import WORKER_CPU, TrainingError, TrainingGraph, moving_average_input
 
 # Every replica runs the worker partition on its own worker: the placement names replica 0's (its CPU is
 # training_graph.WORKER_CPU).
@@ -118,6 +119,7 @@ def place_training(
             "servers hold only what training changes"
         )
     _compute_to_worker(graph, placement, updates)
+    _moving_averages_to_servers(graph, placement)
     # The cut between the worker and the servers: the worker's GPU ops are in its partition, with their device.
     on_gpu = {name for name, device in placement.device_of.items() if device == WORKER_GPU}
     cut = replace(placement, device_of={n: WORKER_CPU if n in on_gpu else d for n, d in placement.device_of.items()})
@@ -144,10 +146,12 @@ def place_training(
         node.device = WORKER_GPU if node.name in on_gpu else WORKER_CPU
     del worker_def.node[:]
     worker_def.node.extend(kept)
+    unread = [name for name in tg.states if name not in pulls]  # averaged on their servers (see above)
     worker = replace(
         tg,
         graphdef=worker_def.SerializeToString(deterministic=True),
-        variable_feeds=[pulls[name] for name in tg.held],
+        variable_feeds=[pulls[name] for name in tg.held if name not in unread],
+        unread=unread,
     )
     return PlacedTraining(graph, placement, worker, pulls, pushes)
 
@@ -223,6 +227,36 @@ def _compute_to_worker(graph: Graph, placement: Placement, updates: dict[str, li
             f"{placement.reasons[node.name]}; on the replica's worker instead: parameter servers hold variables "
             "and apply their updates, compute runs where the replicas are"
         )
+
+
+def _moving_averages_to_servers(graph: Graph, placement: Placement) -> None:
+    """Batch norm's ``var * momentum + stat * (1 - momentum)`` runs with its assignment, on the variable's ``ps`` task.
+
+    That is what the parameter server does with a pushed batch statistic: it
+    moves the variable from its current value. So the worker's Send carries the
+    statistic, and no replica computes the average from the value it pulled,
+    which in an async job may be several updates old.
+    """
+    consumers: dict[str, set[str]] = {}
+    for node in graph.nodes:
+        for t in node.inputs:
+            consumers.setdefault(t.node.name, set()).add(node.name)
+    for assign in graph.nodes:
+        if assign.op != "Assign" or MOVING_AVERAGE_MOMENTUM not in assign.attrs:
+            continue
+        stat = moving_average_input(assign)
+        average = assign.inputs[1].node
+        moved: list[Node] = [average, *(t.node for t in average.inputs)]
+        constants = [t.node for mul in moved[1:] for t in mul.inputs if t.node.op == "Const"]
+        names = {node.name for node in moved}
+        moved += [c for c in constants if consumers.get(c.name, set()) <= names]
+        device = placement.device_of[assign.name]
+        for node in moved:
+            placement.device_of[node.name] = device
+            placement.reasons[node.name] = (
+                f"moving average of '{assign.inputs[0].node.name}' towards '{stat.name}': its parameter server "
+                "moves the variable from its current value"
+            )
 
 
 def _follow_updates(placement: Placement, updates: dict[str, list[str]]) -> None:

@@ -92,7 +92,7 @@ class ServerRecovery:
             placement = state.placed.placement if state.placed is not None else None
             ps.init(
                 state.job_id, state.spec.graph.initial, state.spec.optimizer, state.training,
-                placement=placement, moving=state.spec.graph.states,
+                placement=placement, moving=dict(zip(state.spec.graph.states, state.spec.graph.state_momenta)),
             )  # fmt: skip
             step = ps.restore(state.restore_point) if state.restore_point else 0
         except CellgraphError as problem:

@@ -301,7 +301,7 @@ class _Link:
         with naming(spec, "joining the job"):
             info = self.client.register(spec.replica_id)
             _check_job(spec, {name: pieces[0][1] for name, pieces in info.layout.items()}, info.training.mode)
-            return self.client.pull(spec.graph.held, replica_id=spec.replica_id)
+            return self.client.pull(spec.graph.pulled, replica_id=spec.replica_id)
 
     def rejoin(self, err: ParameterServerError, step: int, stop: StopSignal | None) -> PullResult | None:
         """After ``err`` from servers that were restored, restarted or lost: join them, or their successors.

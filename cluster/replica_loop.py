@@ -186,7 +186,7 @@ class TrainingLoop:
             step=self.step,
             replica_id=self.spec.replica_id,
             min_step=self.step + 1 if self.sync else None,
-            names=self.spec.graph.held,
+            names=self.spec.graph.pulled,
             out=self.values,
         )
 
@@ -234,7 +234,7 @@ class TrainingLoop:
             try:
                 with naming(spec, f"step {step}"):
                     return self.link.client.pull(
-                        spec.graph.held, min_step=step + 1, replica_id=spec.replica_id, out=self.values
+                        spec.graph.pulled, min_step=step + 1, replica_id=spec.replica_id, out=self.values
                     )
             except ParameterServerError as waited:
                 err = waited

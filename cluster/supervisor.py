@@ -145,7 +145,7 @@ class Supervisor:
             state.ps = ParameterClient(state.addresses, state.token, timeout=spec.timeout_s)
             state.ps.init(
                 state.job_id, spec.graph.initial, spec.optimizer, state.training,
-                placement=placed.placement, moving=spec.graph.states,
+                placement=placed.placement, moving=dict(zip(spec.graph.states, spec.graph.state_momenta)),
             )  # fmt: skip
             if spec.resume_from:
                 step = state.step = state.ps.restore(spec.resume_from)

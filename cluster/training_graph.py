@@ -44,6 +44,7 @@ from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.executor import schedule
 from cellgraph.dataflow.graph import Graph, Node, Tensor
 from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef
+from cellgraph.dataflow.ops.normalization import MOVING_AVERAGE_MOMENTUM
 from cellgraph.dataflow.session import Session, convert_feed
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import graph_pb2
@@ -72,18 +73,29 @@ class TrainingGraph:
     placeholders: list[str]
     initial: dict[str, np.ndarray]
     # Moving statistics (batch norm's moving mean and variance): variables the step updates in place but does
-    # not train. ``state_values[i]`` is the new value the step computes for ``states[i]``; a replica pushes its
-    # change, which the parameter servers add (averaged over a sync step's replicas).
+    # not train. ``state_values[i]`` is the value ``states[i]`` moves towards (a batch's mean or variance, or a
+    # plain assignment's value), which a replica pushes, and ``state_momenta[i]`` how much of its own value it
+    # keeps: the parameter servers set it to ``momentum * itself + (1 - momentum) * value`` (the mean of a sync
+    # step's values), always from their current value, so that an async job's staleness cannot make it overshoot.
     states: list[str] = field(default_factory=list)
     state_values: list[str] = field(default_factory=list)
-    # Where each of ``held`` is fed, when not at the variable itself: a placed step's worker partition receives
+    state_momenta: list[float] = field(default_factory=list)
+    # Where each of ``pulled`` is fed, when not at the variable itself: a placed step's worker partition receives
     # it at a Recv (``placed_training``).
     variable_feeds: list[str] | None = None
+    # Held variables the step never reads, so never pulled: in a placed step, a moving statistic whose average
+    # runs on its parameter server (batch norm in training reads only the batch's statistics).
+    unread: list[str] = field(default_factory=list)
 
     @property
     def held(self) -> list[str]:
         """Every variable the parameter servers hold for this step: the trained ones, then the moving statistics."""
         return [*self.variables, *self.states]
+
+    @property
+    def pulled(self) -> list[str]:
+        """The held variables a replica pulls and feeds to its step, in ``held``'s order."""
+        return [name for name in self.held if name not in self.unread]
 
     def nbytes(self) -> int:
         """Bytes of the variables and moving statistics (what one pull or one push moves)."""
@@ -138,7 +150,7 @@ def prepare(loss: Tensor, data_feeds: Sequence[Tensor] | None = None) -> Trainin
         )
     present = [g for g in grads if g is not None]
     states = _moving_statistics(upstream)
-    fetched = [loss_c, *present, *(value for _, value in states)]
+    fetched = [loss_c, *present, *(value for _, value, _ in states)]
     feed_tensors = [copy.tensor(t.name) for t in feeds] if feeds is not None else []
     # In the graph's order (gradient nodes, made last, at the end): placeholders come in the order they were made.
     needed = sorted(schedule(fetched, [], feed_tensors), key=lambda n: position.get(n.name, len(position)))
@@ -155,19 +167,21 @@ def prepare(loss: Tensor, data_feeds: Sequence[Tensor] | None = None) -> Trainin
         variables=[v.name for v in variables],
         gradients=[g.name for g in present],
         placeholders=placeholders,
-        initial={v.name: _initial_value(v) for v in [*variables, *(var for var, _ in states)]},
-        states=[var.name for var, _ in states],
-        state_values=[value.name for _, value in states],
+        initial={v.name: _initial_value(v) for v in [*variables, *(var for var, _, _ in states)]},
+        states=[var.name for var, _, _ in states],
+        state_values=[value.name for _, value, _ in states],
+        state_momenta=[momentum for _, _, momentum in states],
     )
 
 
-def _moving_statistics(upstream: list[Node]) -> list[tuple[Node, Tensor]]:
-    """The untrained variables that the step assigns (batch norm's moving statistics), each with its new value.
+def _moving_statistics(upstream: list[Node]) -> list[tuple[Node, Tensor, float]]:
+    """The untrained variables that the step assigns (batch norm's moving statistics), each with the value it
+    moves towards and its momentum (0 for a plain assignment: it takes the value).
 
     Any other in-place update of an untrained variable on the way to the loss is refused: a replica could only
     apply it to its own copy, which no other replica and no parameter server would see.
     """
-    found: list[tuple[Node, Tensor]] = []
+    found: list[tuple[Node, Tensor, float]] = []
     for node in upstream:
         if not (node.opdef.stateful and node.inputs and node.inputs[0].node.op == "Variable"):
             continue
@@ -180,10 +194,28 @@ def _moving_statistics(upstream: list[Node]) -> list[tuple[Node, Tensor]]:
                 "a cluster job can carry assigned values (batch norm's moving statistics) to the parameter "
                 "servers, not other in-place updates: compute it outside the loss"
             )
-        if any(var is target for var, _ in found):
+        if any(var is target for var, _, _ in found):
             raise TrainingError(f"variable {target.name!r} is assigned twice in one step ({node.describe()})")
-        found.append((target, node.inputs[1]))
+        if MOVING_AVERAGE_MOMENTUM in node.attrs:
+            found.append((target, moving_average_input(node), float(node.attrs[MOVING_AVERAGE_MOMENTUM])))
+        else:
+            found.append((target, node.inputs[1], 0.0))
     return found
+
+
+def moving_average_input(assign: Node) -> Tensor:
+    """The value a moving average's assignment moves its variable towards (``stat`` in batch norm's
+    ``var * momentum + stat * (1 - momentum)``, the Add of two Muls that ``batch_norm`` builds)."""
+    average = assign.inputs[1].node
+    if average.op == "Add" and all(t.node.op == "Mul" for t in average.inputs):
+        kept, taken = (t.node for t in average.inputs)
+        if kept.inputs[0].node is assign.inputs[0].node:
+            return taken.inputs[0]
+    raise TrainingError(
+        f"{assign.describe()} is marked as a moving average of variable {assign.inputs[0].node.name!r}, but its "
+        f"value comes from {average.op} '{average.name}', not from `var * momentum + stat * (1 - momentum)`; "
+        "a batch norm whose training switch is fed with data cannot train on a cluster: leave the switch unfed"
+    )
 
 
 def _initial_value(node: Node) -> np.ndarray:
@@ -223,8 +255,9 @@ class LoadedGraph:
     variables: list[Tensor]
     gradients: list[Tensor]
     placeholders: list[Tensor]
-    names: list[str]  # of ``variables``: the trained ones, then the moving statistics
-    state_values: list[Tensor] = field(default_factory=list)  # the new value of each moving statistic
+    names: list[str]  # what the step pushes: the trained variables, then the moving statistics
+    fed: list[str]  # the names of ``variables``, the pulled values fed to the step
+    state_values: list[Tensor] = field(default_factory=list)  # the value each moving statistic moves towards
 
     def __post_init__(self) -> None:
         # Variables are fed like data: the values pulled from the PS go straight to
@@ -240,7 +273,7 @@ class LoadedGraph:
         )
         trained = self.names[: len(self.gradients)]
         self._fetched_names = [*trained[::-1], *self.names[len(self.gradients) :]]
-        self._states = set(self.names[len(self.gradients) :])
+        self._states = set(self.names[len(self.gradients) :]) & set(self.fed)
         self._shapes = [tuple(d for d in t.shape if d is not None) for t in self.variables]  # always known
 
     def convert(self, data: Sequence[Any]) -> list[np.ndarray]:
@@ -285,17 +318,12 @@ class LoadedGraph:
         # The parameter service hands a 0-d variable back with shape (1,) (np.ascontiguousarray in
         # ParameterClient.init makes it 1-d); reshape is a view, and free when the shape already fits.
         # A moving statistic is fed a copy (small): an unplaced graph's own assignment writes the new value into
-        # the array fed for the variable, which must stay the value the change is measured from.
+        # the array fed for the variable, the replica's buffer that the next pull writes into.
         feeds = [
             (np.array(values[name]) if name in self._states else values[name]).reshape(shape)
-            for name, shape in zip(self.names, self._shapes)
+            for name, shape in zip(self.fed, self._shapes)
         ]
         names = self._fetched_names
-
-        def pushed(i: int, value: np.ndarray) -> np.ndarray:
-            """Fetch ``i`` as pushed: a gradient, or the change of a moving statistic."""
-            name = names[i]
-            return value - values[name].reshape(value.shape) if name in self._states else value
 
         if on_gradient is None:
             loss, *fetched = self._run(*feeds, *batch)
@@ -303,19 +331,19 @@ class LoadedGraph:
 
             def ready(i: int, value: np.ndarray) -> None:
                 if i > 0:  # fetch 0 is the loss
-                    on_gradient(names[i - 1], pushed(i - 1, value))
+                    on_gradient(names[i - 1], value)
 
             if wait is None:
                 loss, *fetched = self._run.stream(ready, *feeds, *batch)
             else:
-                variables = self.names
+                variables = self.fed
 
                 def before_use(i: int) -> None:
                     if i < len(variables):  # the feeds after the variables are the batch's, here already
                         wait(variables[i])
 
                 loss, *fetched = self._run.stream_gated(ready, before_use, *feeds, *batch)
-        return float(loss), {name: pushed(i, value) for i, (name, value) in enumerate(zip(names, fetched))}
+        return float(loss), dict(zip(names, fetched))
 
 
 def is_gpu(device: str) -> bool:
@@ -388,10 +416,11 @@ def load(tg: TrainingGraph) -> LoadedGraph:
         graph=graph,
         session=Session(graph),
         loss=graph.tensor(tg.loss),
-        variables=[graph.tensor(name) for name in tg.variable_feeds or [f"{v}:0" for v in tg.held]],
+        variables=[graph.tensor(name) for name in tg.variable_feeds or [f"{v}:0" for v in tg.pulled]],
         gradients=[graph.tensor(name) for name in tg.gradients],
         placeholders=[graph.tensor(name) for name in tg.placeholders],
         names=tg.held,
+        fed=tg.pulled,
         state_values=[graph.tensor(name) for name in tg.state_values],
     )
 

@@ -255,6 +255,7 @@ class VariableSpecProto(_message.Message):
     ROW_START_FIELD_NUMBER: _builtins.int
     ROW_STOP_FIELD_NUMBER: _builtins.int
     MOVING_FIELD_NUMBER: _builtins.int
+    MOVING_MOMENTUM_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     dtype: _tensor_pb2.DataType.ValueType
     row_start: _builtins.int
@@ -262,9 +263,13 @@ class VariableSpecProto(_message.Message):
     row_stop: _builtins.int
     """  of axis 0 of the whole variable"""
     moving: _builtins.bool
-    """A moving statistic (batch norm's moving mean and variance), not trained: each push carries its change,
-    and the server adds the mean of a step's changes (sync) or each change as it comes (async); no optimizer.
+    """A moving statistic (batch norm's moving mean and variance), not trained: each push carries the value it
+    moves towards (a batch's statistic), and the server sets it to
+    moving_momentum * itself + (1 - moving_momentum) * (the mean of a step's values (sync), or each value as it
+    comes (async)); no optimizer. Momentum 0 makes it the pushed value (a plain assignment).
     """
+    moving_momentum: _builtins.float
+    """in [0, 1]"""
     @_builtins.property
     def shape(self) -> _tensor_pb2.TensorShapeProto:
         """the shape of the piece held"""
@@ -283,10 +288,11 @@ class VariableSpecProto(_message.Message):
         row_start: _builtins.int = ...,
         row_stop: _builtins.int = ...,
         moving: _builtins.bool = ...,
+        moving_momentum: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["full_shape", b"full_shape", "shape", b"shape"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dtype", b"dtype", "full_shape", b"full_shape", "moving", b"moving", "name", b"name", "row_start", b"row_start", "row_stop", b"row_stop", "shape", b"shape"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dtype", b"dtype", "full_shape", b"full_shape", "moving", b"moving", "moving_momentum", b"moving_momentum", "name", b"name", "row_start", b"row_start", "row_stop", b"row_stop", "shape", b"shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -11,7 +11,7 @@ Examples
 >>> from cellgraph.cluster.ps.config import VariableSpec
 >>> spec = VariableSpec("w", np.dtype("float32"), (2, 3))
 >>> spec_to_json(spec)
-{'name': 'w', 'dtype': 'float32', 'shape': [2, 3], 'full_shape': None, 'rows': None, 'moving': False}
+{'name': 'w', 'dtype': 'float32', 'shape': [2, 3], 'full_shape': None, 'rows': None, 'moving': False, 'moving_momentum': 0.0}
 >>> spec_from_json(spec_to_json(spec)) == spec
 True
 """
@@ -120,11 +120,15 @@ def spec_to_json(spec: VariableSpec) -> dict[str, Any]:
         "full_shape": None if spec.full_shape is None else list(spec.full_shape),
         "rows": None if spec.rows is None else list(spec.rows),
         "moving": spec.moving,
+        "moving_momentum": spec.momentum,
     }
 
 
 def spec_from_json(raw: dict[str, Any]) -> VariableSpec:
     full_shape, rows = raw["full_shape"], raw["rows"]
+    momentum = float(raw.get("moving_momentum", 0.0))
+    if not 0.0 <= momentum <= 1.0:  # NaN too; read_checkpoint reports the manifest as damaged
+        raise ValueError(f"variable {raw['name']!r} has moving_momentum {momentum!r}, outside [0, 1]")
     return VariableSpec(
         name=str(raw["name"]),
         dtype=np.dtype(raw["dtype"]),
@@ -132,6 +136,7 @@ def spec_from_json(raw: dict[str, Any]) -> VariableSpec:
         full_shape=None if full_shape is None else tuple(int(d) for d in full_shape),
         rows=None if rows is None else (int(rows[0]), int(rows[1])),
         moving=bool(raw.get("moving", False)),  # absent from manifests written before moving statistics
+        momentum=momentum,
     )
 
 

@@ -232,16 +232,18 @@ class ParameterClient:
         *,
         placement: Placement | None = None,
         split_threshold: int | None = None,
-        moving: Collection[str] = (),
+        moving: Mapping[str, float] | Collection[str] = (),
     ) -> int:
         """Give every shard its part of the job and its initial values; return the global step.
 
         The layout comes from ``placement`` when given (``ps`` task ``i`` is
         shard ``i``), else variables are spread greedily by bytes. Calling it
         again for the same job (a restarted client) leaves the values alone.
-        The variables named in ``moving`` are moving statistics (batch norm's):
-        their pushes are changes the servers add (the mean of a step's, in
-        sync mode), with no optimizer and no slots.
+        The variables named in ``moving`` are moving statistics (batch norm's),
+        each with its momentum when ``moving`` maps names to momenta (else 0):
+        a push carries the value each moves towards, and the servers set it to
+        ``momentum * itself + (1 - momentum) * that value`` (the mean of a
+        step's values, in sync mode), with no optimizer and no slots.
         """
         optimizer, training = optimizer or OptimizerConfig(), training or TrainingConfig()
         # np.ascontiguousarray would make a 0-d array 1-d; asarray(order="C") keeps a scalar a scalar.
@@ -256,8 +258,10 @@ class ParameterClient:
                 f"moving statistic(s) {', '.join(map(repr, unknown))} are not among the job's variables",
                 "INVALID_ARGUMENT",
             )
+        momenta = dict(moving) if isinstance(moving, Mapping) else dict.fromkeys(moving, 0.0)
         layout = {
-            name: [(s, replace(spec, moving=name in moving)) for s, spec in pieces] for name, pieces in layout.items()
+            name: [(s, replace(spec, moving=name in momenta, momentum=momenta.get(name, 0.0))) for s, spec in pieces]
+            for name, pieces in layout.items()
         }
         used = {shard for pieces in layout.values() for shard, _ in pieces}
         problem = training.layout_problem(len(used))

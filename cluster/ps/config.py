@@ -77,9 +77,10 @@ class VariableSpec:
     shape: tuple[int, ...]
     full_shape: tuple[int, ...] | None = None
     rows: tuple[int, int] | None = None
-    # A moving statistic: the server adds the pushed changes (their mean in sync mode) instead of applying the
-    # optimizer, and keeps no slots for it.
+    # A moving statistic: instead of applying the optimizer, the server moves it towards the pushed values (their
+    # mean in sync mode), ``value = momentum * value + (1 - momentum) * pushed``, and keeps no slots for it.
     moving: bool = False
+    momentum: float = 0.0
 
     @property
     def nbytes(self) -> int:

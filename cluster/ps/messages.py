@@ -42,6 +42,7 @@ def spec_to_proto(spec: VariableSpec) -> pb.VariableSpecProto:
         row_start=rows[0],
         row_stop=rows[1],
         moving=spec.moving,
+        moving_momentum=spec.momentum,
     )
 
 
@@ -68,7 +69,12 @@ def spec_from_proto(proto: pb.VariableSpecProto) -> VariableSpec:
                 f"{where}: {label} {fmt(dims)} of {dtype.name} is {nbytes:,} bytes, "
                 f"more than any array can hold ({MAX_ARRAY_BYTES:,})"
             )
-    return VariableSpec(proto.name, dtype, shape, full, rows, proto.moving)
+    momentum = proto.moving_momentum
+    if not 0.0 <= momentum <= 1.0:  # NaN too
+        raise _invalid(f"{where}: moving_momentum must be in [0, 1], got {momentum!r}")
+    if momentum and not proto.moving:
+        raise _invalid(f"{where}: moving_momentum {momentum!r} is given for a variable that is not a moving statistic")
+    return VariableSpec(proto.name, dtype, shape, full, rows, proto.moving, momentum)
 
 
 # ------------------------------------------------------------------ optimizer and training

@@ -107,8 +107,14 @@ class ParameterStore:
                     "INVALID_ARGUMENT",
                 )
             self.specs[spec.name] = spec
-        # A moving statistic has no slots: the server adds its pushed changes (``_apply``).
+        # A moving statistic has no slots: the server moves it towards its pushed values (``_apply``), by weights
+        # in its own dtype, as the graph's `var * momentum + value * (1 - momentum)` computes them.
         self._slots_of = {name: () if spec.moving else SLOTS[optimizer.kind] for name, spec in self.specs.items()}
+        self._moving_weights = {
+            name: (spec.dtype.type(spec.momentum), spec.dtype.type(1.0 - spec.momentum))
+            for name, spec in self.specs.items()
+            if spec.moving
+        }
         self._update = UPDATES[optimizer.kind]
         # Every tensor a checkpoint holds, key -> (dtype, shape): load_state checks against it.
         self._layout: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
@@ -404,8 +410,11 @@ class ParameterStore:
     def _apply(self, grads: Mapping[str, np.ndarray]) -> None:
         """One optimizer update of every variable, then the next step; called under the lock."""
         for name, spec in self.specs.items():
-            if spec.moving:  # the step's change of a moving statistic (the mean of the replicas' in sync mode)
-                np.add(self._own(name), grads[name], out=self._tensors[name], casting="unsafe")
+            if spec.moving:  # towards the step's value of a moving statistic (the mean of the replicas' in sync mode)
+                kept, taken = self._moving_weights[name]
+                moved = self._own(name)
+                np.multiply(moved, kept, out=moved)
+                moved += grads[name] * taken
             else:
                 slots = {slot: self._own(f"{name}/{slot}") for slot in self._slots_of[name]}
                 self._update(self._own(name), slots, grads[name], self.optimizer, self._global_step)

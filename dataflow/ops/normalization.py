@@ -45,7 +45,11 @@ from ..shapes import fmt
 from .base import TensorLike, apply, apply_node, as_tensor, check_fits, require_float
 from .math import broadcast_like, reduce_mean, reduce_sum, square, zeros_like
 from .math_unary import rsqrt, where
-from .state import assign, identity
+from .state import identity
+
+# The attribute that marks batch norm's update of a moving statistic, ``var * momentum + stat * (1 - momentum)``,
+# with its momentum: a cluster job sends ``stat`` to the parameter server, which moves the variable itself.
+MOVING_AVERAGE_MOMENTUM = "moving_average_momentum"
 
 FAMILY = "nn"
 Dys = list[Tensor | None]
@@ -384,8 +388,9 @@ def batch_norm(
         y = where(switch, y, normalize(moving_mean, moving_variance))
         new_mean = where(switch, new_mean, moving_mean)
         new_variance = where(switch, new_variance, moving_variance)
-    updates = [assign(moving_mean, new_mean, name=f"{name}_update_mean"),
-               assign(moving_variance, new_variance, name=f"{name}_update_variance")]  # fmt: skip
+    marked = {MOVING_AVERAGE_MOMENTUM: float(momentum)}
+    updates = [apply("Assign", [moving_mean, new_mean], marked, name=f"{name}_update_mean"),
+               apply("Assign", [moving_variance, new_variance], marked, name=f"{name}_update_variance")]  # fmt: skip
     with t.graph.control_dependencies(updates):
         return identity(y, name=name)
 

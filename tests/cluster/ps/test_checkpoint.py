@@ -153,6 +153,7 @@ def test_files_are_plain_safetensors_and_json(tmp_path: Path) -> None:
         "full_shape": [4, 3],
         "rows": [0, 2],
         "moving": False,
+        "moving_momentum": 0.0,
     }
     assert manifest["optimizer"]["kind"] == "adam" and manifest["training"]["mode"] == "sync"
     assert manifest["file"] == {
@@ -321,6 +322,12 @@ def test_damaged_files_are_named(tmp_path: Path) -> None:
 
     info.manifest_file.write_text(json.dumps({**manifest, "optimizer": {"kind": "lamb"}}))
     raises("FAILED_PRECONDITION", "is damaged", str(info.manifest_file), "do not parse", "lamb")(read)
+
+    odd = [{**manifest["specs"][0], "moving": True, "moving_momentum": 1.5}, *manifest["specs"][1:]]
+    info.manifest_file.write_text(json.dumps({**manifest, "specs": odd}))
+    raises("FAILED_PRECONDITION", "is damaged", "do not parse", "variable 'w' has moving_momentum 1.5, outside [0, 1]")(
+        read
+    )
 
     info.manifest_file.write_text('{"format": "something-else"}')
     raises("FAILED_PRECONDITION", "is damaged", str(info.manifest_file), "not a cellgraph-ps-checkpoint manifest")(read)
