@@ -192,3 +192,13 @@ def test_a_trained_batch_norm_model_evaluates_with_the_servers_moving_statistics
             np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5, err_msg=mode)
         finally:
             job.close()
+
+
+def test_a_batch_norm_whose_training_switch_is_fed_with_data_is_refused_with_words() -> None:
+    # Fed, the switch is not folded: the assigned value is a `where`, and no batch statistic can be pushed alone.
+    loss, _, x, training = bn_model()
+    with pytest.raises(TrainingError, match=r"Assign 'bn/output_update_mean' \(test_moving_statistics.py:\d+\) is "
+                       r"marked as a moving average of variable 'bn/moving_mean', but its value comes from \w+ "
+                       r"'[^']+', not from `var \* momentum \+ stat \* \(1 - momentum\)`; a batch norm whose training "
+                       r"switch is fed with data cannot train on a cluster: leave the switch unfed"):  # fmt: skip
+        prepare(loss, data_feeds=[x, training])
