@@ -85,12 +85,12 @@ class _PolledEvents:
     next ``is_set``, on the replica's thread, as before.
     """
 
-    def __init__(self, *names: str) -> None:
+    def __init__(self, *names: str, client: Any = None) -> None:
         import distributed
 
-        self._events = [distributed.Event(name) for name in names]
+        self._events = [distributed.Event(name, client=client) for name in names]  # by default the task's client
         for event in self._events:
-            event._verify_running()  # binds the task's client here: the polling thread has no task context
+            _ = event.client  # bound here, on the task's thread: the polling thread has no task context
         self._set = threading.Event()
         self._closed = threading.Event()
         self._error: BaseException | None = None
