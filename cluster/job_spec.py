@@ -43,7 +43,7 @@ from .cluster import Cluster
 from .errors import ParameterServerError
 from .ps import OptimizerConfig, TrainingConfig
 from .ps.config import NONFINITE, NonFinite
-from .ps.store import TRAINABLE
+from .ps.shard_layout import TRAINABLE
 from .training_graph import TrainingError, TrainingGraph, prepare
 
 # Where a job's parameter servers run: the cluster's PS workers, or one shard in each of its training workers.

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ParameterServerError
-from .config import OptimizerConfig, TrainingConfig, VariableSpec
+from .config import OptimizerConfig, TrainingConfig, VariableSpec, check_moving_momentum
 
 if TYPE_CHECKING:  # checkpoint.py imports this module: the info's class is for the type checker only
     from .checkpoint import CheckpointInfo
@@ -127,8 +127,7 @@ def spec_to_json(spec: VariableSpec) -> dict[str, Any]:
 def spec_from_json(raw: dict[str, Any]) -> VariableSpec:
     full_shape, rows = raw["full_shape"], raw["rows"]
     momentum = float(raw.get("moving_momentum", 0.0))
-    if not 0.0 <= momentum <= 1.0:  # NaN too; read_checkpoint reports the manifest as damaged
-        raise ValueError(f"variable {raw['name']!r} has moving_momentum {momentum!r}, outside [0, 1]")
+    check_moving_momentum(str(raw["name"]), momentum)  # read_checkpoint reports the manifest as damaged
     return VariableSpec(
         name=str(raw["name"]),
         dtype=np.dtype(raw["dtype"]),

@@ -47,6 +47,14 @@ def quoted(name: str) -> str:
     return f"{name[:NAME_CHARS_SHOWN]!r}... ({len(name):,} characters)"
 
 
+def check_moving_momentum(name: str, momentum: float) -> None:
+    """Refuse a moving statistic's momentum outside [0, 1] (NaN too) with INVALID_ARGUMENT, naming the variable."""
+    if not 0.0 <= momentum <= 1.0:
+        raise ParameterServerError(
+            f"variable {quoted(name)}: moving_momentum must be in [0, 1], got {momentum!r}", "INVALID_ARGUMENT"
+        )
+
+
 def listed(names: Iterable[str], quote: bool = True) -> str:
     """``'a', 'b' and 9,998 more``: at most ``NAMES_SHOWN`` names, each cut as ``quoted`` cuts it.
 

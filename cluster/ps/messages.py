@@ -17,7 +17,7 @@ from cellgraph.protos import tensor_pb2
 
 from ..errors import ParameterServerError
 from .chunks import dtype_enum, dtype_of
-from .config import OptimizerConfig, TrainingConfig, VariableSpec, quoted
+from .config import OptimizerConfig, TrainingConfig, VariableSpec, check_moving_momentum, quoted
 
 _MODES = {"sync": pb.SYNC, "async": pb.ASYNC}
 _MODE_NAMES = {v: k for k, v in _MODES.items()}
@@ -70,8 +70,7 @@ def spec_from_proto(proto: pb.VariableSpecProto) -> VariableSpec:
                 f"more than any array can hold ({MAX_ARRAY_BYTES:,})"
             )
     momentum = proto.moving_momentum
-    if not 0.0 <= momentum <= 1.0:  # NaN too
-        raise _invalid(f"{where}: moving_momentum must be in [0, 1], got {momentum!r}")
+    check_moving_momentum(proto.name, momentum)
     if momentum and not proto.moving:
         raise _invalid(f"{where}: moving_momentum {momentum!r} is given for a variable that is not a moving statistic")
     return VariableSpec(proto.name, dtype, shape, full, rows, proto.moving, momentum)

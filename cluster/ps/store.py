@@ -17,31 +17,18 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
 
-from ...dataflow.shapes import fmt
 from ..errors import ParameterServerError
-from .config import SCALAR_SLOTS, SLOTS, OptimizerConfig, TrainingConfig, VariableSpec, listed
+from .config import OptimizerConfig, TrainingConfig, VariableSpec, listed
 from .nonfinite import first_nonfinite
 from .records import PushOutcome, Replica, StoreState, StoreStats
+from .shard_layout import ShardLayout, key_mismatch
 from .step_waiters import StepWaiters, check_timeout
-from .updates import STEP_COUNT_DTYPE, UPDATES
-
-TRAINABLE = ("float32", "float64")
-
-
-def _key_mismatch(what: str, found: Iterable[str], expected: Iterable[str]) -> str | None:
-    """``"{what}: missing 'a'; unexpected 'b' (...)"`` when two sets of names differ, else None."""
-    found, expected = list(found), list(expected)
-    missing = [key for key in expected if key not in found]
-    extra = [key for key in found if key not in expected]
-    problems = [f"missing {listed(missing)}"] if missing else []
-    if extra:
-        problems.append(f"unexpected {listed(extra)} (the shard holds {listed(expected) or 'nothing'})")
-    return f"{what}: {'; '.join(problems)}" if problems else None
+from .updates import UPDATES
 
 
 def _plural(word: str, ids: Sequence[int]) -> str:
@@ -96,40 +83,9 @@ class ParameterStore:
         self.job_id = job_id
         self.optimizer = optimizer
         self.training = training
-        self.specs: dict[str, VariableSpec] = {}
-        for spec in specs:
-            if spec.name in self.specs:
-                raise ParameterServerError(f"variable {spec.name!r} is listed twice in the shard", "INVALID_ARGUMENT")
-            if np.dtype(spec.dtype).name not in TRAINABLE:
-                raise ParameterServerError(
-                    f"variable {spec.name!r} has dtype {np.dtype(spec.dtype).name}; "
-                    f"a parameter server trains only {' or '.join(TRAINABLE)}",
-                    "INVALID_ARGUMENT",
-                )
-            self.specs[spec.name] = spec
-        # A moving statistic has no slots: the server moves it towards its pushed values (``_apply``), by weights
-        # in its own dtype, as the graph's `var * momentum + value * (1 - momentum)` computes them.
-        self._slots_of = {name: () if spec.moving else SLOTS[optimizer.kind] for name, spec in self.specs.items()}
-        self._moving_weights = {
-            name: (spec.dtype.type(spec.momentum), spec.dtype.type(1.0 - spec.momentum))
-            for name, spec in self.specs.items()
-            if spec.moving
-        }
+        self._shard = ShardLayout(specs, optimizer.kind)
+        self.specs = self._shard.specs
         self._update = UPDATES[optimizer.kind]
-        # Every tensor a checkpoint holds, key -> (dtype, shape): load_state checks against it.
-        self._layout: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
-        for name, spec in self.specs.items():
-            self._layout[name] = (np.dtype(spec.dtype), tuple(spec.shape))
-            for slot in self._slots_of[name]:
-                key = f"{name}/{slot}"
-                if key in self.specs:
-                    raise ParameterServerError(
-                        f"variable {key!r} has the name of slot {slot!r} of variable {name!r}; "
-                        "their checkpoint keys would collide",
-                        "INVALID_ARGUMENT",
-                    )
-                scalar = slot in SCALAR_SLOTS[optimizer.kind]
-                self._layout[key] = (STEP_COUNT_DTYPE, ()) if scalar else self._layout[name]
         self._check_initial(initial)
 
         self._lock = threading.Condition()
@@ -137,7 +93,7 @@ class ParameterStore:
         # and load_state() are a copy and a swap.
         self._tensors = {
             key: np.array(initial[key], order="C") if key in self.specs else np.zeros(shape, dtype)
-            for key, (dtype, shape) in self._layout.items()
+            for key, (dtype, shape) in self._shard.tensors.items()
         }
         self._versions = dict.fromkeys(self.specs, 0)
         self._global_step = 0
@@ -157,21 +113,13 @@ class ParameterStore:
         self._waiters = StepWaiters(self._lock)
 
     def _check_initial(self, initial: Mapping[str, np.ndarray]) -> None:
-        problem = _key_mismatch("initial values", initial, self.specs)
+        problem = key_mismatch("initial values", initial, self.specs)
         if problem:
             raise ParameterServerError(problem, "INVALID_ARGUMENT")
         for name in self.specs:
-            self._check_tensor(f"initial value of {name!r}", initial[name], name, "the spec says", "INVALID_ARGUMENT")
-
-    def _check_tensor(self, what: str, value: object, key: str, expected: str, code: str) -> None:
-        """Raise unless ``value`` has the dtype and shape of ``key``: "{what} has shape (3,), {expected} (2,)"."""
-        dtype, shape = self._layout[key]
-        if not isinstance(value, np.ndarray):
-            raise ParameterServerError(f"{what} is a {type(value).__name__}, not a NumPy array", code)
-        if value.dtype != dtype:
-            raise ParameterServerError(f"{what} has dtype {value.dtype}, {expected} {dtype}", code)
-        if value.shape != shape:
-            raise ParameterServerError(f"{what} has shape {fmt(value.shape)}, {expected} {fmt(shape)}", code)
+            self._shard.check_tensor(
+                f"initial value of {name!r}", initial[name], name, "the spec says", "INVALID_ARGUMENT"
+            )
 
     @property
     def global_step(self) -> int:
@@ -282,7 +230,7 @@ class ParameterStore:
             )
         for name in self.specs:
             what = f"replica {replica_id}'s gradient for {name!r}"
-            self._check_tensor(what, grads[name], name, "the variable has", "INVALID_ARGUMENT")
+            self._shard.check_tensor(what, grads[name], name, "the variable has", "INVALID_ARGUMENT")
         if step < 0:
             raise ParameterServerError(f"step {step} is negative", "INVALID_ARGUMENT")
         if step > self._global_step:
@@ -398,7 +346,7 @@ class ParameterStore:
 
     def slot_nbytes(self, name: str) -> int:
         """Bytes of variable ``name``'s optimizer slots on this shard."""
-        return sum(int(self._tensors[f"{name}/{slot}"].nbytes) for slot in self._slots_of[name])
+        return sum(int(self._tensors[f"{name}/{slot}"].nbytes) for slot in self._shard.slots_of[name])
 
     def _own(self, key: str) -> np.ndarray:
         """Tensor ``key``, safe to update in place: copied first if a reader still holds its view; under the lock."""
@@ -411,12 +359,12 @@ class ParameterStore:
         """One optimizer update of every variable, then the next step; called under the lock."""
         for name, spec in self.specs.items():
             if spec.moving:  # towards the step's value of a moving statistic (the mean of the replicas' in sync mode)
-                kept, taken = self._moving_weights[name]
+                kept, taken = self._shard.moving_weights[name]
                 moved = self._own(name)
                 np.multiply(moved, kept, out=moved)
                 moved += grads[name] * taken
             else:
-                slots = {slot: self._own(f"{name}/{slot}") for slot in self._slots_of[name]}
+                slots = {slot: self._own(f"{name}/{slot}") for slot in self._shard.slots_of[name]}
                 self._update(self._own(name), slots, grads[name], self.optimizer, self._global_step)
             self._versions[name] += 1
         self._updates += 1
@@ -568,7 +516,7 @@ class ParameterStore:
         (7, {'w': (7, array(5.))})
         """
         self._check_state(state)
-        fresh = {key: np.array(state.tensors[key], order="C") for key in self._layout}
+        fresh = {key: np.array(state.tensors[key], order="C") for key in self._shard.tensors}
         with self._lock:
             self._tensors = fresh
             self._lent.clear()  # the views handed out are of the tensors replaced
@@ -594,15 +542,15 @@ class ParameterStore:
         if state.global_step < 0:
             raise refuse(f"global step {state.global_step} is negative")
         for label, found, expected in (
-            ("tensors", state.tensors, self._layout),
+            ("tensors", state.tensors, self._shard.tensors),
             ("versions", state.versions, self.specs),
         ):
-            problem = _key_mismatch(label, found, expected)
+            problem = key_mismatch(label, found, expected)
             if problem:
                 raise refuse(problem)
         for name, version in state.versions.items():
             if version < 0:
                 raise refuse(f"version {version} of {name!r} is negative")
-        for key in self._layout:
+        for key in self._shard.tensors:
             what = f"checkpoint for job {self.job_id!r}: {key!r}"
-            self._check_tensor(what, state.tensors[key], key, "the shard holds", "FAILED_PRECONDITION")
+            self._shard.check_tensor(what, state.tensors[key], key, "the shard holds", "FAILED_PRECONDITION")

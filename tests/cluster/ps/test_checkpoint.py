@@ -325,9 +325,9 @@ def test_damaged_files_are_named(tmp_path: Path) -> None:
 
     odd = [{**manifest["specs"][0], "moving": True, "moving_momentum": 1.5}, *manifest["specs"][1:]]
     info.manifest_file.write_text(json.dumps({**manifest, "specs": odd}))
-    raises("FAILED_PRECONDITION", "is damaged", "do not parse", "variable 'w' has moving_momentum 1.5, outside [0, 1]")(
-        read
-    )
+    raises(
+        "FAILED_PRECONDITION", "is damaged", "do not parse", "variable 'w': moving_momentum must be in [0, 1], got 1.5"
+    )(read)
 
     info.manifest_file.write_text('{"format": "something-else"}')
     raises("FAILED_PRECONDITION", "is damaged", str(info.manifest_file), "not a cellgraph-ps-checkpoint manifest")(read)
