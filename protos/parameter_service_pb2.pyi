@@ -497,11 +497,16 @@ class PullRequest(_message.Message):
     MIN_STEP_FIELD_NUMBER: _builtins.int
     REPLICA_ID_FIELD_NUMBER: _builtins.int
     MAX_CHUNK_BYTES_FIELD_NUMBER: _builtins.int
+    FUSE_FIELD_NUMBER: _builtins.int
     min_step: _builtins.int
     """Wait (up to the call's deadline) until the global step is at least this."""
     replica_id: _builtins.int
     max_chunk_bytes: _builtins.int
     """0: the server's default"""
+    fuse: _builtins.bool
+    """Answer on the Step stream with fused chunks (TensorChunk.members): the
+    small variables of one dtype and version, together.
+    """
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """empty: every variable of this shard"""
@@ -513,10 +518,11 @@ class PullRequest(_message.Message):
         min_step: _builtins.int | None = ...,
         replica_id: _builtins.int = ...,
         max_chunk_bytes: _builtins.int = ...,
+        fuse: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_min_step", b"_min_step", "min_step", b"min_step"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_step", b"_min_step", "max_chunk_bytes", b"max_chunk_bytes", "min_step", b"min_step", "names", b"names", "replica_id", b"replica_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_step", b"_min_step", "fuse", b"fuse", "max_chunk_bytes", b"max_chunk_bytes", "min_step", b"min_step", "names", b"names", "replica_id", b"replica_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_step: _TypeAlias = _typing.Literal["min_step"]  # noqa: Y015
     _WhichOneofArgType__min_step: _TypeAlias = _typing.Literal["_min_step", b"_min_step"]  # noqa: Y015

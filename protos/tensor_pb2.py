@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63\x65llgraph/protos/tensor.proto\x12\tcellgraph\"\x1f\n\x10TensorShapeProto\x12\x0b\n\x03\x64im\x18\x01 \x03(\x03\"a\n\x0fTensorSpecProto\x12\"\n\x05\x64type\x18\x01 \x01(\x0e\x32\x13.cellgraph.DataType\x12*\n\x05shape\x18\x02 \x01(\x0b\x32\x1b.cellgraph.TensorShapeProto\"\x7f\n\x0bTensorProto\x12\"\n\x05\x64type\x18\x01 \x01(\x0e\x32\x13.cellgraph.DataType\x12*\n\x05shape\x18\x02 \x01(\x0b\x32\x1b.cellgraph.TensorShapeProto\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\x0c\x12\x0f\n\x07strings\x18\x04 \x03(\x0c\"\x8c\x01\n\x0bTensorChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\"\n\x05\x64type\x18\x02 \x01(\x0e\x32\x13.cellgraph.DataType\x12*\n\x05shape\x18\x03 \x01(\x0b\x32\x1b.cellgraph.TensorShapeProto\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\x0c*\xbc\x01\n\x08\x44\x61taType\x12\x0e\n\nDT_INVALID\x10\x00\x12\x0e\n\nDT_FLOAT32\x10\x01\x12\x0e\n\nDT_FLOAT64\x10\x02\x12\x0c\n\x08\x44T_INT32\x10\x03\x12\x0c\n\x08\x44T_INT64\x10\x04\x12\x0b\n\x07\x44T_BOOL\x10\x05\x12\x0e\n\nDT_FLOAT16\x10\x06\x12\x0f\n\x0b\x44T_BFLOAT16\x10\x07\x12\x0b\n\x07\x44T_INT8\x10\x08\x12\x0c\n\x08\x44T_UINT8\x10\t\x12\x0c\n\x08\x44T_INT16\x10\n\x12\r\n\tDT_STRING\x10\x0b\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63\x65llgraph/protos/tensor.proto\x12\tcellgraph\"\x1f\n\x10TensorShapeProto\x12\x0b\n\x03\x64im\x18\x01 \x03(\x03\"a\n\x0fTensorSpecProto\x12\"\n\x05\x64type\x18\x01 \x01(\x0e\x32\x13.cellgraph.DataType\x12*\n\x05shape\x18\x02 \x01(\x0b\x32\x1b.cellgraph.TensorShapeProto\"\x7f\n\x0bTensorProto\x12\"\n\x05\x64type\x18\x01 \x01(\x0e\x32\x13.cellgraph.DataType\x12*\n\x05shape\x18\x02 \x01(\x0b\x32\x1b.cellgraph.TensorShapeProto\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\x0c\x12\x0f\n\x07strings\x18\x04 \x03(\x0c\"\x9d\x01\n\x0bTensorChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\"\n\x05\x64type\x18\x02 \x01(\x0e\x32\x13.cellgraph.DataType\x12*\n\x05shape\x18\x03 \x01(\x0b\x32\x1b.cellgraph.TensorShapeProto\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\x0c\x12\x0f\n\x07members\x18\x06 \x03(\t*\xbc\x01\n\x08\x44\x61taType\x12\x0e\n\nDT_INVALID\x10\x00\x12\x0e\n\nDT_FLOAT32\x10\x01\x12\x0e\n\nDT_FLOAT64\x10\x02\x12\x0c\n\x08\x44T_INT32\x10\x03\x12\x0c\n\x08\x44T_INT64\x10\x04\x12\x0b\n\x07\x44T_BOOL\x10\x05\x12\x0e\n\nDT_FLOAT16\x10\x06\x12\x0f\n\x0b\x44T_BFLOAT16\x10\x07\x12\x0b\n\x07\x44T_INT8\x10\x08\x12\x0c\n\x08\x44T_UINT8\x10\t\x12\x0c\n\x08\x44T_INT16\x10\n\x12\r\n\tDT_STRING\x10\x0b\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cellgraph.protos.tensor_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DATATYPE']._serialized_start=449
-  _globals['_DATATYPE']._serialized_end=637
+  _globals['_DATATYPE']._serialized_start=466
+  _globals['_DATATYPE']._serialized_end=654
   _globals['_TENSORSHAPEPROTO']._serialized_start=44
   _globals['_TENSORSHAPEPROTO']._serialized_end=75
   _globals['_TENSORSPECPROTO']._serialized_start=77
@@ -40,5 +40,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENSORPROTO']._serialized_start=176
   _globals['_TENSORPROTO']._serialized_end=303
   _globals['_TENSORCHUNK']._serialized_start=306
-  _globals['_TENSORCHUNK']._serialized_end=446
+  _globals['_TENSORCHUNK']._serialized_end=463
 # @@protoc_insertion_point(module_scope)

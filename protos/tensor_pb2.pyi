@@ -167,6 +167,7 @@ class TensorChunk(_message.Message):
     SHAPE_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """the tensor (variable) the chunk belongs to"""
     dtype: Global___DataType.ValueType
@@ -178,6 +179,15 @@ class TensorChunk(_message.Message):
     def shape(self) -> Global___TensorShapeProto:
         """the shape of the whole tensor"""
 
+    @_builtins.property
+    def members(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """A fused chunk: several small tensors of one dtype in one chunk (their
+        per-tensor framing and handling cost more than their bytes). `content` is
+        these tensors' bytes one after the other, in this order, each whole;
+        `offset` is 0, and `name` and `shape` are not read. The parameter service
+        sends and takes them on its Step stream (see PullRequest.fuse).
+        """
+
     def __init__(
         self,
         *,
@@ -186,10 +196,11 @@ class TensorChunk(_message.Message):
         shape: Global___TensorShapeProto | None = ...,
         offset: _builtins.int = ...,
         content: _builtins.bytes = ...,
+        members: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["shape", b"shape"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "dtype", b"dtype", "name", b"name", "offset", b"offset", "shape", b"shape"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "dtype", b"dtype", "members", b"members", "name", b"name", "offset", b"offset", "shape", b"shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

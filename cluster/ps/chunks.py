@@ -201,6 +201,21 @@ class TensorAssembler:
             self._stops.insert(where, stop)
         self.received += size
 
+    def add_whole(self, array: np.ndarray) -> None:
+        """The whole tensor at once, already checked against the spec (a member of a fused chunk:
+        ``fused.split``): adopted as it is where this assembler adopts, else copied into its array."""
+        if self.received or self._starts:
+            raise ParameterServerError(f"{self.what} arrived a second time", "INVALID_ARGUMENT")
+        if self._adopt and self.array is None:
+            self.array = array
+        else:
+            self._buffer()
+            assert self.array is not None
+            np.copyto(self.array, array)
+        if self.total:
+            self._starts, self._stops = [0], [self.total]
+        self.received = self.total
+
     def _take_whole(self, content: bytes | memoryview, start: int, size: int) -> bool:
         """Adopt a chunk that is the whole tensor as the array itself, a read-only view of the received
         bytes (no copy), when it is aligned for the dtype; whether it was."""

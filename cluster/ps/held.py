@@ -44,10 +44,11 @@ from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import parameter_service_pb2 as pb
 
 from ..errors import ParameterServerError
+from . import fused
 from .aio_layer import keep_grpc_aio_up
 from .chunks import MAX_MESSAGE_BYTES, TensorAssembler
 from .config import VariableSpec
-from .frames import Framed, chunk_parts, length_delimited, parse_framed, varint
+from .frames import Framed, length_delimited, parse_framed, varint
 from .sharding import Layout
 from .step_loop import LoopTimeout, StepLoop
 
@@ -86,15 +87,14 @@ def step_frames(
         tail += b"".join(length_delimited(_NONFINITE, [nonfinite.encode()]))
     parts: list[Any] = length_delimited(_HEADER, [header.SerializeToString()]) if header is not None else []
     size = 0
-    for spec, piece in pieces:
-        for chunk in chunk_parts(spec.name, piece, max_chunk):
-            field = length_delimited(_CHUNKS, chunk)
-            nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in field)
-            if size and size + nbytes > ONE_MESSAGE_BYTES:
-                yield b"".join([*parts, _MORE])
-                parts, size = [], 0
-            parts += field
-            size += nbytes
+    for chunk in fused.tensor_chunk_parts(pieces, max_chunk):  # the small gradients of a dtype fused
+        field = length_delimited(_CHUNKS, chunk)
+        nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in field)
+        if size and size + nbytes > ONE_MESSAGE_BYTES:
+            yield b"".join([*parts, _MORE])
+            parts, size = [], 0
+        parts += field
+        size += nbytes
     yield b"".join([*parts, tail])
 
 
@@ -352,7 +352,7 @@ class PullPlan:
         self.names = {shard: list(specs) for shard, specs in self.specs.items()}
         self.requests: dict[int, pb.PullRequest] = {}
         for shard, specs in self.specs.items():
-            request = pb.PullRequest(names=list(specs), replica_id=replica_id, max_chunk_bytes=max_chunk)
+            request = pb.PullRequest(names=list(specs), replica_id=replica_id, max_chunk_bytes=max_chunk, fuse=True)
             if min_step is not None:
                 request.min_step = min_step
             self.requests[shard] = request
@@ -384,7 +384,10 @@ class ShardReceiver:
     def add(self, framed: Framed[Any], values: Sequence[pb.PullMessage]) -> None:
         """Write the chunks of ``values``, all the chunks ``framed`` carries, in place."""
         pairs = framed.paired([value.chunk for value in values])
-        for value, (_, content) in zip(values, pairs):
+        for value, (chunk, content) in zip(values, pairs):
+            if chunk.members:
+                self._add_fused(value, content)
+                continue
             assembler = self.assemblers.get(value.chunk.name)
             if assembler is None:
                 raise ParameterServerError(
@@ -394,6 +397,23 @@ class ShardReceiver:
             self.step, self.versions[value.chunk.name] = value.global_step, value.version
             if self.on_piece is not None and assembler.received == assembler.total:
                 self.on_piece(value.chunk.name)
+
+    def _add_fused(self, value: pb.PullMessage, content: memoryview) -> None:
+        """Write each member of a fused chunk (checked whole first) into its array."""
+        assemblers = self.assemblers
+        members, _ = fused.split(
+            value.chunk,
+            content,
+            lambda name: assemblers[name].spec if name in assemblers else None,
+            f"shard {self.shard}'s answer",
+            lambda name: assemblers[name].received > 0,
+        )
+        self.step = value.global_step
+        for name, array in members:
+            assemblers[name].add_whole(array)
+            self.versions[name] = value.version
+            if self.on_piece is not None:
+                self.on_piece(name)
 
     def finish(self) -> tuple[int, dict[str, int]]:
         for assembler in self.assemblers.values():

@@ -27,7 +27,7 @@ from cellgraph.protos import tensor_pb2
 
 from ...dataflow.kernels.cpu.training import all_finite
 from ..errors import ParameterServerError
-from . import checkpoint
+from . import checkpoint, fused
 from .auth import AsyncTokenAuthInterceptor
 from .autosave import CheckpointWriter
 from .checkpoint import CheckpointInfo
@@ -349,7 +349,11 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         content: memoryview,
         assemblers: dict[str, TensorAssembler],
     ) -> None:
-        """Write one chunk of a push into its gradient's own buffer (made at the gradient's first chunk)."""
+        """Write one chunk of a push into its gradient's own buffer (made at the gradient's first chunk); a fused
+        chunk's members (fused.py) are each taken whole."""
+        if chunk.members:
+            self._receive_fused(store, header, chunk, content, assemblers)
+            return
         assembler = assemblers.get(chunk.name)
         if assembler is None:
             spec = store.specs.get(chunk.name)
@@ -367,6 +371,28 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             # Checked for NaN and Inf now, while the rest of the push is still on the wire, not all at its end;
             # unless the replica checks the whole push itself (its last message says what it found).
             assembler.finite = header.checked or all_finite(assembler.finish().reshape(-1))
+
+    def _receive_fused(
+        self,
+        store: ParameterStore,
+        header: pb.PushHeader,
+        chunk: tensor_pb2.TensorChunk,
+        content: memoryview,
+        assemblers: dict[str, TensorAssembler],
+    ) -> None:
+        """Take the gradients of a fused chunk, checked whole first (``fused.split``), and check them for NaN and
+        Inf together (the store names the variable when one is not finite)."""
+        what = f"replica {header.replica_id}'s push for step {header.step}"
+        check_chunk_size(content.nbytes, self.max_chunk_bytes, f"fused gradients in {what}")
+        members, flat = fused.split(chunk, content, store.specs.get, what, assemblers.__contains__)
+        finite = header.checked or (store.training.nonfinite != "apply" and all_finite(flat))
+        for name, grad in members:
+            assembler = assemblers[name] = TensorAssembler(
+                store.specs[name], f"gradient for {quoted(name)}", adopt=True
+            )
+            assembler.add_whole(grad)
+            assembler.finite = finite
+        self.counters.add(bytes_in=content.nbytes)
 
     def push(
         self,

@@ -33,6 +33,7 @@ import numpy as np
 from cellgraph.protos import parameter_service_pb2 as pb
 
 from ..errors import ParameterServerError
+from . import fused
 from .chunks import MAX_MESSAGE_BYTES, TensorAssembler, release_all
 from .door import decoded
 from .frames import Framed, chunk_parts, length_delimited, varint
@@ -173,7 +174,7 @@ async def serve_steps(
             wait_s = request.wait_s if request.wait_s > 0 else servicer.max_wait_s
             step, values, limit = await servicer.snapshot(store, request.pull, min(wait_s, servicer.max_wait_s))
             servicer.counters.add(bytes_out=sum(value.nbytes for _, value in values.values()))
-            for frame in _answer_frames(pushed, step, values, limit):
+            for frame in _answer_frames(pushed, step, values, limit, request.pull.fuse):
                 yield frame
             # Let go of the store's read-only views now: held until the next step, they would make its update
             # copy every tensor (copy on write) for nothing.
@@ -184,15 +185,25 @@ async def serve_steps(
 
 
 def _answer_frames(
-    pushed: pb.PushResponse | None, step: int, values: dict[str, tuple[int, np.ndarray]], limit: int
+    pushed: pb.PushResponse | None,
+    step: int,
+    values: dict[str, tuple[int, np.ndarray]],
+    limit: int,
+    fuse: bool = False,
 ) -> Iterator[bytes]:
-    """A step's answer as StepResponse frames of at most about one message's worth of content each."""
+    """A step's answer as StepResponse frames of at most about one message's worth of content each; with
+    ``fuse``, the small values of one dtype and version in one fused chunk each (fused.py)."""
     parts: list[Any] = length_delimited(_PUSH, [pushed.SerializeToString()]) if pushed is not None else []
     size = 0
     budget = MAX_MESSAGE_BYTES - _MESSAGE_SLACK
-    for name, (version, value) in values.items():
-        head = pb.PullMessage(global_step=step, version=version).SerializeToString()
-        for chunk in chunk_parts(name, value, limit):
+    heads: dict[int, bytes] = {}  # by version: a step's values share one, so it is serialized once
+    groups = fused.answer_groups(values, limit) if fuse else ((v, [(n, a)]) for n, (v, a) in values.items())
+    for version, members in groups:
+        head = heads.get(version)
+        if head is None:
+            head = heads[version] = pb.PullMessage(global_step=step, version=version).SerializeToString()
+        chunks = [fused.fused_parts(members)] if len(members) > 1 else chunk_parts(*members[0], limit)
+        for chunk in chunks:
             value_parts = length_delimited(_VALUES, [head, *length_delimited(_CHUNK, chunk)])
             nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in value_parts)
             if parts and size + nbytes > budget:

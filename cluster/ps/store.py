@@ -28,7 +28,7 @@ from .nonfinite import first_nonfinite
 from .records import PushOutcome, Replica, StoreState, StoreStats
 from .shard_layout import ShardLayout, key_mismatch
 from .step_waiters import StepWaiters, check_timeout
-from .updates import UPDATES
+from .updates import step_update
 
 
 def _plural(word: str, ids: Sequence[int]) -> str:
@@ -85,7 +85,6 @@ class ParameterStore:
         self.training = training
         self._shard = ShardLayout(specs, optimizer.kind)
         self.specs = self._shard.specs
-        self._update = UPDATES[optimizer.kind]
         self._check_initial(initial)
 
         self._lock = threading.Condition()
@@ -357,6 +356,7 @@ class ParameterStore:
 
     def _apply(self, grads: Mapping[str, np.ndarray]) -> None:
         """One optimizer update of every variable, then the next step; called under the lock."""
+        update = step_update(self.optimizer, self._global_step)
         for name, spec in self.specs.items():
             if spec.moving:  # towards the step's value of a moving statistic (the mean of the replicas' in sync mode)
                 kept, taken = self._shard.moving_weights[name]
@@ -365,7 +365,7 @@ class ParameterStore:
                 moved += grads[name] * taken
             else:
                 slots = {slot: self._own(f"{name}/{slot}") for slot in self._shard.slots_of[name]}
-                self._update(self._own(name), slots, grads[name], self.optimizer, self._global_step)
+                update(self._own(name), slots, grads[name])
             self._versions[name] += 1
         self._updates += 1
         self._advance()

@@ -54,6 +54,7 @@ import numpy as np
 from cellgraph.protos import parameter_service_pb2 as pb
 
 from ..errors import ParameterServerError
+from . import fused
 from .config import VariableSpec
 from .frames import Framed, chunk_parts, length_delimited
 from .held import (
@@ -171,6 +172,7 @@ class _ShardSend:
         self.frames: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue()
         self.sent: list[float] = []
         self.parts: list[Any] = []
+        self.small: list[tuple[VariableSpec, np.ndarray]] = []  # gradients fused when the message is made
         self.size = 0
         self.pushing = False  # a gradient of this shard was added: its first message carries the push's header
         self.started = False
@@ -249,6 +251,12 @@ class StreamedStep:
 
     def _add(self, send: _ShardSend, spec: VariableSpec, piece: np.ndarray) -> None:
         send.pushing = True
+        if fused.fusable(piece.nbytes):  # joined with the message's other small ones of its dtype at the flush
+            if send.size and send.size + piece.nbytes > ONE_MESSAGE_BYTES:
+                self._flush(send, last=None)
+            send.small.append((spec, piece))
+            send.size += piece.nbytes
+            return
         for chunk in chunk_parts(spec.name, piece, self.client.max_chunk_bytes):
             field = length_delimited(_CHUNKS, chunk)
             nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in field)
@@ -262,8 +270,10 @@ class StreamedStep:
         """Send what ``send`` holds (and, with ``last``, the step's last message's own fields)."""
         head = length_delimited(_HEADER, [self.header]) if send.pushing and not send.started else []
         tail = [last] if last is not None else [_MORE]
+        for chunk in fused.tensor_chunk_parts(send.small, self.client.max_chunk_bytes):
+            send.parts += length_delimited(_CHUNKS, chunk)
         frame = b"".join([*head, *send.parts, *tail])
-        send.parts, send.size = [], 0
+        send.parts, send.small, send.size = [], [], 0
         item = (frame, last is not None)
 
         def start(submit: Any, here: bool) -> None:

@@ -10,7 +10,8 @@ step's ``assign_add``.
 Examples
 --------
 >>> var = np.ones(3, np.float32)
->>> UPDATES["sgd"](var, {}, np.full(3, 2.0, np.float32), OptimizerConfig("sgd", learning_rate=0.25), 0)
+>>> update = step_update(OptimizerConfig("sgd", learning_rate=0.25), 0)
+>>> update(var, {}, np.full(3, 2.0, np.float32))
 >>> var
 array([0.5, 0.5, 0.5], dtype=float32)
 """
@@ -21,24 +22,24 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS, OptimizerDef, kinds
+from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS, OptimizerDef
 
 from .config import OptimizerConfig
 
 # A scalar slot (Adam's step count) is float64, whatever the variable's dtype.
 STEP_COUNT_DTYPE = np.dtype(np.float64)
 
-# (variable, its slots, gradient, config, global step the update is applied at) -> None: in place.
-Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray, OptimizerConfig, int], None]
+# (variable, its slots, gradient) -> None: in place.
+Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray], None]
 
 
-def _server_update(definition: OptimizerDef) -> Update:
-    def update(
-        var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray, opt: OptimizerConfig, step: int
-    ) -> None:
-        definition.update(var, slots, opt.learning_rate_at(step), grad, opt.hyperparameters)
+def step_update(opt: OptimizerConfig, step: int) -> Update:
+    """The update of every variable of a shard at global step ``step``: the kind's registry entry, with the
+    learning rate (at that step) and the hyperparameters read once, not once per variable."""
+    definition: OptimizerDef = OPTIMIZER_KINDS.lookup(opt.kind)
+    rate, hyperparameters = opt.learning_rate_at(step), opt.hyperparameters
+
+    def update(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray) -> None:
+        definition.update(var, slots, rate, grad, hyperparameters)
 
     return update
-
-
-UPDATES: dict[str, Update] = {kind: _server_update(OPTIMIZER_KINDS.lookup(kind)) for kind in kinds()}
