@@ -200,3 +200,32 @@ def test_a_client_refuses_a_fused_answer_that_does_not_fit_what_it_asked_for() -
     value = pb.PullMessage(chunk=_fused_chunk(["a", "x"], F4 + F4), global_step=1, version=1)
     with pytest.raises(ParameterServerError, match="the fused chunk of 'a', 'x' in shard 0's answer names 'x'"):
         receiver.add(Framed(value, [memoryview(value.chunk.content)]), [value])
+
+
+def test_a_fused_chunk_over_the_servers_chunk_limit_is_refused_saying_so(ps: Servers) -> None:
+    [address] = ps.start(1, max_chunk_bytes=16)
+    client = ps.client()
+    values = {"a": np.zeros(4, F32), "b": np.zeros(3, F32)}
+    client.init("big-fused", values, OptimizerConfig("sgd", 1.0))
+    client.register(0)
+    request = pb.StepRequest(
+        header=pb.PushHeader(replica_id=0, step=0), chunks=[_fused_chunk(["a", "b"], F4 + F3)], pull=pb.PullRequest()
+    )
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.ParameterServiceStub(channel)
+        err = status_of(lambda: list(stub.Step(iter([request]), timeout=TIMEOUT, metadata=token_metadata(ps.token))))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert (
+        "a chunk of fused gradients in replica 0's push for step 0 carries 28 bytes, over this server's limit of 16"
+        in (err.details() or "")
+    )
+    assert client.pull().global_step == 0
+
+
+def test_an_assembler_takes_a_whole_tensor_once() -> None:
+    spec = VariableSpec("a", F32, (4,))
+    assembler = TensorAssembler(spec, "gradient for 'a'")
+    assembler.add_whole(np.arange(4, dtype=F32))
+    np.testing.assert_array_equal(assembler.finish(), np.arange(4, dtype=F32))
+    with pytest.raises(ParameterServerError, match="gradient for 'a' arrived a second time"):
+        assembler.add_whole(np.arange(4, dtype=F32))
