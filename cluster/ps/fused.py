@@ -65,13 +65,18 @@ def tensor_chunk_parts(
 ) -> Iterator[list[Any]]:
     """The chunks of ``tensors`` (spec, array), each as the pieces of a serialized ``TensorChunk``: the small
     ones of each dtype fused (in groups of at most ``FUSE_GROUP_BYTES``), the others as ``chunk_parts`` makes
-    them. A group of one is an ordinary chunk."""
+    them. A group of one is an ordinary chunk. The order is kept as far as fusing allows: the groups so far
+    go before each big tensor."""
     groups: dict[np.dtype, list[tuple[str, np.ndarray]]] = {}
     sizes: dict[np.dtype, int] = {}
     limit = min(FUSE_GROUP_BYTES, max_bytes)
     for spec, array in tensors:
         nbytes = array.nbytes
         if not fusable(nbytes) or nbytes > limit:
+            if nbytes:  # the small ones before a big one go first: a receiver may wait for them in this order
+                yield from (_group_parts(group, max_bytes) for group in groups.values())
+                groups.clear()
+                sizes.clear()
             yield from chunk_parts(spec.name, array, max_bytes)
             continue
         dtype = array.dtype
@@ -105,13 +110,18 @@ def answer_groups(
 ) -> Iterator[tuple[int, list[tuple[str, np.ndarray]]]]:
     """A pull's values (name: (version, array)) in the groups its answer sends them in: (version, members),
     the small values of one dtype and one version together (a version is per message), each other value
-    alone, in the order of ``values`` as far as the groups allow."""
+    alone, in the order of ``values`` as far as the groups allow: the groups so far go before each big value
+    (a replica uses its values in the order it asked for them, the first layer's first)."""
     groups: dict[tuple[np.dtype, int], list[tuple[str, np.ndarray]]] = {}
     sizes: dict[tuple[np.dtype, int], int] = {}
     limit = min(FUSE_GROUP_BYTES, max_bytes)
     for name, (version, value) in values.items():
         nbytes = value.nbytes
         if not fusable(nbytes) or nbytes > limit:
+            if nbytes:  # the small ones before a big one go first: the replica waits for values in this order
+                yield from ((v, group) for (_, v), group in groups.items())
+                groups.clear()
+                sizes.clear()
             yield version, [(name, value)]
             continue
         key = (value.dtype, version)

@@ -229,3 +229,15 @@ def test_an_assembler_takes_a_whole_tensor_once() -> None:
     np.testing.assert_array_equal(assembler.finish(), np.arange(4, dtype=F32))
     with pytest.raises(ParameterServerError, match="gradient for 'a' arrived a second time"):
         assembler.add_whole(np.arange(4, dtype=F32))
+
+
+def test_small_values_asked_for_before_a_big_one_are_sent_before_it() -> None:
+    small, big = np.ones(4, F32), np.ones(BIG, F32)
+    answer = {"l1/b": (1, small), "l1/w": (1, big), "l2/b": (1, small), "l2/scale": (1, small), "l2/w": (1, big)}
+    [frame] = _answer_frames(None, 1, answer, 1 << 22, fuse=True)
+    sent = [tuple(m.chunk.members) or (m.chunk.name,) for m in pb.StepResponse.FromString(frame).values]
+    assert sent == [("l1/b",), ("l1/w",), ("l2/b", "l2/scale"), ("l2/w",)]
+    pieces = [(VariableSpec(n, v.dtype, v.shape), v) for n, (_, v) in answer.items()]
+    [frame] = step_frames(pieces, pb.PushHeader(replica_id=0, step=0), None, 1.0, 1 << 22)
+    pushed = [tuple(c.members) or (c.name,) for c in pb.StepRequest.FromString(frame).chunks]
+    assert pushed == sent
