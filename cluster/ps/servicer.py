@@ -25,9 +25,8 @@ from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 from cellgraph.protos import tensor_pb2
 
-from ...dataflow.kernels.cpu.training import all_finite
 from ..errors import ParameterServerError
-from . import checkpoint, fused
+from . import checkpoint
 from .auth import AsyncTokenAuthInterceptor
 from .autosave import CheckpointWriter
 from .checkpoint import CheckpointInfo
@@ -35,6 +34,7 @@ from .chunks import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, TensorAssembler, release
 from .config import SCALAR_SLOTS, SLOTS, listed, quoted
 from .door import Context, Counters, available_memory, check_chunk_size, client_stream, refusing, refusing_stream
 from .frames import Framed, tensor_chunk_frames
+from .gradient_intake import take_gradient
 from .messages import (
     optimizer_from_proto,
     optimizer_to_proto,
@@ -349,50 +349,8 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         content: memoryview,
         assemblers: dict[str, TensorAssembler],
     ) -> None:
-        """Write one chunk of a push into its gradient's own buffer (made at the gradient's first chunk); a fused
-        chunk's members (fused.py) are each taken whole."""
-        if chunk.members:
-            self._receive_fused(store, header, chunk, content, assemblers)
-            return
-        assembler = assemblers.get(chunk.name)
-        if assembler is None:
-            spec = store.specs.get(chunk.name)
-            if spec is None:
-                raise ParameterServerError(
-                    f"gradient for unknown variable {quoted(chunk.name)} in replica {header.replica_id}'s push "
-                    f"for step {header.step}; this shard holds: {listed(store.specs, quote=False)}",
-                    "NOT_FOUND",
-                )
-            assembler = assemblers[chunk.name] = TensorAssembler(spec, f"gradient for {quoted(chunk.name)}", adopt=True)
-        check_chunk_size(content.nbytes, self.max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
-        assembler.add(chunk, content)
-        self.counters.add(bytes_in=content.nbytes)
-        if assembler.received == assembler.total and store.training.nonfinite != "apply":
-            # Checked for NaN and Inf now, while the rest of the push is still on the wire, not all at its end;
-            # unless the replica checks the whole push itself (its last message says what it found).
-            assembler.finite = header.checked or all_finite(assembler.finish().reshape(-1))
-
-    def _receive_fused(
-        self,
-        store: ParameterStore,
-        header: pb.PushHeader,
-        chunk: tensor_pb2.TensorChunk,
-        content: memoryview,
-        assemblers: dict[str, TensorAssembler],
-    ) -> None:
-        """Take the gradients of a fused chunk, checked whole first (``fused.split``), and check them for NaN and
-        Inf together (the store names the variable when one is not finite)."""
-        what = f"replica {header.replica_id}'s push for step {header.step}"
-        check_chunk_size(content.nbytes, self.max_chunk_bytes, f"fused gradients in {what}")
-        members, flat = fused.split(chunk, content, store.specs.get, what, assemblers.__contains__)
-        finite = header.checked or (store.training.nonfinite != "apply" and all_finite(flat))
-        for name, grad in members:
-            assembler = assemblers[name] = TensorAssembler(
-                store.specs[name], f"gradient for {quoted(name)}", adopt=True
-            )
-            assembler.add_whole(grad)
-            assembler.finite = finite
-        self.counters.add(bytes_in=content.nbytes)
+        """Take one chunk of a push at this server's chunk limit, and count its bytes (gradient_intake.py)."""
+        self.counters.add(bytes_in=take_gradient(store, header, chunk, content, assemblers, self.max_chunk_bytes))
 
     def push(
         self,

@@ -257,6 +257,8 @@ class StreamedStep:
             send.small.append((spec, piece))
             send.size += piece.nbytes
             return
+        if piece.nbytes:  # the small ones before it go first, as fused.tensor_chunk_parts orders them
+            self._fuse_small(send)
         for chunk in chunk_parts(spec.name, piece, self.client.max_chunk_bytes):
             field = length_delimited(_CHUNKS, chunk)
             nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in field)
@@ -266,14 +268,20 @@ class StreamedStep:
             send.parts += field
             send.size += nbytes
 
+    def _fuse_small(self, send: _ShardSend) -> None:
+        """Move the small gradients held back for fusing into the message, fused (their bytes are counted in
+        ``send.size`` already)."""
+        for chunk in fused.tensor_chunk_parts(send.small, self.client.max_chunk_bytes):
+            send.parts += length_delimited(_CHUNKS, chunk)
+        send.small = []
+
     def _flush(self, send: _ShardSend, last: bytes | None) -> None:
         """Send what ``send`` holds (and, with ``last``, the step's last message's own fields)."""
         head = length_delimited(_HEADER, [self.header]) if send.pushing and not send.started else []
         tail = [last] if last is not None else [_MORE]
-        for chunk in fused.tensor_chunk_parts(send.small, self.client.max_chunk_bytes):
-            send.parts += length_delimited(_CHUNKS, chunk)
+        self._fuse_small(send)
         frame = b"".join([*head, *send.parts, *tail])
-        send.parts, send.small, send.size = [], [], 0
+        send.parts, send.size = [], 0
         item = (frame, last is not None)
 
         def start(submit: Any, here: bool) -> None:

@@ -241,3 +241,20 @@ def test_small_values_asked_for_before_a_big_one_are_sent_before_it() -> None:
     [frame] = step_frames(pieces, pb.PushHeader(replica_id=0, step=0), None, 1.0, 1 << 22)
     pushed = [tuple(c.members) or (c.name,) for c in pb.StepRequest.FromString(frame).chunks]
     assert pushed == sent
+
+
+def test_a_streamed_step_sends_the_small_gradients_before_a_big_one_ahead_of_it(ps: Servers) -> None:
+    ps.start(1)
+    client = ps.client()
+    values = {"a": np.zeros(4, F32), "big": np.zeros(BIG, F32), "c": np.zeros(3, F32)}
+    client.init("streamed-order", values, OptimizerConfig("sgd", 1.0))
+    client.register(0)
+    step = client.start_step(step=0, replica_id=0)
+    for name, value in values.items():
+        step.push(name, np.ones_like(value))
+    [send] = step.shards.values()
+    queued = [tuple(c.members) or (c.name,) for c in pb.StepRequest.FromString(b"".join(send.parts)).chunks]
+    assert queued == [("a",), ("big",)]  # "c" waits for the message's flush, to be fused with what follows
+    result = step.finish()
+    for name, value in values.items():
+        np.testing.assert_array_equal(result.pulled.values[name], value - 1)
