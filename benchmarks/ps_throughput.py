@@ -1,19 +1,25 @@
-"""Parameter-service throughput: pull and push a 25M-parameter float32 model (100 MB) over 2 PS shards.
+"""Parameter-service throughput: pull and push a 25M-parameter float32 model (100 MB), to one shard and to two.
 
 The model has the size of Inception-v3 and a realistic mix of variables: a
 few 2-4M-element matrices, a few dozen 0.5M-element ones, and a couple of
-hundred small kernels and biases. Two ``cellgraph ps`` servers run as real
+hundred small kernels and biases. ``cellgraph ps`` servers run as real
 subprocesses on loopback; the benchmark process is the client
 (``ParameterClient``, SGD with learning rate 0, so pushes leave the values
-alone). Beside them, in the same run and in turns, the anchors
-(``ps_throughput_anchors.py``) move the same bytes:
+alone; pulls land in reused buffers, ``pull(out=...)``, as a replica's do).
+The side ``ps`` is one shard: one server process, as each anchor has, so the
+two compare the same topology; ``ps2`` (reported) spreads the model over two
+shards, which on two cores makes three busy processes. Beside them, in the
+same run and in turns, the anchors (``ps_throughput_anchors.py``) move the
+same bytes:
 
 - ``grpc``: bare gRPC Python, the yardstick. A subprocess server with a
   generic handler and raw-bytes (identity) serializers: a stream-unary
   ``Push`` that receives chunks into a preallocated buffer and a
-  unary-stream ``Pull`` that sends the model back as chunks. The client
-  streams the model (prebuilt ``bytes`` chunks) and copies pulled chunks into
-  a preallocated buffer. Measured at 1, 2 and 4 MiB chunks; the best counts;
+  unary-stream ``Pull`` that sends the model back as chunks, each made from
+  its memory as it goes. The client streams the model as messages made from
+  its memory the same way (``grpc*_prebuilt_push``, reported: messages made
+  once before the timed calls) and copies pulled chunks into a preallocated
+  buffer. Measured at 1, 2 and 4 MiB chunks; the best counts;
 - ``tcp``: a plain socket to a subprocess, ``sendall`` of each variable's
   memoryview one way and ``recv_into`` preallocated buffers the other way
   (reported: the ceiling of the loopback);
@@ -29,7 +35,8 @@ CPU-seconds of all the side's processes (this one plus its servers) over the
 timed calls, per GB moved. The last line of stdout is one JSON object;
 targets: ``ratio_vs_grpc`` (ps_gbps / grpc_gbps) >= 0.8 and
 ``cpu_s_per_gb_ratio_vs_grpc`` (PS CPU-s/GB over bare gRPC's) <= 1.5;
-``ratio_vs_tcp`` and ``ratio_vs_dask`` are reported, not targets.
+``ratio_vs_tcp``, ``ratio_vs_dask``, ``two_shards_ratio_vs_grpc`` and
+``ratio_vs_grpc_prebuilt_push`` are reported, not targets.
 """
 
 from __future__ import annotations
@@ -229,49 +236,61 @@ def main() -> None:
     print(f"model: {len(model)} float32 variables, {MODEL_PARAMS:,} parameters, {model_bytes / 1e6:.0f} MB")
 
     with tempfile.TemporaryDirectory(prefix="cellgraph-ps-bench-") as tmp, ExitStack() as stack:
-        addresses, token, ps_pids = stack.enter_context(ps_servers(2, tmp))
-        client = stack.enter_context(ParameterClient(addresses, token, timeout=CALL_TIMEOUT_S))
-        setup_start = time.perf_counter()
-        client.init("bench", model, OptimizerConfig("sgd", learning_rate=0.0), TrainingConfig("async"))
-        client.register(0)
-        init_s = time.perf_counter() - setup_start
-        shard_bytes = [
-            sum(spec.nbytes for pieces in client.layout.values() for s, spec in pieces if s == i) for i in range(2)
-        ]  # type: ignore[union-attr]
-        print(
-            f"PS shards at {', '.join(addresses)} hold {shard_bytes[0] / 1e6:.1f} + {shard_bytes[1] / 1e6:.1f} MB; init {init_s:.2f} s"
-        )
-
-        pulled = client.pull().values
-        bad = [name for name, value in model.items() if not np.array_equal(pulled[name], value)]
-        if bad:
-            raise SystemExit(f"the PS returned different values for {len(bad)} variable(s), e.g. {bad[0]!r}")
+        # "ps": one shard, one server process, as the bare gRPC anchor has; "ps2": the model over two shards
+        # (reported: on two cores, two servers and the client are three busy processes).
+        ps: dict[str, Any] = {}
+        for side, shards in (("ps", 1), ("ps2", 2)):
+            os.makedirs(os.path.join(tmp, side))
+            addresses, token, side_pids = stack.enter_context(ps_servers(shards, os.path.join(tmp, side)))
+            client = stack.enter_context(ParameterClient(addresses, token, timeout=CALL_TIMEOUT_S))
+            setup_start = time.perf_counter()
+            client.init("bench", model, OptimizerConfig("sgd", learning_rate=0.0), TrainingConfig("async"))
+            client.register(0)
+            held = [
+                sum(spec.nbytes for pieces in client.layout.values() for s, spec in pieces if s == i)  # type: ignore[union-attr]
+                for i in range(shards)
+            ]
+            ps[side] = {"client": client, "pids": side_pids, "init_s": time.perf_counter() - setup_start}
+            ps[side] |= {"shard_bytes": held, "out": {name: np.empty_like(value) for name, value in model.items()}}
+            print(
+                f"{side}: {shards} shard(s) at {', '.join(addresses)} hold"
+                f" {' + '.join(f'{b / 1e6:.1f}' for b in held)} MB; init {ps[side]['init_s']:.2f} s"
+            )
+            pulled = client.pull().values
+            bad = [name for name, value in model.items() if not np.array_equal(pulled[name], value)]
+            if bad:
+                raise SystemExit(
+                    f"{side}: the PS returned different values for {len(bad)} variable(s), e.g. {bad[0]!r}"
+                )
         tcp = stack.enter_context(tcp_anchor(arrays, np))
         bare = stack.enter_context(grpc_anchor(arrays, np))
-        known = {os.getpid(), *ps_pids, tcp.pid, bare.pid}
+        known = {os.getpid(), *ps["ps"]["pids"], *ps["ps2"]["pids"], tcp.pid, bare.pid}
         dask_push, dask_pull = stack.enter_context(dask_anchor(arrays))
         dask_pids = [pid for pid in _descendants(os.getpid()) if pid not in known]
 
-        sides: dict[str, Callable[[], Any]] = {
-            "ps_pull": lambda: client.pull(),
-            "ps_push": lambda: client.push(grads, step=0, replica_id=0),
-            "tcp_pull": tcp.pull,
-            "tcp_push": tcp.push,
-        }
-        pids: dict[str, Sequence[int]] = {"ps_pull": ps_pids, "ps_push": ps_pids}
+        sides: dict[str, Callable[[], Any]] = {}
+        pids: dict[str, Sequence[int]] = {}
+        for side, held_ps in ps.items():  # pulls into reused buffers, as a replica's and the anchor's do
+            c, out = held_ps["client"], held_ps["out"]
+            sides[f"{side}_pull"] = lambda c=c, out=out: c.pull(out=out)
+            sides[f"{side}_push"] = lambda c=c: c.push(grads, step=0, replica_id=0)
+            pids[f"{side}_pull"] = pids[f"{side}_push"] = held_ps["pids"]
+        sides |= {"tcp_pull": tcp.pull, "tcp_push": tcp.push}
         pids |= {"tcp_pull": [tcp.pid], "tcp_push": [tcp.pid]}
         for chunk in GRPC_CHUNKS:
             mib = chunk >> 20
             sides[f"grpc{mib}m_push"] = lambda c=chunk: bare.push(c)  # push first: pull sends what was pushed
             sides[f"grpc{mib}m_pull"] = lambda c=chunk: bare.pull(c)
-            pids[f"grpc{mib}m_push"] = pids[f"grpc{mib}m_pull"] = [bare.pid]
+            sides[f"grpc{mib}m_prebuilt_push"] = lambda c=chunk: bare.push_prebuilt(c)
+            pids[f"grpc{mib}m_push"] = pids[f"grpc{mib}m_pull"] = pids[f"grpc{mib}m_prebuilt_push"] = [bare.pid]
         sides |= {"dask_push": dask_push, "dask_pull": dask_pull}  # scatter first: gather needs what it placed
         pids |= {"dask_push": dask_pids, "dask_pull": dask_pids}
         times, cpu = time_turns(sides, repeats, warmup, pids)
         bare.check()
-        after = client.pull().values
-        if any(not np.array_equal(after[name], value) for name, value in model.items()):
-            raise SystemExit("pushes with learning rate 0 changed the PS's values")
+        for side, held_ps in ps.items():
+            after = held_ps["client"].pull().values
+            if any(not np.array_equal(after[name], value) for name, value in model.items()):
+                raise SystemExit(f"{side}: pushes with learning rate 0 changed the PS's values")
 
     stats = {name: summary(t, model_bytes) for name, t in times.items()}
     for name, s in stats.items():
@@ -279,7 +298,7 @@ def main() -> None:
             f"{name:>12}: {s['gbps']:6.3f} GB/s median, {s['best_gbps']:6.3f} best"
             f"  ({s['median_s'] * 1e3:7.1f} ms; min {s['min_s'] * 1e3:.1f}, max {s['max_s'] * 1e3:.1f}; {repeats} calls)"
         )
-    sides_all = ("ps", "tcp", *(f"grpc{c >> 20}m" for c in GRPC_CHUNKS), "dask")
+    sides_all = ("ps", "ps2", "tcp", *(f"grpc{c >> 20}m" for c in GRPC_CHUNKS), "dask")
     gbps = {side: both_ways(times[f"{side}_pull"], times[f"{side}_push"], model_bytes) for side in sides_all}
     # CPU-seconds of all the side's processes per GB moved (both directions, every timed call).
     gb_moved = 2 * model_bytes * repeats / 1e9
@@ -296,6 +315,12 @@ def main() -> None:
         )
     ratio_grpc = gbps["ps"][0] / gbps["grpc"][0]
     ratio_tcp, ratio_dask = gbps["ps"][0] / gbps["tcp"][0], gbps["ps"][0] / gbps["dask"][0]
+    ratio_two_shards = gbps["ps2"][0] / gbps["grpc"][0]
+    # Reported: against bare gRPC whose push sends messages made before the timed calls (the best chunk of those).
+    prebuilt = max(
+        both_ways(times[f"grpc{c >> 20}m_pull"], times[f"grpc{c >> 20}m_prebuilt_push"], model_bytes)[0]
+        for c in GRPC_CHUNKS
+    )
     cpu_ratio = cpu_per_gb["ps"] / cpu_per_gb["grpc"]
     grpc_met, cpu_met = ratio_grpc >= TARGET_VS_GRPC, cpu_ratio <= TARGET_CPU_RATIO
     print(
@@ -303,7 +328,11 @@ def main() -> None:
         f" ratio ps / grpc = {ratio_grpc:.3f} (target >= {TARGET_VS_GRPC}: {'met' if grpc_met else 'NOT met'});"
         f" CPU-s/GB ps / grpc = {cpu_ratio:.3f} (target <= {TARGET_CPU_RATIO}: {'met' if cpu_met else 'NOT met'})"
     )
-    print(f"reported: ps / tcp = {ratio_tcp:.3f}; ps / dask = {ratio_dask:.2f}")
+    print(
+        f"reported: ps / tcp = {ratio_tcp:.3f}; ps / dask = {ratio_dask:.2f}; two shards (ps2) / grpc ="
+        f" {ratio_two_shards:.3f}, CPU-s/GB {cpu_per_gb['ps2'] / cpu_per_gb['grpc']:.3f}; ps / grpc with prebuilt"
+        f" push messages = {gbps['ps'][0] / prebuilt:.3f}"
+    )
     emit(
         {
             "benchmark": "ps_throughput",
@@ -327,8 +356,13 @@ def main() -> None:
             "dask_push_gbps": stats["dask_push"]["gbps"],
             "ratio_vs_grpc": ratio_grpc,
             "ratio_vs_tcp": ratio_tcp,
+            "grpc_prebuilt_push_gbps": prebuilt,
+            "ratio_vs_grpc_prebuilt_push": gbps["ps"][0] / prebuilt,
+            "two_shards_gbps": gbps["ps2"][0],
+            "two_shards_ratio_vs_grpc": ratio_two_shards,
+            "two_shards_cpu_s_per_gb_ratio_vs_grpc": cpu_per_gb["ps2"] / cpu_per_gb["grpc"],
             "ratio_vs_dask": ratio_dask,
-            "cpu_s_per_gb": {side: cpu_per_gb[side] for side in ("ps", "grpc", "tcp", "dask")},
+            "cpu_s_per_gb": {side: cpu_per_gb[side] for side in ("ps", "ps2", "grpc", "tcp", "dask")},
             "cpu_s_per_gb_ratio_vs_grpc": cpu_ratio,
             "target_vs_grpc": TARGET_VS_GRPC,
             "target_vs_grpc_met": grpc_met,
@@ -339,12 +373,13 @@ def main() -> None:
             "seconds": {name: {k: v for k, v in s.items() if k.endswith("_s")} for name, s in stats.items()},
             "model_bytes": model_bytes,
             "model_variables": len(model),
-            "shards": 2,
-            "shard_bytes": shard_bytes,
+            "shards": 1,
+            "shard_bytes": ps["ps"]["shard_bytes"],
+            "two_shards_shard_bytes": ps["ps2"]["shard_bytes"],
             "gbps_definition": "GB/s = 1e9 bytes/s; *_gbps both ways = 2 * model_bytes / median(pull_s + push_s)",
             "cpu_definition": "cpu_s_per_gb = CPU-s (user + system) of this process and the side's servers"
             " over the timed pull and push calls / GB moved (2 * model_bytes * repeats / 1e9)",
-            "init_s": init_s,
+            "init_s": ps["ps"]["init_s"],
             "quick": args.quick,
             "repeats": repeats,
             "warmup": warmup,

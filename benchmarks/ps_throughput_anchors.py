@@ -4,7 +4,9 @@ Each anchor is a context manager that starts its server (a subprocess, or a
 one-worker ``LocalCluster``) and yields what ``ps_throughput.main`` times:
 
 - ``grpc_anchor``: bare gRPC Python with raw-bytes serializers, ``push(chunk)``
-  and ``pull(chunk)`` of the model as ``chunk``-byte messages (the yardstick);
+  and ``pull(chunk)`` of the model as ``chunk``-byte messages (the yardstick;
+  both make each message from the model's memory as it is sent), and
+  ``push_prebuilt(chunk)``, a push of messages made once beforehand (reported);
 - ``tcp_anchor``: a socket, ``sendall`` one way and ``recv_into`` the other
   (the ceiling of the loopback);
 - ``dask_anchor``: ``(push, pull)`` as ``Client.scatter`` and ``Client.gather``.
@@ -209,10 +211,22 @@ class GrpcAnchor:
         self._chunks: dict[int, list[bytes]] = {}
 
     def push(self, chunk: int) -> None:
-        if chunk not in self._chunks:  # built once, outside the timed calls: the stream sends them as they are
+        """The model as ``chunk``-byte messages, each made from the model's memory as the stream asks for it: the
+        one copy that any sender of fresh arrays makes (gRPC Python sends ``bytes``), as this anchor's pull makes
+        on its server's side and a parameter-service push makes of its gradients."""
+        view = memoryview(self.data)
+        self._send(bytes(view[o : o + chunk]) for o in range(0, self.nbytes, chunk))
+
+    def push_prebuilt(self, chunk: int) -> None:
+        """The same messages made once, outside the timed calls, and sent as they are (reported: the floor of a
+        push that copies nothing in Python)."""
+        if chunk not in self._chunks:
             view = memoryview(self.data)
             self._chunks[chunk] = [bytes(view[o : o + chunk]) for o in range(0, self.nbytes, chunk)]
-        reply = self._push(iter(self._chunks[chunk]), timeout=CALL_TIMEOUT_S)
+        self._send(iter(self._chunks[chunk]))
+
+    def _send(self, messages: Iterator[bytes]) -> None:
+        reply = self._push(messages, timeout=CALL_TIMEOUT_S)
         if int.from_bytes(reply, "little") != self.nbytes:
             raise RuntimeError(
                 f"the bare gRPC server received {int.from_bytes(reply, 'little')} of {self.nbytes} bytes"

@@ -75,6 +75,8 @@ CASES = {
             "cpu_s_per_gb_ratio_vs_grpc",
             "ratio_vs_tcp",
             "ratio_vs_dask",
+            "two_shards_ratio_vs_grpc",
+            "ratio_vs_grpc_prebuilt_push",
         ],  # fmt: skip
     ),
     "ps_latency": (

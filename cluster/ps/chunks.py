@@ -40,6 +40,7 @@ from cellgraph.protos import tensor_pb2
 
 from ..errors import ParameterServerError
 from .config import VariableSpec
+from .pieces import Pieced
 
 # The largest message either side sends or takes (gRPC's own limit is set to it in server.py and the client).
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -130,19 +131,35 @@ class TensorAssembler:
         Where to write: a C-contiguous array of the spec's dtype and shape (a
         client passes the rows of the whole variable that this piece covers).
         A new array by default.
+    adopt
+        Without ``out``: a chunk that is the whole tensor becomes the array
+        itself, a read-only view of the received bytes.
+    pieces
+        With ``adopt``: the chunks of a bigger tensor are kept as they lie too,
+        and ``gradient()`` hands them on as a ``Pieced`` (a server's gradients).
     """
 
     def __init__(
-        self, spec: VariableSpec, what: str | None = None, out: np.ndarray | None = None, *, adopt: bool = False
+        self,
+        spec: VariableSpec,
+        what: str | None = None,
+        out: np.ndarray | None = None,
+        *,
+        adopt: bool = False,
+        pieces: bool = False,
     ) -> None:
         self.spec = spec
         self.what = what or f"tensor '{spec.name}'"
         if out is not None and (out.shape != spec.shape or out.dtype != spec.dtype or not out.flags.c_contiguous):
             raise ValueError(f"out must be a C-contiguous {spec.dtype.name} array of shape {fmt(spec.shape)}")
-        # Made at the first chunk that needs it: a whole tensor in one chunk may be adopted instead.
+        # Made at the first chunk that needs it: a whole tensor in one chunk may be adopted instead, and with
+        # ``pieces``, the chunks of a bigger one are kept as they lie (by start byte) until a reader needs one
+        # array (``finish``); ``gradient`` hands them on as they are (pieces.py).
         self.array: np.ndarray | None = out
         self._bytes: np.ndarray | None = None
         self._adopt = adopt and out is None
+        self._keeps_pieces = pieces and self._adopt
+        self._pieces: dict[int, np.ndarray] = {}
         self.total = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
         # Received byte ranges, sorted by start; they never overlap.
         self._starts: list[int] = []
@@ -152,12 +169,25 @@ class TensorAssembler:
         self.finite = False
 
     def _buffer(self) -> np.ndarray:
-        """The flat bytes written into (the array made now if it was not yet)."""
+        """The flat bytes written into (the array made now if it was not yet, with the pieces kept so far)."""
         if self._bytes is None:
             if self.array is None:
                 self.array = np.empty(self.spec.shape, dtype=self.spec.dtype)
             self._bytes = byte_view(self.array)
+            pieces, self._pieces = self._pieces, {}
+            for start, piece in pieces.items():
+                self._bytes[start : start + piece.nbytes] = piece.view(np.uint8)
         return self._bytes
+
+    def _keep(self, content: bytes | memoryview, start: int, size: int) -> bool:
+        """Keep a chunk of a tensor that is not whole as it lies (a read-only view of the received bytes), when
+        it holds whole values and no array was made yet; whether it was kept. (Unaligned views are fine:
+        NumPy and the Numba kernels read them at the same speed here.)"""
+        itemsize = self.spec.dtype.itemsize
+        if not self._keeps_pieces or self._bytes is not None or start % itemsize or size % itemsize:
+            return False
+        self._pieces[start] = np.frombuffer(content, dtype=self.spec.dtype)
+        return True
 
     def add(self, chunk: tensor_pb2.TensorChunk, content: bytes | memoryview | None = None) -> None:
         """Check ``chunk`` against the spec and the chunks so far, then write it in place.
@@ -195,7 +225,7 @@ class TensorAssembler:
                 "INVALID_ARGUMENT",
             )
         if size:
-            if not self._adopt or not self._take_whole(content, start, size):
+            if not self._adopt or not (self._take_whole(content, start, size) or self._keep(content, start, size)):
                 self._buffer()[start:stop] = np.frombuffer(content, dtype=np.uint8)
             self._starts.insert(where, start)
             self._stops.insert(where, stop)
@@ -218,13 +248,10 @@ class TensorAssembler:
 
     def _take_whole(self, content: bytes | memoryview, start: int, size: int) -> bool:
         """Adopt a chunk that is the whole tensor as the array itself, a read-only view of the received
-        bytes (no copy), when it is aligned for the dtype; whether it was."""
+        bytes (no copy; aligned or not: every reader reads it or copies it); whether it was."""
         if self.array is not None or start != 0 or size != self.total:
             return False
-        view = np.frombuffer(content, dtype=self.spec.dtype).reshape(self.spec.shape)
-        if not view.flags.aligned:
-            return False
-        self.array = view
+        self.array = np.frombuffer(content, dtype=self.spec.dtype).reshape(self.spec.shape)
         return True
 
     def missing(self) -> list[tuple[int, int]]:
@@ -246,13 +273,22 @@ class TensorAssembler:
             raise ParameterServerError(
                 f"{self.what} is incomplete: bytes {shown} of {self.total} never arrived", "INVALID_ARGUMENT"
             )
+        if self._pieces:
+            self._buffer()  # one array, the pieces copied in
         if self.array is None:  # a tensor of no bytes
             self.array = np.empty(self.spec.shape, dtype=self.spec.dtype)
         return self.array
 
+    def gradient(self) -> np.ndarray | Pieced:
+        """The whole tensor, as its pieces where it was kept in several (no copy), else as ``finish`` gives it."""
+        if len(self._pieces) > 1 and not self.missing():
+            return Pieced(self.spec.shape, self.spec.dtype, [self._pieces[start] for start in sorted(self._pieces)])
+        return self.finish()
+
     def release(self) -> None:
         """Drop the buffer now (a cancelled or refused stream): nothing must wait for the cycle collector."""
         self.array = self._bytes = None
+        self._pieces = {}
 
 
 def release_all(assemblers: dict[str, TensorAssembler]) -> None:

@@ -39,6 +39,7 @@ from . import fused
 from .chunks import TensorAssembler
 from .config import listed, quoted
 from .door import check_chunk_size
+from .pieces import parts
 
 if TYPE_CHECKING:
     from .store import ParameterStore
@@ -65,11 +66,12 @@ def take_gradient(
                 f"for step {header.step}; this shard holds: {listed(store.specs, quote=False)}",
                 "NOT_FOUND",
             )
-        assembler = assemblers[chunk.name] = TensorAssembler(spec, f"gradient for {quoted(chunk.name)}", adopt=True)
+        what = f"gradient for {quoted(chunk.name)}"
+        assembler = assemblers[chunk.name] = TensorAssembler(spec, what, adopt=True, pieces=True)
     check_chunk_size(content.nbytes, max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
     assembler.add(chunk, content)
     if assembler.received == assembler.total and store.training.nonfinite != "apply":
-        assembler.finite = header.checked or all_finite(assembler.finish().reshape(-1))
+        assembler.finite = header.checked or all(all_finite(piece) for _, piece in parts(assembler.gradient()))
     return content.nbytes
 
 

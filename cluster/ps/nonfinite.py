@@ -23,17 +23,18 @@ import numpy as np
 
 from ...dataflow.kernels.cpu.training import all_finite
 from .config import quoted
+from .pieces import Gradient, Pieced
 
 
 def first_nonfinite(
-    replica_id: int, step: int, grads: Iterable[tuple[str, np.ndarray]], checked: Collection[str] = ()
+    replica_id: int, step: int, grads: Iterable[tuple[str, Gradient]], checked: Collection[str] = ()
 ) -> str | None:
     """What is wrong with the first of ``grads`` that holds NaN or Inf, or None; those named in ``checked`` are
     known finite already."""
     for name, grad in grads:
         if name in checked:
             continue
-        flat = np.ascontiguousarray(grad).reshape(-1)
+        flat = (grad.whole() if isinstance(grad, Pieced) else np.ascontiguousarray(grad)).reshape(-1)
         if all_finite(flat):
             continue
         nans = int(np.count_nonzero(np.isnan(flat)))

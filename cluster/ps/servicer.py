@@ -361,7 +361,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
     ) -> pb.PushResponse:
         """Hand a whole push, every gradient assembled, to the store; ``nonfinite``: what the replica found wrong
         with a gradient of this step on any shard (a Step's last message says it; cut to a readable length)."""
-        grads = {name: a.finish() for name, a in assemblers.items()}
+        grads = {name: a.gradient() for name, a in assemblers.items()}  # a big one as its chunks lie
         finite = {name for name, a in assemblers.items() if a.finite}
         outcome = store.push(header.replica_id, header.step, grads, finite, nonfinite[:MAX_REASON_CHARS])
         self._checkpoint_if_due(store)

@@ -26,6 +26,7 @@ import numpy as np
 from ...dataflow.shapes import fmt
 from ..errors import ParameterServerError
 from .config import SCALAR_SLOTS, SLOTS, VariableSpec, listed
+from .pieces import Pieced
 from .updates import STEP_COUNT_DTYPE
 
 TRAINABLE = ("float32", "float64")
@@ -83,7 +84,7 @@ class ShardLayout:
     def check_tensor(self, what: str, value: object, key: str, expected: str, code: str) -> None:
         """Raise unless ``value`` has the dtype and shape of ``key``: "{what} has shape (3,), {expected} (2,)"."""
         dtype, shape = self.tensors[key]
-        if not isinstance(value, np.ndarray):
+        if not isinstance(value, np.ndarray | Pieced):
             raise ParameterServerError(f"{what} is a {type(value).__name__}, not a NumPy array", code)
         if value.dtype != dtype:
             raise ParameterServerError(f"{what} has dtype {value.dtype}, {expected} {dtype}", code)

@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import ParameterServerError
 from .config import OptimizerConfig, TrainingConfig, VariableSpec, listed
 from .nonfinite import first_nonfinite
+from .pieces import Gradient, Pieced, add_in_parts, parts, update_in_parts
 from .records import PushOutcome, Replica, StoreState, StoreStats
 from .shard_layout import ShardLayout, key_mismatch
 from .step_waiters import StepWaiters, check_timeout
@@ -146,7 +147,7 @@ class ParameterStore:
         self,
         replica_id: int,
         step: int,
-        grads: Mapping[str, np.ndarray],
+        grads: Mapping[str, Gradient],
         finite: Collection[str] = (),
         reported: str = "",
     ) -> PushOutcome:
@@ -202,11 +203,11 @@ class ParameterStore:
                 # Async skip_step: a push is its own step; dropping it leaves the step where it is.
                 self._record_skip(nonfinite)
                 return PushOutcome("skipped", self._global_step, staleness)
-            self._apply({name: np.ascontiguousarray(grads[name]) for name in self.specs})
+            self._apply({name: _contiguous(grads[name]) for name in self.specs})
             self._pushes_applied += 1
             return PushOutcome("applied", self._global_step, staleness)
 
-    def _check_push(self, replica_id: int, step: int, grads: Mapping[str, np.ndarray]) -> None:
+    def _check_push(self, replica_id: int, step: int, grads: Mapping[str, Gradient]) -> None:
         """Raise the error a malformed push deserves; called under the lock."""
         if replica_id not in self._replicas:
             raise ParameterServerError(
@@ -242,7 +243,7 @@ class ParameterStore:
             )
 
     def _nonfinite(
-        self, replica_id: int, step: int, grads: Mapping[str, np.ndarray], finite: Collection[str]
+        self, replica_id: int, step: int, grads: Mapping[str, Gradient], finite: Collection[str]
     ) -> str | None:
         """What is wrong with the first gradient holding NaN or Inf, or None; called under the lock. The gradients
         named in ``finite`` were checked already (by the server, as they arrived)."""
@@ -253,7 +254,7 @@ class ParameterStore:
         self._last_skipped = reason
 
     def _aggregate(
-        self, replica_id: int, staleness: int, grads: Mapping[str, np.ndarray], nonfinite: str | None
+        self, replica_id: int, staleness: int, grads: Mapping[str, Gradient], nonfinite: str | None
     ) -> PushOutcome:
         """Sync mode: add a checked push to this step's sum, and apply the mean when it is complete."""
         if staleness > 0:
@@ -263,7 +264,7 @@ class ParameterStore:
             self._skip_reason = self._skip_reason or nonfinite  # the sum is dropped whole: no need to add it
         elif self._skip_reason is None:
             for name, total in self._sums.items():
-                np.add(total, grads[name], out=total)
+                add_in_parts(total, grads[name])
         self._contributors.append(replica_id)
         if len(self._contributors) < self.training.replicas_to_aggregate:
             return PushOutcome("aggregated", self._global_step, 0)
@@ -354,18 +355,19 @@ class ParameterStore:
             self._tensors[key] = self._tensors[key].copy()
         return self._tensors[key]
 
-    def _apply(self, grads: Mapping[str, np.ndarray]) -> None:
+    def _apply(self, grads: Mapping[str, Gradient]) -> None:
         """One optimizer update of every variable, then the next step; called under the lock."""
         update = step_update(self.optimizer, self._global_step)
         for name, spec in self.specs.items():
             if spec.moving:  # towards the step's value of a moving statistic (the mean of the replicas' in sync mode)
                 kept, taken = self._shard.moving_weights[name]
-                moved = self._own(name)
-                np.multiply(moved, kept, out=moved)
-                moved += grads[name] * taken
+                moved = self._own(name).reshape(-1)
+                for where, piece in parts(grads[name]):
+                    np.multiply(moved[where], kept, out=moved[where])
+                    moved[where] += piece * taken
             else:
                 slots = {slot: self._own(f"{name}/{slot}") for slot in self._shard.slots_of[name]}
-                update(self._own(name), slots, grads[name])
+                update_in_parts(update, self._own(name), slots, grads[name])
             self._versions[name] += 1
         self._updates += 1
         self._advance()
@@ -554,3 +556,8 @@ class ParameterStore:
         for key in self._shard.tensors:
             what = f"checkpoint for job {self.job_id!r}: {key!r}"
             self._shard.check_tensor(what, state.tensors[key], key, "the shard holds", "FAILED_PRECONDITION")
+
+
+def _contiguous(grad: Gradient) -> Gradient:
+    """A gradient whose pieces are C-contiguous, as the update kernels read them."""
+    return grad if isinstance(grad, Pieced) else np.ascontiguousarray(grad)
