@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cellgraph.cluster.errors import ParameterServerError
-from cellgraph.cluster.ps import OptimizerConfig, TrainingConfig, VariableSpec, fused
+from cellgraph.cluster.ps import OptimizerConfig, TrainingConfig, VariableSpec, fused, streaming
 from cellgraph.cluster.ps.auth import token_metadata
 from cellgraph.cluster.ps.chunks import TensorAssembler
 from cellgraph.cluster.ps.frames import Framed
@@ -243,7 +243,10 @@ def test_small_values_asked_for_before_a_big_one_are_sent_before_it() -> None:
     assert pushed == sent
 
 
-def test_a_streamed_step_sends_the_small_gradients_before_a_big_one_ahead_of_it(ps: Servers) -> None:
+def test_a_streamed_step_sends_the_small_gradients_before_a_big_one_ahead_of_it(
+    ps: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(streaming, "FLUSH_BYTES", 8 * BIG * F32.itemsize)  # nothing leaves before the last push
     ps.start(1)
     client = ps.client()
     values = {"a": np.zeros(4, F32), "big": np.zeros(BIG, F32), "c": np.zeros(3, F32)}
