@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import grpc.experimental
@@ -72,6 +72,7 @@ from .sharding import Layout, layout_from_placement, shard_variables
 from .streaming import StreamedStep
 
 T = TypeVar("T")
+PLANS_KEPT = 8  # pull plans a client keeps for reuse
 _PUSH_CHUNK_FIELD = pb.PushMessage.DESCRIPTOR.fields_by_name["chunk"].number
 _INIT_CHUNK_FIELD = pb.InitMessage.DESCRIPTOR.fields_by_name["chunk"].number
 
@@ -116,6 +117,9 @@ class ParameterClient:
         self.backoff = backoff
         self.max_chunk_bytes = max_chunk_bytes
         self.layout: Layout | None = None
+        # Pull plans kept for reuse, by what they pull and into which arrays (a replica's step after step);
+        # dropped when the layout changes.
+        self._plans: dict[tuple[Any, ...], PullPlan] = {}
         self.training: TrainingConfig | None = None
         self._metadata = token_metadata(token) if token is not None else ()
         self._lock = threading.Lock()
@@ -299,6 +303,7 @@ class ParameterClient:
 
         steps = self._each_shard(sorted(used), init_shard)
         self.layout, self.training = layout, training
+        self._plans.clear()
         return min(steps.values())
 
     def register(self, replica_id: int) -> JobInfo:
@@ -323,6 +328,7 @@ class ParameterClient:
         for pieces in layout.values():
             pieces.sort(key=lambda p: p[1].rows or (0, 0))
         self.layout, self.training = layout, training_from_proto(first.training)
+        self._plans.clear()
         return JobInfo(
             job_id=first.job_id,
             global_step=min(a.global_step for a in answers.values()),
@@ -434,7 +440,8 @@ class ParameterClient:
             stub: pb_grpc.ParameterServiceStub, left: float
         ) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
             # The server gives up on a step a little before the caller does, to say whom it waited for.
-            frames = step_frames(pieces, header, request, 0.9 * left, self.max_chunk_bytes, nonfinite)
+            wire = plan.wire[shard] if plan is not None and request is not None else None
+            frames = step_frames(pieces, header, wire, 0.9 * left, self.max_chunk_bytes, nonfinite)
             pool = self._pools[shard]
             stream = pool.take(self._metadata)
             receiver = plan.receiver(shard) if plan is not None and request is not None else None
@@ -479,7 +486,16 @@ class ParameterClient:
                     f"it fetches: {', '.join(wanted)}",
                     "INVALID_ARGUMENT",
                 )
-        return PullPlan(layout, wanted, min_step, replica_id, self.max_chunk_bytes, out)
+        key = (tuple(wanted), min_step, replica_id, tuple(map(id, out.values()))) if out is not None else None
+        plan = self._plans.get(key) if key is not None else None
+        if plan is not None and out is not None and plan.reuses(out):
+            return plan
+        plan = PullPlan(layout, wanted, min_step, replica_id, self.max_chunk_bytes, out)
+        if key is not None and out is not None and plan.reuses(out):  # pulls into the caller's arrays only
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
 
     @staticmethod
     def _pull_result(plan: PullPlan, answers: Mapping[int, tuple[int, dict[str, int]]]) -> PullResult:
@@ -487,7 +503,7 @@ class ParameterClient:
         for _, shard_versions in answers.values():
             for name, version in shard_versions.items():
                 versions[name] = min(version, versions.get(name, version))
-        return PullResult(plan.whole, min(step for step, _ in answers.values()), versions)
+        return PullResult(dict(plan.whole), min(step for step, _ in answers.values()), versions)
 
     def _push_pieces(self, grads: Mapping[str, np.ndarray]) -> dict[int, list[tuple[VariableSpec, np.ndarray]]]:
         """Each shard's part of a push: (the piece's spec, its rows of the gradient)."""

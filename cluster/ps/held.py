@@ -67,7 +67,7 @@ CLOSE_WAIT_S = 1.0
 def step_frames(
     pieces: Sequence[tuple[VariableSpec, np.ndarray]],
     header: pb.PushHeader | None,
-    pull: pb.PullRequest | None,
+    pull: pb.PullRequest | bytes | None,
     wait_s: float,
     max_chunk: int,
     nonfinite: str = "",
@@ -81,7 +81,8 @@ def step_frames(
     before, not all of a big push before its first byte leaves."""
     # The last message's own fields, joined by hand: a copy of the pull into a StepRequest and its
     # serialization cost more than the rest of a small step's framing.
-    tail = b"".join([*(length_delimited(_PULL, [pull.SerializeToString()]) if pull is not None else []), _WAIT])
+    wire = pull.SerializeToString() if isinstance(pull, pb.PullRequest) else pull  # or serialized already
+    tail = b"".join([*(length_delimited(_PULL, [wire]) if wire is not None else []), _WAIT])
     tail += struct.pack("<d", wait_s)
     if nonfinite:
         tail += b"".join(length_delimited(_NONFINITE, [nonfinite.encode()]))
@@ -345,6 +346,7 @@ class PullPlan:
         out: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         self.whole = {name: _destination(layout, name, out) for name in wanted}
+        self.shapes = {name: layout[name][0][1].whole_shape for name in wanted}
         self.specs: dict[int, dict[str, VariableSpec]] = {}
         for name in wanted:
             for shard, spec in layout[name]:
@@ -356,6 +358,17 @@ class PullPlan:
             if min_step is not None:
                 request.min_step = min_step
             self.requests[shard] = request
+        # Serialized once: a replica pulls the same way step after step, and the client keeps the plan (reuses).
+        self.wire = {shard: request.SerializeToString() for shard, request in self.requests.items()}
+
+    def reuses(self, out: Mapping[str, np.ndarray]) -> bool:
+        """Whether this plan may pull into ``out`` again: made for these very arrays, one for every variable it
+        pulls (none of its own, which a second pull would overwrite), still writable and of their shapes."""
+        whole, shapes = self.whole, self.shapes
+        return len(out) == len(whole) and all(
+            whole.get(name) is array and array.flags.writeable and array.shape == shapes[name]
+            for name, array in out.items()
+        )
 
     def receiver(self, shard: int, on_piece: Callable[[str], None] | None = None) -> ShardReceiver:
         specs = self.specs[shard]

@@ -29,7 +29,7 @@ from .pieces import Gradient, Pieced, add_in_parts, parts, update_in_parts
 from .records import PushOutcome, Replica, StoreState, StoreStats
 from .shard_layout import ShardLayout, key_mismatch
 from .step_waiters import StepWaiters, check_timeout
-from .updates import step_update
+from .updates import StepUpdates
 
 
 def _plural(word: str, ids: Sequence[int]) -> str:
@@ -83,6 +83,7 @@ class ParameterStore:
     ) -> None:
         self.job_id = job_id
         self.optimizer = optimizer
+        self._step_updates = StepUpdates(optimizer)  # the registry entry and hyperparameters, read once
         self.training = training
         self._shard = ShardLayout(specs, optimizer.kind)
         self.specs = self._shard.specs
@@ -357,7 +358,7 @@ class ParameterStore:
 
     def _apply(self, grads: Mapping[str, Gradient]) -> None:
         """One optimizer update of every variable, then the next step; called under the lock."""
-        update = step_update(self.optimizer, self._global_step)
+        update = self._step_updates.at(self._global_step)
         for name, spec in self.specs.items():
             if spec.moving:  # towards the step's value of a moving statistic (the mean of the replicas' in sync mode)
                 kept, taken = self._shard.moving_weights[name]

@@ -323,7 +323,7 @@ class StreamedStep:
         deadline = self.started + self.timeout
         for shard in sorted(set(self.shards) | set(self.plan.requests)):
             send = self._shard(shard)
-            request = self.plan.requests.get(shard)
+            request = self.plan.wire.get(shard)
             left = max(0.001, deadline - time.monotonic())
             # The last message's own fields: step_frames' tail (the pull, the server's wait) without a push.
             nonfinite = self.nonfinite if send.pushing else ""

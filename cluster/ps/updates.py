@@ -33,13 +33,26 @@ STEP_COUNT_DTYPE = np.dtype(np.float64)
 Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray], None]
 
 
+class StepUpdates:
+    """One optimizer config's updates, step by step: its registry entry and hyperparameters are read once (a
+    store makes one), the learning rate at each step."""
+
+    def __init__(self, opt: OptimizerConfig) -> None:
+        self.opt = opt
+        self.definition: OptimizerDef = OPTIMIZER_KINDS.lookup(opt.kind)
+        self.hyperparameters = opt.hyperparameters
+
+    def at(self, step: int) -> Update:
+        """The update of every variable of a shard at global step ``step``."""
+        definition, rate, hyperparameters = self.definition, self.opt.learning_rate_at(step), self.hyperparameters
+
+        def update(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray) -> None:
+            definition.update(var, slots, rate, grad, hyperparameters)
+
+        return update
+
+
 def step_update(opt: OptimizerConfig, step: int) -> Update:
     """The update of every variable of a shard at global step ``step``: the kind's registry entry, with the
     learning rate (at that step) and the hyperparameters read once, not once per variable."""
-    definition: OptimizerDef = OPTIMIZER_KINDS.lookup(opt.kind)
-    rate, hyperparameters = opt.learning_rate_at(step), opt.hyperparameters
-
-    def update(var: np.ndarray, slots: Mapping[str, np.ndarray], grad: np.ndarray) -> None:
-        definition.update(var, slots, rate, grad, hyperparameters)
-
-    return update
+    return StepUpdates(opt).at(step)
