@@ -321,6 +321,33 @@ def test_pull_out_reuses_the_callers_buffers_and_refuses_a_wrong_one(ps: Servers
         assert err.value.code == "INVALID_ARGUMENT"
 
 
+def test_a_kept_pull_plan_is_used_again_only_for_the_same_writable_arrays(ps: Servers) -> None:
+    ps.start(2)
+    client = ps.client()
+    values = {"w": np.arange(12, dtype=np.float32).reshape(6, 2), "b": np.ones(3, np.float64)}
+    client.init("plans", values, OptimizerConfig("sgd", 1.0), split_threshold=16)
+    client.register(0)
+    out = {"w": np.zeros((6, 2), np.float32), "b": np.zeros(3, np.float64)}
+    grads = {"w": np.ones((6, 2), np.float32), "b": np.ones(3)}
+    results = [client.push_pull(grads, step=s, replica_id=0, out=out)[1] for s in range(3)]
+    assert len(client._plans) == 1  # one plan, kept and used three times
+    for step, result in enumerate(results):
+        assert result.values["w"] is out["w"] and result.global_step == step + 1
+    assert results[0].values is not results[1].values  # each result has a dict of its own
+    np.testing.assert_array_equal(out["w"], values["w"] - 3)
+    results[0].values.clear()  # a caller's change to a result does not reach the kept plan
+    assert client.pull(out=out).values.keys() == {"w", "b"}
+    out["b"].flags.writeable = False  # the same array, read-only now: refused in words, not written into
+    with pytest.raises(ParameterServerError, match=re.escape("out['b'] is a read-only float64 array of shape (3,)")):
+        client.pull(out=out)
+    np.testing.assert_array_equal(out["b"], values["b"] - 3)
+    other = {"w": np.zeros((6, 2), np.float32), "b": np.zeros(3)}
+    np.testing.assert_array_equal(client.pull(out=other).values["w"], values["w"] - 3)
+    assert client.pull(out=other).values["w"] is other["w"]
+    fresh = client.pull(["w"], out={})  # no arrays of the caller's: a new array every time
+    assert fresh.values["w"] is not client.pull(["w"], out={}).values["w"]
+
+
 def test_a_scalar_variable_stays_a_scalar(ps: Servers) -> None:
     ps.start(1)
     client = ps.client()
