@@ -48,6 +48,10 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # message that wraps it, so that every message fits gRPC's default limit.
 MAX_CHUNK_BYTES = 4 * 1024 * 1024 - 4096
 
+# A server keeps a gradient's chunk where it lies only if it is at least this big (or the tensor's last): a
+# client sending a big tensor in tiny chunks would otherwise hold a Python object and a message per few bytes.
+KEEP_PIECE_BYTES = 64 * 1024
+
 M = TypeVar("M", bound=Any)
 
 
@@ -181,10 +185,13 @@ class TensorAssembler:
 
     def _keep(self, content: bytes | memoryview, start: int, size: int) -> bool:
         """Keep a chunk of a tensor that is not whole as it lies (a read-only view of the received bytes), when
-        it holds whole values and no array was made yet; whether it was kept. (Unaligned views are fine:
-        NumPy and the Numba kernels read them at the same speed here.)"""
+        it holds whole values, is not small (``KEEP_PIECE_BYTES``, unless it is the last), and no array was made
+        yet; whether it was kept. (Unaligned views are fine: NumPy and the Numba kernels read them at the same
+        speed here.)"""
         itemsize = self.spec.dtype.itemsize
         if not self._keeps_pieces or self._bytes is not None or start % itemsize or size % itemsize:
+            return False
+        if size < KEEP_PIECE_BYTES and start + size != self.total:
             return False
         self._pieces[start] = np.frombuffer(content, dtype=self.spec.dtype)
         return True

@@ -13,7 +13,7 @@ import pytest
 
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import OptimizerConfig, TrainingConfig, VariableSpec
-from cellgraph.cluster.ps.chunks import TensorAssembler, tensor_chunks
+from cellgraph.cluster.ps.chunks import KEEP_PIECE_BYTES, TensorAssembler, tensor_chunks
 from cellgraph.cluster.ps.pieces import Pieced, add_in_parts, parts, update_in_parts
 from cellgraph.cluster.ps.updates import step_update
 from cellgraph.dataflow.optimizer_registry import kinds
@@ -21,14 +21,16 @@ from cellgraph.dataflow.optimizer_registry import kinds
 from .conftest import Servers
 
 F32 = np.dtype(np.float32)
-SMALL_CHUNK = 256  # bytes of content per chunk: every tensor below comes in several
+SMALL_CHUNK = (
+    KEEP_PIECE_BYTES  # bytes of content per chunk (the smallest kept as it lies): each tensor below in several
+)
 
 
 def model(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {
-        "w": rng.standard_normal((20, 30)).astype(F32),  # 2,400 bytes: 10 chunks of 256, the last one short
-        "v": rng.standard_normal(257),  # float64: 2,056 bytes, chunk ends between values of no other tensor
-        "bn/mean": rng.standard_normal(100).astype(F32),
+        "w": rng.standard_normal((300, 200)).astype(F32),  # 240,000 bytes: 4 chunks, the last one short
+        "v": rng.standard_normal(20_000),  # float64: 160,000 bytes in 3
+        "bn/mean": rng.standard_normal(50_000).astype(F32),  # a moving statistic, in 4
     }
 
 
@@ -62,14 +64,14 @@ def test_training_from_pieces_is_bit_for_bit_training_from_whole_arrays(ps: Serv
 
 
 def test_the_server_updates_from_the_received_bytes_without_a_copy() -> None:
-    w = np.arange(1000, dtype=F32)
+    w = np.arange(100_000, dtype=F32)
     chunks = list(tensor_chunks("w", w, max_bytes=SMALL_CHUNK))
     contents = [memoryview(c.content) for c in chunks]
     assembler = TensorAssembler(VariableSpec("w", F32, w.shape), adopt=True, pieces=True)
     for chunk, content in zip(chunks, contents):
         assembler.add(chunk, content)
     grad = assembler.gradient()
-    assert isinstance(grad, Pieced) and len(grad.pieces) == len(chunks) == 16
+    assert isinstance(grad, Pieced) and len(grad.pieces) == len(chunks) == 7
     for piece, content in zip(grad.pieces, contents):
         assert np.shares_memory(piece, np.frombuffer(content, np.uint8))
     np.testing.assert_array_equal(grad.whole(), w)
@@ -89,6 +91,27 @@ def test_a_chunk_that_splits_a_value_makes_one_array_of_every_piece_so_far() -> 
     grad = assembler.gradient()
     assert isinstance(grad, np.ndarray)
     np.testing.assert_array_equal(grad, w)
+
+
+def test_small_chunks_but_the_last_are_copied_into_one_array() -> None:
+    """A big tensor in tiny chunks must not cost a Python object and a message per chunk: the first small
+    chunk that is not the last makes one array, with what was kept so far copied in."""
+    w = np.arange(3 * KEEP_PIECE_BYTES // 4, dtype=F32)  # three pieces' worth
+    spec = VariableSpec("w", F32, w.shape)
+    assembler = TensorAssembler(spec, adopt=True, pieces=True)
+    assembler.add(next(tensor_chunks("w", w, max_bytes=KEEP_PIECE_BYTES)))  # the first third, kept as it lies
+    tiny = list(tensor_chunks("w", w, max_bytes=1024))
+    for chunk in tiny[len(tiny) // 3 :]:  # the rest in 1 KB chunks
+        assembler.add(chunk)
+    grad = assembler.gradient()
+    assert isinstance(grad, np.ndarray) and grad.flags.writeable  # one array of its own
+    np.testing.assert_array_equal(grad, w)
+    last = TensorAssembler(spec, adopt=True, pieces=True)  # a short last chunk is kept like the others
+    for chunk in tensor_chunks("w", w, max_bytes=KEEP_PIECE_BYTES + 4096):
+        last.add(chunk)
+    kept = last.gradient()
+    assert isinstance(kept, Pieced) and kept.pieces[-1].nbytes < KEEP_PIECE_BYTES
+    np.testing.assert_array_equal(kept.whole(), w)
 
 
 def test_update_in_parts_counts_a_per_variable_slot_once() -> None:
@@ -126,9 +149,11 @@ def test_a_nan_in_one_piece_is_refused_naming_the_variable_and_changes_nothing(p
     client.init("nan", values, OptimizerConfig("sgd", 0.1), TrainingConfig("async"), moving={"bn/mean": 0.9})
     client.register(0)
     grads = {n: np.ones_like(v) for n, v in values.items()}
-    grads["w"][17, 3] = np.nan  # in the 9th of its 10 chunks
+    grads["w"][100, 3] = np.nan  # in the 2nd of its 4 chunks
     assert not client.watches_nonfinite(1)  # one shard: the server checks, piece by piece as they arrive
-    with pytest.raises(ParameterServerError, match=r"gradient for 'w' at step 0 holds 1 NaN and 0 Inf of 600 values"):
+    with pytest.raises(
+        ParameterServerError, match=r"gradient for 'w' at step 0 holds 1 NaN and 0 Inf of 60,000 values"
+    ):
         client.push(grads, step=0, replica_id=0)
     after = client.pull()
     assert after.global_step == 0
