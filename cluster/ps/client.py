@@ -72,7 +72,9 @@ from .sharding import Layout, layout_from_placement, shard_variables
 from .streaming import StreamedStep
 
 T = TypeVar("T")
-PLANS_KEPT = 8  # pull plans a client keeps for reuse
+# Pull plans a client keeps for reuse: the last one only, so that at most one set of the caller's arrays is held
+# beyond its use (a caller pulling into new arrays each time would otherwise keep several models alive).
+PLANS_KEPT = 1
 _PUSH_CHUNK_FIELD = pb.PushMessage.DESCRIPTOR.fields_by_name["chunk"].number
 _INIT_CHUNK_FIELD = pb.InitMessage.DESCRIPTOR.fields_by_name["chunk"].number
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -346,6 +347,11 @@ def test_a_kept_pull_plan_is_used_again_only_for_the_same_writable_arrays(ps: Se
     assert client.pull(out=other).values["w"] is other["w"]
     fresh = client.pull(["w"], out={})  # no arrays of the caller's: a new array every time
     assert fresh.values["w"] is not client.pull(["w"], out={}).values["w"]
+    arrays = weakref.ref(other["w"])
+    for _ in range(3):  # new arrays each pull: the plans of the earlier ones are not kept, nor their arrays
+        client.pull(out={"w": np.zeros((6, 2), np.float32), "b": np.zeros(3)})
+    del other
+    assert arrays() is None and len(client._plans) == 1
 
 
 def test_a_scalar_variable_stays_a_scalar(ps: Servers) -> None:
