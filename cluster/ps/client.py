@@ -488,12 +488,14 @@ class ParameterClient:
                     f"it fetches: {', '.join(wanted)}",
                     "INVALID_ARGUMENT",
                 )
-        key = (tuple(wanted), min_step, replica_id, tuple(map(id, out.values()))) if out is not None else None
-        plan = self._plans.get(key) if key is not None else None
-        if plan is not None and out is not None and plan.reuses(out):
+        if out is None:  # new arrays every time: nothing to keep
+            return PullPlan(layout, wanted, min_step, replica_id, self.max_chunk_bytes, out)
+        key = (tuple(wanted), min_step, replica_id, tuple(map(id, out.values())))
+        plan = self._plans.get(key)
+        if plan is not None and plan.reuses(out):
             return plan
         plan = PullPlan(layout, wanted, min_step, replica_id, self.max_chunk_bytes, out)
-        if key is not None and out is not None and plan.reuses(out):  # pulls into the caller's arrays only
+        if plan.reuses(out):  # pulls into the caller's arrays only
             if len(self._plans) >= PLANS_KEPT:
                 self._plans.clear()
             self._plans[key] = plan

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import tensor_pb2
 
@@ -41,6 +39,7 @@ from . import fused
 from .chunks import TensorAssembler
 from .config import listed, quoted
 from .door import check_chunk_size
+from .pieces import parts
 
 if TYPE_CHECKING:
     from .store import ParameterStore
@@ -72,11 +71,7 @@ def take_gradient(
     check_chunk_size(content.nbytes, max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
     assembler.add(chunk, content)
     if assembler.received == assembler.total and store.training.nonfinite != "apply":
-        grad = assembler.gradient()
-        finite = header.checked or (
-            all_finite(grad.reshape(-1)) if isinstance(grad, np.ndarray) else all(all_finite(p) for p in grad.pieces)
-        )
-        assembler.finite = finite
+        assembler.finite = header.checked or all(all_finite(piece) for _, piece in parts(assembler.gradient()))
     return content.nbytes
 
 

@@ -34,9 +34,11 @@ array([[-0.5, -0.5, -0.5],
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from .updates import Update
 
 
 class Pieced:
@@ -76,10 +78,6 @@ def parts(grad: Gradient) -> list[tuple[slice, np.ndarray]]:
         out.append((slice(at, at + piece.size), piece))
         at += piece.size
     return out
-
-
-# (variable, its slots, gradient) -> None, in place: cluster/ps/updates.py's Update.
-Update = Callable[[np.ndarray, Mapping[str, np.ndarray], np.ndarray], None]
 
 
 def update_in_parts(update: Update, var: np.ndarray, slots: Mapping[str, np.ndarray], grad: Gradient) -> None:
