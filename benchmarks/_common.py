@@ -124,10 +124,12 @@ def machine() -> dict[str, Any]:
 def versions() -> dict[str, str]:
     """Versions of the loaded numeric libraries (call after importing them)."""
     out = {}
-    for name in ("numpy", "numba", "torch"):
+    for name in ("numpy", "numba", "torch", "grpc"):
         module = sys.modules.get(name)
         if module is not None:
             out[name] = module.__version__
+    if "grpc" in sys.modules:  # which of gRPC's I/O paths ran (cluster/ps/grpc_io.py)
+        out["grpc_experiments"] = os.environ.get("GRPC_EXPERIMENTS", "")
     return out
 
 

@@ -4,7 +4,8 @@
 view of all its shards. See ``protos/parameter_service.proto`` for the RPCs.
 """
 
-from . import fork_safety  # noqa: F401  (first: it must run before anything here imports grpc)
+# First: both set gRPC's environment, which it reads when first imported, before anything here imports grpc.
+from . import fork_safety, grpc_io  # noqa: F401
 from .auth import ClientTLS, ServerTLS, new_token, read_token_file, write_token_file
 from .client import ParameterClient
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
