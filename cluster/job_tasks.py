@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from . import worker_profiler
 from .replica import ReplicaSpec, run_replica
 
 # How often a replica looks at the job's stop flag (a call to the scheduler), at most.
@@ -193,7 +194,8 @@ def replica_task(
     worker.log_event(replicas_topic(spec.job_id), {"replica": spec.replica_id, "worker": worker.address})
     stop = _PolledEvents(stop_event, replica_stop_name(stop_event, spec.replica_id))
     try:
-        return run_replica(spec, data, stop=stop, locate=_PublishedAddresses(addresses))
+        with worker_profiler.paused(worker):  # its samples every 10 ms cost the replica's step (worker_profiler.py)
+            return run_replica(spec, data, stop=stop, locate=_PublishedAddresses(addresses))
     except Exception as err:  # noqa: BLE001 - every error of the replica's own goes back to the job, as a value
         return ReplicaFailure(spec.replica_id, worker.address, str(err), type(err).__name__, traceback.format_exc())
     finally:
