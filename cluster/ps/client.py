@@ -358,10 +358,12 @@ class ParameterClient:
         reuses its buffers step after step): each a writable C-contiguous
         array of the variable's dtype and whole shape.
         """
-        plan = self._pull_plan(names, min_step, replica_id, out)
+        plan = self._pull_plan(names, replica_id, out)
         answers = self._each_shard(
             sorted(plan.requests),
-            lambda shard: self._step(shard, [], None, plan, f"Pull of {', '.join(plan.names[shard])}", timeout),
+            lambda shard: self._step(
+                shard, [], None, plan, f"Pull of {', '.join(plan.names[shard])}", timeout, min_step=min_step
+            ),
         )
         return self._pull_result(plan, {s: a[1] for s, a in answers.items() if a[1] is not None})
 
@@ -394,7 +396,7 @@ class ParameterClient:
         the update its gradient joined.
         """
         pieces = self._push_pieces(grads)
-        plan = self._pull_plan(names, min_step, replica_id, out)
+        plan = self._pull_plan(names, replica_id, out)
         checked = self.watches_nonfinite(len(pieces))
         header = pb.PushHeader(replica_id=replica_id, step=step, checked=checked)
         what = f"push and pull of replica {replica_id} for step {step}"
@@ -402,7 +404,14 @@ class ParameterClient:
         answers = self._each_shard(
             sorted(set(pieces) | set(plan.requests)),
             lambda shard: self._step(
-                shard, pieces.get(shard, []), header if shard in pieces else None, plan, what, timeout, nonfinite
+                shard,
+                pieces.get(shard, []),
+                header if shard in pieces else None,
+                plan,
+                what,
+                timeout,
+                nonfinite,
+                min_step,
             ),
         )
         pushed = {s: a[0] for s, a in answers.items() if a[0] is not None}
@@ -433,16 +442,18 @@ class ParameterClient:
         what: str,
         timeout: float | None,
         nonfinite: str = "",
+        min_step: int | None = None,
     ) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
-        """One step on ``shard``'s held Step stream: the push (if any), then the pull (if ``plan`` asks this shard);
-        ``nonfinite``: what ``_nonfinite`` found wrong with the push."""
+        """One step on ``shard``'s held Step stream: the push (if any), then the pull (if ``plan`` asks this shard,
+        answered once the shard reaches ``min_step``); ``nonfinite``: what ``_nonfinite`` found wrong with the
+        push."""
         request = plan.requests.get(shard) if plan is not None else None
 
         def call(
             stub: pb_grpc.ParameterServiceStub, left: float
         ) -> tuple[pb.PushResponse | None, tuple[int, dict[str, int]] | None]:
             # The server gives up on a step a little before the caller does, to say whom it waited for.
-            wire = plan.wire[shard] if plan is not None and request is not None else None
+            wire = plan.wire_for(shard, min_step) if plan is not None and request is not None else None
             frames = step_frames(pieces, header, wire, 0.9 * left, self.max_chunk_bytes, nonfinite)
             pool = self._pools[shard]
             stream = pool.take(self._metadata)
@@ -470,7 +481,7 @@ class ParameterClient:
 
     # ------------------------------------------------------------------ pull and push, per shard
     def _pull_plan(
-        self, names: Sequence[str] | None, min_step: int | None, replica_id: int, out: Mapping[str, np.ndarray] | None
+        self, names: Sequence[str] | None, replica_id: int, out: Mapping[str, np.ndarray] | None
     ) -> PullPlan:
         layout = self._need_layout()
         wanted = list(layout) if names is None else list(names)
@@ -489,12 +500,13 @@ class ParameterClient:
                     "INVALID_ARGUMENT",
                 )
         if out is None:  # new arrays every time: nothing to keep
-            return PullPlan(layout, wanted, min_step, replica_id, self.max_chunk_bytes, out)
-        key = (tuple(wanted), min_step, replica_id, tuple(map(id, out.values())))
+            return PullPlan(layout, wanted, replica_id, self.max_chunk_bytes, out)
+        # Not keyed by min_step: a sync replica's grows every step, and each pull adds its own (wire_for).
+        key = (tuple(wanted), replica_id, tuple(map(id, out.values())))
         plan = self._plans.get(key)
         if plan is not None and plan.reuses(out):
             return plan
-        plan = PullPlan(layout, wanted, min_step, replica_id, self.max_chunk_bytes, out)
+        plan = PullPlan(layout, wanted, replica_id, self.max_chunk_bytes, out)
         if plan.reuses(out):  # pulls into the caller's arrays only
             if len(self._plans) >= PLANS_KEPT:
                 self._plans.clear()

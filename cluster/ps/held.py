@@ -334,13 +334,18 @@ class StreamPool:
 
 
 class PullPlan:
-    """One pull's requests per shard, and the whole arrays their chunks are written into."""
+    """One pull's requests per shard, and the whole arrays their chunks are written into.
+
+    A plan does not depend on the step: a replica pulls into the same arrays
+    step after step, and the client keeps its plan (``ParameterClient._pull_plan``)
+    with each shard's request serialized once; each pull adds its own
+    ``min_step`` (``wire_for``).
+    """
 
     def __init__(
         self,
         layout: Layout,
         wanted: list[str],
-        min_step: int | None,
         replica_id: int,
         max_chunk: int,
         out: Mapping[str, np.ndarray] | None = None,
@@ -352,14 +357,17 @@ class PullPlan:
             for shard, spec in layout[name]:
                 self.specs.setdefault(shard, {})[name] = spec
         self.names = {shard: list(specs) for shard, specs in self.specs.items()}
-        self.requests: dict[int, pb.PullRequest] = {}
-        for shard, specs in self.specs.items():
-            request = pb.PullRequest(names=list(specs), replica_id=replica_id, max_chunk_bytes=max_chunk, fuse=True)
-            if min_step is not None:
-                request.min_step = min_step
-            self.requests[shard] = request
-        # Serialized once: a replica pulls the same way step after step, and the client keeps the plan (reuses).
+        self.requests: dict[int, pb.PullRequest] = {
+            shard: pb.PullRequest(names=list(specs), replica_id=replica_id, max_chunk_bytes=max_chunk, fuse=True)
+            for shard, specs in self.specs.items()
+        }
         self.wire = {shard: request.SerializeToString() for shard, request in self.requests.items()}
+
+    def wire_for(self, shard: int, min_step: int | None) -> bytes:
+        """``shard``'s request, serialized, with ``min_step`` (None: answer at once). Protobuf reads a field
+        appended to a message's bytes as set in it: the kept bytes are not serialized again."""
+        wire = self.wire[shard]
+        return wire if min_step is None else wire + pb.PullRequest(min_step=min_step).SerializeToString()
 
     def reuses(self, out: Mapping[str, np.ndarray]) -> bool:
         """Whether this plan may pull into ``out`` again: made for these very arrays, one for every variable it

@@ -215,7 +215,8 @@ class StreamedStep:
         self.nonfinite = ""
         self.header = pb.PushHeader(replica_id=replica_id, step=step, checked=self.watch_nonfinite).SerializeToString()
         self.what = f"push and pull of replica {replica_id} for step {step}"
-        self.plan: PullPlan = client._pull_plan(names, min_step, replica_id, out)
+        self.plan: PullPlan = client._pull_plan(names, replica_id, out)
+        self.min_step = min_step
         self.timeout = timeout
         self.started = time.monotonic()
         self.grads: dict[str, np.ndarray] = {}
@@ -323,7 +324,7 @@ class StreamedStep:
         deadline = self.started + self.timeout
         for shard in sorted(set(self.shards) | set(self.plan.requests)):
             send = self._shard(shard)
-            request = self.plan.wire.get(shard)
+            request = self.plan.wire_for(shard, self.min_step) if shard in self.plan.wire else None
             left = max(0.001, deadline - time.monotonic())
             # The last message's own fields: step_frames' tail (the pull, the server's wait) without a push.
             nonfinite = self.nonfinite if send.pushing else ""

@@ -354,6 +354,33 @@ def test_a_kept_pull_plan_is_used_again_only_for_the_same_writable_arrays(ps: Se
     assert arrays() is None and len(client._plans) == 1
 
 
+def test_a_sync_replica_keeps_one_pull_plan_while_its_min_step_grows(ps: Servers) -> None:
+    # Each step's pull waits for a later global step: the kept plan's bytes get each step's min_step appended.
+    ps.start(2)
+    client = ps.client()
+    values = {"w": np.arange(12, dtype=np.float32).reshape(6, 2), "b": np.ones(3, np.float64)}
+    client.init("grow", values, OptimizerConfig("sgd", 1.0), TrainingConfig("sync"), split_threshold=16)
+    client.register(0)
+    out = {"w": np.zeros((6, 2), np.float32), "b": np.zeros(3, np.float64)}
+    grads = {"w": np.ones((6, 2), np.float32), "b": np.ones(3)}
+    plans = []
+    for step in range(2):
+        _, pulled = client.push_pull(grads, step=step, replica_id=0, min_step=step + 1, out=out)
+        assert pulled.global_step == step + 1
+        plans += client._plans.values()
+    streamed = client.start_step(step=2, replica_id=0, min_step=3, out=out)
+    for name, grad in grads.items():
+        streamed.push(name, grad)
+    assert streamed.finish().pulled.global_step == 3
+    assert plans[0] is plans[1] is streamed.plan  # one plan for the three steps, the streamed one included
+    np.testing.assert_array_equal(out["w"], values["w"] - 3)
+    # The appended min_step is the one the servers read: a pull for a step not reached yet waits, then says so.
+    with pytest.raises(ParameterServerError, match="waited") as err:
+        client.pull(out=out, min_step=4, timeout=0.5)
+    assert err.value.code == "DEADLINE_EXCEEDED"
+    assert client.pull(out=out, min_step=3).global_step == 3
+
+
 def test_a_scalar_variable_stays_a_scalar(ps: Servers) -> None:
     ps.start(1)
     client = ps.client()
