@@ -28,7 +28,7 @@ from cellgraph.protos import tensor_pb2
 from ..errors import ParameterServerError
 from . import checkpoint
 from .auth import AsyncTokenAuthInterceptor
-from .autosave import CheckpointWriter
+from .autosave import WRITTEN_WAIT_S, CheckpointWriter
 from .checkpoint import CheckpointInfo
 from .chunks import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, TensorAssembler, release_all, tensor_chunks
 from .config import SCALAR_SLOTS, SLOTS, listed, quoted
@@ -337,6 +337,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
                     )
                 [(chunk, content)] = framed.paired([framed.message.chunk])
                 self.receive_gradient(store, header, chunk, content, assemblers)
+            await self.before_push(store, wait_limit(context, self.max_wait_s))
             return self.push(store, header, assemblers)
         finally:
             release_all(assemblers)
@@ -351,6 +352,13 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
     ) -> None:
         """Take one chunk of a push at this server's chunk limit, and count its bytes (gradient_intake.py)."""
         self.counters.add(bytes_in=take_gradient(store, header, chunk, content, assemblers, self.max_chunk_bytes))
+
+    async def before_push(self, store: ParameterStore, wait_s: float) -> None:
+        """Wait until the checkpoint of the current global step, if one is being written, is on disk: a push
+        must not move the step past it first (autosave.py). At most ``wait_s`` (within the caller's deadline):
+        then the push goes on, and the writer's error says the checkpoint was late."""
+        if self._writer is not None:
+            await self._writer.before_push(store.global_step, min(wait_s, WRITTEN_WAIT_S))
 
     def push(
         self,
@@ -383,6 +391,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         try:
             for chunk, content in framed.paired(request.chunks):
                 self.receive_gradient(store, request.header, chunk, content, assemblers)
+            await self.before_push(store, 0.5 * wait_limit(context, self.max_wait_s))  # the pull waits too
             response.push.CopyFrom(self.push(store, request.header, assemblers))
         finally:
             release_all(assemblers)

@@ -164,15 +164,18 @@ async def serve_steps(
                 continue
             if header is None and not request.HasField("pull"):
                 raise ParameterServerError("a Step message with neither a push nor a pull", "INVALID_ARGUMENT")
-            pushed = servicer.push(store, header, assemblers, request.nonfinite) if header is not None else None
+            wait_s = min(request.wait_s if request.wait_s > 0 else servicer.max_wait_s, servicer.max_wait_s)
+            pushed = None
+            if header is not None:
+                await servicer.before_push(store, 0.5 * wait_s)  # half: the pull after it may wait too
+                pushed = servicer.push(store, header, assemblers, request.nonfinite)
             release_all(assemblers)
             header = None
             if not request.HasField("pull"):
                 assert pushed is not None
                 yield b"".join([*length_delimited(_PUSH, [pushed.SerializeToString()]), _LAST])
                 continue
-            wait_s = request.wait_s if request.wait_s > 0 else servicer.max_wait_s
-            step, values, limit = await servicer.snapshot(store, request.pull, min(wait_s, servicer.max_wait_s))
+            step, values, limit = await servicer.snapshot(store, request.pull, wait_s)
             servicer.counters.add(bytes_out=sum(value.nbytes for _, value in values.values()))
             for frame in _answer_frames(pushed, step, values, limit, request.pull.fuse):
                 yield frame

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -185,3 +186,80 @@ def test_reconfigure_releases_a_replica_waiting_for_a_step_that_would_need_a_gon
     # Init again with the config as it is now is harmless (what a job does after a restart elsewhere).
     again = client.init("scale", values(), OptimizerConfig("sgd", 1.0), TrainingConfig("sync", replicas_to_aggregate=1))
     assert again == 1
+
+
+# ---------------------------------------------------------------------- a push waits for its step's checkpoint
+def test_a_push_waits_for_the_checkpoint_of_the_step_it_would_leave_until_it_is_written() -> None:
+    disk = threading.Event()  # the disk answers when set
+    fail = threading.Event()
+
+    def write(state: StoreState) -> str:
+        disk.wait(TIMEOUT)
+        if fail.is_set():
+            raise OSError("disk full")
+        return f"ckpt-{state.global_step}"
+
+    async def scenario(writer: CheckpointWriter) -> list[str]:
+        seen = []
+        await writer.before_push(3)  # nothing offered: no wait
+        writer.offer(StoreState(4, {}, {}))
+        await writer.before_push(3)  # a push of an earlier step: no wait either
+        waiting = asyncio.ensure_future(writer.before_push(4))
+        await asyncio.sleep(0.3)
+        seen.append("waiting" if not waiting.done() else "went on")
+        disk.set()
+        await asyncio.wait_for(waiting, TIMEOUT)
+        seen.append("went on")
+        await writer.before_push(4)  # written: no wait
+        # A write that fails lets the push go on too, and says why.
+        disk.clear()
+        fail.set()
+        writer.offer(StoreState(8, {}, {}))
+        waiting = asyncio.ensure_future(writer.before_push(8))
+        await asyncio.sleep(0.1)
+        disk.set()
+        await asyncio.wait_for(waiting, TIMEOUT)
+        seen.append(writer.error)
+        # A write that takes longer than the wait lets the push go on, and says so.
+        disk.clear()
+        fail.clear()
+        writer.offer(StoreState(12, {}, {}))
+        await writer.before_push(12, timeout=0.2)
+        seen.append(writer.error)
+        disk.set()
+        return seen
+
+    writer = CheckpointWriter(write, "test-writer")
+    try:
+        assert asyncio.run(scenario(writer)) == [
+            "waiting",
+            "went on",
+            "checkpoint at global step 8 failed: disk full",
+            "the checkpoint at global step 12 was not written within 0.2 s; training went on without it",
+        ]
+    finally:
+        disk.set()
+        writer.close()
+
+
+def test_no_step_passes_a_checkpoint_still_being_written_on_a_slow_disk(ps: Servers) -> None:
+    # A killed server then finds a checkpoint at most checkpoint_every steps old: the replicas lose no more.
+    directory = ps.tmp_path / "ckpt"
+    ps.start(1, checkpoint_dir=directory)
+    servicer = ps.servicer()
+    write = servicer._write_checkpoint
+
+    def slow_disk(*args: object) -> object:
+        time.sleep(0.5)
+        return write(*args)  # type: ignore[arg-type]
+
+    servicer._write_checkpoint = slow_disk  # type: ignore[method-assign]
+    client = ps.client()
+    client.init("slow", values(), OptimizerConfig("sgd", 1.0), TrainingConfig("sync", checkpoint_every=2))
+    client.register(0)
+    for step in range(2):
+        client.push(grads_for(step), step=step, replica_id=0)
+    assert [info.name for info in list_checkpoints(directory, 0, 1)] == []  # step 2's is being written
+    client.push(grads_for(2), step=2, replica_id=0)  # the push that moves the step to 3 waited for it
+    assert [info.name for info in list_checkpoints(directory, 0, 1)] == ["ckpt-0000000002"]
+    assert client.stats()[0].global_step == 3
