@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import distributed
 import pytest
@@ -15,13 +14,6 @@ import pytest
 from cellgraph.cluster.job_tasks import STOP_POLL_S, _PolledEvents
 
 DEADLINE_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[distributed.Client]:
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as c:
-        with distributed.Client(c) as client:
-            yield client
 
 
 def watch_flags(job: str, own: str) -> dict[str, object]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import distributed
 import pytest
@@ -14,13 +13,6 @@ from cellgraph.cluster.cluster import Cluster
 from cellgraph.examples import digits, models
 
 DEADLINE_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[distributed.Client]:
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as c:
-        with distributed.Client(c) as client:
-            yield client
 
 
 def profiling(dask_worker: distributed.Worker) -> bool:
