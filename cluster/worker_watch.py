@@ -83,14 +83,14 @@ class WorkerWatch:
                 text + f", which hosted shard {info.task} of the job's parameter servers: Dask restarts the worker, "
                 "and the job restarts the server there and restores the last checkpoint"
             )
-        # Where the replicas ran at the last look: a lost replica may be running again elsewhere by now.
+        # Where the replicas ran at the last look: a lost replica may be running again elsewhere by now. A replica
+        # that said where it runs only since then (a worker lost in the job's first moments) is where it said.
         futures = state.futures
-        lost = sorted(i for i, a in self._placed.items() if a == info.address and futures[i].status != "finished")
+        placed = {**self.replica_at, **self._placed}
+        lost = sorted(i for i, a in placed.items() if a == info.address and futures[i].status != "finished")
         if not lost:
             return text + f", which ran no replica of job {state.job_id}: nothing to do"
-        running = [
-            i for i, f in enumerate(futures) if i not in lost and not f.done() and self._placed.get(i) not in gone
-        ]
+        running = [i for i, f in enumerate(futures) if i not in lost and not f.done() and placed.get(i) not in gone]
         text += (
             f", which ran replica {', '.join(map(str, lost))}: the job runs it again on an idle training worker "
             "(the restarted one once it is back) or else the least loaded, where it rejoins at the servers' "
