@@ -248,9 +248,10 @@ def test_no_step_passes_a_checkpoint_still_being_written_on_a_slow_disk(ps: Serv
     ps.start(1, checkpoint_dir=directory)
     servicer = ps.servicer()
     write = servicer._write_checkpoint
+    disk = threading.Event()  # the slow disk finishes a write once this is set
 
     def slow_disk(*args: object) -> object:
-        time.sleep(0.5)
+        disk.wait(TIMEOUT)
         return write(*args)  # type: ignore[arg-type]
 
     servicer._write_checkpoint = slow_disk  # type: ignore[method-assign]
@@ -260,6 +261,14 @@ def test_no_step_passes_a_checkpoint_still_being_written_on_a_slow_disk(ps: Serv
     for step in range(2):
         client.push(grads_for(step), step=step, replica_id=0)
     assert [info.name for info in list_checkpoints(directory, 0, 1)] == []  # step 2's is being written
-    client.push(grads_for(2), step=2, replica_id=0)  # the push that moves the step to 3 waited for it
-    assert [info.name for info in list_checkpoints(directory, 0, 1)] == ["ckpt-0000000002"]
+    pushed: list[object] = []
+    third = threading.Thread(target=lambda: pushed.append(client.push(grads_for(2), step=2, replica_id=0)))
+    third.start()
+    try:
+        third.join(0.5)
+        assert third.is_alive() and not pushed  # the push that would move the step to 3 waits for the disk
+    finally:
+        disk.set()
+        third.join(TIMEOUT)
+    assert pushed and [info.name for info in list_checkpoints(directory, 0, 1)] == ["ckpt-0000000002"]
     assert client.stats()[0].global_step == 3
