@@ -37,14 +37,13 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 import grpc.experimental
 import numpy as np
 
 from cellgraph.dataflow.placement import Placement
-from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 
@@ -55,7 +54,7 @@ from .chunks import MAX_CHUNK_BYTES
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
 from .fanout import CANCEL_WAIT_S, FAN_OUT, Cancelled, FanOut, current_fan_out
 from .frames import Framed, tensor_chunk_frames
-from .held import PullPlan, StepCancelled, StreamPool, rows, step_frames
+from .held import PullPlan, StepCancelled, StreamPool, step_frames
 from .malloc import tune_malloc
 from .messages import (
     optimizer_from_proto,
@@ -69,12 +68,10 @@ from .nonfinite import first_nonfinite
 from .results import JobInfo, PullResult, PushResult, push_result
 from .server import SERVICE_NAME
 from .sharding import Layout, layout_from_placement, shard_variables
+from .step_parts import PlanKey, pull_plan, pull_result, push_pieces
 from .streaming import StreamedStep
 
 T = TypeVar("T")
-# Pull plans a client keeps for reuse: the last one only, so that at most one set of the caller's arrays is held
-# beyond its use (a caller pulling into new arrays each time would otherwise keep several models alive).
-PLANS_KEPT = 1
 _PUSH_CHUNK_FIELD = pb.PushMessage.DESCRIPTOR.fields_by_name["chunk"].number
 _INIT_CHUNK_FIELD = pb.InitMessage.DESCRIPTOR.fields_by_name["chunk"].number
 
@@ -121,7 +118,7 @@ class ParameterClient:
         self.layout: Layout | None = None
         # Pull plans kept for reuse, by what they pull and into which arrays (a replica's step after step);
         # dropped when the layout changes.
-        self._plans: dict[tuple[Any, ...], PullPlan] = {}
+        self._plans: dict[PlanKey, PullPlan] = {}
         self.training: TrainingConfig | None = None
         self._metadata = token_metadata(token) if token is not None else ()
         self._lock = threading.Lock()
@@ -365,7 +362,7 @@ class ParameterClient:
                 shard, [], None, plan, f"Pull of {', '.join(plan.names[shard])}", timeout, min_step=min_step
             ),
         )
-        return self._pull_result(plan, {s: a[1] for s, a in answers.items() if a[1] is not None})
+        return pull_result(plan, {s: a[1] for s, a in answers.items() if a[1] is not None})
 
     def push(self, grads: Mapping[str, np.ndarray], *, step: int, replica_id: int) -> PushResult:
         """Send replica ``replica_id``'s gradients for ``step`` to every shard that holds their variables."""
@@ -416,7 +413,7 @@ class ParameterClient:
         )
         pushed = {s: a[0] for s, a in answers.items() if a[0] is not None}
         pulled = {s: a[1] for s, a in answers.items() if a[1] is not None}
-        return push_result(pushed), self._pull_result(plan, pulled)
+        return push_result(pushed), pull_result(plan, pulled)
 
     def start_step(
         self,
@@ -483,67 +480,12 @@ class ParameterClient:
     def _pull_plan(
         self, names: Sequence[str] | None, replica_id: int, out: Mapping[str, np.ndarray] | None
     ) -> PullPlan:
-        layout = self._need_layout()
-        wanted = list(layout) if names is None else list(names)
-        unknown = [n for n in wanted if n not in layout]
-        if unknown:
-            raise ParameterServerError(
-                f"pull of unknown variable(s) {', '.join(map(repr, unknown))}; the job has: {', '.join(layout)}",
-                "NOT_FOUND",
-            )
-        if out is not None:
-            extra = [n for n in out if n not in wanted]
-            if extra:
-                raise ParameterServerError(
-                    f"pull(out=...) names {', '.join(map(repr, extra))}, which this pull does not fetch; "
-                    f"it fetches: {', '.join(wanted)}",
-                    "INVALID_ARGUMENT",
-                )
-        if out is None:  # new arrays every time: nothing to keep
-            return PullPlan(layout, wanted, replica_id, self.max_chunk_bytes, out)
-        # Not keyed by min_step: a sync replica's grows every step, and each pull adds its own (wire_for).
-        key = (tuple(wanted), replica_id, tuple(map(id, out.values())))
-        plan = self._plans.get(key)
-        if plan is not None and plan.reuses(out):
-            return plan
-        plan = PullPlan(layout, wanted, replica_id, self.max_chunk_bytes, out)
-        if plan.reuses(out):  # pulls into the caller's arrays only
-            if len(self._plans) >= PLANS_KEPT:
-                self._plans.clear()
-            self._plans[key] = plan
-        return plan
-
-    @staticmethod
-    def _pull_result(plan: PullPlan, answers: Mapping[int, tuple[int, dict[str, int]]]) -> PullResult:
-        versions: dict[str, int] = {}
-        for _, shard_versions in answers.values():
-            for name, version in shard_versions.items():
-                versions[name] = min(version, versions.get(name, version))
-        return PullResult(dict(plan.whole), min(step for step, _ in answers.values()), versions)
+        """A pull's plan, the kept one for the same arrays (step_parts.py)."""
+        return pull_plan(self._need_layout(), names, replica_id, self.max_chunk_bytes, out, self._plans)
 
     def _push_pieces(self, grads: Mapping[str, np.ndarray]) -> dict[int, list[tuple[VariableSpec, np.ndarray]]]:
-        """Each shard's part of a push: (the piece's spec, its rows of the gradient)."""
-        layout = self._need_layout()
-        if not grads:
-            raise ParameterServerError("a push needs at least one gradient", "INVALID_ARGUMENT")
-        unknown = [n for n in grads if n not in layout]
-        if unknown:
-            raise ParameterServerError(
-                f"gradient for unknown variable(s) {', '.join(map(repr, unknown))}; the job has: {', '.join(layout)}",
-                "NOT_FOUND",
-            )
-        by_shard: dict[int, list[tuple[VariableSpec, np.ndarray]]] = {}
-        for name, grad in grads.items():
-            grad = np.asarray(grad, order="C")
-            whole_shape = layout[name][0][1].whole_shape
-            if grad.shape != whole_shape:
-                raise ParameterServerError(
-                    f"gradient for '{name}' has shape {fmt(grad.shape)}, the variable's is {fmt(whole_shape)}",
-                    "INVALID_ARGUMENT",
-                )
-            for shard, spec in layout[name]:
-                by_shard.setdefault(shard, []).append((spec, rows(grad, spec)))
-        return by_shard
+        """Each shard's part of a push (step_parts.py)."""
+        return push_pieces(self._need_layout(), grads)
 
     def watches_nonfinite(self, shards: int) -> bool:
         """Whether a push to ``shards`` shards is checked here for NaN and Inf (``PushHeader.checked``): when it

@@ -72,6 +72,7 @@ from .held import (
 )
 from .nonfinite import first_nonfinite
 from .results import PullResult, PushResult, push_result
+from .step_parts import pull_result
 
 if TYPE_CHECKING:
     from .client import ParameterClient
@@ -364,7 +365,7 @@ class StreamedStep:
         if next_started is not None:
             busy += max(0.0, answered - next_started) - self.arrivals.waited_s
         overlap = min(1.0, max(0.0, busy / communication))
-        return StepResult(push_result(pushed), self.client._pull_result(self.plan, pulled), overlap, communication)
+        return StepResult(push_result(pushed), pull_result(self.plan, pulled), overlap, communication)
 
     def _wait(self, shard: int, send: _ShardSend, deadline: float) -> None:
         assert send.future is not None
