@@ -171,6 +171,9 @@ class TensorAssembler:
         self.received = 0
         # Set by a server that checked the whole tensor for NaN and Inf as it arrived (the store skips it then).
         self.finite = False
+        # Set by a server on the first member of a fused chunk: the members' names and the chunk's content as
+        # one flat array, which the store may sum or apply whole (store.py's ``fused``).
+        self.fused_with: tuple[tuple[str, ...], np.ndarray] | None = None
 
     def _buffer(self) -> np.ndarray:
         """The flat bytes written into (the array made now if it was not yet, with the pieces kept so far)."""

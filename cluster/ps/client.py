@@ -119,6 +119,7 @@ class ParameterClient:
         # Pull plans kept for reuse, by what they pull and into which arrays (a replica's step after step);
         # dropped when the layout changes.
         self._plans: dict[PlanKey, PullPlan] = {}
+        self._order: dict[str, int] = {}  # each variable's place in the layout (layout_order), dropped likewise
         self.training: TrainingConfig | None = None
         self._metadata = token_metadata(token) if token is not None else ()
         self._lock = threading.Lock()
@@ -303,6 +304,7 @@ class ParameterClient:
         steps = self._each_shard(sorted(used), init_shard)
         self.layout, self.training = layout, training
         self._plans.clear()
+        self._order.clear()
         return min(steps.values())
 
     def register(self, replica_id: int) -> JobInfo:
@@ -328,6 +330,7 @@ class ParameterClient:
             pieces.sort(key=lambda p: p[1].rows or (0, 0))
         self.layout, self.training = layout, training_from_proto(first.training)
         self._plans.clear()
+        self._order.clear()
         return JobInfo(
             job_id=first.job_id,
             global_step=min(a.global_step for a in answers.values()),
@@ -482,6 +485,13 @@ class ParameterClient:
     ) -> PullPlan:
         """A pull's plan, the kept one for the same arrays (step_parts.py)."""
         return pull_plan(self._need_layout(), names, replica_id, self.max_chunk_bytes, out, self._plans)
+
+    def layout_order(self) -> dict[str, int]:
+        """Each variable's place in the layout: the order of every shard's variables, in which a shard keeps
+        its small ones side by side (tensor_table.py), so a push sends them fused in that order."""
+        if not self._order:
+            self._order.update((name, i) for i, name in enumerate(self._need_layout()))
+        return self._order
 
     def _push_pieces(self, grads: Mapping[str, np.ndarray]) -> dict[int, list[tuple[VariableSpec, np.ndarray]]]:
         """Each shard's part of a push (step_parts.py)."""

@@ -93,3 +93,4 @@ def _take_fused(
         assembler = assemblers[name] = TensorAssembler(store.specs[name], f"gradient for {quoted(name)}", adopt=True)
         assembler.add_whole(grad)
         assembler.finite = finite
+    assemblers[members[0][0]].fused_with = (tuple(name for name, _ in members), flat)

@@ -371,7 +371,8 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         with a gradient of this step on any shard (a Step's last message says it; cut to a readable length)."""
         grads = {name: a.gradient() for name, a in assemblers.items()}  # a big one as its chunks lie
         finite = {name for name, a in assemblers.items() if a.finite}
-        outcome = store.push(header.replica_id, header.step, grads, finite, nonfinite[:MAX_REASON_CHARS])
+        fused = dict(a.fused_with for a in assemblers.values() if a.fused_with is not None)
+        outcome = store.push(header.replica_id, header.step, grads, finite, nonfinite[:MAX_REASON_CHARS], fused)
         self._checkpoint_if_due(store)
         return pb.PushResponse(
             status=_PUSH_STATUS[outcome.status],

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
@@ -29,6 +28,7 @@ from .pieces import Gradient, Pieced, add_in_parts, parts, update_in_parts
 from .records import PushOutcome, Replica, StoreState, StoreStats
 from .shard_layout import ShardLayout, key_mismatch
 from .step_waiters import StepWaiters, check_timeout
+from .tensor_table import VALUE, TensorTable
 from .updates import StepUpdates
 
 
@@ -90,26 +90,34 @@ class ParameterStore:
         self._check_initial(initial)
 
         self._lock = threading.Condition()
-        # All the tensors live in one dict keyed like a checkpoint, so state()
-        # and load_state() are a copy and a swap.
-        self._tensors = {
-            key: np.array(initial[key], order="C") if key in self.specs else np.zeros(shape, dtype)
-            for key, (dtype, shape) in self._shard.tensors.items()
-        }
+        # Every tensor by checkpoint key, the small variables side by side in one buffer per group: an update
+        # runs once per group (tensor_table.py). Readers get views; an update copies only what is still read.
+        self._table = TensorTable(
+            self._shard,
+            {
+                key: initial[key] if key in self.specs else np.zeros(shape, dtype)
+                for key, (dtype, shape) in self._shard.tensors.items()
+            },
+        )
         self._versions = dict.fromkeys(self.specs, 0)
         self._global_step = 0
         self._replicas: dict[int, Replica] = {}
-        # Sync mode: the running sum of this step's gradients and who sent them.
+        # Sync mode: the running sum of this step's gradients (a grouped variable's is a view of its group's
+        # sum) and who sent them.
         sync = training.mode == "sync"
-        self._sums = {name: np.zeros_like(self._tensors[name]) for name in self.specs} if sync else {}
+        self._group_sums = [np.zeros(group.size, group.dtype) for group in self._table.groups] if sync else []
+        self._sums: dict[str, np.ndarray] = {}
+        if sync:
+            for name in self.specs:
+                self._sums[name] = np.zeros_like(self._table.tensors[name])
+            for group, total in zip(self._table.groups, self._group_sums, strict=True):
+                for name, where in zip(group.names, group.bounds, strict=True):
+                    self._sums[name] = total[where].reshape(self._sums[name].shape)
         self._contributors: list[int] = []
         self._pushes_applied = self._pushes_stale = self._pushes_rejected = self._updates = 0
         self._skip_reason: str | None = None  # sync, skip_step: why this step's update will be dropped
         self._steps_skipped, self._last_skipped = 0, ""
         self._snapshot: StoreState | None = None  # see take_snapshot
-        # Copy on write: the read-only view of each tensor handed out (read, state) since it last changed.
-        # An update copies a tensor first only while a reader still holds that view (see _own).
-        self._lent: dict[str, weakref.ref[np.ndarray]] = {}
         # Calls awaiting a later step (until_step): futures on the server's event loop, not threads.
         self._waiters = StepWaiters(self._lock)
 
@@ -151,6 +159,7 @@ class ParameterStore:
         grads: Mapping[str, Gradient],
         finite: Collection[str] = (),
         reported: str = "",
+        fused: Mapping[tuple[str, ...], np.ndarray] | None = None,
     ) -> PushOutcome:
         """Take one replica's gradients, computed from the parameters at global step ``step``.
 
@@ -164,6 +173,11 @@ class ParameterStore:
         ``reported``: the NaN or Inf the replica found in a gradient of this
         step held by another shard (``nonfinite.py``); this shard then treats
         the push as non-finite too, so that no shard applies half a step.
+
+        ``fused``: gradients that arrived side by side, as one flat array each
+        by their names in order (a fused chunk's content, whose views ``grads``
+        holds); one that covers a group of the store's is summed or applied
+        whole.
 
         Examples
         --------
@@ -196,7 +210,7 @@ class ParameterStore:
             self._replicas[replica_id].saw_push(step)
             staleness = self._global_step - step
             if self.training.mode == "sync":
-                return self._aggregate(replica_id, staleness, grads, nonfinite)
+                return self._aggregate(replica_id, staleness, grads, nonfinite, fused)
             if self.training.max_staleness is not None and staleness > self.training.max_staleness:
                 self._pushes_stale += 1
                 return PushOutcome("stale", self._global_step, staleness)
@@ -204,7 +218,7 @@ class ParameterStore:
                 # Async skip_step: a push is its own step; dropping it leaves the step where it is.
                 self._record_skip(nonfinite)
                 return PushOutcome("skipped", self._global_step, staleness)
-            self._apply({name: _contiguous(grads[name]) for name in self.specs})
+            self._apply({name: _contiguous(grads[name]) for name in self.specs}, self._group_grads(grads, fused))
             self._pushes_applied += 1
             return PushOutcome("applied", self._global_step, staleness)
 
@@ -255,7 +269,12 @@ class ParameterStore:
         self._last_skipped = reason
 
     def _aggregate(
-        self, replica_id: int, staleness: int, grads: Mapping[str, Gradient], nonfinite: str | None
+        self,
+        replica_id: int,
+        staleness: int,
+        grads: Mapping[str, Gradient],
+        nonfinite: str | None,
+        fused: Mapping[tuple[str, ...], np.ndarray] | None,
     ) -> PushOutcome:
         """Sync mode: add a checked push to this step's sum, and apply the mean when it is complete."""
         if staleness > 0:
@@ -264,8 +283,16 @@ class ParameterStore:
         if nonfinite is not None:
             self._skip_reason = self._skip_reason or nonfinite  # the sum is dropped whole: no need to add it
         elif self._skip_reason is None:
+            summed: set[str] = set()
+            if fused:
+                for group, total in zip(self._table.groups, self._group_sums, strict=True):
+                    flat = self._arrived_whole(group.names, group.size, group.dtype, fused)
+                    if flat is not None:
+                        np.add(total, flat, out=total)
+                        summed.update(group.names)
             for name, total in self._sums.items():
-                add_in_parts(total, grads[name])
+                if name not in summed:
+                    add_in_parts(total, grads[name])
         self._contributors.append(replica_id)
         if len(self._contributors) < self.training.replicas_to_aggregate:
             return PushOutcome("aggregated", self._global_step, 0)
@@ -288,9 +315,9 @@ class ParameterStore:
             self._advance()
             return
         contributed = len(self._contributors)
-        for total in self._sums.values():
+        for total in self._whole_sums():
             np.divide(total, contributed, out=total)
-        self._apply(self._sums)
+        self._apply(self._sums, self._group_sums)
         self._pushes_applied += contributed
         self._discard_aggregation()
 
@@ -326,50 +353,71 @@ class ParameterStore:
             return self._global_step
 
     def _discard_aggregation(self) -> None:
-        for total in self._sums.values():
+        for total in self._whole_sums():
             total.fill(0)
         self._contributors.clear()
         self._skip_reason = None
 
-    def _lend(self, key: str) -> np.ndarray:
-        """A read-only view of tensor ``key`` for a reader, no copy; called under the lock.
+    def _whole_sums(self) -> list[np.ndarray]:
+        """The sync sums as arrays that cover them once: each group's, then each ungrouped variable's."""
+        if not self._sums:  # async mode keeps none
+            return []
+        return [*self._group_sums, *(self._sums[name] for name in self._table.ungrouped)]
 
-        Readers between two updates share one view: while any of them holds
-        it, the next update of the tensor writes into a copy (``_own``).
-        """
-        ref = self._lent.get(key)
-        view = ref() if ref is not None else None
-        if view is None:
-            view = self._tensors[key].view()
-            view.flags.writeable = False
-            self._lent[key] = weakref.ref(view)
-        return view
+    @staticmethod
+    def _arrived_whole(
+        names: tuple[str, ...], size: int, dtype: np.dtype, fused: Mapping[tuple[str, ...], np.ndarray]
+    ) -> np.ndarray | None:
+        """The gradients of ``names`` as one flat array when they arrived so (``push``'s ``fused``), else None."""
+        flat = fused.get(names)
+        return flat if flat is not None and flat.size == size and flat.dtype == dtype else None
+
+    def _group_grads(
+        self, grads: Mapping[str, Gradient], fused: Mapping[tuple[str, ...], np.ndarray] | None
+    ) -> list[np.ndarray]:
+        """Each group's gradient as one flat array: as it arrived, or its members' joined (a copy of a few KB)."""
+        out = []
+        for group in self._table.groups:
+            flat = self._arrived_whole(group.names, group.size, group.dtype, fused) if fused else None
+            if flat is None:
+                flat = np.concatenate([_flat(grads[name]) for name in group.names])
+            out.append(flat)
+        return out
 
     def slot_nbytes(self, name: str) -> int:
         """Bytes of variable ``name``'s optimizer slots on this shard."""
-        return sum(int(self._tensors[f"{name}/{slot}"].nbytes) for slot in self._shard.slots_of[name])
+        return sum(self._table.nbytes(f"{name}/{slot}") for slot in self._shard.slots_of[name])
 
-    def _own(self, key: str) -> np.ndarray:
-        """Tensor ``key``, safe to update in place: copied first if a reader still holds its view; under the lock."""
-        ref = self._lent.pop(key, None)
-        if ref is not None and ref() is not None:
-            self._tensors[key] = self._tensors[key].copy()
-        return self._tensors[key]
-
-    def _apply(self, grads: Mapping[str, Gradient]) -> None:
-        """One optimizer update of every variable, then the next step; called under the lock."""
+    def _apply(self, grads: Mapping[str, Gradient], group_grads: Sequence[np.ndarray]) -> None:
+        """One optimizer update of every variable (``group_grads``: each group's gradient as one flat array, the
+        same values as its members' in ``grads``), then the next step; called under the lock."""
         update = self._step_updates.at(self._global_step)
-        for name, spec in self.specs.items():
+        table = self._table
+        for g, group in enumerate(table.groups):
+            if not table.uniform[g]:
+                continue  # updated member by member below
+            slots = {slot: table.own_flat(g, slot) for slot in group.elementwise_slots}
+            for slot in group.scalar_slots:  # one value per member, all equal: the first moves, the others follow
+                counts = table.own_flat(g, slot)
+                slots[slot] = counts[0:1].reshape(())
+            update(table.own_flat(g, VALUE), slots, group_grads[g])
+            for slot in group.scalar_slots:
+                counts = table.own_flat(g, slot)
+                counts[1:] = counts[0]
+        for name in table.apart:
+            spec = self.specs[name]
             if spec.moving:  # towards the step's value of a moving statistic (the mean of the replicas' in sync mode)
                 kept, taken = self._shard.moving_weights[name]
-                moved = self._own(name).reshape(-1)
+                moved = table.own(name).reshape(-1)
                 for where, piece in parts(grads[name]):
                     np.multiply(moved[where], kept, out=moved[where])
                     moved[where] += piece * taken
             else:
-                slots = {slot: self._own(f"{name}/{slot}") for slot in self._shard.slots_of[name]}
-                update_in_parts(update, self._own(name), slots, grads[name])
-            self._versions[name] += 1
+                slots = {slot: table.own(f"{name}/{slot}") for slot in self._shard.slots_of[name]}
+                update_in_parts(update, table.own(name), slots, grads[name])
+        versions = self._versions
+        for name in versions:
+            versions[name] += 1
         self._updates += 1
         self._advance()
 
@@ -472,7 +520,8 @@ class ParameterStore:
                 "NOT_FOUND",
             )
         with self._lock:
-            return self._global_step, {name: (self._versions[name], self._lend(name)) for name in wanted}
+            lend = self._table.lend
+            return self._global_step, {name: (self._versions[name], lend(name)) for name in wanted}
 
     def note_rejected(self) -> None:
         """Count a request the server refused before it reached the store."""
@@ -500,8 +549,7 @@ class ParameterStore:
             return self._lend_state()
 
     def _lend_state(self) -> StoreState:
-        tensors = {key: self._lend(key) for key in self._tensors}
-        return StoreState(self._global_step, dict(self._versions), tensors)
+        return StoreState(self._global_step, dict(self._versions), self._table.lend_all())
 
     def load_state(self, state: StoreState, reason: str = "the shard was restored from a checkpoint") -> None:
         """Restore a checkpoint: checked completely first, so a bad one changes nothing.
@@ -519,10 +567,8 @@ class ParameterStore:
         (7, {'w': (7, array(5.))})
         """
         self._check_state(state)
-        fresh = {key: np.array(state.tensors[key], order="C") for key in self._shard.tensors}
         with self._lock:
-            self._tensors = fresh
-            self._lent.clear()  # the views handed out are of the tensors replaced
+            self._table.load(state.tensors)  # copied: the views handed out stay of the tensors replaced
             self._versions = {name: int(state.versions[name]) for name in self.specs}
             self._global_step = int(state.global_step)
             self._discard_aggregation()
@@ -557,6 +603,11 @@ class ParameterStore:
         for key in self._shard.tensors:
             what = f"checkpoint for job {self.job_id!r}: {key!r}"
             self._shard.check_tensor(what, state.tensors[key], key, "the shard holds", "FAILED_PRECONDITION")
+
+
+def _flat(grad: Gradient) -> np.ndarray:
+    """A gradient's elements as one flat array (a view when it is one array already)."""
+    return grad.whole().reshape(-1) if isinstance(grad, Pieced) else np.ravel(grad)
 
 
 def _contiguous(grad: Gradient) -> Gradient:

@@ -272,7 +272,11 @@ class StreamedStep:
 
     def _fuse_small(self, send: _ShardSend) -> None:
         """Move the small gradients held back for fusing into the message, fused (their bytes are counted in
-        ``send.size`` already)."""
+        ``send.size`` already), in the shard's order: as its store holds them, they are summed and applied
+        whole there."""
+        if len(send.small) > 1:
+            order = self.client.layout_order()
+            send.small.sort(key=lambda item: order[item[0].name])
         for chunk in fused.tensor_chunk_parts(send.small, self.client.max_chunk_bytes):
             send.parts += length_delimited(_CHUNKS, chunk)
         send.small = []
