@@ -13,6 +13,7 @@ Examples
 from __future__ import annotations
 
 import grpc
+import grpc.experimental  # a submodule: ChannelOptions is not there until it is imported
 
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc

@@ -50,7 +50,8 @@ def test_tuned_malloc_serves_message_buffers_from_the_heap() -> None:
 
 def test_servers_and_clients_tune_malloc_in_their_process() -> None:
     # Every process that moves tensors sets the thresholds: a parameter server and a client.
-    from cellgraph.cluster.ps import client, server
+    from cellgraph.cluster.ps import client, server, shard_calls
 
     assert "tune_malloc" in server.create_server.__code__.co_names
-    assert "tune_malloc" in client.ParameterClient.__init__.__code__.co_names
+    assert "tune_malloc" in shard_calls.ShardCalls.__init__.__code__.co_names  # every client's connections
+    assert issubclass(client.ParameterClient, shard_calls.ShardCalls)
