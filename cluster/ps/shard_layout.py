@@ -62,6 +62,7 @@ class ShardLayout:
         # A moving statistic has no slots: the server moves it towards its pushed values, by weights in its own
         # dtype, as the graph's `var * momentum + value * (1 - momentum)` computes them.
         self.slots_of = {name: () if spec.moving else SLOTS[kind] for name, spec in self.specs.items()}
+        self.scalar_slots = SCALAR_SLOTS[kind]  # one value per variable (Adam's step count), not its shape
         self.moving_weights = {
             name: (spec.dtype.type(spec.momentum), spec.dtype.type(1.0 - spec.momentum))
             for name, spec in self.specs.items()
@@ -78,7 +79,7 @@ class ShardLayout:
                         "their checkpoint keys would collide",
                         "INVALID_ARGUMENT",
                     )
-                scalar = slot in SCALAR_SLOTS[kind]
+                scalar = slot in self.scalar_slots
                 self.tensors[key] = (STEP_COUNT_DTYPE, ()) if scalar else self.tensors[name]
 
     def check_tensor(self, what: str, value: object, key: str, expected: str, code: str) -> None:

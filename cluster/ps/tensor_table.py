@@ -93,7 +93,7 @@ def tensor_groups(shard: ShardLayout) -> list[TensorGroup]:
             bounds.append(slice(at, at + count))
             at += count
         slots = shard.slots_of[names[0]]
-        scalar = tuple(slot for slot in slots if shard.tensors[f"{names[0]}/{slot}"][1] == ())
+        scalar = tuple(slot for slot in slots if slot in shard.scalar_slots)
         elementwise = tuple(slot for slot in slots if slot not in scalar)
         groups.append(
             TensorGroup(tuple(names), np.dtype(shard.specs[names[0]].dtype), tuple(bounds), at, elementwise, scalar)
