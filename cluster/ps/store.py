@@ -567,8 +567,9 @@ class ParameterStore:
         (7, {'w': (7, array(5.))})
         """
         self._check_state(state)
+        loaded = self._table.prepare(state.tensors)  # the copy, before the lock: pushes and pulls go on meanwhile
         with self._lock:
-            self._table.load(state.tensors)  # copied: the views handed out stay of the tensors replaced
+            self._table.install(loaded)  # the views handed out stay views of the tensors replaced
             self._versions = {name: int(state.versions[name]) for name in self.specs}
             self._global_step = int(state.global_step)
             self._discard_aggregation()

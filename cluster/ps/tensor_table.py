@@ -101,6 +101,14 @@ def tensor_groups(shard: ShardLayout) -> list[TensorGroup]:
     return groups
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A table's tensors copied into new buffers, not installed yet (``TensorTable.prepare``)."""
+
+    flats: dict[tuple[int, str], np.ndarray]
+    tensors: dict[str, np.ndarray]
+
+
 class TensorTable:
     """Every tensor of a shard by checkpoint key, the small variables' in group buffers (see the module)."""
 
@@ -124,6 +132,11 @@ class TensorTable:
 
     def load(self, values: Mapping[str, np.ndarray]) -> None:
         """Take ``values`` (one for every key of the shard, checked by the caller) as the tensors, copied."""
+        self.install(self.prepare(values))
+
+    def prepare(self, values: Mapping[str, np.ndarray]) -> Prepared:
+        """Copy ``values`` into new buffers laid out as this table's, changing nothing yet: the copy of a big
+        checkpoint is made before the store's lock is taken (``install`` then only swaps)."""
         flats: dict[tuple[int, str], np.ndarray] = {}
         for g, group in enumerate(self.groups):
             flats[(g, VALUE)] = np.empty(group.size, group.dtype)
@@ -137,10 +150,14 @@ class TensorTable:
             if home is None:
                 tensors[key] = np.array(values[key], order="C")
                 continue
-            g, part, where, shape = home
+            g, part, where, _ = home
             flats[(g, part)][where] = np.asarray(values[key]).reshape(-1)
-        self._flat, self._lent = flats, {}
-        self.tensors = tensors
+        return Prepared(flats, tensors)
+
+    def install(self, prepared: Prepared) -> None:
+        """Make ``prepared``'s buffers the tensors (the views lent before stay views of the ones replaced)."""
+        flats = prepared.flats
+        self._flat, self._lent, self.tensors = flats, {}, prepared.tensors
         for g in range(len(self.groups)):
             for part in self.parts(g):
                 self._point(g, part)

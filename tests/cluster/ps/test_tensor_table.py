@@ -8,6 +8,8 @@ sends its small gradients in the shard's order, so the store takes them whole.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,7 @@ from cellgraph.cluster.ps import ParameterClient, create_server, fused
 from cellgraph.cluster.ps.config import OptimizerConfig, TrainingConfig, VariableSpec
 from cellgraph.cluster.ps.shard_layout import ShardLayout
 from cellgraph.cluster.ps.store import ParameterStore, StoreState
-from cellgraph.cluster.ps.tensor_table import tensor_groups
+from cellgraph.cluster.ps.tensor_table import TensorTable, tensor_groups
 from cellgraph.dataflow.optimizer_registry import kinds
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -179,3 +181,29 @@ def test_a_streamed_step_sends_its_small_gradients_in_the_shards_order(monkeypat
     finally:
         server.stop(None).wait(TIMEOUT)
     assert seen == [[tuple(SHAPES)]]
+
+
+def test_a_restore_copies_the_checkpoint_before_it_takes_the_stores_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A big shard's copy takes a while: pushes and pulls (the server's loop, health checks behind it) must not
+    # wait for it; only the swap holds the lock.
+    store = ParameterStore(
+        "j", specs(F32), {n: np.ones(s, F32) for n, s in SHAPES.items()}, config("sgd"), TrainingConfig()
+    )
+    state = StoreState(5, dict.fromkeys(SHAPES, 5), {n: np.full(s, 2.0, F32) for n, s in SHAPES.items()})
+    copying, finish = threading.Event(), threading.Event()
+    prepare = TensorTable.prepare
+
+    def slow_copy(self: TensorTable, values: Any) -> Any:
+        copying.set()
+        assert finish.wait(TIMEOUT)
+        return prepare(self, values)
+
+    monkeypatch.setattr(TensorTable, "prepare", slow_copy)
+    with ThreadPoolExecutor(2) as pool:
+        restoring = pool.submit(store.load_state, state)
+        assert copying.wait(TIMEOUT)
+        step, values = pool.submit(store.read, ["w"]).result(TIMEOUT)  # answered during the copy
+        assert step == 0 and values["w"][1][0, 0] == 1.0
+        finish.set()
+        restoring.result(TIMEOUT)
+    assert store.read(["w"])[0] == 5 and store.read(["w"])[1]["w"][1][0, 0] == 2.0
