@@ -295,6 +295,14 @@ class TensorAssembler:
             return Pieced(self.spec.shape, self.spec.dtype, [self._pieces[start] for start in sorted(self._pieces)])
         return self.finish()
 
+    def again(self) -> None:
+        """Ready to receive the same tensor again into the same ``out`` (a kept pull plan's next step)."""
+        if self._adopt:
+            raise ValueError("only an assembler writing into a given out array receives again")
+        self._starts.clear()
+        self._stops.clear()
+        self.received = 0
+
     def release(self) -> None:
         """Drop the buffer now (a cancelled or refused stream): nothing must wait for the cycle collector."""
         self.array = self._bytes = None

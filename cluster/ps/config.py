@@ -7,6 +7,7 @@ protobuf messages (``protos/parameter_service.proto``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -90,9 +91,10 @@ class VariableSpec:
     moving: bool = False
     momentum: float = 0.0
 
-    @property
+    @functools.cached_property
     def nbytes(self) -> int:
-        # Python ints: a declared shape off the wire may overflow int64 (np.prod would wrap to 0).
+        # Python ints: a declared shape off the wire may overflow int64 (np.prod would wrap to 0). Kept: every
+        # step asks it of every variable, on both sides.
         return math.prod(self.shape) * self.dtype.itemsize
 
     @property

@@ -362,6 +362,9 @@ class PullPlan:
             for shard, specs in self.specs.items()
         }
         self.wire = {shard: request.SerializeToString() for shard, request in self.requests.items()}
+        # Each shard's assemblers of the last pull that read its answer through, received into again by the next
+        # (a kept plan serves a replica step after step); one taken by a pull in progress is not shared.
+        self._idle: dict[int, dict[str, TensorAssembler]] = {}
 
     def wire_for(self, shard: int, min_step: int | None) -> bytes:
         """``shard``'s request, serialized, with ``min_step`` (None: answer at once). Protobuf reads a field
@@ -379,25 +382,31 @@ class PullPlan:
         )
 
     def receiver(self, shard: int, on_piece: Callable[[str], None] | None = None) -> ShardReceiver:
-        specs = self.specs[shard]
-        return ShardReceiver(
-            shard,
-            {
+        assemblers = self._idle.pop(shard, None)
+        if assemblers is None:
+            assemblers = {
                 name: TensorAssembler(spec, f"variable '{name}' from shard {shard}", out=rows(self.whole[name], spec))
-                for name, spec in specs.items()
-            },
-            on_piece,
-        )
+                for name, spec in self.specs[shard].items()
+            }
+        else:
+            for assembler in assemblers.values():
+                assembler.again()
+        return ShardReceiver(shard, assemblers, on_piece, self._idle)
 
 
 class ShardReceiver:
     """Writes one shard's pulled chunks into the whole arrays; knows its global step and the versions sent."""
 
     def __init__(
-        self, shard: int, assemblers: dict[str, TensorAssembler], on_piece: Callable[[str], None] | None = None
+        self,
+        shard: int,
+        assemblers: dict[str, TensorAssembler],
+        on_piece: Callable[[str], None] | None = None,
+        idle: dict[int, dict[str, TensorAssembler]] | None = None,
     ) -> None:
         self.shard = shard
         self.assemblers = assemblers
+        self._idle = idle  # where the assemblers go back once the answer is read through (PullPlan's)
         self.on_piece = on_piece  # told each variable whose piece from this shard is whole (streamed steps)
         self.step = 0
         self.versions: dict[str, int] = {}
@@ -439,6 +448,8 @@ class ShardReceiver:
     def finish(self) -> tuple[int, dict[str, int]]:
         for assembler in self.assemblers.values():
             assembler.finish()
+        if self._idle is not None:
+            self._idle[self.shard] = self.assemblers
         return self.step, self.versions
 
 

@@ -54,3 +54,14 @@ def test_an_assembler_writes_into_the_rows_it_is_given() -> None:
     assert whole.tolist() == [[0, 0], [0, 0], [1, 1], [1, 1]]
     with pytest.raises(ValueError, match=r"out must be a C-contiguous float32 array of shape \(2, 2\)"):
         TensorAssembler(spec, out=whole[:, :1])
+
+
+def test_only_an_assembler_into_a_given_array_receives_again() -> None:
+    spec = VariableSpec("w", np.dtype(np.float32), (3,))
+    with pytest.raises(ValueError, match="only an assembler writing into a given out array receives again"):
+        TensorAssembler(spec, adopt=True).again()
+    out = np.zeros(3, np.float32)
+    assembler = TensorAssembler(spec, out=out)
+    assembler.add_whole(np.ones(3, np.float32))
+    assembler.again()
+    assert assembler.received == 0 and assembler.missing() == [(0, 12)]

@@ -382,6 +382,24 @@ def test_a_sync_replica_keeps_one_pull_plan_while_its_min_step_grows(ps: Servers
     assert client.pull(out=out, min_step=3).global_step == 3
 
 
+def test_a_kept_plan_receives_into_its_assemblers_again_and_still_finds_a_missing_byte(ps: Servers) -> None:
+    ps.start(1)
+    client = ps.client()
+    values = {"w": np.arange(6, dtype=np.float32), "b": np.ones(3, np.float32)}
+    client.init("again", values, OptimizerConfig("sgd", 1.0))
+    client.register(0)
+    out = {"w": np.zeros(6, np.float32), "b": np.zeros(3, np.float32)}
+    client.pull(out=out)
+    [plan] = client._plans.values()
+    first = plan.receiver(0)  # the last pull's assemblers, ready again
+    assert plan.receiver(0).assemblers is not first.assemblers  # taken by a pull in progress: not shared
+    client.push({"w": np.ones(6, np.float32), "b": np.ones(3, np.float32)}, step=0, replica_id=0)
+    np.testing.assert_array_equal(client.pull(out=out).values["w"], values["w"] - 1)
+    again = plan.receiver(0)
+    with pytest.raises(ParameterServerError, match=re.escape("variable 'w' from shard 0 is incomplete: bytes [0, 24)")):
+        again.finish()  # nothing arrived this time: the bytes of the last pull do not count
+
+
 def test_a_scalar_variable_stays_a_scalar(ps: Servers) -> None:
     ps.start(1)
     client = ps.client()
