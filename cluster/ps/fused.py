@@ -35,6 +35,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -144,12 +145,31 @@ def fused_head(members: tuple[str, ...], dtype: np.dtype, nbytes: int) -> bytes:
     return meta.SerializeToString() + varint(_CONTENT << 3 | 2) + varint(nbytes)
 
 
+@dataclass(frozen=True)
+class FusedLayout:
+    """A fused chunk's members as checked against their specs: their names, and each one's element count and
+    shape in the chunk's content, which is ``nbytes`` long."""
+
+    names: tuple[str, ...]
+    dtype: np.dtype
+    counts: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    nbytes: int
+
+
+# Layouts a receiver keeps (``split``'s ``layouts``): a replica sends the same groups step after step, and the
+# checks of their members against the specs give the same answer every time. At most this many: a sender that
+# varies its groups costs the checks again, not memory.
+LAYOUTS_KEPT = 64
+
+
 def split(
     chunk: tensor_pb2.TensorChunk,
     content: memoryview,
     spec_of: Callable[[str], VariableSpec | None],
     what: str,
     received: Callable[[str], bool] = lambda name: False,
+    layouts: dict[tuple[tuple[str, ...], int], FusedLayout] | None = None,
 ) -> tuple[list[tuple[str, np.ndarray]], np.ndarray]:
     """A fused chunk's members, each as a read-only array of its spec's shape over ``content``, and the content
     as one flat array of the members' dtype (their views are of it), after checking the chunk completely:
@@ -158,38 +178,33 @@ def split(
     ``spec_of(name)``: the spec the receiver expects for ``name`` (None: it
     expects no such tensor, NOT_FOUND); ``received(name)``: whether it has
     that tensor already (then the chunk repeats it). ``what`` names the
-    message in errors (``"replica 0's push for step 3"``).
+    message in errors (``"replica 0's push for step 3"``). ``layouts``: the
+    receiver's kept ``FusedLayout`` of each member list and dtype already
+    checked, for a receiver whose ``spec_of`` never changes.
     """
-    members = list(chunk.members)
+    members = tuple(chunk.members)
 
     def where() -> str:  # made only for an error: a chunk that is right costs no formatting
         shown = listed(members[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
         return f"the fused chunk of {shown} in {what}"
 
-    dtype = dtype_of(chunk.dtype, f"the fused chunk in {what}")
+    key = (members, chunk.dtype)
+    layout = layouts.get(key) if layouts is not None else None
+    dtype = layout.dtype if layout is not None else dtype_of(chunk.dtype, f"the fused chunk in {what}")
     if chunk.offset != 0:
         raise ParameterServerError(
             f"{where()} has offset {chunk.offset}; a fused chunk is whole, at offset 0", "INVALID_ARGUMENT"
         )
-    specs: list[VariableSpec] = []
-    seen: set[str] = set()
-    total = 0
+    if layout is None:
+        layout = _checked_layout(members, dtype, spec_of, where)
+        if layouts is not None and len(layouts) < LAYOUTS_KEPT:
+            layouts[key] = layout
     for name in members:
-        spec = spec_of(name)
-        if spec is None:
-            raise ParameterServerError(f"{where()} names {listed([name])}, which was not expected here", "NOT_FOUND")
-        if name in seen or received(name):
+        if received(name):
             raise ParameterServerError(f"{where()} carries {listed([name])} a second time", "INVALID_ARGUMENT")
-        if spec.dtype != dtype:
-            raise ParameterServerError(
-                f"{where()} is {dtype.name}, but {listed([name])} is {np.dtype(spec.dtype).name}", "INVALID_ARGUMENT"
-            )
-        seen.add(name)
-        specs.append(spec)
-        total += spec.nbytes
-    if total != content.nbytes:
+    if layout.nbytes != content.nbytes:
         raise ParameterServerError(
-            f"{where()} carries {content.nbytes:,} bytes; its members are {total:,} bytes together",
+            f"{where()} carries {content.nbytes:,} bytes; its members are {layout.nbytes:,} bytes together",
             "INVALID_ARGUMENT",
         )
     raw = np.frombuffer(content, dtype=np.uint8)
@@ -197,8 +212,34 @@ def split(
         raw = raw.copy()
     flat = raw.view(dtype)
     out, at = [], 0
-    for spec in specs:
-        count = spec.nbytes // dtype.itemsize
-        out.append((spec.name, flat[at : at + count].reshape(spec.shape)))
+    for name, count, shape in zip(members, layout.counts, layout.shapes, strict=True):
+        out.append((name, flat[at : at + count].reshape(shape)))
         at += count
     return out, flat
+
+
+def _checked_layout(
+    members: tuple[str, ...], dtype: np.dtype, spec_of: Callable[[str], VariableSpec | None], where: Callable[[], str]
+) -> FusedLayout:
+    """The layout of ``members`` after checking each against its spec: known, named once, of ``dtype``."""
+    specs: list[VariableSpec] = []
+    seen: set[str] = set()
+    for name in members:
+        spec = spec_of(name)
+        if spec is None:
+            raise ParameterServerError(f"{where()} names {listed([name])}, which was not expected here", "NOT_FOUND")
+        if name in seen:
+            raise ParameterServerError(f"{where()} carries {listed([name])} a second time", "INVALID_ARGUMENT")
+        if spec.dtype != dtype:
+            raise ParameterServerError(
+                f"{where()} is {dtype.name}, but {listed([name])} is {np.dtype(spec.dtype).name}", "INVALID_ARGUMENT"
+            )
+        seen.add(name)
+        specs.append(spec)
+    return FusedLayout(
+        members,
+        dtype,
+        tuple(spec.nbytes // dtype.itemsize for spec in specs),
+        tuple(tuple(spec.shape) for spec in specs),
+        sum(spec.nbytes for spec in specs),
+    )

@@ -28,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 from cellgraph.protos import parameter_service_pb2 as pb
@@ -43,6 +44,12 @@ from .pieces import parts
 
 if TYPE_CHECKING:
     from .store import ParameterStore
+
+# The fused layouts each store's pushes were checked against (fused.split's ``layouts``): a store's specs never
+# change, and a replica sends the same groups step after step. Weak: a store replaced by a new Init goes.
+_LAYOUTS: weakref.WeakKeyDictionary[ParameterStore, dict[tuple[tuple[str, ...], int], fused.FusedLayout]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def take_gradient(
@@ -87,7 +94,8 @@ def _take_fused(
     names the variable when one is not finite)."""
     what = f"replica {header.replica_id}'s push for step {header.step}"
     check_chunk_size(content.nbytes, max_chunk_bytes, f"fused gradients in {what}")
-    members, flat = fused.split(chunk, content, store.specs.get, what, assemblers.__contains__)
+    layouts = _LAYOUTS.setdefault(store, {})
+    members, flat = fused.split(chunk, content, store.specs.get, what, assemblers.__contains__, layouts)
     finite = header.checked or (store.training.nonfinite != "apply" and all_finite(flat))
     for name, grad in members:
         assembler = assemblers[name] = TensorAssembler(store.specs[name], f"gradient for {quoted(name)}", adopt=True)

@@ -365,6 +365,8 @@ class PullPlan:
         # Each shard's assemblers of the last pull that read its answer through, received into again by the next
         # (a kept plan serves a replica step after step); one taken by a pull in progress is not shared.
         self._idle: dict[int, dict[str, TensorAssembler]] = {}
+        # Each shard's fused answers, as checked against this plan's specs (fused.split's ``layouts``).
+        self._layouts: dict[int, dict[tuple[tuple[str, ...], int], fused.FusedLayout]] = {}
 
     def wire_for(self, shard: int, min_step: int | None) -> bytes:
         """``shard``'s request, serialized, with ``min_step`` (None: answer at once). Protobuf reads a field
@@ -391,7 +393,7 @@ class PullPlan:
         else:
             for assembler in assemblers.values():
                 assembler.again()
-        return ShardReceiver(shard, assemblers, on_piece, self._idle)
+        return ShardReceiver(shard, assemblers, on_piece, self._idle, self._layouts.setdefault(shard, {}))
 
 
 class ShardReceiver:
@@ -403,10 +405,12 @@ class ShardReceiver:
         assemblers: dict[str, TensorAssembler],
         on_piece: Callable[[str], None] | None = None,
         idle: dict[int, dict[str, TensorAssembler]] | None = None,
+        layouts: dict[tuple[tuple[str, ...], int], fused.FusedLayout] | None = None,
     ) -> None:
         self.shard = shard
         self.assemblers = assemblers
         self._idle = idle  # where the assemblers go back once the answer is read through (PullPlan's)
+        self._layouts = layouts  # the plan's fused layouts of this shard's answers
         self.on_piece = on_piece  # told each variable whose piece from this shard is whole (streamed steps)
         self.step = 0
         self.versions: dict[str, int] = {}
@@ -437,6 +441,7 @@ class ShardReceiver:
             lambda name: assemblers[name].spec if name in assemblers else None,
             f"shard {self.shard}'s answer",
             lambda name: assemblers[name].received > 0,
+            self._layouts,
         )
         self.step = value.global_step
         for name, array in members:

@@ -7,6 +7,8 @@ words that say what is wrong, changing nothing on the server.
 
 from __future__ import annotations
 
+import re
+
 import grpc
 import numpy as np
 import pytest
@@ -261,3 +263,26 @@ def test_a_streamed_step_sends_the_small_gradients_before_a_big_one_ahead_of_it(
     result = step.finish()
     for name, value in values.items():
         np.testing.assert_array_equal(result.pulled.values[name], value - 1)
+
+
+def test_a_kept_layout_still_checks_what_changes_from_chunk_to_chunk() -> None:
+    # A receiver keeps each member list's layout once checked against its specs; what a chunk may get wrong on
+    # its own (its length, its offset, a member received already) is checked every time.
+    specs = {"a": VariableSpec("a", F32, (4,)), "b": VariableSpec("b", F32, (3,))}
+    layouts: dict = {}
+    good = _fused_chunk(["a", "b"], F4 + F3)
+    members, _ = fused.split(good, memoryview(good.content), specs.get, "push", layouts=layouts)
+    assert [name for name, _ in members] == ["a", "b"] and list(layouts) == [(("a", "b"), tensor_pb2.DT_FLOAT32)]
+    cases = [
+        (_fused_chunk(["a", "b"], F4 + F3 + F4), lambda name: False, "carries 44 bytes; its members are 28 bytes"),
+        (_fused_chunk(["a", "b"], F4 + F3), lambda name: name == "b", "carries 'b' a second time"),
+        (_fused_chunk(["a", "b"], F4 + F3, offset=4), lambda name: False, "has offset 4; a fused chunk is whole"),
+    ]
+    for chunk, received, words in cases:
+        with pytest.raises(ParameterServerError, match=re.escape(words)):
+            fused.split(chunk, memoryview(chunk.content), specs.get, "push", received, layouts)
+    many = {f"v{i}": VariableSpec(f"v{i}", F32, (1,)) for i in range(fused.LAYOUTS_KEPT + 10)}
+    for i in range(1, fused.LAYOUTS_KEPT + 10):  # a sender that varies its groups does not grow the receiver
+        chunk = _fused_chunk(["v0", f"v{i}"], np.ones(2, F32).tobytes())
+        fused.split(chunk, memoryview(chunk.content), many.get, "push", layouts=layouts)
+    assert len(layouts) == fused.LAYOUTS_KEPT
