@@ -24,12 +24,12 @@ import numpy as np
 from ..errors import ParameterServerError
 from .config import OptimizerConfig, TrainingConfig, VariableSpec, listed
 from .nonfinite import first_nonfinite
-from .pieces import Gradient, Pieced, add_in_parts, parts, update_in_parts
+from .pieces import Gradient
 from .records import PushOutcome, Replica, StoreState, StoreStats
 from .shard_layout import ShardLayout, key_mismatch
+from .shard_updates import Fused, ShardUpdates
 from .step_waiters import StepWaiters, check_timeout
-from .tensor_table import VALUE, TensorTable
-from .updates import StepUpdates
+from .tensor_table import TensorTable
 
 
 def _plural(word: str, ids: Sequence[int]) -> str:
@@ -83,7 +83,6 @@ class ParameterStore:
     ) -> None:
         self.job_id = job_id
         self.optimizer = optimizer
-        self._step_updates = StepUpdates(optimizer)  # the registry entry and hyperparameters, read once
         self.training = training
         self._shard = ShardLayout(specs, optimizer.kind)
         self.specs = self._shard.specs
@@ -99,21 +98,12 @@ class ParameterStore:
                 for key, (dtype, shape) in self._shard.tensors.items()
             },
         )
+        # The arithmetic: the sync sum of this step's gradients and the updates (shard_updates.py).
+        self._arithmetic = ShardUpdates(self._shard, self._table, optimizer, sync=training.mode == "sync")
         self._versions = dict.fromkeys(self.specs, 0)
         self._global_step = 0
         self._replicas: dict[int, Replica] = {}
-        # Sync mode: the running sum of this step's gradients (a grouped variable's is a view of its group's
-        # sum) and who sent them.
-        sync = training.mode == "sync"
-        self._group_sums = [np.zeros(group.size, group.dtype) for group in self._table.groups] if sync else []
-        self._sums: dict[str, np.ndarray] = {}
-        if sync:
-            for name in self.specs:
-                self._sums[name] = np.zeros_like(self._table.tensors[name])
-            for group, total in zip(self._table.groups, self._group_sums, strict=True):
-                for name, where in zip(group.names, group.bounds, strict=True):
-                    self._sums[name] = total[where].reshape(self._sums[name].shape)
-        self._contributors: list[int] = []
+        self._contributors: list[int] = []  # sync mode: who pushed for this step
         self._pushes_applied = self._pushes_stale = self._pushes_rejected = self._updates = 0
         self._skip_reason: str | None = None  # sync, skip_step: why this step's update will be dropped
         self._steps_skipped, self._last_skipped = 0, ""
@@ -159,7 +149,7 @@ class ParameterStore:
         grads: Mapping[str, Gradient],
         finite: Collection[str] = (),
         reported: str = "",
-        fused: Mapping[tuple[str, ...], np.ndarray] | None = None,
+        fused: Fused | None = None,
     ) -> PushOutcome:
         """Take one replica's gradients, computed from the parameters at global step ``step``.
 
@@ -218,7 +208,8 @@ class ParameterStore:
                 # Async skip_step: a push is its own step; dropping it leaves the step where it is.
                 self._record_skip(nonfinite)
                 return PushOutcome("skipped", self._global_step, staleness)
-            self._apply({name: _contiguous(grads[name]) for name in self.specs}, self._group_grads(grads, fused))
+            self._arithmetic.apply_push(grads, fused, self._global_step)
+            self._applied()
             self._pushes_applied += 1
             return PushOutcome("applied", self._global_step, staleness)
 
@@ -274,7 +265,7 @@ class ParameterStore:
         staleness: int,
         grads: Mapping[str, Gradient],
         nonfinite: str | None,
-        fused: Mapping[tuple[str, ...], np.ndarray] | None,
+        fused: Fused | None,
     ) -> PushOutcome:
         """Sync mode: add a checked push to this step's sum, and apply the mean when it is complete."""
         if staleness > 0:
@@ -283,16 +274,7 @@ class ParameterStore:
         if nonfinite is not None:
             self._skip_reason = self._skip_reason or nonfinite  # the sum is dropped whole: no need to add it
         elif self._skip_reason is None:
-            summed: set[str] = set()
-            if fused:
-                for group, total in zip(self._table.groups, self._group_sums, strict=True):
-                    flat = self._arrived_whole(group.names, group.size, group.dtype, fused)
-                    if flat is not None:
-                        np.add(total, flat, out=total)
-                        summed.update(group.names)
-            for name, total in self._sums.items():
-                if name not in summed:
-                    add_in_parts(total, grads[name])
+            self._arithmetic.add(grads, fused)
         self._contributors.append(replica_id)
         if len(self._contributors) < self.training.replicas_to_aggregate:
             return PushOutcome("aggregated", self._global_step, 0)
@@ -315,9 +297,8 @@ class ParameterStore:
             self._advance()
             return
         contributed = len(self._contributors)
-        for total in self._whole_sums():
-            np.divide(total, contributed, out=total)
-        self._apply(self._sums, self._group_sums)
+        self._arithmetic.apply_mean(contributed, self._global_step)
+        self._applied()
         self._pushes_applied += contributed
         self._discard_aggregation()
 
@@ -353,68 +334,16 @@ class ParameterStore:
             return self._global_step
 
     def _discard_aggregation(self) -> None:
-        for total in self._whole_sums():
-            total.fill(0)
+        self._arithmetic.discard()
         self._contributors.clear()
         self._skip_reason = None
-
-    def _whole_sums(self) -> list[np.ndarray]:
-        """The sync sums as arrays that cover them once: each group's, then each ungrouped variable's."""
-        if not self._sums:  # async mode keeps none
-            return []
-        return [*self._group_sums, *(self._sums[name] for name in self._table.ungrouped)]
-
-    @staticmethod
-    def _arrived_whole(
-        names: tuple[str, ...], size: int, dtype: np.dtype, fused: Mapping[tuple[str, ...], np.ndarray]
-    ) -> np.ndarray | None:
-        """The gradients of ``names`` as one flat array when they arrived so (``push``'s ``fused``), else None."""
-        flat = fused.get(names)
-        return flat if flat is not None and flat.size == size and flat.dtype == dtype else None
-
-    def _group_grads(
-        self, grads: Mapping[str, Gradient], fused: Mapping[tuple[str, ...], np.ndarray] | None
-    ) -> list[np.ndarray]:
-        """Each group's gradient as one flat array: as it arrived, or its members' joined (a copy of a few KB)."""
-        out = []
-        for group in self._table.groups:
-            flat = self._arrived_whole(group.names, group.size, group.dtype, fused) if fused else None
-            if flat is None:
-                flat = np.concatenate([_flat(grads[name]) for name in group.names])
-            out.append(flat)
-        return out
 
     def slot_nbytes(self, name: str) -> int:
         """Bytes of variable ``name``'s optimizer slots on this shard."""
         return sum(self._table.nbytes(f"{name}/{slot}") for slot in self._shard.slots_of[name])
 
-    def _apply(self, grads: Mapping[str, Gradient], group_grads: Sequence[np.ndarray]) -> None:
-        """One optimizer update of every variable (``group_grads``: each group's gradient as one flat array, the
-        same values as its members' in ``grads``), then the next step; called under the lock."""
-        update = self._step_updates.at(self._global_step)
-        table = self._table
-        for g, group in enumerate(table.groups):
-            if not table.uniform[g]:
-                continue  # updated member by member below
-            slots = {slot: table.own_flat(g, slot) for slot in group.elementwise_slots}
-            for slot in group.scalar_slots:  # one value per member, all equal: the first moves, the others follow
-                counts = table.own_flat(g, slot)
-                slots[slot] = counts[0:1].reshape(())
-            update(table.own_flat(g, VALUE), slots, group_grads[g])
-            for slot in group.scalar_slots:
-                counts = table.own_flat(g, slot)
-                counts[1:] = counts[0]
-        for name in table.apart:
-            spec = self.specs[name]
-            if spec.moving:  # towards the step's value of a moving statistic (the mean of the replicas' in sync mode)
-                kept, taken = self._shard.moving_weights[name]
-                moved = table.own(name).reshape(-1)
-                for where, piece in parts(grads[name]):
-                    np.multiply(moved[where], kept, out=moved[where])
-                    moved[where] += piece * taken
-            else:
-                slots = {slot: table.own(f"{name}/{slot}") for slot in self._shard.slots_of[name]}
-                update_in_parts(update, table.own(name), slots, grads[name])
+    def _applied(self) -> None:
+        """An update of every variable was applied: their versions, the count, the next step; under the lock."""
         versions = self._versions
         for name in versions:
             versions[name] += 1
@@ -604,13 +533,3 @@ class ParameterStore:
         for key in self._shard.tensors:
             what = f"checkpoint for job {self.job_id!r}: {key!r}"
             self._shard.check_tensor(what, state.tensors[key], key, "the shard holds", "FAILED_PRECONDITION")
-
-
-def _flat(grad: Gradient) -> np.ndarray:
-    """A gradient's elements as one flat array (a view when it is one array already)."""
-    return grad.whole().reshape(-1) if isinstance(grad, Pieced) else np.ravel(grad)
-
-
-def _contiguous(grad: Gradient) -> Gradient:
-    """A gradient whose pieces are C-contiguous, as the update kernels read them."""
-    return grad if isinstance(grad, Pieced) else np.ascontiguousarray(grad)

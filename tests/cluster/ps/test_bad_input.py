@@ -40,7 +40,7 @@ class Door:
         pulled = self.ps.client().pull()
         stats = self.ps.client().stats()[0]
         store = self.ps.servicer().store
-        pending = tuple(sorted(store._contributors)), tuple(t.tobytes() for t in store._sums.values())
+        pending = tuple(sorted(store._contributors)), tuple(t.tobytes() for t in store._arithmetic.sums.values())
         return (
             tuple(v.tobytes() for v in pulled.values.values()),
             tuple(sorted(pulled.versions.items())),

@@ -287,7 +287,11 @@ def test_a_non_finite_gradient_is_refused_by_default_and_changes_nothing(
 ) -> None:
     refusing = store(mode, "reject")
     refusing.push(1, 0, {"w": np.ones(2, F32)})  # sync: a pending gradient the refusal must not disturb
-    before = (refusing.state(), refusing._contributors[:], refusing._sums["w"].copy() if refusing._sums else None)
+    before = (
+        refusing.state(),
+        refusing._contributors[:],
+        refusing._arithmetic.sums["w"].copy() if refusing._arithmetic.sums else None,
+    )
     stats = refusing.stats()
     with pytest.raises(ParameterServerError) as caught:
         refusing.push(0, 0 if mode == "sync" else 1, {"w": grad})
@@ -297,7 +301,11 @@ def test_a_non_finite_gradient_is_refused_by_default_and_changes_nothing(
         f"replica 0's gradient for 'w' at step {step} holds {counts}; job 'j' refuses non-finite gradients "
         "(nonfinite='reject'; cg.train(..., nonfinite='skip_step') drops such a step instead)"
     )
-    after = (refusing.state(), refusing._contributors[:], refusing._sums["w"].copy() if refusing._sums else None)
+    after = (
+        refusing.state(),
+        refusing._contributors[:],
+        refusing._arithmetic.sums["w"].copy() if refusing._arithmetic.sums else None,
+    )
     assert repr(after) == repr(before)
     new = refusing.stats()
     assert (new.global_step, new.versions, new.pushes_applied, new.updates, new.replicas[0].pushes) == (
