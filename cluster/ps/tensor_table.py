@@ -83,10 +83,9 @@ def tensor_groups(shard: ShardLayout) -> list[TensorGroup]:
         pending.setdefault(dtype, []).append(name)
         sizes[dtype] = sizes.get(dtype, 0) + nbytes
     closed.extend(pending.values())
+    position = {name: i for i, name in enumerate(shard.specs)}
     groups = []
-    for names in sorted(
-        (names for names in closed if len(names) > 1), key=lambda names: list(shard.specs).index(names[0])
-    ):
+    for names in sorted((names for names in closed if len(names) > 1), key=lambda names: position[names[0]]):
         bounds, at = [], 0
         for name in names:
             count = math.prod(shard.specs[name].shape)
