@@ -51,25 +51,26 @@ class ShardUpdates:
         self._group_sums = [np.zeros(group.size, group.dtype) for group in table.groups] if sync else []
         self.sums: dict[str, np.ndarray] = {}  # sync mode: this step's sum of each variable's gradients
         if sync:
+            grouped = {
+                name: total[where].reshape(shard.specs[name].shape)
+                for group, total in zip(table.groups, self._group_sums, strict=True)
+                for name, where in zip(group.names, group.bounds, strict=True)
+            }
             for name in shard.specs:
-                self.sums[name] = np.zeros_like(table.tensors[name])
-            for group, total in zip(table.groups, self._group_sums, strict=True):
-                for name, where in zip(group.names, group.bounds, strict=True):
-                    self.sums[name] = total[where].reshape(self.sums[name].shape)
+                self.sums[name] = grouped[name] if name in grouped else np.zeros_like(table.tensors[name])
 
     # ------------------------------------------------------------------ sync mode
     def add(self, grads: Mapping[str, Gradient], fused: Fused | None) -> None:
         """Add one push's gradients (checked) to this step's sums."""
-        summed: set[str] = set()
-        if fused:
-            for group, total in zip(self.table.groups, self._group_sums, strict=True):
-                flat = _arrived_whole(group.names, group.size, group.dtype, fused)
-                if flat is not None:
-                    np.add(total, flat, out=total)
-                    summed.update(group.names)
-        for name, total in self.sums.items():
-            if name not in summed:
-                add_in_parts(total, grads[name])
+        for group, total in zip(self.table.groups, self._group_sums, strict=True):
+            flat = _arrived_whole(group.names, group.size, group.dtype, fused) if fused else None
+            if flat is not None:
+                np.add(total, flat, out=total)
+            else:
+                for name in group.names:
+                    add_in_parts(self.sums[name], grads[name])
+        for name in self.table.ungrouped:
+            add_in_parts(self.sums[name], grads[name])
 
     def apply_mean(self, contributed: int, step: int) -> None:
         """Apply the mean of the ``contributed`` gradients summed, as the update of global step ``step``."""
@@ -106,12 +107,12 @@ class ShardUpdates:
             if not table.uniform[g]:
                 continue  # updated member by member below
             slots = {slot: table.own_flat(g, slot) for slot in group.elementwise_slots}
-            for slot in group.scalar_slots:  # one value per member, all equal: the first moves, the others follow
-                slots[slot] = table.own_flat(g, slot)[0:1].reshape(())
+            # A slot of one value per member, all equal: the first moves, the others follow it.
+            counts = [table.own_flat(g, slot) for slot in group.scalar_slots]
+            slots |= {slot: each[0:1].reshape(()) for slot, each in zip(group.scalar_slots, counts, strict=True)}
             update(table.own_flat(g, VALUE), slots, group_grads[g])
-            for slot in group.scalar_slots:
-                counts = table.own_flat(g, slot)
-                counts[1:] = counts[0]
+            for each in counts:
+                each[1:] = each[0]
         for name in table.apart:
             if self.shard.specs[name].moving:  # towards the step's value (the mean of the replicas' in sync mode)
                 kept, taken = self.shard.moving_weights[name]

@@ -124,14 +124,12 @@ class TensorTable:
                     self._home[f"{name}/{slot}"] = (g, slot, group.bounds[i], shape)
                 for slot in group.scalar_slots:
                     self._home[f"{name}/{slot}"] = (g, slot, slice(i, i + 1), ())
+        self._grouped = {name for group in self.groups for name in group.names}
+        self.ungrouped = [name for name in shard.specs if name not in self._grouped]
         self.tensors: dict[str, np.ndarray] = {}
         self._flat: dict[tuple[int, str], np.ndarray] = {}
         self._lent: dict[object, weakref.ref[np.ndarray]] = {}  # by key, or by (group, part) for a group's buffer
-        self.load(values)
-
-    def load(self, values: Mapping[str, np.ndarray]) -> None:
-        """Take ``values`` (one for every key of the shard, checked by the caller) as the tensors, copied."""
-        self.install(self.prepare(values))
+        self.install(self.prepare(values))  # ``values``: one for every key of the shard, checked by the caller
 
     def prepare(self, values: Mapping[str, np.ndarray]) -> Prepared:
         """Copy ``values`` into new buffers laid out as this table's, changing nothing yet: the copy of a big
@@ -165,11 +163,9 @@ class TensorTable:
             all(bool(np.all(flats[(g, slot)] == flats[(g, slot)][0])) for slot in group.scalar_slots)
             for g, group in enumerate(self.groups)
         ]
-        grouped = {name for group in self.groups for name in group.names}
-        self.ungrouped = [name for name in self.shard.specs if name not in grouped]
         # The variables updated one by one: the ungrouped, and the members of a group that is not uniform.
         split = {name for g, group in enumerate(self.groups) if not self.uniform[g] for name in group.names}
-        self.apart = [name for name in self.shard.specs if name not in grouped or name in split]
+        self.apart = [name for name in self.shard.specs if name not in self._grouped or name in split]
 
     def parts(self, g: int) -> tuple[str, ...]:
         group = self.groups[g]
