@@ -2,7 +2,7 @@
 dtype and shape of every tensor a checkpoint of it holds; and the checks of arrays against them.
 
 ``ParameterStore`` builds one from its specs and checks initial values,
-pushes and checkpoints with it; the layout never changes after that.
+pushes, pulled names and checkpoints with it; the layout never changes after that.
 
 Examples
 --------
@@ -19,7 +19,7 @@ cellgraph.cluster.errors.ParameterServerError: w's gradient has shape (3,), the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from ...dataflow.shapes import fmt
 from ..errors import ParameterServerError
 from .config import SCALAR_SLOTS, SLOTS, VariableSpec, listed
 from .pieces import Pieced
+from .records import StoreState
 from .updates import STEP_COUNT_DTYPE
 
 TRAINABLE = ("float32", "float64")
@@ -91,3 +92,46 @@ class ShardLayout:
             raise ParameterServerError(f"{what} has dtype {value.dtype}, {expected} {dtype}", code)
         if value.shape != shape:
             raise ParameterServerError(f"{what} has shape {fmt(value.shape)}, {expected} {fmt(shape)}", code)
+
+    def check_initial(self, initial: Mapping[str, np.ndarray]) -> None:
+        """Raise unless ``initial`` holds exactly the variables, each with its dtype and shape."""
+        problem = key_mismatch("initial values", initial, self.specs)
+        if problem:
+            raise ParameterServerError(problem, "INVALID_ARGUMENT")
+        for name in self.specs:
+            self.check_tensor(f"initial value of {name!r}", initial[name], name, "the spec says", "INVALID_ARGUMENT")
+
+    def check_names(self, names: Iterable[str], job_id: str) -> list[str]:
+        """``names`` as a list, each a variable of the shard; else NOT_FOUND naming the others."""
+        wanted = list(names)
+        unknown = [name for name in wanted if name not in self.specs]
+        if unknown:
+            raise ParameterServerError(
+                f"job {job_id!r}: no variable {listed(unknown)} on this shard; "
+                f"it holds {listed(self.specs) or 'no variables'}",
+                "NOT_FOUND",
+            )
+        return wanted
+
+    def check_state(self, state: StoreState, job_id: str) -> None:
+        """Raise FAILED_PRECONDITION unless checkpoint ``state`` fits this shard: every tensor and version, no
+        other, each tensor with its dtype and shape, no negative step or version."""
+
+        def refuse(problem: str) -> ParameterServerError:
+            return ParameterServerError(f"checkpoint for job {job_id!r}: {problem}", "FAILED_PRECONDITION")
+
+        if state.global_step < 0:
+            raise refuse(f"global step {state.global_step} is negative")
+        for label, found, expected in (
+            ("tensors", state.tensors, self.tensors),
+            ("versions", state.versions, self.specs),
+        ):
+            problem = key_mismatch(label, found, expected)
+            if problem:
+                raise refuse(problem)
+        for name, version in state.versions.items():
+            if version < 0:
+                raise refuse(f"version {version} of {name!r} is negative")
+        for key in self.tensors:
+            what = f"checkpoint for job {job_id!r}: {key!r}"
+            self.check_tensor(what, state.tensors[key], key, "the shard holds", "FAILED_PRECONDITION")

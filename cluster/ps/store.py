@@ -1,7 +1,9 @@
-"""One parameter-server shard's state, and the rules that turn pushed gradients into updates.
+"""One parameter-server shard's state: its variables, their optimizer slots and versions, the global step.
 
-A ``ParameterStore`` holds a shard's variables, their optimizer slots and
-versions, the global step, and who pushed what. It knows nothing of gRPC: the
+A ``ParameterStore`` holds that state, the replicas registered, and the calls
+waiting for a later step, behind one lock. What a push does to it (refused,
+stale, summed into the sync step, applied) is decided by its ``PushRules``
+(``push_rules.py``), under the same lock. It knows nothing of gRPC: the
 server wraps it and answers a ``ParameterServerError`` with the RPC status
 named by its ``code``. Every push is checked completely before anything
 changes, so a refused push leaves the store exactly as it was (apart from the
@@ -17,24 +19,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
 
 import numpy as np
 
 from ..errors import ParameterServerError
-from .config import OptimizerConfig, TrainingConfig, VariableSpec, listed
-from .nonfinite import first_nonfinite
+from .config import OptimizerConfig, TrainingConfig, VariableSpec
 from .pieces import Gradient
+from .push_rules import PushRules, Taken
 from .records import PushOutcome, Replica, StoreState, StoreStats
-from .shard_layout import ShardLayout, key_mismatch
-from .shard_updates import Fused, ShardUpdates
+from .shard_layout import ShardLayout
+from .shard_updates import Fused
 from .step_waiters import StepWaiters, check_timeout
 from .tensor_table import TensorTable
-
-
-def _plural(word: str, ids: Sequence[int]) -> str:
-    """``replica 0`` / ``replicas 1, 2``."""
-    return f"{word}{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))}"
 
 
 class ParameterStore:
@@ -83,10 +79,9 @@ class ParameterStore:
     ) -> None:
         self.job_id = job_id
         self.optimizer = optimizer
-        self.training = training
         self._shard = ShardLayout(specs, optimizer.kind)
         self.specs = self._shard.specs
-        self._check_initial(initial)
+        self._shard.check_initial(initial)
 
         self._lock = threading.Condition()
         # Every tensor by checkpoint key, the small variables side by side in one buffer per group: an update
@@ -98,27 +93,19 @@ class ParameterStore:
                 for key, (dtype, shape) in self._shard.tensors.items()
             },
         )
-        # The arithmetic: the sync sum of this step's gradients and the updates (shard_updates.py).
-        self._arithmetic = ShardUpdates(self._shard, self._table, optimizer, sync=training.mode == "sync")
+        # What a push does: its checks, the sync step in progress, the arithmetic, the counters (push_rules.py).
+        self._rules = PushRules(job_id, self._shard, self._table, optimizer, training)
         self._versions = dict.fromkeys(self.specs, 0)
         self._global_step = 0
         self._replicas: dict[int, Replica] = {}
-        self._contributors: list[int] = []  # sync mode: who pushed for this step
-        self._pushes_applied = self._pushes_stale = self._pushes_rejected = self._updates = 0
-        self._skip_reason: str | None = None  # sync, skip_step: why this step's update will be dropped
-        self._steps_skipped, self._last_skipped = 0, ""
         self._snapshot: StoreState | None = None  # see take_snapshot
         # Calls awaiting a later step (until_step): futures on the server's event loop, not threads.
         self._waiters = StepWaiters(self._lock)
 
-    def _check_initial(self, initial: Mapping[str, np.ndarray]) -> None:
-        problem = key_mismatch("initial values", initial, self.specs)
-        if problem:
-            raise ParameterServerError(problem, "INVALID_ARGUMENT")
-        for name in self.specs:
-            self._shard.check_tensor(
-                f"initial value of {name!r}", initial[name], name, "the spec says", "INVALID_ARGUMENT"
-            )
+    @property
+    def training(self) -> TrainingConfig:
+        """How pushes become updates (``reconfigure`` changes ``replicas_to_aggregate``)."""
+        return self._rules.training
 
     @property
     def global_step(self) -> int:
@@ -182,125 +169,20 @@ class ParameterStore:
         (2, array(0.8))
         """
         with self._lock:
-            try:
-                self._check_push(replica_id, step, grads)
-            except ParameterServerError:
-                self._pushes_rejected += 1
-                raise
-            nonfinite = None
-            if self.training.nonfinite != "apply":
-                nonfinite = reported or self._nonfinite(replica_id, step, grads, finite)
-            if nonfinite is not None and self.training.nonfinite == "reject":
-                self._pushes_rejected += 1
-                raise ParameterServerError(
-                    f"{nonfinite}; job {self.job_id!r} refuses non-finite gradients (nonfinite='reject'; "
-                    "cg.train(..., nonfinite='skip_step') drops such a step instead)",
-                    "INVALID_ARGUMENT",
-                )
-            self._replicas[replica_id].saw_push(step)
-            staleness = self._global_step - step
-            if self.training.mode == "sync":
-                return self._aggregate(replica_id, staleness, grads, nonfinite, fused)
-            if self.training.max_staleness is not None and staleness > self.training.max_staleness:
-                self._pushes_stale += 1
-                return PushOutcome("stale", self._global_step, staleness)
-            if nonfinite is not None:
-                # Async skip_step: a push is its own step; dropping it leaves the step where it is.
-                self._record_skip(nonfinite)
-                return PushOutcome("skipped", self._global_step, staleness)
-            self._arithmetic.apply_push(grads, fused, self._global_step)
-            self._applied()
-            self._pushes_applied += 1
-            return PushOutcome("applied", self._global_step, staleness)
-
-    def _check_push(self, replica_id: int, step: int, grads: Mapping[str, Gradient]) -> None:
-        """Raise the error a malformed push deserves; called under the lock."""
-        if replica_id not in self._replicas:
-            raise ParameterServerError(
-                f"replica {replica_id} is not registered with job {self.job_id!r}; call Register first",
-                "FAILED_PRECONDITION",
+            taken = self._rules.take(
+                self._replicas, self._global_step, replica_id, step, grads, finite, reported, fused
             )
-        unknown = [name for name in grads if name not in self.specs]
-        if unknown:
-            raise ParameterServerError(
-                f"replica {replica_id} pushed a gradient for {listed(unknown)}, which this shard "
-                f"does not hold; it holds {listed(self.specs) or 'no variables'}",
-                "NOT_FOUND",
-            )
-        missing = [name for name in self.specs if name not in grads]
-        if missing:
-            raise ParameterServerError(
-                f"replica {replica_id}'s push for step {step} lacks a gradient for {listed(missing)}; "
-                "a push must carry one for every variable of the shard",
-                "INVALID_ARGUMENT",
-            )
-        for name in self.specs:
-            what = f"replica {replica_id}'s gradient for {name!r}"
-            self._shard.check_tensor(what, grads[name], name, "the variable has", "INVALID_ARGUMENT")
-        if step < 0:
-            raise ParameterServerError(f"step {step} is negative", "INVALID_ARGUMENT")
-        if step > self._global_step:
-            raise ParameterServerError(
-                f"step {step} is from the future: the global step is {self._global_step}", "INVALID_ARGUMENT"
-            )
-        if self.training.mode == "sync" and step == self._global_step and replica_id in self._contributors:
-            raise ParameterServerError(
-                f"replica {replica_id} already pushed a gradient for step {step}", "ALREADY_EXISTS"
-            )
+            return self._settle(taken)
 
-    def _nonfinite(
-        self, replica_id: int, step: int, grads: Mapping[str, Gradient], finite: Collection[str]
-    ) -> str | None:
-        """What is wrong with the first gradient holding NaN or Inf, or None; called under the lock. The gradients
-        named in ``finite`` were checked already (by the server, as they arrived)."""
-        return first_nonfinite(replica_id, step, ((name, grads[name]) for name in self.specs), finite)
-
-    def _record_skip(self, reason: str) -> None:
-        self._steps_skipped += 1
-        self._last_skipped = reason
-
-    def _aggregate(
-        self,
-        replica_id: int,
-        staleness: int,
-        grads: Mapping[str, Gradient],
-        nonfinite: str | None,
-        fused: Fused | None,
-    ) -> PushOutcome:
-        """Sync mode: add a checked push to this step's sum, and apply the mean when it is complete."""
-        if staleness > 0:
-            self._pushes_stale += 1
-            return PushOutcome("stale", self._global_step, staleness)
-        if nonfinite is not None:
-            self._skip_reason = self._skip_reason or nonfinite  # the sum is dropped whole: no need to add it
-        elif self._skip_reason is None:
-            self._arithmetic.add(grads, fused)
-        self._contributors.append(replica_id)
-        if len(self._contributors) < self.training.replicas_to_aggregate:
-            return PushOutcome("aggregated", self._global_step, 0)
-        skipped = self._skip_reason is not None
-        self._apply_mean()
-        return PushOutcome("skipped" if skipped else "applied", self._global_step, 0)
-
-    def _apply_mean(self) -> None:
-        """Sync mode: apply the mean of this step's gradients and start the next step; called under the lock.
-
-        With ``nonfinite="skip_step"`` and a NaN or Inf among them, the step's
-        update is dropped whole, but the global step still advances: every
-        replica waiting for it goes on from the same values (rather than
-        staying stuck, or being sent back to recompute a step whose pushes
-        were all counted), and the skip is counted for the job to report.
-        """
-        if self._skip_reason is not None:
-            self._record_skip(self._skip_reason)
-            self._discard_aggregation()
+    def _settle(self, taken: Taken) -> PushOutcome:
+        """Advance the versions and the global step as a push (or a reconfigure) says; under the lock."""
+        if taken.update:
+            versions = self._versions
+            for name in versions:
+                versions[name] += 1
+        if taken.advance:
             self._advance()
-            return
-        contributed = len(self._contributors)
-        self._arithmetic.apply_mean(contributed, self._global_step)
-        self._applied()
-        self._pushes_applied += contributed
-        self._discard_aggregation()
+        return PushOutcome(taken.status, self._global_step, taken.staleness)
 
     def reconfigure(self, replicas_to_aggregate: int) -> int:
         """Sync mode: make a step of ``replicas_to_aggregate`` gradients from now on; return the global step.
@@ -323,32 +205,14 @@ class ParameterStore:
         (1, array(0.))
         """
         with self._lock:
-            if self.training.mode != "sync":
-                raise ParameterServerError(
-                    f"job {self.job_id!r} trains in async mode: replicas_to_aggregate applies to sync mode only",
-                    "FAILED_PRECONDITION",
-                )
-            self.training = replace(self.training, replicas_to_aggregate=replicas_to_aggregate)  # checks k >= 1
-            if self._contributors and len(self._contributors) >= replicas_to_aggregate:
-                self._apply_mean()
+            taken = self._rules.reconfigure(replicas_to_aggregate, self._global_step)
+            if taken is not None:
+                self._settle(taken)
             return self._global_step
-
-    def _discard_aggregation(self) -> None:
-        self._arithmetic.discard()
-        self._contributors.clear()
-        self._skip_reason = None
 
     def slot_nbytes(self, name: str) -> int:
         """Bytes of variable ``name``'s optimizer slots on this shard."""
         return sum(self._table.nbytes(f"{name}/{slot}") for slot in self._shard.slots_of[name])
-
-    def _applied(self) -> None:
-        """An update of every variable was applied: their versions, the count, the next step; under the lock."""
-        versions = self._versions
-        for name in versions:
-            versions[name] += 1
-        self._updates += 1
-        self._advance()
 
     def _advance(self) -> None:
         """The next global step (a checkpoint's copy when due), and wake the waiters; called under the lock."""
@@ -414,18 +278,7 @@ class ParameterStore:
                 raise ParameterServerError(self._waiting_message(step, timeout), "DEADLINE_EXCEEDED") from None
 
     def _waiting_message(self, step: int, timeout: float) -> str:
-        now = self._global_step
-        message = f"waited {float(timeout)} s for global step {step}, still at {now}"
-        if self.training.mode != "sync":
-            return message
-        arrived = sorted(self._contributors)
-        pending = sorted(set(self._replicas) - set(arrived))
-        message += f": {len(arrived)} of {self.training.replicas_to_aggregate} gradients for step {now} arrived"
-        if arrived:
-            message += f" (from {_plural('replica', arrived)})"
-        return message + (
-            f"; not yet from {_plural('replica', pending)}" if pending else "; no other replica is registered"
-        )
+        return self._rules.waiting_message(step, timeout, self._global_step, self._replicas)
 
     def read(self, names: Sequence[str] | None = None) -> tuple[int, dict[str, tuple[int, np.ndarray]]]:
         """``(global_step, {name: (version, value)})`` for ``names`` (``None``: all), one snapshot.
@@ -440,14 +293,7 @@ class ParameterStore:
         >>> store.read(["w"])
         (0, {'w': (0, array([1., 1.], dtype=float32))})
         """
-        wanted = list(self.specs) if names is None else list(names)
-        unknown = [name for name in wanted if name not in self.specs]
-        if unknown:
-            raise ParameterServerError(
-                f"job {self.job_id!r}: no variable {listed(unknown)} on this shard; "
-                f"it holds {listed(self.specs) or 'no variables'}",
-                "NOT_FOUND",
-            )
+        wanted = list(self.specs) if names is None else self._shard.check_names(names, self.job_id)
         with self._lock:
             lend = self._table.lend
             return self._global_step, {name: (self._versions[name], lend(name)) for name in wanted}
@@ -455,21 +301,22 @@ class ParameterStore:
     def note_rejected(self) -> None:
         """Count a request the server refused before it reached the store."""
         with self._lock:
-            self._pushes_rejected += 1
+            self._rules.rejected += 1
 
     def stats(self) -> StoreStats:
         """The shard's counters, versions and replicas, one consistent snapshot."""
         with self._lock:
+            rules = self._rules
             return StoreStats(
                 global_step=self._global_step,
                 versions=dict(self._versions),
-                pushes_applied=self._pushes_applied,
-                pushes_stale=self._pushes_stale,
-                pushes_rejected=self._pushes_rejected,
-                updates=self._updates,
+                pushes_applied=rules.applied,
+                pushes_stale=rules.stale,
+                pushes_rejected=rules.rejected,
+                updates=rules.updates,
                 replicas={rid: replica.stats(rid) for rid, replica in sorted(self._replicas.items())},
-                steps_skipped=self._steps_skipped,
-                last_skipped=self._last_skipped,
+                steps_skipped=rules.steps_skipped,
+                last_skipped=rules.last_skipped,
             )
 
     def state(self) -> StoreState:
@@ -495,13 +342,13 @@ class ParameterStore:
         >>> store.read()
         (7, {'w': (7, array(5.))})
         """
-        self._check_state(state)
+        self._shard.check_state(state, self.job_id)
         loaded = self._table.prepare(state.tensors)  # the copy, before the lock: pushes and pulls go on meanwhile
         with self._lock:
             self._table.install(loaded)  # the views handed out stay views of the tensors replaced
             self._versions = {name: int(state.versions[name]) for name in self.specs}
             self._global_step = int(state.global_step)
-            self._discard_aggregation()
+            self._rules.discard()
             self._snapshot = None  # copied from the state this one replaces
             self._lock.notify_all()
             self._waiters.abort(
@@ -513,23 +360,3 @@ class ParameterStore:
                     "ABORTED",
                 )
             )
-
-    def _check_state(self, state: StoreState) -> None:
-        def refuse(problem: str) -> ParameterServerError:
-            return ParameterServerError(f"checkpoint for job {self.job_id!r}: {problem}", "FAILED_PRECONDITION")
-
-        if state.global_step < 0:
-            raise refuse(f"global step {state.global_step} is negative")
-        for label, found, expected in (
-            ("tensors", state.tensors, self._shard.tensors),
-            ("versions", state.versions, self.specs),
-        ):
-            problem = key_mismatch(label, found, expected)
-            if problem:
-                raise refuse(problem)
-        for name, version in state.versions.items():
-            if version < 0:
-                raise refuse(f"version {version} of {name!r} is negative")
-        for key in self._shard.tensors:
-            what = f"checkpoint for job {self.job_id!r}: {key!r}"
-            self._shard.check_tensor(what, state.tensors[key], key, "the shard holds", "FAILED_PRECONDITION")

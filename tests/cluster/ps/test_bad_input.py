@@ -40,7 +40,10 @@ class Door:
         pulled = self.ps.client().pull()
         stats = self.ps.client().stats()[0]
         store = self.ps.servicer().store
-        pending = tuple(sorted(store._contributors)), tuple(t.tobytes() for t in store._arithmetic.sums.values())
+        pending = (
+            tuple(sorted(store._rules.contributors)),
+            tuple(t.tobytes() for t in store._rules.arithmetic.sums.values()),
+        )
         return (
             tuple(v.tobytes() for v in pulled.values.values()),
             tuple(sorted(pulled.versions.items())),
@@ -286,7 +289,7 @@ def test_checkpoint_requests_are_checked(door: Door, ps: Servers) -> None:
     assert "this parameter server has no checkpoint directory: start it with checkpoint_dir=..." in (
         err.details() or ""
     )
-    door.ps.servicer().checkpoint_dir = ps.tmp_path / "ckpt"
+    door.ps.servicer().checkpoints.directory = ps.tmp_path / "ckpt"
     before = door.state()
     for name, code in (("../../etc/passwd", "INVALID_ARGUMENT"), ("ckpt-0000000042", "NOT_FOUND")):
         err = status_of(

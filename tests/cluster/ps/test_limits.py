@@ -18,7 +18,7 @@ import pytest
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.job import train
 from cellgraph.cluster.ps import OptimizerConfig, TrainingConfig, VariableSpec
-from cellgraph.cluster.ps import servicer as servicer_module
+from cellgraph.cluster.ps import shard_init as shard_init_module
 from cellgraph.cluster.ps.auth import token_metadata
 from cellgraph.cluster.ps.config import listed, quoted
 from cellgraph.cluster.ps.store import ParameterStore
@@ -92,7 +92,7 @@ def test_an_init_over_the_available_memory_says_how_much_is_available(
     ps: Servers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ps.start(1)
-    monkeypatch.setattr(servicer_module, "available_memory", lambda: 1000)
+    monkeypatch.setattr(shard_init_module, "available_memory", lambda: 1000)
     err = refused(ps, [job(spec(100, 4)), init_chunk()])
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert (
@@ -104,7 +104,7 @@ def test_an_init_over_the_available_memory_says_how_much_is_available(
 
 def test_the_memory_estimate_counts_slots_and_sums(ps: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
     ps.start(1)
-    monkeypatch.setattr(servicer_module, "available_memory", lambda: 100)
+    monkeypatch.setattr(shard_init_module, "available_memory", lambda: 100)
     adam = pb.OptimizerConfigProto(kind="adam", learning_rate=0.1, beta1=0.9, beta2=0.999, epsilon=1e-8)
     sync = pb.TrainingConfigProto(mode=pb.SYNC, replicas_to_aggregate=1)
     err = refused(ps, [job(spec(2, 4), optimizer=adam, training=sync), init_chunk()])
@@ -256,12 +256,12 @@ def test_a_stalled_init_does_not_block_the_next_one_past_a_deadline(ps: Servers)
 def test_the_client_reports_the_init_wait_in_its_error(ps: Servers) -> None:
     ps.start(1, init_wait_s=0.0)
     servicer = ps.servicer()
-    servicer._init_lock.acquire()  # another Init holds it (as the stalled one above)
+    servicer.shard_init._lock.acquire()  # another Init holds it (as the stalled one above)
     try:
         with pytest.raises(ParameterServerError, match=r"refused Init of job 'j': waited 0 s for another Init"):
             ps.client().init("j", {"w": np.zeros(2, np.float32)})
     finally:
-        servicer._init_lock.release()
+        servicer.shard_init._lock.release()
 
 
 # ------------------------------------------------------------------ non-finite gradients
@@ -289,8 +289,8 @@ def test_a_non_finite_gradient_is_refused_by_default_and_changes_nothing(
     refusing.push(1, 0, {"w": np.ones(2, F32)})  # sync: a pending gradient the refusal must not disturb
     before = (
         refusing.state(),
-        refusing._contributors[:],
-        refusing._arithmetic.sums["w"].copy() if refusing._arithmetic.sums else None,
+        refusing._rules.contributors[:],
+        refusing._rules.arithmetic.sums["w"].copy() if refusing._rules.arithmetic.sums else None,
     )
     stats = refusing.stats()
     with pytest.raises(ParameterServerError) as caught:
@@ -303,8 +303,8 @@ def test_a_non_finite_gradient_is_refused_by_default_and_changes_nothing(
     )
     after = (
         refusing.state(),
-        refusing._contributors[:],
-        refusing._arithmetic.sums["w"].copy() if refusing._arithmetic.sums else None,
+        refusing._rules.contributors[:],
+        refusing._rules.arithmetic.sums["w"].copy() if refusing._rules.arithmetic.sums else None,
     )
     assert repr(after) == repr(before)
     new = refusing.stats()
