@@ -247,14 +247,14 @@ def test_no_step_passes_a_checkpoint_still_being_written_on_a_slow_disk(ps: Serv
     directory = ps.tmp_path / "ckpt"
     ps.start(1, checkpoint_dir=directory)
     servicer = ps.servicer()
-    write = servicer._write_checkpoint
+    write = servicer.checkpoints.write
     disk = threading.Event()  # the slow disk finishes a write once this is set
 
     def slow_disk(*args: object) -> object:
         disk.wait(TIMEOUT)
         return write(*args)  # type: ignore[arg-type]
 
-    servicer._write_checkpoint = slow_disk  # type: ignore[method-assign]
+    servicer.checkpoints.write = slow_disk  # type: ignore[method-assign]
     client = ps.client()
     client.init("slow", values(), OptimizerConfig("sgd", 1.0), TrainingConfig("sync", checkpoint_every=2))
     client.register(0)

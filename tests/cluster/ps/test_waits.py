@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cellgraph.cluster.errors import ParameterServerError
 from cellgraph.cluster.ps import OptimizerConfig, TrainingConfig, VariableSpec
-from cellgraph.cluster.ps import servicer as servicer_module
+from cellgraph.cluster.ps import shard_init as shard_init_module
 from cellgraph.cluster.ps.auth import token_metadata
 from cellgraph.cluster.ps.chunks import TensorAssembler
 from cellgraph.protos import parameter_service_pb2 as pb
@@ -218,7 +218,7 @@ def test_a_cancelled_init_drops_its_buffer_at_once(ps: Servers, monkeypatch: pyt
                 buffers.append(weakref.ref(self.array))  # type: ignore[arg-type]
             return flat
 
-    monkeypatch.setattr(servicer_module, "TensorAssembler", Watched)
+    monkeypatch.setattr(shard_init_module, "TensorAssembler", Watched)
     size = 96 * 1024 * 1024 // F32.itemsize  # 96 MiB of float32
     spec = VariableSpec("big", F32, (size,))
     config = pb.JobConfig(
