@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -37,7 +36,6 @@ from cellgraph.dataflow.placement import Placement
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 
-from ..errors import ParameterServerError
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
 from .fanout import Cancelled, current_fan_out
 from .frames import Framed, tensor_chunk_frames
@@ -53,7 +51,7 @@ from .messages import (
 from .nonfinite import first_nonfinite
 from .results import JobInfo, PullResult, PushResult, push_result
 from .shard_calls import ShardCalls
-from .sharding import Layout, layout_from_placement, shard_variables
+from .sharding import Layout, job_layout
 from .step_parts import PlanKey, pull_plan, pull_result, push_pieces
 from .streaming import StreamedStep
 
@@ -129,30 +127,8 @@ class ParameterClient(ShardCalls):
         optimizer, training = optimizer or OptimizerConfig(), training or TrainingConfig()
         # np.ascontiguousarray would make a 0-d array 1-d; asarray(order="C") keeps a scalar a scalar.
         arrays = {name: np.asarray(value, order="C") for name, value in variables.items()}
-        if placement is not None:
-            layout = layout_from_placement(placement, arrays)
-        else:
-            layout = shard_variables(arrays, len(self.addresses), split_threshold)
-        unknown = sorted(set(moving) - set(arrays))
-        if unknown:
-            raise ParameterServerError(
-                f"moving statistic(s) {', '.join(map(repr, unknown))} are not among the job's variables",
-                "INVALID_ARGUMENT",
-            )
-        momenta = dict(moving) if isinstance(moving, Mapping) else dict.fromkeys(moving, 0.0)
-        layout = {
-            name: [(s, replace(spec, moving=name in momenta, momentum=momenta.get(name, 0.0))) for s, spec in pieces]
-            for name, pieces in layout.items()
-        }
+        layout = job_layout(job_id, arrays, len(self.addresses), training, placement, split_threshold, moving)
         used = {shard for pieces in layout.values() for shard, _ in pieces}
-        problem = training.layout_problem(len(used))
-        if problem:
-            raise ParameterServerError(f"Init of job '{job_id}': {problem}", "INVALID_ARGUMENT")
-        if max(used, default=0) >= len(self.addresses):
-            raise ParameterServerError(
-                f"the layout uses shard {max(used)}, but this client knows {len(self.addresses)} server(s)",
-                "INVALID_ARGUMENT",
-            )
         shard_map = [
             pb.ShardMapEntry(shard=s, variable=spec_to_proto(spec)) for pieces in layout.values() for s, spec in pieces
         ]

@@ -17,7 +17,8 @@ Examples
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import replace
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from cellgraph.dataflow.devices import DeviceSpec
 from cellgraph.dataflow.placement import Placement, PsItem, greedy_by_bytes, row_ranges
 
 from ..errors import ParameterServerError
-from .config import VariableSpec
+from .config import TrainingConfig, VariableSpec
 
 # variable name -> its pieces, each (shard index, the piece's spec), in row order.
 Layout = dict[str, list[tuple[int, VariableSpec]]]
@@ -103,3 +104,54 @@ def layout_from_placement(placement: Placement, variables: Mapping[str, np.ndarr
 
 def num_shards_of(layout: Layout) -> int:
     return 1 + max((shard for pieces in layout.values() for shard, _ in pieces), default=0)
+
+
+def job_layout(
+    job_id: str,
+    arrays: Mapping[str, np.ndarray],
+    shards: int,
+    training: TrainingConfig,
+    placement: Placement | None = None,
+    split_threshold: int | None = None,
+    moving: Mapping[str, float] | Collection[str] = (),
+) -> Layout:
+    """The layout a job's Init gives ``shards`` servers: ``placement``'s when given, else ``shard_variables``'s;
+    the variables named in ``moving`` marked as moving statistics (with their momenta, when a mapping). Refused
+    with INVALID_ARGUMENT when a moving statistic is no variable, when ``training`` does not fit the shards
+    used, or when the layout uses a shard beyond ``shards``.
+
+    >>> import numpy as np
+    >>> from cellgraph.cluster.ps.config import TrainingConfig
+    >>> arrays = {"w": np.zeros(4, np.float32), "mean": np.zeros(2, np.float32)}
+    >>> layout = job_layout("j", arrays, 1, TrainingConfig(), moving={"mean": 0.9})
+    >>> {name: [(shard, spec.moving, spec.momentum) for shard, spec in pieces] for name, pieces in layout.items()}
+    {'w': [(0, False, 0.0)], 'mean': [(0, True, 0.9)]}
+    >>> job_layout("j", arrays, 1, TrainingConfig(), moving=["var"])
+    Traceback (most recent call last):
+    ...
+    cellgraph.cluster.errors.ParameterServerError: moving statistic(s) 'var' are not among the job's variables
+    """
+    if placement is not None:
+        layout = layout_from_placement(placement, arrays)
+    else:
+        layout = shard_variables(arrays, shards, split_threshold)
+    unknown = sorted(set(moving) - set(arrays))
+    if unknown:
+        raise ParameterServerError(
+            f"moving statistic(s) {', '.join(map(repr, unknown))} are not among the job's variables",
+            "INVALID_ARGUMENT",
+        )
+    momenta = dict(moving) if isinstance(moving, Mapping) else dict.fromkeys(moving, 0.0)
+    layout = {
+        name: [(s, replace(spec, moving=name in momenta, momentum=momenta.get(name, 0.0))) for s, spec in pieces]
+        for name, pieces in layout.items()
+    }
+    used = {shard for pieces in layout.values() for shard, _ in pieces}
+    problem = training.layout_problem(len(used))
+    if problem:
+        raise ParameterServerError(f"Init of job '{job_id}': {problem}", "INVALID_ARGUMENT")
+    if max(used, default=0) >= shards:
+        raise ParameterServerError(
+            f"the layout uses shard {max(used)}, but this client knows {shards} server(s)", "INVALID_ARGUMENT"
+        )
+    return layout
