@@ -1,17 +1,18 @@
 """A job's supervisor: starts it, then watches it on its own thread until it ends, and closes it.
 
-The thread follows the global step and the servers' checkpoints, says in
-``job.events`` which worker was lost or joined and what happens next
-(``worker_watch``), submits lost replicas again (``replica_set``), restarts
-lost parameter servers (``ps_recovery``), fails the job at once when a
-replica fails on an error of its own (its traceback goes to the job's log
-file, which the error names), and notices the end. Every event is written
-by this thread, in the order things happened; Dask's callbacks only queue
-what they heard.
+The thread follows the global step and the servers' checkpoints
+(``step_watch``), says in ``job.events`` which worker was lost or joined
+and what happens next (``worker_watch``), submits lost replicas again
+(``replica_set``), restarts lost parameter servers (``ps_recovery``), fails
+the job at once when a replica fails on an error of its own (its traceback
+goes to the job's log file, which the error names), and notices the end.
+Every event is written by this thread, in the order things happened; Dask's
+callbacks only queue what they heard.
 
 It never dies of an exception: one while the job or its cluster is being
 closed ends it quietly (the cluster's client is gone: nothing is left to
 look at), and one while the job runs fails the job with that error.
+Closing ends the job's parts in order (``job_close``).
 
 Examples
 --------
@@ -24,35 +25,27 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from cellgraph.dataflow.errors import CellgraphError
 
-from .cluster import ClusterError, call_with_deadline
 from .errors import ParameterServerError
+from .job_close import CLOSE_ERRORS, WATCHER_JOIN_S, close_job
 from .job_spec import shard_rows
 from .job_state import JobState, lost_with_worker
-from .job_tasks import ps_variable, replicas_topic, worker_log_topic
+from .job_tasks import replicas_topic, worker_log_topic
 from .placed_training import PlacedTraining, place_training
 from .ps import ParameterClient
 from .ps.sharding import layout_from_placement
-from .ps_recovery import ServerRecovery, complete_checkpoints, publish_addresses
+from .ps_recovery import ServerRecovery, publish_addresses
 from .replica import ReplicaSpec, metrics_topic
 from .replica_set import ReplicaSet
+from .step_watch import StepWatch
 from .training_graph import TrainingError
 from .worker_watch import WORKERS_POLL_S, WorkerWatch
 
 # How often the supervisor looks at the parameter servers' step, to follow checkpoints and to notice the end.
 WATCH_S = 0.2
-# How long close() waits for the supervisor's thread to end; it is busy with at most one call, each with a deadline.
-WATCHER_JOIN_S = 10.0
-# How long close() lets the replicas end their step before it cancels their tasks.
-STOP_GRACE_S = 5.0
-# What close() lets pass while it ends the job: the cluster may be closing too (a Ctrl-C ends both), and each step
-# must run whatever the one before did. Not AttributeError: a closed cluster is asked (`cluster.closed`), not
-# guessed from a missing attribute.
-CLOSE_ERRORS = (ClusterError, ParameterServerError, OSError, TimeoutError, RuntimeError)
 
 
 def _gap_problem(used: list[int], ps_tasks: int) -> str | None:
@@ -76,10 +69,8 @@ class Supervisor:
         self.watch = WorkerWatch(state)
         self.replicas = ReplicaSet(state, self.watch)
         self.recovery = ServerRecovery(state, self.watch)
+        self.steps = StepWatch(state)
         self.thread: threading.Thread | None = None
-        self._skipped_seen: dict[int, int] = {}  # per shard: the steps_skipped already reported as an event
-        self._written_seen = 0  # the checkpoints every shard had written at the last look
-        self._checkpoint_errors: set[str] = set()
         self._worker_records: list[dict[str, str]] = []  # Dask's event thread appends; this thread writes them
 
     # ------------------------------------------------------------------ starting
@@ -242,7 +233,9 @@ class Supervisor:
                     continue  # the job has failed: the loop goes on until the other replicas have ended
             done = state.ended()
             try:
-                self._read_step()
+                # The servers' step, checkpoints and skipped updates; then the larger k of a job.scale that added
+                # replicas, once they have all registered.
+                self.replicas.apply_pending_k(self.steps.read())
             except ParameterServerError as err:
                 if done:
                     self._finish()
@@ -292,70 +285,6 @@ class Supervisor:
         with open(self.state.log_path, "a", encoding="utf-8") as log:
             log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
 
-    def _read_step(self) -> int:
-        """The global step, how fast it moves (steps per second, smoothed), and the servers' checkpoints."""
-        state = self.state
-        if state.ps is None:
-            raise TrainingError(f"job {state.job_id} has no parameter servers")
-        stats = state.ps.stats()
-        step, now = min(s.global_step for s in stats), time.monotonic()
-        if step > state.step and now > state.step_time:
-            rate = (step - state.step) / (now - state.step_time)
-            state.step_rate = rate if state.step_rate == 0 else 0.5 * (state.step_rate + rate)
-        state.step, state.step_time = step, now
-        self._note_checkpoints(stats)
-        self._note_skipped_steps(stats)
-        self.replicas.apply_pending_k(stats)
-        return step
-
-    def _note_skipped_steps(self, stats: Sequence[Any]) -> None:
-        """Say when a shard dropped an update for a NaN or Inf gradient (``nonfinite="skip_step"``)."""
-        for shard, s in enumerate(stats):
-            seen = self._skipped_seen.get(shard, 0)
-            if s.steps_skipped > seen:
-                self._skipped_seen[shard] = s.steps_skipped
-                self.state.event(
-                    f"parameter server {shard} skipped {s.steps_skipped - seen} update(s) for a non-finite gradient "
-                    f"({s.steps_skipped} in all; last: {s.last_skipped}); nonfinite='skip_step' keeps training"
-                )
-
-    def _note_checkpoints(self, stats: Sequence[Any]) -> None:
-        """Record the newest checkpoint every shard has written (the restore point), and say why one failed."""
-        state = self.state
-        written = [(s.latest_checkpoint_step, s.latest_checkpoint) for s in stats]
-        if all(name for _, name in written):
-            step, name = min(written)  # the shards keep their last few: the oldest newest one is on all of them
-            if step > state.restore_step:
-                state.restore_point, state.restore_step = name, step
-                self._add_checkpoint(name)
-                # Each look sees only the newest: a fast job writes several between two looks, so say how many.
-                count = min(s.checkpoints_written for s in stats)
-                since = f"; {count - self._written_seen} since the last look" if count - self._written_seen > 1 else ""
-                self._written_seen = count  # a restarted server counts from 0 again
-                state.event(
-                    f"checkpoint {name} written (every {state.spec.checkpoint_every} steps{since}) in "
-                    f"{state.checkpoint_dir}"
-                )
-        for s in stats:
-            if s.checkpoint_error and s.checkpoint_error not in self._checkpoint_errors:
-                self._checkpoint_errors.add(s.checkpoint_error)
-                state.event(
-                    f"parameter server shard {s.shard}: {s.checkpoint_error}; the job goes on, and a lost server "
-                    f"would restart from {state.restore_point or 'the initial values'}"
-                )
-
-    def _add_checkpoint(self, name: str) -> None:
-        """Refresh ``job.checkpoints`` after the servers wrote ``name``: the checkpoints complete on every shard in
-        the folder (the servers' retention deletes old ones), oldest first; where this process cannot read the
-        folder (it lives on the PS machines only), the names the servers reported."""
-        state = self.state
-        existing = complete_checkpoints(state)
-        with state.lock:
-            if existing is not None:
-                state.checkpoints[:] = existing
-            elif name not in state.checkpoints:
-                state.checkpoints.append(name)
-
     def _finish(self) -> None:
         state = self.state
         self._note_worker_records()
@@ -370,89 +299,14 @@ class Supervisor:
                 state.event(f"replica {state.futures.index(failed[0])} failed: {state.error}")
         if state.error is not None:
             return
-        self.save("final")
+        self.steps.save("final")
         state.event(f"{'stopped' if state.stopping else 'finished'} at global step {state.step}")
-
-    def save(self, why: str) -> bool:
-        """Checkpoint every shard; whether it worked (a failure is an event, and the next look tries again)."""
-        state = self.state
-        if state.ps is None:
-            return False
-        try:
-            name = state.ps.save()
-            state.step = state.global_step()
-        except CellgraphError as err:
-            state.event(f"checkpoint ({why}) failed: {err}")
-            return False
-        if "," not in name:  # shards at different steps save under different names: no restore point then
-            state.restore_point, state.restore_step = name, max(state.restore_step, state.step)
-        self._add_checkpoint(name)
-        state.event(f"checkpoint {name} written ({why}) in {state.checkpoint_dir}")
-        return True
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
         """End the job in order: replicas told to stop, the supervisor's thread ended, tasks cancelled, servers
-        stopped. Each step has a deadline, and one that fails does not keep the next from running."""
-        state = self.state
-        if state.closed.is_set():
-            return
-        state.closed.set()
-        cluster = state.cluster
-        client, name = cluster.client, ps_variable(state.job_id)
-        live = not cluster.closed  # a closed cluster took the tasks and the servers with it
-        if live and not all(f.done() for f in state.futures):
-            self._let_replicas_end()
-        # The thread ends at its next look; waited for (not forever) so that it cannot take the cancelled tasks
-        # below for lost ones and submit them again.
-        if self.thread is not None and self.thread is not threading.current_thread():
-            self.thread.join(timeout=WATCHER_JOIN_S)
-        if live:
-            with contextlib.suppress(*CLOSE_ERRORS):
-                # Only those still running: cancelling a finished task would turn its future's status to cancelled.
-                running = [f for f in state.futures if not f.done()]
-                call_with_deadline(lambda: client.cancel(running), f"cancel job {state.job_id}'s replicas")
-            # A finished replica's result (a few numbers, already read) is pinned on its worker while its future is
-            # held; should that worker go later, Dask would run the replica again to get it back.
-            for i in range(len(state.futures)):
-                state.failure(i)  # kept for job.wait() and job.status
-                state.futures[i].release()
-            for topic in (metrics_topic(state.job_id), replicas_topic(state.job_id), worker_log_topic(state.job_id)):
-                with contextlib.suppress(*CLOSE_ERRORS, ValueError):
-                    client.unsubscribe_topic(topic)
-        with contextlib.suppress(*CLOSE_ERRORS):
-            if state.ps is not None:
-                state.ps.close()
-        if live:
-            with contextlib.suppress(*CLOSE_ERRORS):
-                if state.addresses:
-                    call_with_deadline(
-                        lambda: distributed_variable(name, client).delete(), f"delete the Dask variable {name}"
-                    )
-            with contextlib.suppress(*CLOSE_ERRORS):
-                cluster.stop_parameter_servers(state.job_id)
-        state.ps = None
-
-    def _let_replicas_end(self) -> None:
-        """Tell the replicas to stop and give them ``STOP_GRACE_S`` to end their step: a task cancelled while it
-        runs makes its worker log a warning (into the user's cells), and one cut off with its worker, a kill."""
-        state = self.state
-        with contextlib.suppress(*CLOSE_ERRORS):
-            call_with_deadline(state.signal_stop, f"tell job {state.job_id}'s replicas to stop")
-        with contextlib.suppress(*CLOSE_ERRORS):
-            # A sync replica that has pushed waits for the others' gradients: one makes a step from now on.
-            call_with_deadline(
-                lambda: state.set_replicas_to_aggregate(1, "the job is closing"), f"reconfigure job {state.job_id}"
-            )
-        deadline = time.monotonic() + STOP_GRACE_S
-        while not all(f.done() for f in state.futures) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-
-def distributed_variable(name: str, client: Any) -> Any:
-    import distributed
-
-    return distributed.Variable(name, client=client)
+        stopped. Each step has a deadline, and one that fails does not keep the next from running (``job_close``)."""
+        close_job(self.state, self.thread)
 
 
 __all__ = ["CLOSE_ERRORS", "WATCHER_JOIN_S", "WATCH_S", "Supervisor"]

@@ -1,0 +1,133 @@
+"""A job's view of its parameter servers' ``Stats``: the global step and its rate, the checkpoints they write,
+and the updates they skip; and the checkpoints the job asks for itself (``save``).
+
+The supervisor's thread calls ``read()`` every ``WATCH_S``. The servers
+checkpoint by themselves at every multiple of ``checkpoint_every``, and each
+``Stats`` names only a shard's newest checkpoint: the restore point (what a
+restarted server restores, ``ps_recovery``) is the newest one every shard
+has written, and ``job.checkpoints`` lists those complete on every shard.
+What changed since the last look becomes one event, said once: a checkpoint
+written, a checkpoint that failed, updates a shard skipped for a NaN or Inf
+gradient (``nonfinite="skip_step"``).
+
+Examples
+--------
+>>> from types import SimpleNamespace
+>>> from cellgraph.protos import parameter_service_pb2 as pb
+>>> said = []
+>>> watch = StepWatch(SimpleNamespace(event=said.append))  # a stand-in for the job's JobState
+>>> stats = [pb.StatsResponse(shard=0, steps_skipped=2, last_skipped="step 7, replica 1, variable w")]
+>>> watch.note(stats); watch.note(stats)  # the same count at the next look: said once
+>>> print(*said)
+parameter server 0 skipped 2 update(s) for a non-finite gradient (2 in all; last: step 7, replica 1, variable w); ...
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from cellgraph.dataflow.errors import CellgraphError
+from cellgraph.protos import parameter_service_pb2 as pb
+
+from .job_state import JobState
+from .ps_recovery import complete_checkpoints
+from .training_graph import TrainingError
+
+
+class StepWatch:
+    """The servers' step, checkpoints and skipped updates as of the last look; one per job, the supervisor's."""
+
+    def __init__(self, state: JobState) -> None:
+        self.state = state
+        self._skipped_seen: dict[int, int] = {}  # per shard: the steps_skipped already reported as an event
+        self._written_seen = 0  # the checkpoints every shard had written at the last look
+        self._checkpoint_errors: set[str] = set()
+
+    def read(self) -> list[pb.StatsResponse]:
+        """Every shard's ``Stats``, after noting the global step, how fast it moves (steps per second, smoothed),
+        and what ``note`` says; a ``ParameterServerError`` when a shard does not answer."""
+        state = self.state
+        if state.ps is None:
+            raise TrainingError(f"job {state.job_id} has no parameter servers")
+        stats = state.ps.stats()
+        step, now = min(s.global_step for s in stats), time.monotonic()
+        if step > state.step and now > state.step_time:
+            rate = (step - state.step) / (now - state.step_time)
+            state.step_rate = rate if state.step_rate == 0 else 0.5 * (state.step_rate + rate)
+        state.step, state.step_time = step, now
+        self.note(stats)
+        return stats
+
+    def note(self, stats: Sequence[pb.StatsResponse]) -> None:
+        """Say what changed in the servers' checkpoints and skipped updates since the last look."""
+        self._note_checkpoints(stats)
+        self._note_skipped_steps(stats)
+
+    def _note_skipped_steps(self, stats: Sequence[pb.StatsResponse]) -> None:
+        """Say when a shard dropped an update for a NaN or Inf gradient (``nonfinite="skip_step"``)."""
+        for shard, s in enumerate(stats):
+            seen = self._skipped_seen.get(shard, 0)
+            if s.steps_skipped > seen:
+                self._skipped_seen[shard] = s.steps_skipped
+                self.state.event(
+                    f"parameter server {shard} skipped {s.steps_skipped - seen} update(s) for a non-finite gradient "
+                    f"({s.steps_skipped} in all; last: {s.last_skipped}); nonfinite='skip_step' keeps training"
+                )
+
+    def _note_checkpoints(self, stats: Sequence[pb.StatsResponse]) -> None:
+        """Record the newest checkpoint every shard has written (the restore point), and say why one failed."""
+        state = self.state
+        written = [(s.latest_checkpoint_step, s.latest_checkpoint) for s in stats]
+        if all(name for _, name in written):
+            step, name = min(written)  # the shards keep their last few: the oldest newest one is on all of them
+            if step > state.restore_step:
+                state.restore_point, state.restore_step = name, step
+                self._add_checkpoint(name)
+                # Each look sees only the newest: a fast job writes several between two looks, so say how many.
+                count = min(s.checkpoints_written for s in stats)
+                since = f"; {count - self._written_seen} since the last look" if count - self._written_seen > 1 else ""
+                self._written_seen = count  # a restarted server counts from 0 again
+                state.event(
+                    f"checkpoint {name} written (every {state.spec.checkpoint_every} steps{since}) in "
+                    f"{state.checkpoint_dir}"
+                )
+        for s in stats:
+            if s.checkpoint_error and s.checkpoint_error not in self._checkpoint_errors:
+                self._checkpoint_errors.add(s.checkpoint_error)
+                state.event(
+                    f"parameter server shard {s.shard}: {s.checkpoint_error}; the job goes on, and a lost server "
+                    f"would restart from {state.restore_point or 'the initial values'}"
+                )
+
+    def _add_checkpoint(self, name: str) -> None:
+        """Refresh ``job.checkpoints`` after the servers wrote ``name``: the checkpoints complete on every shard in
+        the folder (the servers' retention deletes old ones), oldest first; where this process cannot read the
+        folder (it lives on the PS machines only), the names the servers reported."""
+        state = self.state
+        existing = complete_checkpoints(state)
+        with state.lock:
+            if existing is not None:
+                state.checkpoints[:] = existing
+            elif name not in state.checkpoints:
+                state.checkpoints.append(name)
+
+    def save(self, why: str) -> bool:
+        """Checkpoint every shard; whether it worked (a failure is an event, and the next look tries again)."""
+        state = self.state
+        if state.ps is None:
+            return False
+        try:
+            name = state.ps.save()
+            state.step = state.global_step()
+        except CellgraphError as err:
+            state.event(f"checkpoint ({why}) failed: {err}")
+            return False
+        if "," not in name:  # shards at different steps save under different names: no restore point then
+            state.restore_point, state.restore_step = name, max(state.restore_step, state.step)
+        self._add_checkpoint(name)
+        state.event(f"checkpoint {name} written ({why}) in {state.checkpoint_dir}")
+        return True
+
+
+__all__ = ["StepWatch"]
