@@ -3,7 +3,7 @@
 The benchmark starts JupyterLab (127.0.0.1, a random port, a token, a
 temporary root and settings), drives Debian's Chromium with Playwright for
 Python, opens a notebook whose first cell builds a generated graph
-(``widgets.graph_synthetic``: 20 stages x 10 blocks x 50 ops + the input,
+(``cellgraph.testing.graph_synthetic``: 20 stages x 10 blocks x 50 ops + the input,
 placed on two workers) and whose second cell shows ``GraphView(g, placement)``.
 
 * ``first_paint_ms``: from the Shift+Enter that runs the second cell to the
@@ -54,7 +54,7 @@ MARK = "cellgraph-graphview-paint"
 BUILD_CELL = """\
 import time
 import cellgraph as cg
-from cellgraph.widgets.graph_synthetic import WORKERS, synthetic_graph
+from cellgraph.testing.graph_synthetic import WORKERS, synthetic_graph
 from cellgraph.widgets.graph_view import GraphView
 g = synthetic_graph()
 placement = cg.placement.place(g, list(WORKERS))

@@ -7,6 +7,8 @@ every op as ``cg.<op name>``, ``cg.layers``, ``cg.losses``, ``cg.optim``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from cellgraph.dataflow import (
     CellgraphWarning,
     Graph,
@@ -33,6 +35,7 @@ from cellgraph.dataflow import (
     set_num_threads,
     to_graphdef,
 )
+from cellgraph.dataflow import display as _display
 from cellgraph.dataflow.devices import DeviceSpec
 from cellgraph.dataflow.errors import (
     CellgraphError,
@@ -195,6 +198,24 @@ __version__ = "0.1.0"
 # onnx package is imported on first use); imported last, they use the names above.
 from cellgraph import init, layers, losses, metrics, nn, onnx, optim  # noqa: E402
 from cellgraph.saved_model import load_model, save_model  # noqa: E402
+
+
+def _widget_bundler(name: str) -> Callable[[], _display.Bundler]:
+    """A loader of ``cellgraph.widgets.reprs``'s bundler ``name``, imported at the first display only."""
+
+    def load() -> _display.Bundler:
+        from cellgraph.widgets import reprs
+
+        bundler: _display.Bundler = getattr(reprs, name)
+        return bundler
+
+    return load
+
+
+# A Graph, Cluster or Job shows as its widget in a kernel and as a text summary elsewhere: the lower layers ask
+# dataflow.display, and this package, above every layer, points it at the widget side's functions.
+for _kind, _bundler in (("graph", "graph_bundle"), ("cluster", "cluster_bundle"), ("job", "job_bundle")):
+    _display.register(_kind, _widget_bundler(_bundler))
 
 
 def load_ipython_extension(ipython: object) -> None:

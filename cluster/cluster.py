@@ -39,6 +39,8 @@ from typing import Any, Literal
 from distributed import Client, LocalCluster
 from distributed.security import Security
 
+from cellgraph.dataflow import display
+
 from .calls import CALL_TIMEOUT_S, call_with_deadline
 from .dask_cluster import (
     CHECK_CONNECT,
@@ -319,10 +321,7 @@ class Cluster(WorkerRoles, ParameterServerHosting):
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **_: Any) -> dict[str, Any]:
         """In a Jupyter kernel, this cluster's ClusterView; elsewhere, a line per worker."""
-        # Imported here: `import cellgraph` stays free of the widget stack until something is displayed.
-        from cellgraph.widgets.reprs import cluster_bundle
-
-        return cluster_bundle(self, include, exclude)
+        return display.bundle("cluster", self, include, exclude)  # the widget side's, registered from above
 
 
 # CALL_TIMEOUT_S, call_with_deadline, CHECK_CONNECT and WorkerInfo live in lower modules; importable from here too.

@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from cellgraph.dataflow import display
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 from cellgraph.dataflow.optimizers import Optimizer
@@ -498,10 +499,7 @@ class Job:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **_: Any) -> dict[str, Any]:
         """In a Jupyter kernel, this job's TrainingMonitor; elsewhere, a text summary of its progress."""
-        # Imported here: `import cellgraph` stays free of the widget stack until something is displayed.
-        from cellgraph.widgets.reprs import job_bundle
-
-        return job_bundle(self, include, exclude)
+        return display.bundle("job", self, include, exclude)  # the widget side's, registered from above
 
 
 __all__ = [

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import display
 from .devices import DeviceSpec, merge
 from .dtypes import STRING
 from .errors import DTypeError, GraphError
@@ -311,10 +312,7 @@ class Graph:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **_: Any) -> dict[str, Any]:
         """In a Jupyter kernel, a GraphView of this graph; elsewhere (a terminal), a text summary."""
-        # Imported here: `import cellgraph` stays free of the widget stack until something is displayed.
-        from cellgraph.widgets.reprs import graph_bundle
-
-        return graph_bundle(self, include, exclude)
+        return display.bundle("graph", self, include, exclude)  # the widget side's, registered from above
 
     def _add(self, node: Node) -> None:
         node.removed = None

@@ -10,11 +10,11 @@ import pytest
 
 import cellgraph as cg
 from cellgraph.examples.models import mini_inception, mlp
-from cellgraph.widgets import graph_layout, graph_synthetic, graph_view
+from cellgraph.testing.graph_synthetic import WORKERS, synthetic_graph
+from cellgraph.widgets import graph_layout, graph_view
 from cellgraph.widgets.graph_layered import GRANDALF_MAX, layered
 from cellgraph.widgets.graph_layout import GraphModel
 from cellgraph.widgets.graph_style import DEVICE_COLORS, OTHER_COLOR
-from cellgraph.widgets.graph_synthetic import WORKERS, synthetic_graph
 from cellgraph.widgets.graph_tree import GraphViewError, series_of
 
 PS = "/job:ps/task:0/device:cpu:0"
@@ -307,7 +307,7 @@ def test_ten_thousand_nodes_show_only_the_top_level() -> None:
 
 
 # tests/test_docstrings.py walks cellgraph, dataflow and cluster; the widgets' examples run here.
-@pytest.mark.parametrize("module", [graph_layout, graph_view, graph_synthetic], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [graph_layout, graph_view], ids=lambda m: m.__name__)
 def test_docstring_examples(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0, f"{result.failed} of {result.attempted} failed"

@@ -20,9 +20,9 @@ import pytest
 
 import cellgraph as cg
 from cellgraph.examples.models import mini_inception, mlp
+from cellgraph.testing.graph_synthetic import WORKERS, synthetic_graph
 from cellgraph.widgets import graph_view
 from cellgraph.widgets.graph_style import DEVICE_COLORS
-from cellgraph.widgets.graph_synthetic import WORKERS, synthetic_graph
 from cellgraph.widgets.graph_view import GraphView
 
 CHROMIUM = shutil.which("chromium")

@@ -58,7 +58,7 @@ def cells(flag: Path) -> list[str]:
     return [
         """import cellgraph as cg
 from cellgraph.widgets import GraphView
-from cellgraph.widgets.graph_synthetic import WORKERS, synthetic_graph
+from cellgraph.testing.graph_synthetic import WORKERS, synthetic_graph
 g = synthetic_graph()
 view = GraphView(g, cg.placement.place(g, WORKERS))
 view""",
