@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import cellgraph as cg
-from cellgraph.dataflow.fusion import find_segments, loop_source
+from cellgraph.dataflow.fusion import find_segments
+from cellgraph.dataflow.kernels.fused_source import loop_source
 
 
 def _both(g: cg.Graph, fetches, feeds):  # noqa: ANN001, ANN202

@@ -257,8 +257,9 @@ def test_a_fused_loops_source_names_the_helpers_it_inlines() -> None:
     import hashlib
     from pathlib import Path
 
-    from cellgraph.dataflow.fusion import find_segments, loop_source
+    from cellgraph.dataflow.fusion import find_segments
     from cellgraph.dataflow.kernels.cpu import scalar, vector_f32
+    from cellgraph.dataflow.kernels.fused_source import loop_source
 
     g = cg.Graph()
     with g.as_default():

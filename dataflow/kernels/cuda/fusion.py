@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ...fusion import Key, Segment, _embeddable, _key, compile_loop, loop_body
+from ..fused_source import Key, Segment, compile_loop, embeddable, loop_body, tensor_key
 from . import flat, launch
 
 
@@ -36,7 +36,7 @@ def kernel_source(
     """Python source of the fused CUDA kernel: ``fused(n, out, x0, x1, ...)``.
 
     ``constants`` (host arrays) and ``scalars`` mean what they mean for the CPU
-    loop (``fusion.loop_source``). ``tanh_`` is ``math.tanh``: the GPU has a
+    loop (``fused_source.loop_source``). ``tanh_`` is ``math.tanh``: the GPU has a
     fast one, so the CPU loop's vectorisable approximation is not needed;
     ``sigmoid_`` is the same tail-exact formula as the CPU loop's.
     Division by zero gives inf: outside debug mode, Numba compiles CUDA kernels
@@ -79,10 +79,10 @@ def segment_kernel(
     need real broadcasting (or an input is not C-contiguous)."""
     # Device constants small enough to embed: their host values go into the source,
     # the device arrays stay for the op-by-op path.
-    embedded = _embeddable(segment, constants or {})
+    embedded = embeddable(segment, constants or {})
     host = {k: _host(v) for k, v in embedded.items()}
     inputs = segment.inputs()
-    dynamic = [t for t in inputs if _key(t) not in embedded]
+    dynamic = [t for t in inputs if tensor_key(t) not in embedded]
     # Embedded arrays are read at [i]: the output must have their shape.
     required = {tuple(v.shape) for v in host.values() if v.size > 1}
     kernels: dict[tuple[bool, ...], Any] = {}
@@ -91,10 +91,10 @@ def segment_kernel(
 
     def one_by_one(*xs: Any) -> Any:
         env: dict[Key, Any] = dict(embedded)
-        env.update((_key(t), x) for t, x in zip(dynamic, xs, strict=True))
+        env.update((tensor_key(t), x) for t, x in zip(dynamic, xs, strict=True))
         for node, kernel in members:
-            env[_key(node.output(0))] = kernel(*(env[_key(t)] for t in segment.reads(node)))
-        return env[_key(segment.output)]
+            env[tensor_key(node.output(0))] = kernel(*(env[tensor_key(t)] for t in segment.reads(node)))
+        return env[tensor_key(segment.output)]
 
     def run(*xs: Any) -> Any:
         shapes = [*(tuple(x.shape) for x in xs), *required]
