@@ -2,8 +2,8 @@
 workers) by a worker plugin, found again after Dask restarts one, and stopped with the job.
 
 ``ParameterServerHosting`` is the part of ``Cluster`` that does this; ``Cluster``
-gives it the client, the workers' roles and ``_run`` (``client.run`` with a
-deadline).
+gives it the client, and its other part, ``WorkerRoles`` (``worker_roles.py``),
+the workers' roles and ``_run`` (``client.run`` with a deadline).
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ class ParameterServerHosting:
     _hosts: dict[str, list[str]]
 
     def ps_workers(self) -> list[str]:
-        raise NotImplementedError  # Cluster's
+        raise NotImplementedError  # WorkerRoles's (worker_roles.py), the other part of Cluster
 
     def _workers_info(self) -> dict[str, dict[str, Any]]:
-        raise NotImplementedError  # Cluster's
+        raise NotImplementedError  # WorkerRoles's (worker_roles.py), the other part of Cluster
 
     def _run(self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any) -> dict[str, T]:
-        raise NotImplementedError  # Cluster's
+        raise NotImplementedError  # WorkerRoles's (worker_roles.py), the other part of Cluster
 
     def start_parameter_servers(
         self,
