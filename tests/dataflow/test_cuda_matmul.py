@@ -40,8 +40,10 @@ def test_tiles_are_chosen_by_size_and_dtype() -> None:
 def test_bad_tiles_are_refused_with_the_reason() -> None:
     with pytest.raises(ValueError, match=r"the thread block 3x4 must divide the tile 64x64"):
         Tiles(bm=64, bn=64, bk=8, tm=3, tn=4)
+    with pytest.raises(ValueError, match=r"the thread block 2x4 must be made of runs of 4"):
+        Tiles(bm=64, bn=64, bk=8, tm=2, tn=4)
     with pytest.raises(ValueError, match=r"256 threads cannot share the loads of a 2-deep tile evenly"):
-        Tiles(bm=16, bn=16, bk=2, tm=1, tn=1)
+        Tiles(bm=64, bn=64, bk=2, tm=4, tn=4)
 
 
 def test_kernel_keeps_each_threads_block_in_named_registers() -> None:
@@ -56,6 +58,22 @@ def test_kernel_keeps_each_threads_block_in_named_registers() -> None:
     assert "for kk" not in source and source.count("a0 = sa[cur, ") == LARGE.bk
     assert "ty, tx = U32(tid) // 16, U32(tid) % 16" in source
     compile(source, "<gemm>", "exec")
+
+
+def test_each_thread_reads_shared_memory_in_aligned_runs_of_four() -> None:
+    # A thread's rows (and columns) come in runs of 4 adjacent ones, 16-byte aligned on a GPU, which LLVM
+    # turns into one vector load a run (ld.shared.v4.f32: 64 shared loads a tile, not 256).
+    source = kernel_source(LARGE)
+    rows = [f"a{i} = sa[cur, 3, ty * 4 + {offset}]" for i, offset in enumerate([0, 1, 2, 3, 64, 65, 66, 67])]
+    cols = [f"b{j} = sb[cur, 3, tx * 4 + {offset}]" for j, offset in enumerate([0, 1, 2, 3, 64, 65, 66, 67])]
+    assert all(read in source for read in rows + cols)
+    assert "r = row0 + ty * 4 + 65" in source and "c = col0 + tx * 4 + 67" in source  # the output, the same
+    assert source.count("alignment=16)") == 2  # both shared buffers
+    # 128 + PAD floats a row: every row starts 16-byte aligned too.
+    assert (LARGE.bm + gemm.PAD) * 4 % 16 == 0 and (SMALL.bn + gemm.PAD) * 8 % 16 == 0
+    assert "alignment" not in kernel_source(LARGE, aligned=False)  # the simulator refuses alignments
+    small = kernel_source(SMALL)  # 4x4 a thread: one run each way
+    assert "a3 = sa[cur, 0, ty * 4 + 3]" in small and "b3 = sb[cur, 0, tx * 4 + 3]" in small
 
 
 # ------------------------------------------------------------------ the kernels

@@ -13,25 +13,36 @@ block held in registers. The inner dimension is walked ``bk`` at a time
 through two shared-memory buffers: while the block multiplies out of one, each
 thread fetches its share of the next tile from global memory into registers,
 then writes it to the other buffer, so one barrier per tile suffices and the
-global loads overlap the arithmetic. A thread owns rows ``ty + i * (bm / tm)``
-and columns ``tx + j * (bn / tn)`` (strided, not a contiguous block), so a
-warp's reads of a shared row hit consecutive banks or broadcast, and its
-writes of the output are coalesced. Shared rows are padded by ``PAD`` so that
-k-major stores (a row-major A) spread over the banks too.
+global loads overlap the arithmetic.
+
+A thread owns its rows and columns in runs of ``VECTOR`` (4) adjacent ones:
+rows ``4 * ty + q + g * 4 * (bm / tm)`` for ``q < 4`` and each of ``tm / 4``
+groups ``g``, and columns likewise. The shared buffers are aligned to 16
+bytes on a GPU and every row of them is a multiple of 16 bytes long (``PAD``),
+so each run is one aligned 16-byte read, and LLVM merges the four reads of a
+run into one vector load (``ld.shared.v4.f32``): 64 shared loads a thread per
+16-deep tile instead of 256. A scalar read for every 4 FMAs is what shared
+memory just keeps up with, and it held the kernel to 0.45 of cuBLAS on an
+H200 (BENCHMARKS.md section 8). A warp's 16-byte reads of one row are
+adjacent (B) or the same (A, broadcast), so they meet no bank conflicts;
+Numba's simulator refuses an alignment, so it runs the same kernel without
+one. Shared rows are padded by ``PAD`` so that k-major stores (a row-major A)
+spread over the banks too.
 
 Numba has no unroll pragma, and a local array indexed in a loop it does not
 unroll lives in slow local memory; so the kernel's source is generated with
 the ``tm * tn`` accumulators and the ``tm + tn`` operand values as named
 scalars (registers), like ``fusion.py`` generates its fused kernels, and the
 ``bk`` steps of a tile written out one by one, so every shared-memory read
-is a per-thread base plus a constant. The thread index is taken unsigned:
-Numba wraps negative indices around, and only an index the compiler can see
-is non-negative loses that check (and the registers it costs). Numba
-exposes no vector loads (float4), so global loads are scalar; the tile
-loads of each warp still touch consecutive addresses along the operand's
-contiguous dimension (``Operand.fast`` says which that is). Row tiles run
-along the grid's x (up to 2**31 - 1 blocks, for the many output pixels of a
-convolution), column tiles along its y (up to 65,535).
+is a per-thread base plus a constant. The thread index is taken unsigned,
+and so is each global index once it is known to be in its operand: Numba
+wraps negative indices around, and only an index the compiler can see is
+non-negative loses that check (and the instructions it costs). Global loads
+are scalar (an operand's index function may gather, as a convolution's does);
+the tile loads of each warp still touch consecutive addresses along the
+operand's contiguous dimension (``Operand.fast`` says which that is). Row
+tiles run along the grid's x (up to 2**31 - 1 blocks, for the many output
+pixels of a convolution), column tiles along its y (up to 65,535).
 """
 
 from __future__ import annotations
@@ -46,7 +57,9 @@ import numpy as np
 
 from . import simulator
 
-PAD = 4  # shared-memory row padding: a k-major store of 8 k values by 4 rows hits 32 banks
+PAD = 4  # shared-memory row padding: a k-major store of 8 k values by 4 rows hits 32 banks; rows stay 16-byte multiples
+VECTOR = 4  # a thread's rows and columns come in runs of this many adjacent ones: one 16-byte shared read each
+ALIGNMENT = 16  # bytes, of each shared buffer on a GPU: what a vector read of a run needs
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,8 @@ class Tiles:
     def __post_init__(self) -> None:
         if self.bm % self.tm or self.bn % self.tn:
             raise ValueError(f"Tiles: the thread block {self.tm}x{self.tn} must divide the tile {self.bm}x{self.bn}")
+        if self.tm % VECTOR or self.tn % VECTOR:
+            raise ValueError(f"Tiles: the thread block {self.tm}x{self.tn} must be made of runs of {VECTOR}")
         if (self.bm * self.bk) % self.threads or (self.bk * self.bn) % self.threads:
             raise ValueError(f"Tiles: {self.threads} threads cannot share the loads of a {self.bk}-deep tile evenly")
 
@@ -97,9 +112,11 @@ def choose_tiles(m: int, n: int, dtype: np.dtype) -> Tiles:
 def _fetcher(index: Callable[..., int], rows_fast: bool, span: int, depth: int, dtype: np.dtype) -> Any:
     """Device function: the value of tile element ``e`` (of ``span x depth``) at ``(base, k0)`` of the
     matrix that starts at ``x[start]``; 0 outside it."""
+    import numba
     from numba import cuda, from_dtype
 
     zero_type = from_dtype(dtype)
+    unsigned = numba.uint64
 
     @cuda.jit(device=True, inline=True)
     def fetch(x, start, e, base, k0, limit, k, geo):  # type: ignore[no-untyped-def]
@@ -110,7 +127,7 @@ def _fetcher(index: Callable[..., int], rows_fast: bool, span: int, depth: int, 
         if i < limit and kk < k:
             at = index(i, kk, geo)
             if at >= 0:
-                return x[start + at]
+                return x[unsigned(start + at)]  # known non-negative: no wraparound code
         return zero_type(0)
 
     return fetch
@@ -130,14 +147,25 @@ def _putter(rows_fast: bool, span: int, depth: int) -> Any:
     return put
 
 
-def kernel_source(tiles: Tiles) -> str:
+def kernel_source(tiles: Tiles, aligned: bool = True) -> str:
     """Python source of ``gemm(a, b, out, m, n, k, geo, a_starts, b_starts)`` for ``tiles``.
+
+    ``aligned``: the shared buffers are declared 16-byte aligned (a GPU; the simulator refuses alignments).
 
     ``out`` is a ``(batch, m, n)`` stack; matrix ``z`` of it reads its A and B
     from ``a[a_starts[z]:]`` and ``b[b_starts[z]:]``.
     """
     t = tiles
     rows, cols = t.bm // t.tm, t.bn // t.tn  # threads down and across the block
+
+    def row(i: int) -> str:
+        """Row ``i`` of a thread's block, from the tile's first: its run's start plus its place in the run."""
+        return f"ty * {VECTOR} + {(i // VECTOR) * VECTOR * rows + i % VECTOR}"
+
+    def col(j: int) -> str:
+        return f"tx * {VECTOR} + {(j // VECTOR) * VECTOR * cols + j % VECTOR}"
+
+    align = f", alignment={ALIGNMENT}" if aligned else ""
     loads_a, loads_b = t.bm * t.bk // t.threads, t.bk * t.bn // t.threads
     acc = [[f"c{i}_{j}" for j in range(t.tn)] for i in range(t.tm)]
 
@@ -162,15 +190,15 @@ def kernel_source(tiles: Tiles) -> str:
     def multiply(kk: int) -> list[str]:
         """Step ``kk`` of a tile: the thread's column of A and row of B from shared memory, tm x tn FMAs."""
         return [
-            *(f"        a{i} = sa[cur, {kk}, ty + {i * rows}]" for i in range(t.tm)),
-            *(f"        b{j} = sb[cur, {kk}, tx + {j * cols}]" for j in range(t.tn)),
+            *(f"        a{i} = sa[cur, {kk}, {row(i)}]" for i in range(t.tm)),
+            *(f"        b{j} = sb[cur, {kk}, {col(j)}]" for j in range(t.tn)),
             *(f"        {acc[i][j]} += a{i} * b{j}" for i in range(t.tm) for j in range(t.tn)),
         ]
 
     lines = [
         "def gemm(a, b, out, m, n, k, geo, a_starts, b_starts):",
-        f"    sa = cuda.shared.array((2, {t.bk}, {t.bm + PAD}), DT)",
-        f"    sb = cuda.shared.array((2, {t.bk}, {t.bn + PAD}), DT)",
+        f"    sa = cuda.shared.array((2, {t.bk}, {t.bm + PAD}), DT{align})",
+        f"    sb = cuda.shared.array((2, {t.bk}, {t.bn + PAD}), DT{align})",
         "    tid = cuda.threadIdx.x",
         "    z = cuda.blockIdx.z  # the matrix of a batch",
         "    a_at, b_at = a_starts[z], b_starts[z]",
@@ -193,10 +221,10 @@ def kernel_source(tiles: Tiles) -> str:
         "        cuda.syncthreads()",
     ]
     for i in range(t.tm):
-        lines += [f"    r = row0 + ty + {i * rows}", "    if r < m:"]
+        lines += [f"    r = row0 + {row(i)}", "    if r < m:"]
         for j in range(t.tn):
             lines += [
-                f"        c = col0 + tx + {j * cols}",
+                f"        c = col0 + {col(j)}",
                 "        if c < n:",
                 f"            out[z, r, c] = {acc[i][j]}",
             ]
@@ -223,7 +251,7 @@ def gemm_kernel(tiles: Tiles, dtype: np.dtype, a_index: Any, a_rows_fast: bool, 
         "put_a": _putter(a_rows_fast, tiles.bm, tiles.bk),
         "put_b": _putter(b_cols_fast, tiles.bn, tiles.bk),
     }
-    source = kernel_source(tiles)
+    source = kernel_source(tiles, aligned=not simulator())
     exec(compile(source, f"<gemm {tiles}>", "exec"), namespace)  # noqa: S102
     # A register cap means nothing to the simulator, whose jit refuses the option.
     capped = tiles.max_registers is not None and not simulator()
