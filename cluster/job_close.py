@@ -44,6 +44,11 @@ def close_job(state: JobState, thread: threading.Thread | None) -> None:
     to stop, the supervisor's thread ended, tasks cancelled, servers stopped. Closing twice does nothing more."""
     if state.closed.is_set():
         return
+    if state.futures and not state.ended():
+        # Closed while it trains (job.close(), %cluster down, the cluster closing): its replicas end early, so
+        # the job is stopped; without this its status read "finished" at whatever step it had reached.
+        state.stopping = True
+        state.event(f"closed while training, at global step {state.step}: the job is stopped")
     state.closed.set()
     cluster = state.cluster
     client, name = cluster.client, ps_variable(state.job_id)

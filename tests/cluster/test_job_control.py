@@ -60,6 +60,25 @@ def test_stop_in_sync_mode_releases_a_replica_waiting_for_the_others(cluster: Cl
 
 
 @pytest.mark.slow
+def test_a_job_closed_while_it_trains_is_stopped_not_finished(cluster: Cluster, data: digits.Split) -> None:
+    # %cluster down and a closing cluster close their jobs the same way (job.close()).
+    job = start(cluster, data, checkpoint_every=None)
+    try:
+        wait_until(lambda: job.global_step() >= 10, "step 10", job)
+    finally:
+        job.close()
+    assert job.status == "stopped"
+    assert any("closed while training, at global step" in e and "the job is stopped" in e for e in job.events)
+    finished = start(cluster, data, steps=20, checkpoint_every=None)
+    try:
+        finished.wait(TIMEOUT)
+    finally:
+        finished.close()
+    assert finished.status == "finished"  # a job that had ended stays as it ended
+    assert not any("closed while training" in e for e in finished.events)
+
+
+@pytest.mark.slow
 def test_scale_adds_a_replica_then_removes_two_while_training(cluster: Cluster, data: digits.Split) -> None:
     steps = 2000
     job = start(cluster, data, steps=steps, checkpoint_every=None)
