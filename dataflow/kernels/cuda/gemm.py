@@ -22,8 +22,8 @@ bytes on a GPU and every row of them is a multiple of 16 bytes long (``PAD``),
 so each run is one aligned 16-byte read, and LLVM merges the four reads of a
 run into one vector load (``ld.shared.v4.f32``): 64 shared loads a thread per
 16-deep tile instead of 256. A scalar read for every 4 FMAs is what shared
-memory just keeps up with, and it held the kernel to 0.45 of cuBLAS on an
-H200 (BENCHMARKS.md section 8). A warp's 16-byte reads of one row are
+memory just keeps up with: the likeliest limit of the kernel that ran at 0.45
+of cuBLAS on an H200 (BENCHMARKS.md section 8). A warp's 16-byte reads of one row are
 adjacent (B) or the same (A, broadcast), so they meet no bank conflicts;
 Numba's simulator refuses an alignment, so it runs the same kernel without
 one. Shared rows are padded by ``PAD`` so that k-major stores (a row-major A)
