@@ -1,4 +1,4 @@
-"""Reductions as parallel tree reductions in shared memory: one block per output.
+"""Reductions as parallel tree reductions in shared memory: one block per output, or several.
 
 The threads of a block each fold a strided share of the reduced elements,
 then halve the partial results in shared memory (``log2(threads)`` steps).
@@ -6,6 +6,15 @@ Any set of axes is reduced in place through strides, without a transpose:
 a flat output index gives the base offset over the kept dims, a flat
 reduced index the offset over the reduced dims. An empty set gives what the
 CPU kernels give (``kernels/cpu/reduce.py`` defines it).
+
+A block per output leaves a GPU nearly idle when there are few outputs and
+many elements each (a whole tensor summed: one block, one multiprocessor of
+about a hundred). Then each output's elements are cut into consecutive
+slices, one block each, enough to fill the GPU (``SPLIT_BLOCKS``) but none
+under ``MIN_SLICE`` elements; every block writes its slice's result (and
+index) and a second launch folds the slices of each output in order, with
+the same rules (a NaN wins, ties keep the first index). logsumexp, whose two
+passes need the whole maximum first, keeps one block per output.
 """
 
 from __future__ import annotations
@@ -24,6 +33,10 @@ from .elementwise import fill, offset
 
 # Blocks loop over outputs beyond this many (a grid-stride loop).
 MAX_BLOCKS = 4096
+# Below this many outputs, each output's elements are shared by several blocks, up to about this many in all.
+SPLIT_BLOCKS = 512
+# The fewest elements a block of a split reduction folds (16 a thread at 256 threads).
+MIN_SLICE = 4096
 
 
 @cuda.jit(device=True, inline=True)
@@ -62,20 +75,25 @@ def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
     math = device_math()  # IEEE log(0) = -inf on the simulator too
 
     @cuda.jit
-    def run(x, out, kept_shape, kept_strides, red_shape, red_strides, count):  # type: ignore[no-untyped-def]
+    def run(x, out, kept_shape, kept_strides, red_shape, red_strides, count, slices, per, part_vals, part_idxs):  # type: ignore[no-untyped-def]
+        # Block b folds slice b % slices of output b // slices: reduced elements [lo, hi). With one slice a
+        # block writes its output; with several, its slice's result and index (part_*), folded by _combine.
         vals = cuda.shared.array(MAX_THREADS, acc_type)
         idxs = cuda.shared.array(MAX_THREADS, int32)
         t = cuda.threadIdx.x
         nt = cuda.blockDim.x
-        for o in range(cuda.blockIdx.x, out.size, cuda.gridDim.x):
+        for b in range(cuda.blockIdx.x, out.size * slices, cuda.gridDim.x):
+            o = b // slices
+            lo = (b % slices) * per
+            hi = min(count, lo + per)
             base = offset(o, kept_shape, kept_strides)
-            # Each thread's share: elements t, t + nt, t + 2 nt, ... in order, so
+            # Each thread's share: elements lo + t, lo + t + nt, ... in order, so
             # among equal values the first index is kept (NumPy's argmax and argmin).
-            first = min(t, count - 1)
+            first = min(lo + t, hi - 1)
             best = first
             shift = start
             acc = x[base + offset(first, red_shape, red_strides)] if keeps_best else start
-            for r in range(t, count, nt):
+            for r in range(lo + t, hi, nt):
                 v = x[base + offset(r, red_shape, red_strides)]
                 if keeps_best:
                     if acc == acc and (v != v or ((v < acc) if wants_low else (v > acc))):
@@ -97,13 +115,16 @@ def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
                     shift = start
                 cuda.syncthreads()  # every thread has read vals[0] before it is overwritten
                 acc = start
-                for r in range(t, count, nt):
+                for r in range(lo + t, hi, nt):
                     acc += math.exp(x[base + offset(r, red_shape, red_strides)] - shift)
                 vals[t] = acc
                 cuda.syncthreads()
                 _fold(vals, idxs, t, nt, False, False, False)
             if t == 0:
-                if gives_index:
+                if slices > 1:
+                    part_vals[b] = vals[0]
+                    part_idxs[b] = idxs[0]
+                elif gives_index:
                     out[o] = idxs[0]
                 elif divides:
                     out[o] = vals[0] / count
@@ -114,6 +135,73 @@ def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
             cuda.syncthreads()  # shared memory is reused for the next output
 
     return run
+
+
+@cache
+def _combine_kernel(kind: str, dtype: np.dtype) -> Any:
+    """The second launch of a split reduction: each output's slice results folded in slice order."""
+    acc_type = from_dtype(dtype)
+    keeps_best = kind in ("max", "argmax", "min", "argmin")
+    wants_low = kind in ("min", "argmin")
+    gives_index = kind in INDEX_KINDS
+    divides = kind == "mean"
+    multiplies = kind == "prod"
+    start = acc_type(1) if multiplies else acc_type(0)
+
+    @cuda.jit
+    def combine(part_vals, part_idxs, out, slices, count):  # type: ignore[no-untyped-def]
+        vals = cuda.shared.array(MAX_THREADS, acc_type)
+        idxs = cuda.shared.array(MAX_THREADS, int32)
+        t = cuda.threadIdx.x
+        nt = cuda.blockDim.x
+        for o in range(cuda.blockIdx.x, out.size, cuda.gridDim.x):
+            first = o * slices + min(t, slices - 1)
+            acc = part_vals[first] if keeps_best else start
+            best = part_idxs[first]
+            for j in range(o * slices + t, (o + 1) * slices, nt):
+                v = part_vals[j]
+                if keeps_best:
+                    # A later slice's index is larger: on a tie the earlier slice's stays (first index wins).
+                    if acc == acc and (v != v or ((v < acc) if wants_low else (v > acc))):
+                        acc = v
+                        best = part_idxs[j]
+                elif multiplies:
+                    acc *= v
+                else:
+                    acc += v
+            vals[t] = acc
+            idxs[t] = best
+            cuda.syncthreads()
+            _fold(vals, idxs, t, nt, keeps_best, wants_low, multiplies)
+            if t == 0:
+                if gives_index:
+                    out[o] = idxs[0]
+                elif divides:
+                    out[o] = vals[0] / count
+                else:
+                    out[o] = vals[0]
+            cuda.syncthreads()
+
+    return combine
+
+
+def _parts(n: int, dtype: np.dtype) -> tuple[Any, Any]:
+    """The slice results (values, indices) of a split reduction's first launch."""
+    return cuda.device_array(n, dtype), cuda.device_array(n, np.int32)
+
+
+@cache
+def _no_parts(dtype: np.dtype) -> tuple[Any, Any]:
+    """What a reduction of one block per output passes for the slice results it does not write: made once."""
+    return _parts(1, dtype)
+
+
+def split_slices(kind: str, outputs: int, count: int) -> int:
+    """How many blocks share each output's ``count`` elements: 1 (a block each) unless there are few outputs
+    and many elements, then enough to make about ``SPLIT_BLOCKS`` blocks, each of at least ``MIN_SLICE``."""
+    if kind == "logsumexp" or outputs >= SPLIT_BLOCKS or count < 2 * MIN_SLICE:
+        return 1
+    return max(1, min(SPLIT_BLOCKS // outputs, count // MIN_SLICE))
 
 
 def _dims(shape: tuple[int, ...], strides: tuple[int, ...], picked: list[int]) -> tuple[tuple[int, ...], ...]:
@@ -141,10 +229,20 @@ def reduce(kind: str, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
         return fill(out_shape, dtype, empty_value(kind, dtype))
     out = cuda.device_array(out_shape, dtype)
     if out.size:
-        _, threads = launch(count)
+        slices = split_slices(kind, out.size, count)
+        per = math.ceil(count / slices)
+        slices = math.ceil(count / per)  # every slice holds at least one element
+        parts = _parts(out.size * slices, np.dtype(x.dtype)) if slices > 1 else _no_parts(np.dtype(x.dtype))
+        _, threads = launch(min(count, per))
         kernel = _tree_kernel(kind, np.dtype(x.dtype))
-        kernel[min(out.size, MAX_BLOCKS), threads](flat(x), flat(out), *_dims(shape, strides, kept),
-                                                   *_dims(shape, strides, list(axes)), count)  # fmt: skip
+        kernel[min(out.size * slices, MAX_BLOCKS), threads](flat(x), flat(out), *_dims(shape, strides, kept),
+                                                            *_dims(shape, strides, list(axes)), count, slices, per,
+                                                            *parts)  # fmt: skip
+        if slices > 1:
+            _, threads = launch(slices)
+            _combine_kernel(kind, np.dtype(x.dtype))[min(out.size, MAX_BLOCKS), threads](
+                *parts, flat(out), slices, count
+            )
     return out
 
 
