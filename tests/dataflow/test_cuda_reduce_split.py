@@ -44,6 +44,17 @@ def test_few_outputs_with_many_elements_are_split_and_the_rest_are_not(monkeypat
     assert split("argmax", 2, 100) == 4
 
 
+def test_adjacent_reduced_dims_are_one_dim_read_without_division() -> None:
+    # A run of adjacent reduced dims of a C-contiguous array is one dim (its elements one stride apart), which
+    # the kernel reads with one multiplication per element instead of a 64-bit division per dim.
+    dims = cuda_reduce._dims
+    strides = (60, 20, 5, 1)
+    assert dims((2, 3, 4, 5), strides, [0, 1, 2]) == ((24,), (5,))  # N, H, W of NHWC: a channel's elements
+    assert dims((2, 3, 4, 5), strides, [2, 3]) == ((20,), (1,))  # the last axes: contiguous
+    assert dims((2, 3, 4, 5), strides, [0, 2]) == ((2, 4), (60, 5))  # not adjacent: two dims
+    assert dims((2, 3, 4, 5), strides, []) == ((1,), (0,))
+
+
 def _reduce(kind: str, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     from numba import cuda
 

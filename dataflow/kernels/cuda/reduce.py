@@ -40,6 +40,15 @@ MIN_SLICE = 4096
 
 
 @cuda.jit(device=True, inline=True)
+def _at(r, shape, strides):  # type: ignore[no-untyped-def]
+    """Offset of reduced element ``r``: one multiplication when the reduced dims are one run (``_dims`` merges
+    adjacent ones), where ``offset`` would divide by each dim in 64-bit arithmetic for every element."""
+    if len(shape) == 1:  # known when the kernel compiles: the other branch is not generated
+        return r * strides[0]
+    return offset(r, shape, strides)
+
+
+@cuda.jit(device=True, inline=True)
 def _fold(vals, idxs, t, nt, keeps_best, wants_low, multiplies):  # type: ignore[no-untyped-def]
     """Halve a block's partial results in shared memory until ``vals[0]`` (and ``idxs[0]``) hold the block's."""
     s = nt // 2
@@ -92,9 +101,9 @@ def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
             first = min(lo + t, hi - 1)
             best = first
             shift = start
-            acc = x[base + offset(first, red_shape, red_strides)] if keeps_best else start
+            acc = x[base + _at(first, red_shape, red_strides)] if keeps_best else start
             for r in range(lo + t, hi, nt):
-                v = x[base + offset(r, red_shape, red_strides)]
+                v = x[base + _at(r, red_shape, red_strides)]
                 if keeps_best:
                     if acc == acc and (v != v or ((v < acc) if wants_low else (v > acc))):
                         acc = v
@@ -116,7 +125,7 @@ def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
                 cuda.syncthreads()  # every thread has read vals[0] before it is overwritten
                 acc = start
                 for r in range(lo + t, hi, nt):
-                    acc += math.exp(x[base + offset(r, red_shape, red_strides)] - shift)
+                    acc += math.exp(x[base + _at(r, red_shape, red_strides)] - shift)
                 vals[t] = acc
                 cuda.syncthreads()
                 _fold(vals, idxs, t, nt, False, False, False)
@@ -205,10 +214,26 @@ def split_slices(kind: str, outputs: int, count: int) -> int:
 
 
 def _dims(shape: tuple[int, ...], strides: tuple[int, ...], picked: list[int]) -> tuple[tuple[int, ...], ...]:
+    """The ``picked`` dims of a C-contiguous array, each run of adjacent ones merged into one dim (their sizes
+    multiplied, the last one's stride): a reduction over the last axes, or over N, H and W of NHWC, is one dim.
+
+    >>> _dims((2, 3, 4, 5), (60, 20, 5, 1), [0, 1, 2])
+    ((24,), (5,))
+    >>> _dims((2, 3, 4, 5), (60, 20, 5, 1), [0, 2])
+    ((2, 4), (60, 5))
+    """
     # A kernel's tuples are never empty: no dims reads as one dim of size 1.
     if not picked:
         return (1,), (0,)
-    return tuple(shape[i] for i in picked), tuple(strides[i] for i in picked)
+    sizes, steps = [shape[picked[0]]], [strides[picked[0]]]
+    for previous, i in zip(picked, picked[1:]):
+        if i == previous + 1:  # adjacent in a C-contiguous array: one dim of both
+            sizes[-1] *= shape[i]
+            steps[-1] = strides[i]
+        else:
+            sizes.append(shape[i])
+            steps.append(strides[i])
+    return tuple(sizes), tuple(steps)
 
 
 def reduce(kind: str, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
