@@ -25,7 +25,7 @@ from functools import cache
 from typing import Any
 
 import numpy as np
-from numba import cuda, from_dtype, int32
+from numba import cuda, from_dtype, int32, int64
 
 from ..cpu.reduce import INDEX_KINDS, empty_index, empty_value
 from . import MAX_THREADS, device_math, flat, launch
@@ -46,6 +46,19 @@ def _at(r, shape, strides):  # type: ignore[no-untyped-def]
     if len(shape) == 1:  # known when the kernel compiles: the other branch is not generated
         return r * strides[0]
     return offset(r, shape, strides)
+
+
+@cuda.jit(device=True, inline=True)
+def _take(acc, best, v, at, keeps_best, wants_low, multiplies):  # type: ignore[no-untyped-def]
+    """``acc`` and its index ``best`` with value ``v`` (at index ``at``) folded in. A NaN beats every number and
+    stays (kernels/cpu/reduce.py); a value only replaces a worse one, so among equals the first index stays."""
+    if keeps_best:
+        if acc == acc and (v != v or ((v < acc) if wants_low else (v > acc))):
+            return v, at
+        return acc, best
+    if multiplies:
+        return acc * v, best
+    return acc + v, best
 
 
 @cuda.jit(device=True, inline=True)
@@ -103,15 +116,8 @@ def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
             shift = start
             acc = x[base + _at(first, red_shape, red_strides)] if keeps_best else start
             for r in range(lo + t, hi, nt):
-                v = x[base + _at(r, red_shape, red_strides)]
-                if keeps_best:
-                    if acc == acc and (v != v or ((v < acc) if wants_low else (v > acc))):
-                        acc = v
-                        best = r
-                elif multiplies:
-                    acc *= v
-                else:
-                    acc += v
+                acc, best = _take(acc, best, x[base + _at(r, red_shape, red_strides)], r, keeps_best, wants_low,
+                                  multiplies)  # fmt: skip
             vals[t] = acc
             idxs[t] = best
             cuda.syncthreads()
@@ -166,18 +172,10 @@ def _combine_kernel(kind: str, dtype: np.dtype) -> Any:
         for o in range(cuda.blockIdx.x, out.size, cuda.gridDim.x):
             first = o * slices + min(t, slices - 1)
             acc = part_vals[first] if keeps_best else start
-            best = part_idxs[first]
+            best = int64(part_idxs[first])
+            # In slice order: on a tie the earlier slice, whose index is lower, stays.
             for j in range(o * slices + t, (o + 1) * slices, nt):
-                v = part_vals[j]
-                if keeps_best:
-                    # A later slice's index is larger: on a tie the earlier slice's stays (first index wins).
-                    if acc == acc and (v != v or ((v < acc) if wants_low else (v > acc))):
-                        acc = v
-                        best = part_idxs[j]
-                elif multiplies:
-                    acc *= v
-                else:
-                    acc += v
+                acc, best = _take(acc, best, part_vals[j], int64(part_idxs[j]), keeps_best, wants_low, multiplies)
             vals[t] = acc
             idxs[t] = best
             cuda.syncthreads()
