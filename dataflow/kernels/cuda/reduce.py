@@ -62,6 +62,30 @@ def _take(acc, best, v, at, keeps_best, wants_low, multiplies):  # type: ignore[
 
 
 @cuda.jit(device=True, inline=True)
+def _result(out, o, value, index, count, gives_index, divides):  # type: ignore[no-untyped-def]
+    """Write output ``o``: the index for argmax and argmin, a mean's sum over ``count``, else the value."""
+    if gives_index:
+        out[o] = index
+    elif divides:
+        out[o] = value / count
+    else:
+        out[o] = value
+
+
+def _rules(kind: str) -> tuple[bool, bool, bool, bool, bool, bool]:
+    """What ``kind`` does, as the kernels read it (constants when they compile): keeps the best value, the lowest
+    one, gives its index, divides by the count, multiplies, or is logsumexp's two passes."""
+    return (
+        kind in ("max", "argmax", "min", "argmin", "logsumexp"),
+        kind in ("min", "argmin"),
+        kind in INDEX_KINDS,
+        kind == "mean",
+        kind == "prod",
+        kind == "logsumexp",
+    )
+
+
+@cuda.jit(device=True, inline=True)
 def _fold(vals, idxs, t, nt, keeps_best, wants_low, multiplies):  # type: ignore[no-untyped-def]
     """Halve a block's partial results in shared memory until ``vals[0]`` (and ``idxs[0]``) hold the block's."""
     s = nt // 2
@@ -86,12 +110,7 @@ def _fold(vals, idxs, t, nt, keeps_best, wants_low, multiplies):  # type: ignore
 @cache
 def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
     acc_type = from_dtype(dtype)
-    keeps_best = kind in ("max", "argmax", "min", "argmin", "logsumexp")
-    wants_low = kind in ("min", "argmin")
-    gives_index = kind in INDEX_KINDS
-    divides = kind == "mean"
-    multiplies = kind == "prod"
-    log_sum = kind == "logsumexp"
+    keeps_best, wants_low, gives_index, divides, multiplies, log_sum = _rules(kind)
     start = acc_type(1) if multiplies else acc_type(0)
     inf = acc_type(np.inf) if log_sum else acc_type(0)
     math = device_math()  # IEEE log(0) = -inf on the simulator too
@@ -139,14 +158,10 @@ def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
                 if slices > 1:
                     part_vals[b] = vals[0]
                     part_idxs[b] = idxs[0]
-                elif gives_index:
-                    out[o] = idxs[0]
-                elif divides:
-                    out[o] = vals[0] / count
                 elif log_sum:
                     out[o] = math.log(vals[0]) + shift
                 else:
-                    out[o] = vals[0]
+                    _result(out, o, vals[0], idxs[0], count, gives_index, divides)
             cuda.syncthreads()  # shared memory is reused for the next output
 
     return run
@@ -156,11 +171,7 @@ def _tree_kernel(kind: str, dtype: np.dtype) -> Any:
 def _combine_kernel(kind: str, dtype: np.dtype) -> Any:
     """The second launch of a split reduction: each output's slice results folded in slice order."""
     acc_type = from_dtype(dtype)
-    keeps_best = kind in ("max", "argmax", "min", "argmin")
-    wants_low = kind in ("min", "argmin")
-    gives_index = kind in INDEX_KINDS
-    divides = kind == "mean"
-    multiplies = kind == "prod"
+    keeps_best, wants_low, gives_index, divides, multiplies, _ = _rules(kind)  # logsumexp is never split
     start = acc_type(1) if multiplies else acc_type(0)
 
     @cuda.jit
@@ -181,12 +192,7 @@ def _combine_kernel(kind: str, dtype: np.dtype) -> Any:
             cuda.syncthreads()
             _fold(vals, idxs, t, nt, keeps_best, wants_low, multiplies)
             if t == 0:
-                if gives_index:
-                    out[o] = idxs[0]
-                elif divides:
-                    out[o] = vals[0] / count
-                else:
-                    out[o] = vals[0]
+                _result(out, o, vals[0], idxs[0], count, gives_index, divides)
             cuda.syncthreads()
 
     return combine
@@ -208,7 +214,7 @@ def split_slices(kind: str, outputs: int, count: int) -> int:
     and many elements, then enough to make about ``SPLIT_BLOCKS`` blocks, each of at least ``MIN_SLICE``."""
     if kind == "logsumexp" or outputs >= SPLIT_BLOCKS or count < 2 * MIN_SLICE:
         return 1
-    return max(1, min(SPLIT_BLOCKS // outputs, count // MIN_SLICE))
+    return min(SPLIT_BLOCKS // outputs, count // MIN_SLICE)  # both at least 1 here
 
 
 def _dims(shape: tuple[int, ...], strides: tuple[int, ...], picked: list[int]) -> tuple[tuple[int, ...], ...]:
