@@ -39,7 +39,7 @@ from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
 from .fanout import Cancelled, current_fan_out
 from .frames import Framed, tensor_chunk_frames
-from .held import PullPlan, StepCancelled, step_frames
+from .held import PullPlan, StepCancelled
 from .messages import (
     optimizer_from_proto,
     optimizer_to_proto,
@@ -53,6 +53,7 @@ from .results import JobInfo, PullResult, PushResult, push_result
 from .shard_calls import ShardCalls
 from .sharding import Layout, job_layout
 from .step_parts import PlanKey, pull_plan, pull_result, push_pieces
+from .step_requests import step_frames
 from .streaming import StreamedStep
 
 _PUSH_CHUNK_FIELD = pb.PushMessage.DESCRIPTOR.fields_by_name["chunk"].number

@@ -81,13 +81,13 @@ def chunk_parts(name: str, array: np.ndarray, max_bytes: int = MAX_CHUNK_BYTES) 
     if max_bytes < 1:
         raise ParameterServerError(f"max_bytes must be positive, got {max_bytes}", "INVALID_ARGUMENT")
     raw = byte_view(array)
-    heads = _chunk_heads(name, array.dtype, array.shape, raw.size, max_bytes)
+    heads = chunk_heads(name, array.dtype, array.shape, raw.size, max_bytes)
     for offset, head in heads:
         yield [head, raw[offset : offset + max_bytes].data]
 
 
 @lru_cache(maxsize=4096)
-def _chunk_heads(
+def chunk_heads(
     name: str, dtype: np.dtype, shape: tuple[int, ...], nbytes: int, max_bytes: int
 ) -> tuple[tuple[int, bytes], ...]:
     """Each chunk's offset and serialized fields up to its content (the content's tag and length included).

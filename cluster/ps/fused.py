@@ -46,7 +46,7 @@ from cellgraph.protos import tensor_pb2
 from ..errors import ParameterServerError
 from .chunks import MAX_CHUNK_BYTES, byte_view, dtype_enum, dtype_of
 from .config import VariableSpec, listed
-from .frames import chunk_parts, varint
+from .frames import chunk_heads, varint
 
 # A tensor this small (or smaller) travels fused with the others of its dtype. Measured on an Inception-v3-sized
 # model (ps_throughput.py's, 100 MB), 256 KiB against 64 KiB fuses its 120 kernels of 72 KB too: a pull of the
@@ -62,41 +62,80 @@ def fusable(nbytes: int) -> bool:
     return 0 < nbytes <= FUSE_TENSOR_BYTES
 
 
+Entry = tuple[str, np.dtype, tuple[int, ...]]  # a tensor as a chunk plan sees it: name, dtype, shape
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """One chunk of a list of tensors, without their values: its serialized fields up to its content (the
+    content's tag and length included), and where the content comes from: (tensor index, first byte, end
+    byte) of each tensor's bytes, in order."""
+
+    head: bytes
+    sources: tuple[tuple[int, int, int], ...]
+
+    @property
+    def nbytes(self) -> int:
+        """The chunk's serialized size."""
+        return len(self.head) + sum(end - start for _, start, end in self.sources)
+
+
 def tensor_chunk_parts(
     tensors: Sequence[tuple[VariableSpec, np.ndarray]], max_bytes: int = MAX_CHUNK_BYTES
 ) -> Iterator[list[Any]]:
-    """The chunks of ``tensors`` (spec, array), each as the pieces of a serialized ``TensorChunk``: the small
-    ones of each dtype fused (in groups of at most ``FUSE_GROUP_BYTES``), the others as ``chunk_parts`` makes
-    them. A group of one is an ordinary chunk. The order is kept as far as fusing allows: the groups so far
-    go before each big tensor."""
-    groups: dict[np.dtype, list[tuple[str, np.ndarray]]] = {}
+    """The chunks of ``tensors`` (spec, array), each as the pieces of a serialized ``TensorChunk``: its head,
+    then views of the tensors' bytes (``chunk_plans`` says which)."""
+    views = [byte_view(array) for _, array in tensors]
+    for plan in chunk_plans(entries(tensors), max_bytes):
+        yield [plan.head, *(views[i][start:end].data for i, start, end in plan.sources)]
+
+
+def entries(tensors: Sequence[tuple[VariableSpec, np.ndarray]]) -> tuple[Entry, ...]:
+    """What ``chunk_plans`` needs of ``tensors``: each one's name, dtype and shape."""
+    return tuple((spec.name, array.dtype, array.shape) for spec, array in tensors)
+
+
+@lru_cache(maxsize=1024)
+def chunk_plans(tensors: tuple[Entry, ...], max_bytes: int = MAX_CHUNK_BYTES) -> tuple[ChunkPlan, ...]:
+    """The chunks tensors of these names, dtypes and shapes travel in: the small ones of each dtype fused (in
+    groups of at most ``FUSE_GROUP_BYTES``; a group of one is an ordinary chunk), the others cut into chunks
+    of at most ``max_bytes``. The order is kept as far as fusing allows: the groups so far go before each big
+    tensor. A replica sends the same tensors step after step, so this is worked out once for them."""
+    plans: list[ChunkPlan] = []
+    groups: dict[np.dtype, list[int]] = {}
     sizes: dict[np.dtype, int] = {}
     limit = min(FUSE_GROUP_BYTES, max_bytes)
-    for spec, array in tensors:
-        nbytes = array.nbytes
+
+    def nbytes_of(i: int) -> int:
+        _, dtype, shape = tensors[i]
+        return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+    def group_plan(group: list[int]) -> ChunkPlan:
+        if len(group) == 1:  # a group of one is that tensor's own chunk
+            name, dtype, shape = tensors[group[0]]
+            [(_, head)] = chunk_heads(name, dtype, shape, nbytes_of(group[0]), max_bytes)
+            return ChunkPlan(head, ((group[0], 0, nbytes_of(group[0])),))
+        names = tuple(tensors[i][0] for i in group)
+        head = fused_head(names, tensors[group[0]][1], sum(nbytes_of(i) for i in group))
+        return ChunkPlan(head, tuple((i, 0, nbytes_of(i)) for i in group))
+
+    for i, (name, dtype, shape) in enumerate(tensors):
+        nbytes = nbytes_of(i)
         if not fusable(nbytes) or nbytes > limit:
             if nbytes:  # the small ones before a big one go first: a receiver may wait for them in this order
-                yield from (_group_parts(group, max_bytes) for group in groups.values())
+                plans += (group_plan(group) for group in groups.values())
                 groups.clear()
                 sizes.clear()
-            yield from chunk_parts(spec.name, array, max_bytes)
+            for offset, head in chunk_heads(name, dtype, shape, nbytes, max_bytes):
+                plans.append(ChunkPlan(head, ((i, offset, min(offset + max_bytes, nbytes)),)))
             continue
-        dtype = array.dtype
         if sizes.get(dtype, 0) + nbytes > limit:
-            yield _group_parts(groups.pop(dtype), max_bytes)
+            plans.append(group_plan(groups.pop(dtype)))
             sizes[dtype] = 0
-        groups.setdefault(dtype, []).append((spec.name, array))
+        groups.setdefault(dtype, []).append(i)
         sizes[dtype] = sizes.get(dtype, 0) + nbytes
-    for group in groups.values():
-        yield _group_parts(group, max_bytes)
-
-
-def _group_parts(group: list[tuple[str, np.ndarray]], max_bytes: int) -> list[Any]:
-    """One group's chunk; a group of one is that tensor's own chunk."""
-    if len(group) == 1:
-        [(name, array)] = group
-        return next(chunk_parts(name, array, max_bytes))
-    return fused_parts(group)
+    plans += (group_plan(group) for group in groups.values())
+    return tuple(plans)
 
 
 def fused_parts(tensors: Sequence[tuple[str, np.ndarray]]) -> list[Any]:

@@ -18,12 +18,10 @@ Examples
 --------
 >>> import numpy as np
 >>> from cellgraph.cluster.ps.config import VariableSpec
->>> w = VariableSpec("w", np.dtype("float32"), (4,))
->>> header = pb.PushHeader(replica_id=0, step=3)
->>> [frame] = step_frames([(w, np.ones(4, np.float32))], header, pb.PullRequest(names=["w"]), 1.0, 1 << 20)
->>> request = pb.StepRequest.FromString(frame)
->>> request.header.step, request.chunks[0].name, request.more, list(request.pull.names)
-(3, 'w', False, ['w'])
+>>> layout = {"w": [(0, VariableSpec("w", np.dtype("float32"), (4,)))]}
+>>> plan = PullPlan(layout, ["w"], replica_id=0, max_chunk=1 << 20)
+>>> pb.PullRequest.FromString(plan.wire_for(0, min_step=3)).min_step, plan.whole["w"].shape
+(3, (4,))
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import struct
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
@@ -46,61 +43,18 @@ from cellgraph.protos import parameter_service_pb2 as pb
 from ..errors import ParameterServerError
 from . import fused
 from .aio_layer import keep_grpc_aio_up
-from .chunks import MAX_MESSAGE_BYTES, TensorAssembler
+from .chunks import TensorAssembler
 from .config import VariableSpec
-from .frames import Framed, length_delimited, parse_framed, varint
+from .frames import Framed, parse_framed
 from .sharding import Layout
 from .step_loop import LoopTimeout, StepLoop
 
-_HEADER = pb.StepRequest.DESCRIPTOR.fields_by_name["header"].number
-_CHUNKS = pb.StepRequest.DESCRIPTOR.fields_by_name["chunks"].number
-_MORE = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["more"].number << 3) + b"\x01"
-_PULL = pb.StepRequest.DESCRIPTOR.fields_by_name["pull"].number
-_WAIT = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["wait_s"].number << 3 | 1)  # a double: 8 bytes follow
-_NONFINITE = pb.StepRequest.DESCRIPTOR.fields_by_name["nonfinite"].number
-# A step whose gradients (and their chunks' headers) fit in this many bytes is one message.
-ONE_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 # How long closing a client waits for its Step channels to close.
 CLOSE_WAIT_S = 1.0
 
 
-def step_frames(
-    pieces: Sequence[tuple[VariableSpec, np.ndarray]],
-    header: pb.PushHeader | None,
-    pull: pb.PullRequest | bytes | None,
-    wait_s: float,
-    max_chunk: int,
-    nonfinite: str = "",
-) -> Iterator[bytes]:
-    """A step's StepRequest frames: the header, the gradients' chunks packed into messages of up to about
-    ``ONE_MESSAGE_BYTES`` (``more`` set on all but the last), and the pull on the last one (with
-    ``nonfinite``, what the replica found wrong with a gradient of the push, when it did: nonfinite.py).
-
-    Made one at a time, as the stream asks for the next: each message is
-    joined (the one copy of its gradients' bytes) while gRPC sends the one
-    before, not all of a big push before its first byte leaves."""
-    # The last message's own fields, joined by hand: a copy of the pull into a StepRequest and its
-    # serialization cost more than the rest of a small step's framing.
-    wire = pull.SerializeToString() if isinstance(pull, pb.PullRequest) else pull  # or serialized already
-    tail = b"".join([*(length_delimited(_PULL, [wire]) if wire is not None else []), _WAIT])
-    tail += struct.pack("<d", wait_s)
-    if nonfinite:
-        tail += b"".join(length_delimited(_NONFINITE, [nonfinite.encode()]))
-    parts: list[Any] = length_delimited(_HEADER, [header.SerializeToString()]) if header is not None else []
-    size = 0
-    for chunk in fused.tensor_chunk_parts(pieces, max_chunk):  # the small gradients of a dtype fused
-        field = length_delimited(_CHUNKS, chunk)
-        nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in field)
-        if size and size + nbytes > ONE_MESSAGE_BYTES:
-            yield b"".join([*parts, _MORE])
-            parts, size = [], 0
-        parts += field
-        size += nbytes
-    yield b"".join([*parts, tail])
-
-
 class _FrameSource:
-    """A step's frames from ``step_frames``, read by ``HeldStream._exchange`` like its queue: (frame, is_last)."""
+    """A step's frames (``step_requests.step_frames``), read by ``HeldStream._exchange`` like its queue: (frame, is_last)."""
 
     def __init__(self, frames: Iterator[bytes]) -> None:
         self._frames = frames
@@ -422,15 +376,14 @@ class ShardReceiver:
             if chunk.members:
                 self._add_fused(value, content)
                 continue
-            assembler = self.assemblers.get(value.chunk.name)
+            name = chunk.name
+            assembler = self.assemblers.get(name)
             if assembler is None:
-                raise ParameterServerError(
-                    f"shard {self.shard} sent '{value.chunk.name}', which was not asked for", "INTERNAL"
-                )
-            assembler.add(value.chunk, content)
-            self.step, self.versions[value.chunk.name] = value.global_step, value.version
+                raise ParameterServerError(f"shard {self.shard} sent '{name}', which was not asked for", "INTERNAL")
+            assembler.add(chunk, content)
+            self.step, self.versions[name] = value.global_step, value.version
             if self.on_piece is not None and assembler.received == assembler.total:
-                self.on_piece(value.chunk.name)
+                self.on_piece(name)
 
     def _add_fused(self, value: pb.PullMessage, content: memoryview) -> None:
         """Write each member of a fused chunk (checked whole first) into its array."""

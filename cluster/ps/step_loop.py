@@ -12,7 +12,9 @@ the loop itself, and a bare unary call 0.50 ms (this machine, same run).
 So the loop has no thread of its own while somebody waits on it. A thread
 that waits for a step runs the loop itself until its step is done (it
 *leads*); threads that wait meanwhile sleep until their step is done or the
-loop is free again, when one of them leads. Work that needs the loop while
+loop is free again, when one of them leads. A leader whose step nobody else
+waits for (no fan-out) runs it as a plain task, with no future between
+threads: each of those took a lock a few times a step. Work that needs the loop while
 nobody waits on it (a streamed step's messages and answer, a stream's
 cancel, a channel's close, a step abandoned at its deadline) is *live*: a
 background thread runs the loop while any is live and no caller does.
@@ -86,6 +88,14 @@ class StepLoop:
         except RuntimeError:
             coroutine.close()  # never to run: no "never awaited" warning on top of the error
             raise
+        if lead and scope is None:  # nobody else waits for it: run it here, no future between threads
+            task = driven.run_here(coroutine, deadline)
+            if not task.done():
+                driven.loop.call_soon_threadsafe(task.cancel)  # live: whoever runs the loop next ends it
+                raise LoopTimeout(f"not done within {seconds:g} s (cancelled)")
+            if task.cancelled():  # from inside (its gRPC call cancelled): as a cancelled future says it
+                raise concurrent.futures.CancelledError()
+            return task.result()
         try:
             future = driven.schedule(coroutine, here=lead)
         except BaseException:
@@ -158,7 +168,10 @@ class _Driven:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.changed = threading.Condition(threading.Lock())
+        # ``changed`` is waited on and notified; code that only reads or writes the fields below holds its lock
+        # (``_mutex``) directly, without the Condition's Python-level wrappers (a few a step).
+        self._mutex = threading.Lock()
+        self.changed = threading.Condition(self._mutex)
         self.driver: int | None = None  # the thread running the loop now (_BACKGROUND for the background one)
         self.live = 0  # scheduled coroutines and callbacks not finished yet
         self.waiting: list[threading.Event] = []  # threads that wait to lead, woken when the loop is free
@@ -234,13 +247,13 @@ class _Driven:
     def _add_live(self, wake: bool = True) -> None:
         """One more piece of live work; ``wake``: the background thread runs it unless a caller claimed the loop
         (False: this thread claimed it and runs it)."""
-        with self.changed:
+        with self._mutex:
             self.live += 1
             if wake and self.driver is None:
                 self.changed.notify_all()  # the background thread runs it unless a caller claimed the loop
 
     def _end_live(self) -> None:  # on the loop
-        with self.changed:
+        with self._mutex:
             self.live -= 1
             if self.live == 0 and self.driver == _BACKGROUND:
                 self.loop.stop()
@@ -253,7 +266,7 @@ class _Driven:
             if running is self.loop:
                 raise RuntimeError("a step was waited for on the step loop itself: it would never end")
             return False  # this thread runs a loop of its own: the background thread runs ours
-        with self.changed:
+        with self._mutex:
             if self.driver is None:
                 self.driver = threading.get_ident()
                 return True
@@ -261,7 +274,7 @@ class _Driven:
 
     def release(self) -> None:
         """Free the loop (this thread claimed it): wake the threads that wait to run it, or the background one."""
-        with self.changed:
+        with self._mutex:
             self.driver = None
             waiting, self.waiting = self.waiting, []
             if self.live:
@@ -311,25 +324,59 @@ class _Driven:
             else:  # cancelled from another thread (a fan-out's failure)
                 loop.call_soon_threadsafe(loop.stop)
 
-        interrupted: list[tuple[Any, Any]] = []  # (the handler Ctrl-C would have run, its frame)
         try:
             future.add_done_callback(stop)
+        except BaseException:
+            self.release()
+            raise
+        self._run_until(future.done, deadline, future.cancel)
+
+    def run_here(self, coroutine: Coroutine[Any, Any, T], deadline: float) -> asyncio.Task[T]:
+        """Run ``coroutine`` as a task on this thread, which claimed the loop, until it ends or ``deadline``
+        passes, then free the loop; the task (not done: given up at the deadline, still live)."""
+        me, loop = threading.get_ident(), self.loop
+
+        async def stopping() -> T:  # stops the loop inside the task's last step: no loop pass more
+            try:
+                return await coroutine
+            finally:
+                self._end_live()
+                if threading.get_ident() == me:  # still run by its caller, not by whoever took over after it
+                    loop.stop()
+
+        try:
+            self._add_live(wake=False)  # live until it ends: given up on, it is run to its end by the next runner
+            task = loop.create_task(stopping())
+        except BaseException:
+            coroutine.close()
+            self.release()
+            raise
+        self._run_until(task.done, deadline, lambda: loop.call_soon_threadsafe(task.cancel))
+        return task
+
+    def _run_until(self, done: Callable[[], bool], deadline: float, cancel: Callable[[], object]) -> None:
+        """Run the loop here (this thread claimed it) until ``done()`` or ``deadline``, then free it; a Ctrl-C
+        meanwhile calls ``cancel()`` and is raised once the loop is still."""
+        loop = self.loop
+        interrupted: list[tuple[Any, Any]] = []  # (the handler Ctrl-C would have run, its frame)
+        try:
             timer = loop.call_later(max(0.0, deadline - time.monotonic()), loop.stop)
             try:
                 with _sigint_deferred(loop, interrupted):
-                    while not future.done() and time.monotonic() < deadline and not interrupted:
-                        loop.run_forever()  # until stopped: the step is done, its deadline, or a stale stop
+                    while not done() and time.monotonic() < deadline:
+                        loop.run_forever()  # until stopped: the step is done, its deadline, a Ctrl-C, a stale stop
+                        if interrupted:  # the loop is still: run the handler Ctrl-C would have run
+                            handler, frame = interrupted[0]
+                            interrupted.clear()
+                            try:
+                                handler(signal.SIGINT, frame)  # Python's own raises KeyboardInterrupt
+                            except BaseException:
+                                cancel()
+                                raise
             finally:
                 timer.cancel()
         finally:
             self.release()
-        if interrupted:
-            handler, frame = interrupted[0]
-            try:
-                handler(signal.SIGINT, frame)  # Python's own raises KeyboardInterrupt
-            except BaseException:
-                future.cancel()
-                raise
 
     def _background(self) -> None:
         """Run the loop while work is live and no caller runs it."""
@@ -349,11 +396,9 @@ def _set(event: threading.Event, _: object) -> None:
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop this thread is running, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+    """The event loop this thread is running, if any. (asyncio's own low-level getter, which event loops and
+    libraries use: ``get_running_loop`` raises where there is none, an exception every step.)"""
+    return asyncio.events._get_running_loop()
 
 
 @contextlib.contextmanager

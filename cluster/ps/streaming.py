@@ -57,22 +57,11 @@ from ..errors import ParameterServerError
 from . import fused
 from .config import VariableSpec
 from .frames import Framed, chunk_parts, length_delimited
-from .held import (
-    _CHUNKS,
-    _HEADER,
-    _MORE,
-    ONE_MESSAGE_BYTES,
-    STEP_LOOP,
-    HeldStream,
-    PullPlan,
-    ShardReceiver,
-    StepTimeout,
-    put_threadsafe,
-    step_frames,
-)
+from .held import STEP_LOOP, HeldStream, PullPlan, ShardReceiver, StepTimeout, put_threadsafe
 from .nonfinite import first_nonfinite
 from .results import PullResult, PushResult, push_result
 from .step_parts import pull_result
+from .step_requests import _CHUNKS, _HEADER, _MORE, ONE_MESSAGE_BYTES, step_frames
 
 if TYPE_CHECKING:
     from .client import ParameterClient

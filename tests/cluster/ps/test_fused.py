@@ -18,7 +18,8 @@ from cellgraph.cluster.ps import OptimizerConfig, TrainingConfig, VariableSpec, 
 from cellgraph.cluster.ps.auth import token_metadata
 from cellgraph.cluster.ps.chunks import TensorAssembler
 from cellgraph.cluster.ps.frames import Framed
-from cellgraph.cluster.ps.held import ShardReceiver, step_frames
+from cellgraph.cluster.ps.held import ShardReceiver
+from cellgraph.cluster.ps.step_requests import step_frames
 from cellgraph.cluster.ps.step_server import _answer_frames
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import parameter_service_pb2_grpc as pb_grpc

@@ -264,7 +264,7 @@ def test_an_unreachable_server_is_named_after_the_retries(ps: Servers) -> None:
 
 
 def test_steps_go_over_one_held_stream_per_shard_small_and_big(ps: Servers) -> None:
-    from cellgraph.cluster.ps.held import ONE_MESSAGE_BYTES
+    from cellgraph.cluster.ps.step_requests import ONE_MESSAGE_BYTES
 
     ps.start(2)
     client = ps.client()

@@ -241,3 +241,21 @@ def test_a_parameter_server_beside_an_idle_step_loop_answers_without_it() -> Non
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "statuses [1]" in done.stdout  # SERVING, 20 times, each within its 5 s deadline
+
+
+def test_a_step_run_by_its_own_thread_reports_its_error_or_its_cancellation_as_a_shared_one_would() -> None:
+    loop = StepLoop()
+
+    async def fails() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("the step's own error")
+
+    async def cancelled_inside() -> None:  # as a held stream's read does when its call is cancelled from outside
+        await asyncio.sleep(0)
+        raise asyncio.CancelledError()
+
+    with pytest.raises(ValueError, match="the step's own error"):
+        loop.run(fails(), DEADLINE_S)
+    with pytest.raises(concurrent.futures.CancelledError):
+        loop.run(cancelled_inside(), DEADLINE_S)
+    assert leads_again(loop)  # neither left the loop claimed or stopped

@@ -1,0 +1,100 @@
+"""A step's frames from a kept recipe: protobuf reads them as the step's own message, every gradient's values
+in place, whatever the mix of dtypes, sizes, byte orders and layouts, and a kept recipe never carries one
+step's values into the next."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cellgraph.cluster.ps import fused
+from cellgraph.cluster.ps.chunks import dtype_of
+from cellgraph.cluster.ps.config import VariableSpec
+from cellgraph.cluster.ps.step_requests import ONE_MESSAGE_BYTES, step_frames, step_recipe
+from cellgraph.protos import parameter_service_pb2 as pb
+
+
+def _pieces(arrays: dict[str, np.ndarray]) -> list[tuple[VariableSpec, np.ndarray]]:
+    return [(VariableSpec(name, a.dtype.newbyteorder("="), a.shape), a) for name, a in arrays.items()]
+
+
+def _received(frames: list[bytes]) -> tuple[dict[str, np.ndarray], list[pb.StepRequest]]:
+    """Each gradient as a receiver rebuilds it from the parsed messages (fused members split, chunks joined)."""
+    messages = [pb.StepRequest.FromString(frame) for frame in frames]
+    parts: dict[str, list[tuple[int, bytes, np.dtype, tuple[int, ...]]]] = {}
+    for message in messages:
+        for chunk in message.chunks:
+            dtype = dtype_of(chunk.dtype, "test")
+            if chunk.members:
+                flat = np.frombuffer(chunk.content, dtype)
+                at = 0
+                for name in chunk.members:
+                    count = EXPECTED[name].size
+                    parts.setdefault(name, []).append((0, flat[at : at + count].tobytes(), dtype, EXPECTED[name].shape))
+                    at += count
+                assert at == flat.size
+                continue
+            parts.setdefault(chunk.name, []).append((chunk.offset, chunk.content, dtype, tuple(chunk.shape.dim)))
+    out = {}
+    for name, pieces in parts.items():
+        pieces.sort(key=lambda p: p[0])
+        data = b"".join(p[1] for p in pieces)
+        out[name] = np.frombuffer(data, pieces[0][2]).reshape(pieces[0][3])
+    return out, messages
+
+
+EXPECTED: dict[str, np.ndarray] = {}
+
+
+@pytest.mark.parametrize("max_chunk", [1 << 20, 1000])
+def test_frames_carry_every_gradient_whatever_the_mix(max_chunk: int) -> None:
+    rng = np.random.default_rng(0)
+    arrays = {
+        "bias": rng.normal(size=7).astype(np.float32),
+        "kernel": rng.normal(size=(40, 30)).astype(np.float32),  # 4,800 bytes: cut into chunks at 1000
+        "steps": np.arange(5, dtype=np.int64),
+        "empty": np.zeros((0, 3), np.float32),
+        "scale": rng.normal(size=(2, 2)).astype(np.float64),
+        "big_endian": rng.normal(size=3).astype(">f4"),
+        "strided": rng.normal(size=(6, 4)).astype(np.float32)[:, ::2],  # not C-contiguous
+        "gamma": rng.normal(size=3).astype(np.float32),
+    }
+    EXPECTED.clear()
+    EXPECTED.update(arrays)
+    header = pb.PushHeader(replica_id=2, step=9)
+    for _step in range(2):  # the second step reuses the recipe with new values
+        frames = list(step_frames(_pieces(arrays), header, pb.PullRequest(names=["bias"]), 1.5, max_chunk, "x"))
+        got, messages = _received(frames)
+        assert sorted(got) == sorted(arrays)
+        for name, array in arrays.items():
+            np.testing.assert_array_equal(got[name], array, err_msg=name)
+            assert got[name].dtype == array.dtype.newbyteorder("=")
+        assert [m.more for m in messages] == [False]
+        assert messages[0].header.step == 9 and messages[0].wait_s == 1.5 and messages[0].nonfinite == "x"
+        arrays = {name: (a + 1 if a.dtype.kind == "f" else a * 3) for name, a in arrays.items()}
+        EXPECTED.update(arrays)
+
+
+def test_a_push_over_one_message_goes_in_several_with_the_header_first_and_the_pull_last() -> None:
+    big = np.arange(ONE_MESSAGE_BYTES // 4 + 1000, dtype=np.float32)
+    small = np.ones(3, np.float32)
+    EXPECTED.clear()
+    EXPECTED.update({"small": small, "big": big})
+    pieces = _pieces({"small": small, "big": big})
+    frames = list(step_frames(pieces, pb.PushHeader(replica_id=0, step=1), pb.PullRequest(names=["big"]), 1.0, 1 << 20))
+    got, messages = _received(frames)
+    assert len(messages) > 1
+    assert [m.more for m in messages] == [True] * (len(messages) - 1) + [False]
+    assert [m.HasField("header") for m in messages] == [True] + [False] * (len(messages) - 1)
+    assert [m.HasField("pull") for m in messages] == [False] * (len(messages) - 1) + [True]
+    assert all(len(frame) <= ONE_MESSAGE_BYTES + 1024 for frame in frames)
+    np.testing.assert_array_equal(got["big"], big)
+    np.testing.assert_array_equal(got["small"], small)
+    assert len(step_recipe(fused.entries(pieces), 1 << 20)) == len(messages)
+
+
+def test_a_pull_alone_is_one_message_without_chunks() -> None:
+    [frame] = step_frames([], None, pb.PullRequest(names=["w"], min_step=4), 2.0, 1 << 20)
+    message = pb.StepRequest.FromString(frame)
+    assert not message.HasField("header") and not message.chunks and not message.more
+    assert list(message.pull.names) == ["w"] and message.pull.min_step == 4 and message.wait_s == 2.0
