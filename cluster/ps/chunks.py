@@ -274,6 +274,8 @@ class TensorAssembler:
 
     def missing(self) -> list[tuple[int, int]]:
         """The byte ranges not received yet."""
+        if self.received == self.total:  # ranges never overlap: every byte is there
+            return []
         gaps, at = [], 0
         for start, stop in zip(self._starts, self._stops):
             if start > at:

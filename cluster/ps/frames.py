@@ -54,10 +54,13 @@ _CONTENT = _CHUNK.fields_by_name["content"].number
 _LENGTH_DELIMITED = 2
 # Messages up to this size are parsed by protobuf whole (see parse_framed).
 SMALL_MESSAGE_BYTES = 64 * 1024
+_ONE_BYTE = tuple(bytes([n]) for n in range(0x80))
 
 
 def varint(n: int) -> bytes:
     """``n`` (0 or more) as a protobuf base-128 varint."""
+    if 0 <= n < 0x80:  # a field's tag, a small length: one byte, made once
+        return _ONE_BYTE[n]
     out = bytearray()
     while n > 0x7F:
         out.append(n & 0x7F | 0x80)
@@ -66,13 +69,17 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _size(parts: list[Any]) -> int:
-    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+def parts_size(parts: list[Any]) -> int:
+    """How many bytes ``parts`` (bytes and memoryviews, a message in pieces) join into."""
+    size = 0
+    for part in parts:  # a loop, not a generator: this runs for every field of every step
+        size += part.nbytes if isinstance(part, memoryview) else len(part)
+    return size
 
 
 def length_delimited(field: int, parts: list[Any]) -> list[Any]:
     """``parts`` (a serialized message, in pieces) as field ``field`` of an enclosing message."""
-    return [varint(field << 3 | _LENGTH_DELIMITED) + varint(_size(parts)), *parts]
+    return [varint(field << 3 | _LENGTH_DELIMITED) + varint(parts_size(parts)), *parts]
 
 
 def chunk_parts(name: str, array: np.ndarray, max_bytes: int = MAX_CHUNK_BYTES) -> Iterator[list[Any]]:

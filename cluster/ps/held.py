@@ -332,10 +332,12 @@ class PullPlan:
         """Whether this plan may pull into ``out`` again: made for these very arrays, one for every variable it
         pulls (none of its own, which a second pull would overwrite), still writable and of their shapes."""
         whole, shapes = self.whole, self.shapes
-        return len(out) == len(whole) and all(
-            whole.get(name) is array and array.flags.writeable and array.shape == shapes[name]
-            for name, array in out.items()
-        )
+        if len(out) != len(whole):
+            return False
+        for name, array in out.items():  # a loop, not a generator: a kept plan is checked every step
+            if whole.get(name) is not array or not array.flags.writeable or array.shape != shapes[name]:
+                return False
+        return True
 
     def receiver(self, shard: int, on_piece: Callable[[str], None] | None = None) -> ShardReceiver:
         assemblers = self._idle.pop(shard, None)
@@ -347,7 +349,10 @@ class PullPlan:
         else:
             for assembler in assemblers.values():
                 assembler.again()
-        return ShardReceiver(shard, assemblers, on_piece, self._idle, self._layouts.setdefault(shard, {}))
+        layouts = self._layouts.get(shard)
+        if layouts is None:
+            layouts = self._layouts[shard] = {}
+        return ShardReceiver(shard, assemblers, on_piece, self._idle, layouts)
 
 
 class ShardReceiver:

@@ -63,18 +63,23 @@ class PushResult:
 
 def push_result(answers: Mapping[int, pb.PushResponse]) -> PushResult:
     """One result for a push from every shard's answer: the worst status, the lowest step."""
-    statuses = tuple(_STATUS_NAMES.get(answers[s].status, "unknown") for s in sorted(answers))
+    # Loops, not generators: this runs every step, and a one-shard push is the common case.
+    names: list[str] = []
+    global_step = staleness = None
+    for shard in sorted(answers):
+        answer = answers[shard]
+        names.append(_STATUS_NAMES.get(answer.status, "unknown"))
+        global_step = answer.global_step if global_step is None else min(global_step, answer.global_step)
+        staleness = answer.staleness if staleness is None else max(staleness, answer.staleness)
+    statuses = tuple(names)
     if "stale" in statuses:
         status = "stale"
-    elif all(s == "applied" for s in statuses):
+    elif statuses.count("applied") == len(statuses):
         status = "applied"
     elif "skipped" in statuses:
         status = "skipped"
     else:
         status = "aggregated"
-    return PushResult(
-        status=status,
-        global_step=min(a.global_step for a in answers.values()),
-        staleness=max(a.staleness for a in answers.values()),
-        by_shard=statuses,
-    )
+    if global_step is None or staleness is None:
+        raise ValueError("push_result needs at least one shard's answer")
+    return PushResult(status=status, global_step=global_step, staleness=staleness, by_shard=statuses)

@@ -36,7 +36,7 @@ from ..errors import ParameterServerError
 from . import fused
 from .chunks import MAX_MESSAGE_BYTES, TensorAssembler, release_all
 from .door import decoded
-from .frames import Framed, chunk_parts, length_delimited, varint
+from .frames import Framed, chunk_parts, length_delimited, parts_size, varint
 
 if TYPE_CHECKING:
     from .servicer import ParameterServicer
@@ -208,7 +208,7 @@ def _answer_frames(
         chunks = [fused.fused_parts(members)] if len(members) > 1 else chunk_parts(*members[0], limit)
         for chunk in chunks:
             value_parts = length_delimited(_VALUES, [head, *length_delimited(_CHUNK, chunk)])
-            nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in value_parts)
+            nbytes = parts_size(value_parts)
             if parts and size + nbytes > budget:
                 yield b"".join(parts)
                 parts, size = [], 0

@@ -56,7 +56,7 @@ from cellgraph.protos import parameter_service_pb2 as pb
 from ..errors import ParameterServerError
 from . import fused
 from .config import VariableSpec
-from .frames import Framed, chunk_parts, length_delimited
+from .frames import Framed, chunk_parts, length_delimited, parts_size
 from .held import STEP_LOOP, HeldStream, PullPlan, ShardReceiver, StepTimeout, put_threadsafe
 from .nonfinite import first_nonfinite
 from .results import PullResult, PushResult, push_result
@@ -252,7 +252,7 @@ class StreamedStep:
             self._fuse_small(send)
         for chunk in chunk_parts(spec.name, piece, self.client.max_chunk_bytes):
             field = length_delimited(_CHUNKS, chunk)
-            nbytes = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in field)
+            nbytes = parts_size(field)
             if send.size and send.size + nbytes > ONE_MESSAGE_BYTES:
                 # A message stays under gRPC's limit: a gradient bigger than one goes in several.
                 self._flush(send, last=None)

@@ -98,3 +98,15 @@ def test_a_pull_alone_is_one_message_without_chunks() -> None:
     message = pb.StepRequest.FromString(frame)
     assert not message.HasField("header") and not message.chunks and not message.more
     assert list(message.pull.names) == ["w"] and message.pull.min_step == 4 and message.wait_s == 2.0
+
+
+def test_varints_are_protobufs_own_on_both_sides_of_the_one_byte_table() -> None:
+    from google.protobuf.internal.encoder import _VarintBytes  # protobuf's own encoder, the reference
+
+    from cellgraph.cluster.ps.frames import parts_size, varint
+
+    for n in [0, 1, 0x7F, 0x80, 300, 2**21, 2**35, 2**63 - 1]:
+        assert varint(n) == _VarintBytes(n), n
+    with pytest.raises(ValueError):
+        varint(-1)  # not a length or a tag: refused, never a byte from the table
+    assert parts_size([b"abc", memoryview(np.zeros(5, np.float32)).cast("B")]) == 3 + 20
