@@ -92,7 +92,7 @@ def tensor_chunk_parts(
 
 def entries(tensors: Sequence[tuple[VariableSpec, np.ndarray]]) -> tuple[Entry, ...]:
     """What ``chunk_plans`` needs of ``tensors``: each one's name, dtype and shape."""
-    return tuple((spec.name, array.dtype, array.shape) for spec, array in tensors)
+    return tuple([(spec.name, array.dtype, array.shape) for spec, array in tensors])  # a list: no generator
 
 
 @lru_cache(maxsize=1024)

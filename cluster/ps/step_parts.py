@@ -85,10 +85,14 @@ def pull_result(plan: PullPlan, answers: Mapping[int, tuple[int, dict[str, int]]
     """The values ``plan`` pulled, the lowest global step of the shards' answers, and each variable's lowest
     version (a split variable's pieces come from several shards)."""
     versions: dict[str, int] = {}
-    for _, shard_versions in answers.values():
+    lowest: int | None = None
+    for step, shard_versions in answers.values():
+        lowest = step if lowest is None else min(lowest, step)
         for name, version in shard_versions.items():
             versions[name] = min(version, versions.get(name, version))
-    return PullResult(dict(plan.whole), min(step for step, _ in answers.values()), versions)
+    if lowest is None:
+        raise ValueError("pull_result needs at least one shard's answer")
+    return PullResult(dict(plan.whole), lowest, versions)
 
 
 def push_pieces(layout: Layout, grads: Mapping[str, np.ndarray]) -> dict[int, list[tuple[VariableSpec, np.ndarray]]]:
