@@ -75,7 +75,8 @@ def take_gradient(
             )
         what = f"gradient for {quoted(chunk.name)}"
         assembler = assemblers[chunk.name] = TensorAssembler(spec, what, adopt=True, pieces=True)
-    check_chunk_size(content.nbytes, max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
+    if content.nbytes > max_chunk_bytes:  # the message made only when it is needed
+        check_chunk_size(content.nbytes, max_chunk_bytes, f"gradient for {quoted(chunk.name)}")
     assembler.add(chunk, content)
     if assembler.received == assembler.total and store.training.nonfinite != "apply":
         assembler.finite = header.checked or all(all_finite(piece) for _, piece in parts(assembler.gradient()))

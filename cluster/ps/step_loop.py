@@ -90,8 +90,7 @@ class StepLoop:
             raise
         if lead and scope is None:  # nobody else waits for it: run it here, no future between threads
             task = driven.run_here(coroutine, deadline)
-            if not task.done():
-                driven.loop.call_soon_threadsafe(task.cancel)  # live: whoever runs the loop next ends it
+            if not task.done():  # cancelled (run_here): whoever runs the loop next ends it
                 raise LoopTimeout(f"not done within {seconds:g} s (cancelled)")
             if task.cancelled():  # from inside (its gRPC call cancelled): as a cancelled future says it
                 raise concurrent.futures.CancelledError()
@@ -333,7 +332,9 @@ class _Driven:
 
     def run_here(self, coroutine: Coroutine[Any, Any, T], deadline: float) -> asyncio.Task[T]:
         """Run ``coroutine`` as a task on this thread, which claimed the loop, until it ends or ``deadline``
-        passes, then free the loop; the task (not done: given up at the deadline, still live)."""
+        passes, then free the loop; the task. One not done by then is cancelled, and stays live until its
+        cancellation has run: whoever runs the loop next runs it to its end. (Its first step was queued
+        before the cancel, so it has begun by then and its ``finally`` ends the live work.)"""
         me, loop = threading.get_ident(), self.loop
 
         async def stopping() -> T:  # stops the loop inside the task's last step: no loop pass more
@@ -344,14 +345,17 @@ class _Driven:
                 if threading.get_ident() == me:  # still run by its caller, not by whoever took over after it
                     loop.stop()
 
+        self._add_live(wake=False)  # live until it ends: given up on, it is run to its end by the next runner
         try:
-            self._add_live(wake=False)  # live until it ends: given up on, it is run to its end by the next runner
             task = loop.create_task(stopping())
         except BaseException:
             coroutine.close()
+            self._end_live()
             self.release()
             raise
         self._run_until(task.done, deadline, lambda: loop.call_soon_threadsafe(task.cancel))
+        if not task.done():
+            loop.call_soon_threadsafe(task.cancel)
         return task
 
     def _run_until(self, done: Callable[[], bool], deadline: float, cancel: Callable[[], object]) -> None:

@@ -259,3 +259,10 @@ def test_a_step_run_by_its_own_thread_reports_its_error_or_its_cancellation_as_a
     with pytest.raises(concurrent.futures.CancelledError):
         loop.run(cancelled_inside(), DEADLINE_S)
     assert leads_again(loop)  # neither left the loop claimed or stopped
+
+
+def test_a_step_given_up_before_its_first_turn_is_run_to_its_end_and_frees_the_loop() -> None:
+    loop = StepLoop()
+    with pytest.raises(LoopTimeout):
+        loop.run(where_run(), 0.0)  # past its deadline before the loop ran once
+    assert leads_again(loop)  # its cancellation ran, and the live work it was ended
