@@ -45,7 +45,7 @@ from google.protobuf.message import DecodeError, Message
 from cellgraph.protos import tensor_pb2
 
 from ..errors import ParameterServerError
-from .chunks import MAX_CHUNK_BYTES, byte_view, dtype_enum
+from .chunks import MAX_CHUNK_BYTES, dtype_enum, wire_view
 
 M = TypeVar("M", bound=Message)
 
@@ -87,10 +87,9 @@ def chunk_parts(name: str, array: np.ndarray, max_bytes: int = MAX_CHUNK_BYTES) 
     each as the pieces of a serialized ``TensorChunk``: its small fields, then its content as a view."""
     if max_bytes < 1:
         raise ParameterServerError(f"max_bytes must be positive, got {max_bytes}", "INVALID_ARGUMENT")
-    raw = byte_view(array)
-    heads = chunk_heads(name, array.dtype, array.shape, raw.size, max_bytes)
-    for offset, head in heads:
-        yield [head, raw[offset : offset + max_bytes].data]
+    nbytes = array.nbytes
+    for offset, head in chunk_heads(name, array.dtype, array.shape, nbytes, max_bytes):
+        yield [head, wire_view(array, offset, min(offset + max_bytes, nbytes))]
 
 
 @lru_cache(maxsize=4096)

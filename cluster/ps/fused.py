@@ -44,7 +44,7 @@ import numpy as np
 from cellgraph.protos import tensor_pb2
 
 from ..errors import ParameterServerError
-from .chunks import MAX_CHUNK_BYTES, byte_view, dtype_enum, dtype_of
+from .chunks import MAX_CHUNK_BYTES, dtype_enum, dtype_of, wire_view
 from .config import VariableSpec, listed
 from .frames import chunk_heads, varint
 
@@ -85,9 +85,12 @@ def tensor_chunk_parts(
 ) -> Iterator[list[Any]]:
     """The chunks of ``tensors`` (spec, array), each as the pieces of a serialized ``TensorChunk``: its head,
     then views of the tensors' bytes (``chunk_plans`` says which)."""
-    views = [byte_view(array) for _, array in tensors]
+    arrays = [array for _, array in tensors]
     for plan in chunk_plans(entries(tensors), max_bytes):
-        yield [plan.head, *(views[i][start:end].data for i, start, end in plan.sources)]
+        parts: list[Any] = [plan.head]
+        for i, start, end in plan.sources:
+            parts.append(wire_view(arrays[i], start, end))
+        yield parts
 
 
 def entries(tensors: Sequence[tuple[VariableSpec, np.ndarray]]) -> tuple[Entry, ...]:
@@ -141,9 +144,9 @@ def chunk_plans(tensors: tuple[Entry, ...], max_bytes: int = MAX_CHUNK_BYTES) ->
 def fused_parts(tensors: Sequence[tuple[str, np.ndarray]]) -> list[Any]:
     """``tensors`` (name, array; one dtype, together at most a chunk) as the pieces of one fused
     ``TensorChunk``: its head, then each tensor's bytes as a view."""
-    raws = [(name, byte_view(array)) for name, array in tensors]
-    nbytes = sum(raw.nbytes for _, raw in raws)
-    return [fused_head(tuple(name for name, _ in raws), tensors[0][1].dtype, nbytes), *(raw.data for _, raw in raws)]
+    views = [wire_view(array, 0, array.nbytes) for _, array in tensors]
+    nbytes = sum(view.nbytes for view in views)
+    return [fused_head(tuple(name for name, _ in tensors), tensors[0][1].dtype, nbytes), *views]
 
 
 def answer_groups(

@@ -89,8 +89,8 @@ class StepLoop:
             coroutine.close()  # never to run: no "never awaited" warning on top of the error
             raise
         if lead and scope is None:  # nobody else waits for it: run it here, no future between threads
-            task = driven.run_here(coroutine, deadline)
-            if not task.done():  # cancelled (run_here): whoever runs the loop next ends it
+            task, in_time = driven.run_here(coroutine, deadline)
+            if not in_time:  # cancelled (run_here): whoever runs the loop next ends it
                 raise LoopTimeout(f"not done within {seconds:g} s (cancelled)")
             if task.cancelled():  # from inside (its gRPC call cancelled): as a cancelled future says it
                 raise concurrent.futures.CancelledError()
@@ -330,9 +330,9 @@ class _Driven:
             raise
         self._run_until(future.done, deadline, future.cancel)
 
-    def run_here(self, coroutine: Coroutine[Any, Any, T], deadline: float) -> asyncio.Task[T]:
+    def run_here(self, coroutine: Coroutine[Any, Any, T], deadline: float) -> tuple[asyncio.Task[T], bool]:
         """Run ``coroutine`` as a task on this thread, which claimed the loop, until it ends or ``deadline``
-        passes, then free the loop; the task. One not done by then is cancelled, and stays live until its
+        passes, then free the loop; the task, and whether it ended in time. One not done by then is cancelled, and stays live until its
         cancellation has run: whoever runs the loop next runs it to its end. (Its first step was queued
         before the cancel, so it has begun by then and its ``finally`` ends the live work.)"""
         me, loop = threading.get_ident(), self.loop
@@ -354,9 +354,10 @@ class _Driven:
             self.release()
             raise
         self._run_until(task.done, deadline, lambda: loop.call_soon_threadsafe(task.cancel))
-        if not task.done():
-            loop.call_soon_threadsafe(task.cancel)
-        return task
+        if task.done():
+            return task, True
+        loop.call_soon_threadsafe(task.cancel)  # read once: the next runner may end it any moment now
+        return task, False
 
     def _run_until(self, done: Callable[[], bool], deadline: float, cancel: Callable[[], object]) -> None:
         """Run the loop here (this thread claimed it) until ``done()`` or ``deadline``, then free it; a Ctrl-C

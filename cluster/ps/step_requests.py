@@ -27,7 +27,6 @@ Examples
 from __future__ import annotations
 
 import struct
-import sys
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any
@@ -37,7 +36,7 @@ import numpy as np
 from cellgraph.protos import parameter_service_pb2 as pb
 
 from . import fused
-from .chunks import MAX_MESSAGE_BYTES, byte_view
+from .chunks import MAX_MESSAGE_BYTES, wire_view
 from .config import VariableSpec
 from .frames import length_delimited, varint
 
@@ -50,10 +49,9 @@ _WAIT = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["wait_s"].number << 3 | 
 _NONFINITE = pb.StepRequest.DESCRIPTOR.fields_by_name["nonfinite"].number
 # A step whose gradients (and their chunks' headers) fit in this many bytes is one message.
 ONE_MESSAGE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
-_LITTLE = sys.byteorder == "little"
 
-# A gradient's bytes in a message: (index of the gradient, first byte, end byte, whether that is all of it).
-Slot = tuple[int, int, int, bool]
+# A gradient's bytes in a message: (index of the gradient, first byte, end byte).
+Slot = tuple[int, int, int]
 Message = tuple[bytes | Slot, ...]
 
 
@@ -95,17 +93,7 @@ def _each_message(
 
 def _filled(message: Message, arrays: list[np.ndarray]) -> list[Any]:
     """``message``'s pieces with the gradients' bytes in their slots (views: the join copies them)."""
-    return [item if isinstance(item, bytes) else _content(arrays[item[0]], item) for item in message]
-
-
-def _content(array: np.ndarray, slot: Slot) -> Any:
-    """The bytes ``slot`` takes of ``array``: the array itself when it is all of it and already as the wire
-    has it (C order, little-endian), else a view of its wire bytes."""
-    _, start, end, whole = slot
-    order = array.dtype.byteorder
-    if whole and array.flags.c_contiguous and (order in "<|" or (order == "=" and _LITTLE)):
-        return array
-    return byte_view(array)[start:end].data
+    return [item if isinstance(item, bytes) else wire_view(arrays[item[0]], item[1], item[2]) for item in message]
 
 
 @lru_cache(maxsize=256)
@@ -121,10 +109,7 @@ def step_recipe(tensors: tuple[fused.Entry, ...], max_chunk: int) -> tuple[Messa
             messages.append(tuple(items))
             items, size = [], 0
         items.append(_CHUNKS_TAG + varint(plan.nbytes) + plan.head)
-        for i, start, end in plan.sources:
-            _, dtype, shape = tensors[i]
-            whole = start == 0 and end == int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            items.append((i, start, end, whole))
+        items += plan.sources
         size += nbytes
     messages.append(tuple(items))
     return tuple(messages)

@@ -4,6 +4,7 @@ step's values into the next."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -58,6 +59,8 @@ def test_frames_carry_every_gradient_whatever_the_mix(max_chunk: int) -> None:
         "big_endian": rng.normal(size=3).astype(">f4"),
         "strided": rng.normal(size=(6, 4)).astype(np.float32)[:, ::2],  # not C-contiguous
         "gamma": rng.normal(size=3).astype(np.float32),
+        "half": rng.normal(size=4).astype(np.float16),
+        "brain": rng.normal(size=4).astype(ml_dtypes.bfloat16),  # a plug-in dtype: no buffer format of its own
     }
     EXPECTED.clear()
     EXPECTED.update(arrays)
@@ -71,7 +74,7 @@ def test_frames_carry_every_gradient_whatever_the_mix(max_chunk: int) -> None:
             assert got[name].dtype == array.dtype.newbyteorder("=")
         assert [m.more for m in messages] == [False]
         assert messages[0].header.step == 9 and messages[0].wait_s == 1.5 and messages[0].nonfinite == "x"
-        arrays = {name: (a + 1 if a.dtype.kind == "f" else a * 3) for name, a in arrays.items()}
+        arrays = {name: (a + 1 if a.dtype.kind in "fV" else a * 3).astype(a.dtype) for name, a in arrays.items()}
         EXPECTED.update(arrays)
 
 
