@@ -332,9 +332,12 @@ class _Driven:
 
     def run_here(self, coroutine: Coroutine[Any, Any, T], deadline: float) -> tuple[asyncio.Task[T], bool]:
         """Run ``coroutine`` as a task on this thread, which claimed the loop, until it ends or ``deadline``
-        passes, then free the loop; the task, and whether it ended in time. One not done by then is cancelled, and stays live until its
-        cancellation has run: whoever runs the loop next runs it to its end. (Its first step was queued
-        before the cancel, so it has begun by then and its ``finally`` ends the live work.)"""
+        passes, then free the loop; the task, and whether it ended in time.
+
+        One not done by then is cancelled, and stays live until its
+        cancellation has run: whoever runs the loop next runs it to its end.
+        (Its first step was queued before the cancel, so it has begun by then
+        and its ``finally`` ends the live work.)"""
         me, loop = threading.get_ident(), self.loop
 
         async def stopping() -> T:  # stops the loop inside the task's last step: no loop pass more
@@ -353,7 +356,11 @@ class _Driven:
             self._end_live()
             self.release()
             raise
-        self._run_until(task.done, deadline, lambda: loop.call_soon_threadsafe(task.cancel))
+        try:
+            self._run_until(task.done, deadline, lambda: loop.call_soon_threadsafe(task.cancel))
+        except BaseException:  # a Ctrl-C (cancelled already) or the loop's own failure: nobody waits for it now
+            loop.call_soon_threadsafe(task.cancel)
+            raise
         if task.done():
             return task, True
         loop.call_soon_threadsafe(task.cancel)  # read once: the next runner may end it any moment now
