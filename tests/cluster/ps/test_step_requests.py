@@ -19,8 +19,11 @@ def _pieces(arrays: dict[str, np.ndarray]) -> list[tuple[VariableSpec, np.ndarra
     return [(VariableSpec(name, a.dtype.newbyteorder("="), a.shape), a) for name, a in arrays.items()]
 
 
-def _received(frames: list[bytes]) -> tuple[dict[str, np.ndarray], list[pb.StepRequest]]:
-    """Each gradient as a receiver rebuilds it from the parsed messages (fused members split, chunks joined)."""
+def _received(
+    frames: list[bytes], expected: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], list[pb.StepRequest]]:
+    """Each gradient as a receiver rebuilds it from the parsed messages (fused members split by the sizes of
+    ``expected``'s arrays, chunks joined)."""
     messages = [pb.StepRequest.FromString(frame) for frame in frames]
     parts: dict[str, list[tuple[int, bytes, np.dtype, tuple[int, ...]]]] = {}
     for message in messages:
@@ -30,8 +33,8 @@ def _received(frames: list[bytes]) -> tuple[dict[str, np.ndarray], list[pb.StepR
                 flat = np.frombuffer(chunk.content, dtype)
                 at = 0
                 for name in chunk.members:
-                    count = EXPECTED[name].size
-                    parts.setdefault(name, []).append((0, flat[at : at + count].tobytes(), dtype, EXPECTED[name].shape))
+                    count = expected[name].size
+                    parts.setdefault(name, []).append((0, flat[at : at + count].tobytes(), dtype, expected[name].shape))
                     at += count
                 assert at == flat.size
                 continue
@@ -42,9 +45,6 @@ def _received(frames: list[bytes]) -> tuple[dict[str, np.ndarray], list[pb.StepR
         data = b"".join(p[1] for p in pieces)
         out[name] = np.frombuffer(data, pieces[0][2]).reshape(pieces[0][3])
     return out, messages
-
-
-EXPECTED: dict[str, np.ndarray] = {}
 
 
 @pytest.mark.parametrize("max_chunk", [1 << 20, 1000])
@@ -62,12 +62,10 @@ def test_frames_carry_every_gradient_whatever_the_mix(max_chunk: int) -> None:
         "half": rng.normal(size=4).astype(np.float16),
         "brain": rng.normal(size=4).astype(ml_dtypes.bfloat16),  # a plug-in dtype: no buffer format of its own
     }
-    EXPECTED.clear()
-    EXPECTED.update(arrays)
     header = pb.PushHeader(replica_id=2, step=9)
     for _step in range(2):  # the second step reuses the recipe with new values
         frames = list(step_frames(_pieces(arrays), header, pb.PullRequest(names=["bias"]), 1.5, max_chunk, "x"))
-        got, messages = _received(frames)
+        got, messages = _received(frames, arrays)
         assert sorted(got) == sorted(arrays)
         for name, array in arrays.items():
             np.testing.assert_array_equal(got[name], array, err_msg=name)
@@ -75,17 +73,14 @@ def test_frames_carry_every_gradient_whatever_the_mix(max_chunk: int) -> None:
         assert [m.more for m in messages] == [False]
         assert messages[0].header.step == 9 and messages[0].wait_s == 1.5 and messages[0].nonfinite == "x"
         arrays = {name: (a + 1 if a.dtype.kind in "fV" else a * 3).astype(a.dtype) for name, a in arrays.items()}
-        EXPECTED.update(arrays)
 
 
 def test_a_push_over_one_message_goes_in_several_with_the_header_first_and_the_pull_last() -> None:
     big = np.arange(ONE_MESSAGE_BYTES // 4 + 1000, dtype=np.float32)
     small = np.ones(3, np.float32)
-    EXPECTED.clear()
-    EXPECTED.update({"small": small, "big": big})
     pieces = _pieces({"small": small, "big": big})
     frames = list(step_frames(pieces, pb.PushHeader(replica_id=0, step=1), pb.PullRequest(names=["big"]), 1.0, 1 << 20))
-    got, messages = _received(frames)
+    got, messages = _received(frames, {"small": small, "big": big})
     assert len(messages) > 1
     assert [m.more for m in messages] == [True] * (len(messages) - 1) + [False]
     assert [m.HasField("header") for m in messages] == [True] + [False] * (len(messages) - 1)
