@@ -79,7 +79,12 @@ def parts_size(parts: list[Any]) -> int:
 
 def length_delimited(field: int, parts: list[Any]) -> list[Any]:
     """``parts`` (a serialized message, in pieces) as field ``field`` of an enclosing message."""
-    return [varint(field << 3 | _LENGTH_DELIMITED) + varint(parts_size(parts)), *parts]
+    return [field_prefix(field, parts_size(parts)), *parts]
+
+
+def field_prefix(field: int, size: int) -> bytes:
+    """The tag and length that go before ``size`` bytes of field ``field`` (length-delimited)."""
+    return varint(field << 3 | _LENGTH_DELIMITED) + varint(size)
 
 
 def chunk_parts(name: str, array: np.ndarray, max_bytes: int = MAX_CHUNK_BYTES) -> Iterator[list[Any]]:

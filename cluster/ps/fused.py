@@ -108,22 +108,20 @@ def chunk_plans(tensors: tuple[Entry, ...], max_bytes: int = MAX_CHUNK_BYTES) ->
     groups: dict[np.dtype, list[int]] = {}
     sizes: dict[np.dtype, int] = {}
     limit = min(FUSE_GROUP_BYTES, max_bytes)
-
-    def nbytes_of(i: int) -> int:
-        _, dtype, shape = tensors[i]
-        return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    lengths = [int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for _, dtype, shape in tensors]
 
     def group_plan(group: list[int]) -> ChunkPlan:
         if len(group) == 1:  # a group of one is that tensor's own chunk
-            name, dtype, shape = tensors[group[0]]
-            [(_, head)] = chunk_heads(name, dtype, shape, nbytes_of(group[0]), max_bytes)
-            return ChunkPlan(head, ((group[0], 0, nbytes_of(group[0])),))
+            [i] = group
+            name, dtype, shape = tensors[i]
+            [(_, head)] = chunk_heads(name, dtype, shape, lengths[i], max_bytes)
+            return ChunkPlan(head, ((i, 0, lengths[i]),))
         names = tuple(tensors[i][0] for i in group)
-        head = fused_head(names, tensors[group[0]][1], sum(nbytes_of(i) for i in group))
-        return ChunkPlan(head, tuple((i, 0, nbytes_of(i)) for i in group))
+        head = fused_head(names, tensors[group[0]][1], sum(lengths[i] for i in group))
+        return ChunkPlan(head, tuple((i, 0, lengths[i]) for i in group))
 
     for i, (name, dtype, shape) in enumerate(tensors):
-        nbytes = nbytes_of(i)
+        nbytes = lengths[i]
         if not fusable(nbytes) or nbytes > limit:
             if nbytes:  # the small ones before a big one go first: a receiver may wait for them in this order
                 plans += (group_plan(group) for group in groups.values())

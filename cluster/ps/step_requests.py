@@ -38,13 +38,12 @@ from cellgraph.protos import parameter_service_pb2 as pb
 from . import fused
 from .chunks import MAX_MESSAGE_BYTES, wire_view
 from .config import VariableSpec
-from .frames import length_delimited, varint
+from .frames import field_prefix, length_delimited, varint
 
 _HEADER = pb.StepRequest.DESCRIPTOR.fields_by_name["header"].number
 _CHUNKS = pb.StepRequest.DESCRIPTOR.fields_by_name["chunks"].number
-_CHUNKS_TAG = varint(_CHUNKS << 3 | 2)
 _MORE = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["more"].number << 3) + b"\x01"
-_PULL_TAG = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["pull"].number << 3 | 2)
+_PULL = pb.StepRequest.DESCRIPTOR.fields_by_name["pull"].number
 _WAIT = varint(pb.StepRequest.DESCRIPTOR.fields_by_name["wait_s"].number << 3 | 1)  # a double: 8 bytes follow
 _NONFINITE = pb.StepRequest.DESCRIPTOR.fields_by_name["nonfinite"].number
 # A step whose gradients (and their chunks' headers) fit in this many bytes is one message.
@@ -71,7 +70,7 @@ def step_frames(
     is joined (the one copy of its gradients' bytes) while gRPC sends the one
     before, not all of a big push before its first byte leaves."""
     wire = pull.SerializeToString() if isinstance(pull, pb.PullRequest) else pull  # or serialized already
-    tail = b"".join([_PULL_TAG, varint(len(wire)), wire] if wire is not None else []) + _WAIT
+    tail = b"".join(length_delimited(_PULL, [wire]) if wire is not None else []) + _WAIT
     tail += struct.pack("<d", wait_s)
     if nonfinite:
         tail += b"".join(length_delimited(_NONFINITE, [nonfinite.encode()]))
@@ -104,11 +103,12 @@ def step_recipe(tensors: tuple[fused.Entry, ...], max_chunk: int) -> tuple[Messa
     items: list[bytes | Slot] = []
     size = 0
     for plan in fused.chunk_plans(tensors, max_chunk):
-        nbytes = len(_CHUNKS_TAG) + len(varint(plan.nbytes)) + plan.nbytes
+        prefix = field_prefix(_CHUNKS, plan.nbytes)  # the chunk as a field of the StepRequest
+        nbytes = len(prefix) + plan.nbytes
         if size and size + nbytes > ONE_MESSAGE_BYTES:
             messages.append(tuple(items))
             items, size = [], 0
-        items.append(_CHUNKS_TAG + varint(plan.nbytes) + plan.head)
+        items.append(prefix + plan.head)
         items += plan.sources
         size += nbytes
     messages.append(tuple(items))

@@ -108,3 +108,15 @@ def test_varints_are_protobufs_own_on_both_sides_of_the_one_byte_table() -> None
     with pytest.raises(ValueError):
         varint(-1)  # not a length or a tag: refused, never a byte from the table
     assert parts_size([b"abc", memoryview(np.zeros(5, np.float32)).cast("B")]) == 3 + 20
+
+
+def test_results_of_no_shard_at_all_are_refused_in_words() -> None:
+    from cellgraph.cluster.ps.held import PullPlan
+    from cellgraph.cluster.ps.results import push_result
+    from cellgraph.cluster.ps.step_parts import pull_result
+
+    with pytest.raises(ValueError, match="push_result needs at least one shard's answer"):
+        push_result({})
+    plan = PullPlan({"w": [(0, VariableSpec("w", np.dtype("float32"), (2,)))]}, ["w"], 0, 1 << 20)
+    with pytest.raises(ValueError, match="pull_result needs at least one shard's answer"):
+        pull_result(plan, {})
