@@ -26,10 +26,10 @@ True
 from __future__ import annotations
 
 import bisect
-import math
+import functools
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -63,6 +63,14 @@ def dtype_enum(dtype: np.dtype) -> int:
         raise ParameterServerError(
             f"dtype {dtype.name} cannot travel as a tensor; known: {', '.join(DTYPE_ENUM)}", "INVALID_ARGUMENT"
         ) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _known_enum(dtype: np.dtype) -> int | None:
+    """``dtype``'s ``DataType``, or None; kept by dtype, since a dtype's ``name`` costs more than an assembler's
+    other work (a server makes one for each gradient of every push)."""
+    enum = DTYPE_ENUM.get(np.dtype(dtype).name)
+    return None if enum is None else int(enum)
 
 
 def dtype_of(enum: int, where: str) -> np.dtype:
@@ -103,8 +111,9 @@ def wire_view(array: np.ndarray, start: int, end: int) -> memoryview:
     fifth of making its byte view (the join of a message is the one copy either way)."""
     dtype = array.dtype
     native = dtype.byteorder in "<|" or (dtype.byteorder == "=" and _LITTLE)
-    # NumPy's own dtypes only: one from a plug-in (ml_dtypes' bfloat16) has no buffer format.
-    if start == 0 and end == array.nbytes and array.flags.c_contiguous and native and dtype.isbuiltin == 1:
+    # NumPy's own dtypes only: one from a plug-in (ml_dtypes' bfloat16, ``isbuiltin`` 2) has no buffer format.
+    # Not ``isbuiltin == 1``: a dtype that went through pickle (a replica's loaded plan) says 0.
+    if start == 0 and end == array.nbytes and array.flags.c_contiguous and native and dtype.isbuiltin != 2:
         return array.data
     return byte_view(array)[start:end].data
 
@@ -179,10 +188,9 @@ class TensorAssembler:
         self._adopt = adopt and out is None
         self._keeps_pieces = pieces and self._adopt
         self._pieces: dict[int, np.ndarray] = {}
-        self.total = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+        self.total = spec.nbytes
         # The spec's DataType: a chunk that says it is checked without a lookup or a message made for nothing.
-        enum = DTYPE_ENUM.get(np.dtype(spec.dtype).name)
-        self._enum = None if enum is None else int(enum)
+        self._enum = _known_enum(spec.dtype)
         # Received byte ranges, sorted by start; they never overlap.
         self._starts: list[int] = []
         self._stops: list[int] = []
@@ -275,6 +283,13 @@ class TensorAssembler:
             self._buffer()
             assert self.array is not None
             np.copyto(self.array, array)
+        self.written_whole()
+
+    def written_whole(self) -> None:
+        """Every byte is in: written by ``add_whole``, or into ``out`` by the caller (a fused chunk's members
+        copied at once into arrays that lie side by side in its order: ``ShardReceiver``)."""
+        if self._starts:
+            raise ParameterServerError(f"{self.what} arrived a second time", "INVALID_ARGUMENT")
         if self.total:
             self._starts, self._stops = [0], [self.total]
         self.received = self.total
@@ -334,7 +349,14 @@ class TensorAssembler:
         self._pieces = {}
 
 
-def release_all(assemblers: dict[str, TensorAssembler]) -> None:
+class _Releasable(Protocol):
+    def release(self) -> None: ...
+
+
+_R = TypeVar("_R", bound=_Releasable)
+
+
+def release_all(assemblers: dict[str, _R]) -> None:
     """Drop the buffers of a stream's assemblers now (refused, cancelled or done)."""
     for assembler in assemblers.values():
         assembler.release()

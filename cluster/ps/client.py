@@ -96,6 +96,12 @@ class ParameterClient(ShardCalls):
         """Each variable's place in the layout (``layout_order``); dropped when the layout changes."""
         return {}
 
+    @functools.cached_property
+    def _homes(self) -> dict[str, tuple[int, VariableSpec]]:
+        """The shard and spec of each variable held whole by one shard (``whole_homes``); dropped when the layout
+        changes."""
+        return {}
+
     def _need_layout(self) -> Layout:
         if self.layout is None:
             self.job()
@@ -159,6 +165,7 @@ class ParameterClient(ShardCalls):
         self.layout, self.training = layout, training
         self._plans.clear()
         self._order.clear()
+        self._homes.clear()
         return min(steps.values())
 
     def register(self, replica_id: int) -> JobInfo:
@@ -185,6 +192,7 @@ class ParameterClient(ShardCalls):
         self.layout, self.training = layout, training_from_proto(first.training)
         self._plans.clear()
         self._order.clear()
+        self._homes.clear()
         return JobInfo(
             job_id=first.job_id,
             global_step=min(a.global_step for a in answers.values()),
@@ -346,6 +354,13 @@ class ParameterClient(ShardCalls):
         if not self._order:
             self._order.update((name, i) for i, name in enumerate(self._need_layout()))
         return self._order
+
+    def whole_homes(self) -> dict[str, tuple[int, VariableSpec]]:
+        """Where each variable held whole by one shard lives: (shard, spec). A streamed step sends such a
+        variable's gradient there without cutting it into pieces (``StreamedStep.push``)."""
+        if not self._homes:
+            self._homes.update((name, pieces[0]) for name, pieces in self._need_layout().items() if len(pieces) == 1)
+        return self._homes
 
     def _push_pieces(self, grads: Mapping[str, np.ndarray]) -> dict[int, list[tuple[VariableSpec, np.ndarray]]]:
         """Each shard's part of a push (step_parts.py)."""

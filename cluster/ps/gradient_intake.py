@@ -31,6 +31,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from cellgraph.protos import parameter_service_pb2 as pb
 from cellgraph.protos import tensor_pb2
 
@@ -57,7 +59,7 @@ def take_gradient(
     header: pb.PushHeader,
     chunk: tensor_pb2.TensorChunk,
     content: memoryview,
-    assemblers: dict[str, TensorAssembler],
+    assemblers: dict[str, Taken],
     max_chunk_bytes: int,
 ) -> int:
     """Take one chunk of a push into ``assemblers`` (by gradient name); the bytes taken."""
@@ -65,6 +67,8 @@ def take_gradient(
         _take_fused(store, header, chunk, content, assemblers, max_chunk_bytes)
         return content.nbytes
     assembler = assemblers.get(chunk.name)
+    if isinstance(assembler, WholeGradient):  # it came whole in a fused chunk already
+        raise ParameterServerError(f"gradient for {quoted(chunk.name)} arrived a second time", "INVALID_ARGUMENT")
     if assembler is None:
         spec = store.specs.get(chunk.name)
         if spec is None:
@@ -88,7 +92,7 @@ def _take_fused(
     header: pb.PushHeader,
     chunk: tensor_pb2.TensorChunk,
     content: memoryview,
-    assemblers: dict[str, TensorAssembler],
+    assemblers: dict[str, Taken],
     max_chunk_bytes: int,
 ) -> None:
     """A fused chunk's gradients, checked whole first (``fused.split``) and for NaN and Inf together (the store
@@ -99,7 +103,32 @@ def _take_fused(
     members, flat = fused.split(chunk, content, store.specs.get, what, assemblers.__contains__, layouts)
     finite = header.checked or (store.training.nonfinite != "apply" and all_finite(flat))
     for name, grad in members:
-        assembler = assemblers[name] = TensorAssembler(store.specs[name], f"gradient for {quoted(name)}", adopt=True)
-        assembler.add_whole(grad)
-        assembler.finite = finite
+        assemblers[name] = WholeGradient(name, grad, finite)
     assemblers[members[0][0]].fused_with = (tuple(name for name, _ in members), flat)
+
+
+class WholeGradient:
+    """A gradient that arrived whole, as a member of a fused chunk already checked against its spec
+    (``fused.split``): the array as it lies in the received bytes, and what the store reads of an assembler
+    (``gradient``, ``finite``, ``fused_with``). A server takes one for each member of every push, so it keeps
+    no byte ranges and makes no message until one is needed."""
+
+    __slots__ = ("array", "finite", "fused_with", "name")
+
+    def __init__(self, name: str, array: np.ndarray, finite: bool) -> None:
+        self.name = name
+        self.array: np.ndarray | None = array
+        self.finite = finite
+        # Set on the first member of a fused chunk: the members' names and the chunk's content as one flat array.
+        self.fused_with: tuple[tuple[str, ...], np.ndarray] | None = None
+
+    def gradient(self) -> np.ndarray:
+        assert self.array is not None, "a released gradient"
+        return self.array
+
+    def release(self) -> None:
+        self.array, self.fused_with = None, None
+
+
+# What a push's intake holds for each gradient: its assembler, or the gradient itself when it came fused.
+Taken = TensorAssembler | WholeGradient

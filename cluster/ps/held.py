@@ -37,7 +37,6 @@ from typing import Any
 import grpc
 import numpy as np
 
-from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import parameter_service_pb2 as pb
 
 from ..errors import ParameterServerError
@@ -45,6 +44,7 @@ from . import fused
 from .aio_layer import keep_grpc_aio_up
 from .chunks import TensorAssembler
 from .config import VariableSpec
+from .destinations import destinations, span
 from .frames import Framed, parse_framed
 from .sharding import Layout
 from .step_loop import LoopTimeout, StepLoop
@@ -304,7 +304,7 @@ class PullPlan:
         max_chunk: int,
         out: Mapping[str, np.ndarray] | None = None,
     ) -> None:
-        self.whole = {name: _destination(layout, name, out) for name in wanted}
+        self.whole = destinations(layout, wanted, out)
         self.shapes = {name: layout[name][0][1].whole_shape for name in wanted}
         self.specs: dict[int, dict[str, VariableSpec]] = {}
         for name in wanted:
@@ -321,6 +321,9 @@ class PullPlan:
         self._idle: dict[int, dict[str, TensorAssembler]] = {}
         # Each shard's fused answers, as checked against this plan's specs (fused.split's ``layouts``).
         self._layouts: dict[int, dict[tuple[tuple[str, ...], int], fused.FusedLayout]] = {}
+        # Each shard's fused answers, by their members: the one flat view of this plan's arrays they are copied
+        # into when those lie side by side in the chunk's order (destinations.span), else None.
+        self._spans: dict[int, dict[tuple[str, ...], np.ndarray | None]] = {}
 
     def wire_for(self, shard: int, min_step: int | None) -> bytes:
         """``shard``'s request, serialized, with ``min_step`` (None: answer at once). Protobuf reads a field
@@ -339,7 +342,7 @@ class PullPlan:
                 return False
         return True
 
-    def receiver(self, shard: int, on_piece: Callable[[str], None] | None = None) -> ShardReceiver:
+    def receiver(self, shard: int, on_piece: Callable[[Sequence[str]], None] | None = None) -> ShardReceiver:
         assemblers = self._idle.pop(shard, None)
         if assemblers is None:
             assemblers = {
@@ -352,7 +355,10 @@ class PullPlan:
         layouts = self._layouts.get(shard)
         if layouts is None:
             layouts = self._layouts[shard] = {}
-        return ShardReceiver(shard, assemblers, on_piece, self._idle, layouts)
+        spans = self._spans.get(shard)
+        if spans is None:
+            spans = self._spans[shard] = {}
+        return ShardReceiver(shard, assemblers, on_piece, self._idle, layouts, spans)
 
 
 class ShardReceiver:
@@ -362,15 +368,17 @@ class ShardReceiver:
         self,
         shard: int,
         assemblers: dict[str, TensorAssembler],
-        on_piece: Callable[[str], None] | None = None,
+        on_piece: Callable[[Sequence[str]], None] | None = None,
         idle: dict[int, dict[str, TensorAssembler]] | None = None,
         layouts: dict[tuple[tuple[str, ...], int], fused.FusedLayout] | None = None,
+        spans: dict[tuple[str, ...], np.ndarray | None] | None = None,
     ) -> None:
         self.shard = shard
         self.assemblers = assemblers
         self._idle = idle  # where the assemblers go back once the answer is read through (PullPlan's)
         self._layouts = layouts  # the plan's fused layouts of this shard's answers
-        self.on_piece = on_piece  # told each variable whose piece from this shard is whole (streamed steps)
+        self._spans = {} if spans is None else spans  # the plan's flat views of its arrays, by fused members
+        self.on_piece = on_piece  # told the variables whose piece from this shard is whole (streamed steps)
         self.step = 0
         self.versions: dict[str, int] = {}
 
@@ -388,12 +396,12 @@ class ShardReceiver:
             assembler.add(chunk, content)
             self.step, self.versions[name] = value.global_step, value.version
             if self.on_piece is not None and assembler.received == assembler.total:
-                self.on_piece(name)
+                self.on_piece((name,))
 
     def _add_fused(self, value: pb.PullMessage, content: memoryview) -> None:
         """Write each member of a fused chunk (checked whole first) into its array."""
         assemblers = self.assemblers
-        members, _ = fused.split(
+        members, flat = fused.split(
             value.chunk,
             content,
             lambda name: assemblers[name].spec if name in assemblers else None,
@@ -402,11 +410,23 @@ class ShardReceiver:
             self._layouts,
         )
         self.step = value.global_step
-        for name, array in members:
-            assemblers[name].add_whole(array)
-            self.versions[name] = value.version
-            if self.on_piece is not None:
-                self.on_piece(name)
+        names = [name for name, _ in members]
+        key = tuple(names)
+        if key not in self._spans:  # worked out once per member list: a kept plan's arrays do not move
+            self._spans[key] = span([assemblers[name].array for name in names], flat.dtype)
+        whole = self._spans[key]
+        if whole is not None:  # the members' arrays lie side by side in this order: one copy for all
+            np.copyto(whole, flat)
+            for name in names:
+                assemblers[name].written_whole()
+        else:
+            for name, array in members:
+                assemblers[name].add_whole(array)
+        versions, version = self.versions, value.version
+        for name in names:
+            versions[name] = version
+        if self.on_piece is not None:
+            self.on_piece(names)
 
     def finish(self) -> tuple[int, dict[str, int]]:
         for assembler in self.assemblers.values():
@@ -421,30 +441,3 @@ def rows(whole: np.ndarray, spec: VariableSpec) -> np.ndarray:
     if spec.shape == spec.whole_shape or spec.rows is None:
         return whole
     return whole[spec.rows[0] : spec.rows[1]]
-
-
-def _destination(layout: Layout, name: str, out: Mapping[str, np.ndarray] | None) -> np.ndarray:
-    """Where variable ``name`` is pulled to: ``out[name]`` when given (checked), else a new array."""
-    spec = layout[name][0][1]
-    if out is None or name not in out:
-        return np.empty(spec.whole_shape, spec.dtype)
-    array = out[name]
-    if not (
-        isinstance(array, np.ndarray)
-        and array.shape == spec.whole_shape
-        and array.dtype == spec.dtype
-        and array.flags.c_contiguous
-        and array.flags.writeable
-    ):
-        found = (
-            f"a {'read-only ' if not array.flags.writeable else ''}"
-            f"{'' if array.flags.c_contiguous else 'non-contiguous '}{array.dtype} array of shape {fmt(array.shape)}"
-            if isinstance(array, np.ndarray)
-            else f"a {type(array).__name__}"
-        )
-        raise ParameterServerError(
-            f"pull(out=...): out['{name}'] is {found}; it must be a writable C-contiguous "
-            f"{np.dtype(spec.dtype).name} array of shape {fmt(spec.whole_shape)}",
-            "INVALID_ARGUMENT",
-        )
-    return array

@@ -39,6 +39,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+import numpy as np
+
 from ..errors import ParameterServerError
 from .config import OptimizerConfig, TrainingConfig, listed
 from .nonfinite import first_nonfinite
@@ -162,9 +164,13 @@ class PushRules:
                 "a push must carry one for every variable of the shard",
                 "INVALID_ARGUMENT",
             )
+        tensors = self.shard.tensors
         for name in specs:
-            what = f"replica {replica_id}'s gradient for {name!r}"
-            self.shard.check_tensor(what, grads[name], name, "the variable has", "INVALID_ARGUMENT")
+            grad, (dtype, shape) = grads[name], tensors[name]
+            if grad.__class__ is not np.ndarray or grad.dtype != dtype or grad.shape != shape:
+                # The message made only for a gradient that is wrong (or of a kind the check says is wrong).
+                what = f"replica {replica_id}'s gradient for {name!r}"
+                self.shard.check_tensor(what, grad, name, "the variable has", "INVALID_ARGUMENT")
         if step < 0:
             raise ParameterServerError(f"step {step} is negative", "INVALID_ARGUMENT")
         if step > global_step:

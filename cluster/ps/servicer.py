@@ -29,10 +29,10 @@ from cellgraph.protos import tensor_pb2
 from ..errors import ParameterServerError
 from .auth import AsyncTokenAuthInterceptor
 from .autosave import WRITTEN_WAIT_S
-from .chunks import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, TensorAssembler, release_all, tensor_chunks
+from .chunks import MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, release_all, tensor_chunks
 from .door import Context, Counters, client_stream, refusing, refusing_stream
 from .frames import Framed, tensor_chunk_frames
-from .gradient_intake import take_gradient
+from .gradient_intake import Taken, take_gradient
 from .messages import optimizer_to_proto, training_to_proto
 from .shard_checkpoints import ShardCheckpoints
 from .shard_init import ShardInit, refuse_other_job
@@ -167,7 +167,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
             raise ParameterServerError("a Push stream must start with a header (replica_id, step)", "INVALID_ARGUMENT")
         header = first.message.header
 
-        assemblers: dict[str, TensorAssembler] = {}
+        assemblers: dict[str, Taken] = {}
         try:
             async for framed in messages:
                 if framed.message.WhichOneof("kind") != "chunk":
@@ -189,7 +189,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         header: pb.PushHeader,
         chunk: tensor_pb2.TensorChunk,
         content: memoryview,
-        assemblers: dict[str, TensorAssembler],
+        assemblers: dict[str, Taken],
     ) -> None:
         """Take one chunk of a push at this server's chunk limit, and count its bytes (gradient_intake.py)."""
         self.counters.add(bytes_in=take_gradient(store, header, chunk, content, assemblers, self.max_chunk_bytes))
@@ -206,7 +206,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         self,
         store: ParameterStore,
         header: pb.PushHeader,
-        assemblers: dict[str, TensorAssembler],
+        assemblers: dict[str, Taken],
         nonfinite: str = "",
     ) -> pb.PushResponse:
         """Hand a whole push, every gradient assembled, to the store; ``nonfinite``: what the replica found wrong
@@ -230,7 +230,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         if not request.HasField("header"):
             raise ParameterServerError("a PushPull request needs a header (replica_id, step)", "INVALID_ARGUMENT")
         response = pb.PushPullResponse()
-        assemblers: dict[str, TensorAssembler] = {}
+        assemblers: dict[str, Taken] = {}
         try:
             for chunk, content in framed.paired(request.chunks):
                 self.receive_gradient(store, request.header, chunk, content, assemblers)

@@ -34,11 +34,12 @@ from cellgraph.protos import parameter_service_pb2 as pb
 
 from ..errors import ParameterServerError
 from . import fused
-from .chunks import MAX_MESSAGE_BYTES, TensorAssembler, release_all
+from .chunks import MAX_MESSAGE_BYTES, release_all
 from .door import decoded
 from .frames import Framed, chunk_parts, length_delimited, parts_size, varint
 
 if TYPE_CHECKING:
+    from .gradient_intake import Taken
     from .servicer import ParameterServicer
     from .store import ParameterStore
 
@@ -129,7 +130,7 @@ async def serve_steps(
 ) -> AsyncIterator[bytes]:
     """Answer the steps of one Step stream until the replica closes it; a refused step ends the stream."""
     iterator = aiter(requests)
-    assemblers: dict[str, TensorAssembler] = {}
+    assemblers: dict[str, Taken] = {}
     header: pb.PushHeader | None = None
     idle = _IdleLimit()
     try:

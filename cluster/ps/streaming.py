@@ -91,7 +91,7 @@ class StepResult:
 class Arrivals:
     """Which variables of a streamed step's pull have arrived whole (every piece, from every shard).
 
-    The step loop's thread reports each piece (``piece``) and each shard's
+    The step loop's thread reports the pieces that came whole (``pieces``) and each shard's
     end (``shard_done``); the replica's thread waits for a variable
     (``wait``). A shard that ended without sending a piece it owed, or with
     an error, wakes every waiter: the step's ``result`` says why.
@@ -110,19 +110,23 @@ class Arrivals:
         self.failed = False
         self.waited_s = 0.0  # how long the replica's thread waited in ``wait``
 
-    def piece(self, shard: int, name: str) -> None:
+    def pieces(self, shard: int, names: Sequence[str]) -> None:
+        """``shard``'s pieces of ``names`` are whole (a fused chunk's members are told together, one lock)."""
+        woken = []
         with self._lock:
-            owed = self._owed.get(shard, set())
-            if name not in owed:  # told twice (a chunk of no bytes after the last): counted once
-                return
-            owed.discard(name)
-            self._left[name] -= 1
-            if self._left[name]:
-                return
-            del self._left[name]
-            awaited = self._awaited.pop(name, None)
-        if awaited is not None:
-            awaited.set_result(None)
+            owed, left, awaited = self._owed.get(shard, set()), self._left, self._awaited
+            for name in names:
+                if name not in owed:  # told twice (a chunk of no bytes after the last): counted once
+                    continue
+                owed.discard(name)
+                left[name] -= 1
+                if left[name]:
+                    continue
+                del left[name]
+                if name in awaited:
+                    woken.append(awaited.pop(name))
+        for future in woken:
+            future.set_result(None)
 
     def shard_done(self, shard: int, ok: bool) -> None:
         with self._lock:
@@ -212,6 +216,7 @@ class StreamedStep:
         self.grads: dict[str, np.ndarray] = {}
         self.shards: dict[int, _ShardSend] = {}
         self.arrivals = Arrivals(self.plan)
+        self.homes = client.whole_homes()
         self.computed = 0.0  # when send_last was called: the replica's compute of this step was done
 
     def _shard(self, shard: int) -> _ShardSend:
@@ -220,7 +225,7 @@ class StreamedStep:
             self.client._stub(shard)  # channels of this process
             stream = self.client._pools[shard].take(self.client._metadata)
             receiver = (
-                self.plan.receiver(shard, functools.partial(self.arrivals.piece, shard))
+                self.plan.receiver(shard, functools.partial(self.arrivals.pieces, shard))
                 if shard in self.plan.requests
                 else None
             )
@@ -229,12 +234,22 @@ class StreamedStep:
 
     def push(self, name: str, grad: np.ndarray) -> None:
         """Send ``name``'s gradient (once its shard has ``FLUSH_BYTES`` waiting); checked like ``push``'s."""
-        pieces = self.client._push_pieces({name: grad})
+        home = self.homes.get(name)
+        if (
+            home is not None
+            and grad.__class__ is np.ndarray
+            and grad.shape == home[1].shape
+            and grad.flags.c_contiguous
+        ):
+            # The usual gradient: of a variable held whole by one shard, already as the wire takes it.
+            pieces = {home[0]: [(home[1], grad)]}
+        else:
+            pieces = self.client._push_pieces({name: grad})  # checked there, and cut into each shard's rows
         self.grads[name] = grad
         if self.watch_nonfinite and not self.nonfinite:
             self.nonfinite = first_nonfinite(self.replica_id, self.step, [(name, grad)]) or ""
         for shard, items in pieces.items():
-            send = self._shard(shard)
+            send = self.shards.get(shard) or self._shard(shard)
             for spec, piece in items:
                 self._add(send, spec, piece)
             if send.size >= FLUSH_BYTES:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
+
+import ml_dtypes
 import numpy as np
 import pytest
 
 from cellgraph.cluster.errors import ParameterServerError
-from cellgraph.cluster.ps.chunks import TensorAssembler, tensor_chunks
+from cellgraph.cluster.ps.chunks import TensorAssembler, byte_view, tensor_chunks, wire_view
 from cellgraph.cluster.ps.config import VariableSpec
 from cellgraph.cluster.ps.frames import tensor_chunk_frames
 from cellgraph.protos import parameter_service_pb2 as pb
@@ -65,3 +68,17 @@ def test_only_an_assembler_into_a_given_array_receives_again() -> None:
     assembler.add_whole(np.ones(3, np.float32))
     assembler.again()
     assert assembler.received == 0 and assembler.missing() == [(0, 12)]
+
+
+def test_a_whole_array_goes_on_the_wire_as_its_own_buffer_whatever_made_its_dtype() -> None:
+    # A dtype that went through pickle (as a replica's loaded plan's do) is not NumPy's singleton, and says
+    # isbuiltin 0: its array is still sent from its own buffer, not through a byte view made every step.
+    dtype = pickle.loads(pickle.dumps(np.dtype(np.float32)))
+    assert dtype.isbuiltin == 0
+    array = np.arange(6, dtype=dtype).reshape(2, 3)
+    view = wire_view(array, 0, array.nbytes)
+    assert view.obj is array and view.tobytes() == array.tobytes()
+    # Part of it, or a plug-in dtype with no buffer format (bfloat16), goes through its byte view.
+    assert wire_view(array, 4, 12).tobytes() == array.tobytes()[4:12]
+    bf16 = np.arange(4).astype(ml_dtypes.bfloat16)
+    assert wire_view(bf16, 0, bf16.nbytes).tobytes() == byte_view(bf16).tobytes() == bf16.tobytes()

@@ -172,8 +172,16 @@ F3 = np.ones(3, F32).tobytes()
             grpc.StatusCode.INVALID_ARGUMENT,
             "the fused chunk of 'a', 'b' in replica 0's push for step 0 has offset 8; a fused chunk is whole, at offset 0",
         ),
+        (
+            [
+                _fused_chunk(["a", "b"], F4 + F3),
+                tensor_pb2.TensorChunk(name="b", dtype=tensor_pb2.DT_FLOAT32, shape={"dim": [3]}, content=F3),
+            ],
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "gradient for 'b' arrived a second time",
+        ),
     ],
-    ids=["size", "unknown", "repeated", "received-already", "dtype", "offset"],
+    ids=["size", "unknown", "repeated", "received-already", "dtype", "offset", "plain-after-fused"],
 )
 def test_a_wrong_fused_chunk_is_refused_saying_why_and_changes_nothing(
     ps: Servers, chunks: list[tensor_pb2.TensorChunk], code: grpc.StatusCode, words: str
