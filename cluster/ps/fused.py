@@ -213,7 +213,21 @@ def split(
 ) -> tuple[list[tuple[str, np.ndarray]], np.ndarray]:
     """A fused chunk's members, each as a read-only array of its spec's shape over ``content``, and the content
     as one flat array of the members' dtype (their views are of it), after checking the chunk completely:
-    nothing is taken from a chunk that is wrong anywhere.
+    nothing is taken from a chunk that is wrong anywhere (``checked``, then ``members``)."""
+    layout, flat = checked(chunk, content, spec_of, what, received, layouts)
+    return members(layout, flat), flat
+
+
+def checked(
+    chunk: tensor_pb2.TensorChunk,
+    content: memoryview,
+    spec_of: Callable[[str], VariableSpec | None],
+    what: str,
+    received: Callable[[str], bool] = lambda name: False,
+    layouts: dict[tuple[tuple[str, ...], int], FusedLayout] | None = None,
+) -> tuple[FusedLayout, np.ndarray]:
+    """A fused chunk's layout and its content as one flat array of the members' dtype, after checking the chunk
+    completely (a receiver that copies the content at once needs no view of each member).
 
     ``spec_of(name)``: the spec the receiver expects for ``name`` (None: it
     expects no such tensor, NOT_FOUND); ``received(name)``: whether it has
@@ -222,13 +236,13 @@ def split(
     receiver's kept ``FusedLayout`` of each member list and dtype already
     checked, for a receiver whose ``spec_of`` never changes.
     """
-    members = tuple(chunk.members)
+    names = tuple(chunk.members)
 
     def where() -> str:  # made only for an error: a chunk that is right costs no formatting
-        shown = listed(members[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
+        shown = listed(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         return f"the fused chunk of {shown} in {what}"
 
-    key = (members, chunk.dtype)
+    key = (names, chunk.dtype)
     layout = layouts.get(key) if layouts is not None else None
     dtype = layout.dtype if layout is not None else dtype_of(chunk.dtype, f"the fused chunk in {what}")
     if chunk.offset != 0:
@@ -236,10 +250,10 @@ def split(
             f"{where()} has offset {chunk.offset}; a fused chunk is whole, at offset 0", "INVALID_ARGUMENT"
         )
     if layout is None:
-        layout = _checked_layout(members, dtype, spec_of, where)
+        layout = _checked_layout(names, dtype, spec_of, where)
         if layouts is not None and len(layouts) < LAYOUTS_KEPT:
             layouts[key] = layout
-    for name in members:
+    for name in names:
         if received(name):
             raise ParameterServerError(f"{where()} carries {listed([name])} a second time", "INVALID_ARGUMENT")
     if layout.nbytes != content.nbytes:
@@ -250,12 +264,16 @@ def split(
     raw = np.frombuffer(content, dtype=np.uint8)
     if raw.ctypes.data % dtype.alignment:  # cut out of the received bytes at an odd place: one aligned copy
         raw = raw.copy()
-    flat = raw.view(dtype)
+    return layout, raw.view(dtype)
+
+
+def members(layout: FusedLayout, flat: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """Each member of a checked fused chunk (``checked``), as a view of its shape over ``flat``."""
     out, at = [], 0
-    for name, count, shape in zip(members, layout.counts, layout.shapes, strict=True):
+    for name, count, shape in zip(layout.names, layout.counts, layout.shapes, strict=True):
         out.append((name, flat[at : at + count].reshape(shape)))
         at += count
-    return out, flat
+    return out
 
 
 def _checked_layout(

@@ -311,6 +311,16 @@ class PullPlan:
             for shard, spec in layout[name]:
                 self.specs.setdefault(shard, {})[name] = spec
         self.names = {shard: list(specs) for shard, specs in self.specs.items()}
+        # What a pull waits for (a streamed step's ``Arrivals`` starts from copies): by shard, the variables it
+        # sends a piece of, and by variable, how many pieces. A piece of no bytes is never sent a chunk: it is
+        # whole already.
+        self.owed: dict[int, frozenset[str]] = {
+            shard: frozenset(name for name, spec in specs.items() if spec.nbytes) for shard, specs in self.specs.items()
+        }
+        self.pieces_owed: dict[str, int] = {}
+        for names in self.owed.values():
+            for name in names:
+                self.pieces_owed[name] = self.pieces_owed.get(name, 0) + 1
         self.requests: dict[int, pb.PullRequest] = {
             shard: pb.PullRequest(names=list(specs), replica_id=replica_id, max_chunk_bytes=max_chunk, fuse=True)
             for shard, specs in self.specs.items()
@@ -399,9 +409,10 @@ class ShardReceiver:
                 self.on_piece((name,))
 
     def _add_fused(self, value: pb.PullMessage, content: memoryview) -> None:
-        """Write each member of a fused chunk (checked whole first) into its array."""
+        """Write each member of a fused chunk (checked whole first) into its array: in one copy where the
+        arrays lie side by side in the chunk's order (``destinations.span``)."""
         assemblers = self.assemblers
-        members, flat = fused.split(
+        layout, flat = fused.checked(
             value.chunk,
             content,
             lambda name: assemblers[name].spec if name in assemblers else None,
@@ -410,17 +421,16 @@ class ShardReceiver:
             self._layouts,
         )
         self.step = value.global_step
-        names = [name for name, _ in members]
-        key = tuple(names)
-        if key not in self._spans:  # worked out once per member list: a kept plan's arrays do not move
-            self._spans[key] = span([assemblers[name].array for name in names], flat.dtype)
-        whole = self._spans[key]
-        if whole is not None:  # the members' arrays lie side by side in this order: one copy for all
+        names = layout.names
+        if names not in self._spans:  # worked out once per member list: a kept plan's arrays do not move
+            self._spans[names] = span([assemblers[name].array for name in names], flat.dtype)
+        whole = self._spans[names]
+        if whole is not None:
             np.copyto(whole, flat)
             for name in names:
                 assemblers[name].written_whole()
         else:
-            for name, array in members:
+            for name, array in fused.members(layout, flat):
                 assemblers[name].add_whole(array)
         versions, version = self.versions, value.version
         for name in names:

@@ -98,13 +98,8 @@ class Arrivals:
     """
 
     def __init__(self, plan: PullPlan) -> None:
-        self._left: dict[str, int] = {}  # pieces still to come, by variable
-        self._owed: dict[int, set[str]] = {}  # by shard: its variables not yet whole
-        for shard, specs in plan.specs.items():
-            for name, spec in specs.items():
-                if spec.nbytes:  # a piece of no bytes is never sent a chunk: it is whole already
-                    self._left[name] = self._left.get(name, 0) + 1
-                    self._owed.setdefault(shard, set()).add(name)
+        self._left = dict(plan.pieces_owed)  # pieces still to come, by variable
+        self._owed = {shard: set(names) for shard, names in plan.owed.items()}  # by shard: its variables not whole
         self._lock = threading.Lock()
         self._awaited: dict[str, concurrent.futures.Future[None]] = {}  # done when that variable is whole
         self.failed = False
@@ -143,6 +138,8 @@ class Arrivals:
         The waiting thread runs the step loop itself while nobody else does:
         it reads the answer it waits for, with no other thread to wake.
         """
+        if name not in self._left:  # whole already: a name leaves ``_left`` once and never comes back, no lock
+            return True
         with self._lock:
             if name not in self._left:
                 return True
