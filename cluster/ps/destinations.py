@@ -1,12 +1,12 @@
 """Where a pull writes its values: the caller's arrays, or new ones laid side by side as a shard sends them.
 
 A shard answers a replica's pull with its small variables fused, one chunk
-per dtype, their bytes one after the other in the order the pull asked for
-them (fused.py). New arrays for a pull (``destinations``) are therefore cut
-from one buffer per shard and dtype, in that order: a fused chunk then lands
-in one copy into the ``span`` its members cover, instead of one copy and one
-bookkeeping round per member. A replica keeps pulling into the arrays of its
-first pull (a kept ``PullPlan``), so every later step gains from it.
+per dtype and group, their bytes one after the other in the order the pull
+asked for them (fused.py). New arrays for a pull (``destinations``) are
+therefore cut from one buffer per group, in that order: a fused chunk then
+lands in one copy into the ``span`` its members cover, instead of one copy
+and one bookkeeping round per member. A replica keeps pulling into the
+arrays of its first pull (a kept ``PullPlan``), so every later step gains.
 
 Examples
 --------
@@ -27,39 +27,53 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
 from cellgraph.dataflow.shapes import fmt
 
 from ..errors import ParameterServerError
+from . import fused
+from .chunks import MAX_CHUNK_BYTES
 from .sharding import Layout
 
 
-def destinations(layout: Layout, wanted: Sequence[str], out: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+def destinations(
+    layout: Layout, wanted: Sequence[str], out: Mapping[str, np.ndarray] | None, max_chunk: int = MAX_CHUNK_BYTES
+) -> dict[str, np.ndarray]:
     """Where each variable of ``wanted`` is pulled to, in that order: ``out[name]`` when given (checked), else a
-    new array. The new arrays of variables held whole by one shard are views of one buffer per shard and dtype,
-    side by side in ``wanted``'s order; a split variable gets its own."""
+    new array. The new arrays of the variables that a shard's answer fuses (``fused.fusion_groups``, chunks of
+    at most ``max_chunk`` bytes) are views of one buffer per group, side by side in the group's order; every
+    other one (big, split, or alone in its group) is an array of its own. A kept value thus holds at most its
+    group's buffer (``FUSE_GROUP_BYTES``) alive, not its shard's."""
     whole: dict[str, np.ndarray] = {}
-    runs: dict[tuple[int, np.dtype], list[str]] = {}
+    by_shard: dict[int, list[tuple[str, Hashable, int]]] = {}
     for name in wanted:
         pieces = layout[name]
         spec = pieces[0][1]
         if out is not None and name in out:
             whole[name] = _given(name, spec.whole_shape, np.dtype(spec.dtype), out[name])
         elif len(pieces) == 1:
-            runs.setdefault((pieces[0][0], np.dtype(spec.dtype)), []).append(name)
-            whole[name] = _NOT_YET
+            by_shard.setdefault(pieces[0][0], []).append((name, np.dtype(spec.dtype), spec.nbytes))
+            whole[name] = _NOT_YET  # keeps ``wanted``'s order
         else:
             whole[name] = np.empty(spec.whole_shape, spec.dtype)
-    for (_, dtype), names in runs.items():
-        counts = [layout[name][0][1].nbytes // dtype.itemsize for name in names]
-        buffer = np.empty(sum(counts), dtype)
-        at = 0
-        for name, count in zip(names, counts):
-            whole[name] = buffer[at : at + count].reshape(layout[name][0][1].whole_shape)
-            at += count
+    limit = min(fused.FUSE_GROUP_BYTES, max_chunk)
+    for items in by_shard.values():
+        for group in fused.fusion_groups(items, limit):
+            if len(group) == 1:  # travels as a chunk of its own
+                spec = layout[group[0]][0][1]
+                whole[group[0]] = np.empty(spec.whole_shape, spec.dtype)
+                continue
+            specs = [layout[name][0][1] for name in group]
+            dtype = np.dtype(specs[0].dtype)
+            counts = [spec.nbytes // dtype.itemsize for spec in specs]
+            buffer = np.empty(sum(counts), dtype)
+            at = 0
+            for name, spec, count in zip(group, specs, counts):
+                whole[name] = buffer[at : at + count].reshape(spec.whole_shape)
+                at += count
     return whole
 
 

@@ -34,10 +34,10 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -54,6 +54,7 @@ from .frames import chunk_heads, varint
 FUSE_TENSOR_BYTES = 256 * 1024
 # A fused chunk holds at most this many bytes (and at most the chunk size): a larger group starts another.
 FUSE_GROUP_BYTES = 1024 * 1024
+T = TypeVar("T")
 _CONTENT = tensor_pb2.TensorChunk.DESCRIPTOR.fields_by_name["content"].number
 
 
@@ -152,28 +153,37 @@ def answer_groups(
 ) -> Iterator[tuple[int, list[tuple[str, np.ndarray]]]]:
     """A pull's values (name: (version, array)) in the groups its answer sends them in: (version, members),
     the small values of one dtype and one version together (a version is per message), each other value
-    alone, in the order of ``values`` as far as the groups allow: the groups so far go before each big value
-    (a replica uses its values in the order it asked for them, the first layer's first)."""
-    groups: dict[tuple[np.dtype, int], list[tuple[str, np.ndarray]]] = {}
-    sizes: dict[tuple[np.dtype, int], int] = {}
-    limit = min(FUSE_GROUP_BYTES, max_bytes)
-    for name, (version, value) in values.items():
-        nbytes = value.nbytes
+    alone, in the order of ``values`` as far as the groups allow (``fusion_groups``; a replica uses its values
+    in the order it asked for them, the first layer's first)."""
+    items = [
+        ((name, version, value), (value.dtype, version), value.nbytes) for name, (version, value) in values.items()
+    ]
+    for group in fusion_groups(items, min(FUSE_GROUP_BYTES, max_bytes)):
+        yield group[0][1], [(name, value) for name, _, value in group]
+
+
+def fusion_groups(items: Sequence[tuple[T, Hashable, int]], limit: int) -> Iterator[list[T]]:
+    """``items`` (item, fusion key, bytes) in the groups a message carries them in: the small ones
+    (``fusable``) of one key together, in groups of at most ``limit`` bytes, each other one alone. The order
+    is kept as far as the groups allow: the groups so far go before each big item (a receiver may wait for
+    them in this order). A pull's answer groups by dtype and version, and a client lays out the arrays it
+    pulls into by the same rule (``destinations.py``)."""
+    groups: dict[Hashable, list[T]] = {}
+    sizes: dict[Hashable, int] = {}
+    for item, key, nbytes in items:
         if not fusable(nbytes) or nbytes > limit:
-            if nbytes:  # the small ones before a big one go first: the replica waits for values in this order
-                yield from ((v, group) for (_, v), group in groups.items())
+            if nbytes:
+                yield from groups.values()
                 groups.clear()
                 sizes.clear()
-            yield version, [(name, value)]
+            yield [item]
             continue
-        key = (value.dtype, version)
         if sizes.get(key, 0) + nbytes > limit:
-            yield version, groups.pop(key)
+            yield groups.pop(key)
             sizes[key] = 0
-        groups.setdefault(key, []).append((name, value))
+        groups.setdefault(key, []).append(item)
         sizes[key] = sizes.get(key, 0) + nbytes
-    for (_, version), group in groups.items():
-        yield version, group
+    yield from groups.values()
 
 
 @lru_cache(maxsize=1024)

@@ -304,7 +304,7 @@ class PullPlan:
         max_chunk: int,
         out: Mapping[str, np.ndarray] | None = None,
     ) -> None:
-        self.whole = destinations(layout, wanted, out)
+        self.whole = destinations(layout, wanted, out, max_chunk)
         self.shapes = {name: layout[name][0][1].whole_shape for name in wanted}
         self.specs: dict[int, dict[str, VariableSpec]] = {}
         for name in wanted:

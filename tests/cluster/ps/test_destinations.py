@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cellgraph.cluster.errors import ParameterServerError
-from cellgraph.cluster.ps import OptimizerConfig, VariableSpec
+from cellgraph.cluster.ps import OptimizerConfig, VariableSpec, fused
 from cellgraph.cluster.ps.destinations import destinations, span
 from cellgraph.cluster.ps.frames import Framed
 from cellgraph.cluster.ps.held import PullPlan
@@ -43,13 +43,30 @@ def test_new_arrays_lie_side_by_side_by_shard_and_dtype_in_the_pulls_order() -> 
     assert whole is not None and whole.size == 10
     whole[:] = np.arange(10)
     np.testing.assert_array_equal(arrays["b"], [6, 7, 8, 9])
-    assert span([arrays["x"]], F64) is not None
+    assert arrays["x"].base is None  # alone in its group (float64): an array of its own
     # Another shard's, another dtype's, a split variable's, or the order reversed: not one span.
     assert span([arrays["b"], arrays["c"]], F32) is None
     assert span([arrays["a"], arrays["x"]], F32) is None
     assert span([arrays["s"]], F32) is None
     assert span([arrays["b"], arrays["a"]], F32) is None
     assert span([], F32) is None and span([None], F32) is None
+
+
+def test_new_arrays_share_a_buffer_only_with_the_members_of_their_fused_group() -> None:
+    # As a shard's answer groups them: a big variable alone, and small ones in groups of at most FUSE_GROUP_BYTES,
+    # so that a value kept on its own holds at most its group's buffer, not the shard's.
+    small = fused.FUSE_TENSOR_BYTES // 4  # float32 elements of the biggest tensor that fuses
+    shapes = {"s1": (small,), "big": (small + 1,), "s2": (small,), "s3": (small,), "s4": (small,), "s5": (small,)}
+    plan = {name: [(0, VariableSpec(name, F32, shape))] for name, shape in shapes.items()}
+    arrays = destinations(plan, list(shapes), None)
+    assert arrays["big"].base is None
+    group_bytes = [base.nbytes for base in {id(a.base): a.base for a in arrays.values() if a.base is not None}.values()]
+    assert max(group_bytes) <= fused.FUSE_GROUP_BYTES
+    assert span([arrays["s2"], arrays["s3"], arrays["s4"], arrays["s5"]], F32) is not None  # 1 MiB: one group
+    assert span([arrays["s1"], arrays["s2"]], F32) is None  # the big one between them: two groups
+    values = {name: (1, np.full(shape, i, F32)) for i, (name, shape) in enumerate(shapes.items())}
+    groups = [[name for name, _ in members] for _, members in fused.answer_groups(values, 1 << 22)]
+    assert groups == [["s1"], ["big"], ["s2", "s3", "s4", "s5"]]
 
 
 def test_the_callers_arrays_are_used_as_they_are_and_checked() -> None:
