@@ -274,7 +274,7 @@ class TensorAssembler:
 
     def add_whole(self, array: np.ndarray) -> None:
         """The whole tensor at once, already checked against the spec (a member of a fused chunk:
-        ``fused.split``): adopted as it is where this assembler adopts, else copied into its array."""
+        ``fused.checked``): adopted as it is where this assembler adopts, else copied into its array."""
         if self._starts:  # any byte received already
             raise ParameterServerError(f"{self.what} arrived a second time", "INVALID_ARGUMENT")
         if self._adopt and self.array is None:

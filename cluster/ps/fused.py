@@ -11,7 +11,7 @@ their bytes one after the other, each whole, in that order (no copy on the
 sending side: the join of the message is the one copy, as for any chunk).
 
 The receiver checks a fused chunk against what it expects before it takes a
-byte (``split``): every member known, of the chunk's dtype, named once and not
+byte (``checked``): every member known, of the chunk's dtype, named once and not
 received already, and the content exactly as long as the members together.
 Pushes on every RPC may carry fused chunks; a pull's answer on the Step stream
 carries them when its request says ``fuse``.
@@ -27,8 +27,8 @@ Examples
 >>> chunk = tensor_pb2.TensorChunk.FromString(b"".join(parts))
 >>> list(chunk.members), len(chunk.content)
 (['a', 'b'], 28)
->>> members, flat = split(chunk, memoryview(chunk.content), specs.get, "push")
->>> [(name, view.tolist()) for name, view in members], flat.size
+>>> layout, flat = checked(chunk, memoryview(chunk.content), specs.get, "push")
+>>> [(name, view.tolist()) for name, view in members(layout, flat)], flat.size
 ([('a', [0.0, 1.0, 2.0]), ('b', [[1.0, 1.0], [1.0, 1.0]])], 7)
 """
 
@@ -207,25 +207,10 @@ class FusedLayout:
     nbytes: int
 
 
-# Layouts a receiver keeps (``split``'s ``layouts``): a replica sends the same groups step after step, and the
+# Layouts a receiver keeps (``checked``'s ``layouts``): a replica sends the same groups step after step, and the
 # checks of their members against the specs give the same answer every time. At most this many: a sender that
 # varies its groups costs the checks again, not memory.
 LAYOUTS_KEPT = 64
-
-
-def split(
-    chunk: tensor_pb2.TensorChunk,
-    content: memoryview,
-    spec_of: Callable[[str], VariableSpec | None],
-    what: str,
-    received: Callable[[str], bool] = lambda name: False,
-    layouts: dict[tuple[tuple[str, ...], int], FusedLayout] | None = None,
-) -> tuple[list[tuple[str, np.ndarray]], np.ndarray]:
-    """A fused chunk's members, each as a read-only array of its spec's shape over ``content``, and the content
-    as one flat array of the members' dtype (their views are of it), after checking the chunk completely:
-    nothing is taken from a chunk that is wrong anywhere (``checked``, then ``members``)."""
-    layout, flat = checked(chunk, content, spec_of, what, received, layouts)
-    return members(layout, flat), flat
 
 
 def checked(
@@ -236,8 +221,9 @@ def checked(
     received: Callable[[str], bool] = lambda name: False,
     layouts: dict[tuple[tuple[str, ...], int], FusedLayout] | None = None,
 ) -> tuple[FusedLayout, np.ndarray]:
-    """A fused chunk's layout and its content as one flat array of the members' dtype, after checking the chunk
-    completely (a receiver that copies the content at once needs no view of each member).
+    """A fused chunk's layout and its content as one flat array of the members' dtype (``members`` cuts it into
+    each member's view), after checking the chunk completely: nothing is taken from a chunk that is wrong
+    anywhere. A receiver that copies the content at once needs no view of each member.
 
     ``spec_of(name)``: the spec the receiver expects for ``name`` (None: it
     expects no such tensor, NOT_FOUND); ``received(name)``: whether it has

@@ -47,7 +47,7 @@ from .pieces import parts
 if TYPE_CHECKING:
     from .store import ParameterStore
 
-# The fused layouts each store's pushes were checked against (fused.split's ``layouts``): a store's specs never
+# The fused layouts each store's pushes were checked against (fused.checked's ``layouts``): a store's specs never
 # change, and a replica sends the same groups step after step. Weak: a store replaced by a new Init goes.
 _LAYOUTS: weakref.WeakKeyDictionary[ParameterStore, dict[tuple[tuple[str, ...], int], fused.FusedLayout]] = (
     weakref.WeakKeyDictionary()
@@ -95,12 +95,13 @@ def _take_fused(
     assemblers: dict[str, Taken],
     max_chunk_bytes: int,
 ) -> None:
-    """A fused chunk's gradients, checked whole first (``fused.split``) and for NaN and Inf together (the store
+    """A fused chunk's gradients, checked whole first (``fused.checked``) and for NaN and Inf together (the store
     names the variable when one is not finite)."""
     what = f"replica {header.replica_id}'s push for step {header.step}"
     check_chunk_size(content.nbytes, max_chunk_bytes, f"fused gradients in {what}")
     layouts = _LAYOUTS.setdefault(store, {})
-    members, flat = fused.split(chunk, content, store.specs.get, what, assemblers.__contains__, layouts)
+    layout, flat = fused.checked(chunk, content, store.specs.get, what, assemblers.__contains__, layouts)
+    members = fused.members(layout, flat)
     finite = header.checked or (store.training.nonfinite != "apply" and all_finite(flat))
     for name, grad in members:
         assemblers[name] = WholeGradient(name, grad, finite)
@@ -109,7 +110,7 @@ def _take_fused(
 
 class WholeGradient:
     """A gradient that arrived whole, as a member of a fused chunk already checked against its spec
-    (``fused.split``): the array as it lies in the received bytes, and what the store reads of an assembler
+    (``fused.checked``): the array as it lies in the received bytes, and what the store reads of an assembler
     (``gradient``, ``finite``, ``fused_with``). A server takes one for each member of every push, so it keeps
     no byte ranges and makes no message until one is needed."""
 

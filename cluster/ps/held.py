@@ -329,7 +329,7 @@ class PullPlan:
         # Each shard's assemblers of the last pull that read its answer through, received into again by the next
         # (a kept plan serves a replica step after step); one taken by a pull in progress is not shared.
         self._idle: dict[int, dict[str, TensorAssembler]] = {}
-        # Each shard's fused answers, as checked against this plan's specs (fused.split's ``layouts``).
+        # Each shard's fused answers, as checked against this plan's specs (fused.checked's ``layouts``).
         self._layouts: dict[int, dict[tuple[tuple[str, ...], int], fused.FusedLayout]] = {}
         # Each shard's fused answers, by their members: the one flat view of this plan's arrays they are copied
         # into when those lie side by side in the chunk's order (destinations.span), else None.

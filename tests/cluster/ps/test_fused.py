@@ -280,7 +280,7 @@ def test_a_kept_layout_still_checks_what_changes_from_chunk_to_chunk() -> None:
     specs = {"a": VariableSpec("a", F32, (4,)), "b": VariableSpec("b", F32, (3,))}
     layouts: dict = {}
     good = _fused_chunk(["a", "b"], F4 + F3)
-    members, _ = fused.split(good, memoryview(good.content), specs.get, "push", layouts=layouts)
+    members = fused.members(*fused.checked(good, memoryview(good.content), specs.get, "push", layouts=layouts))
     assert [name for name, _ in members] == ["a", "b"] and list(layouts) == [(("a", "b"), tensor_pb2.DT_FLOAT32)]
     cases = [
         (_fused_chunk(["a", "b"], F4 + F3 + F4), lambda name: False, "carries 44 bytes; its members are 28 bytes"),
@@ -289,9 +289,9 @@ def test_a_kept_layout_still_checks_what_changes_from_chunk_to_chunk() -> None:
     ]
     for chunk, received, words in cases:
         with pytest.raises(ParameterServerError, match=re.escape(words)):
-            fused.split(chunk, memoryview(chunk.content), specs.get, "push", received, layouts)
+            fused.checked(chunk, memoryview(chunk.content), specs.get, "push", received, layouts)
     many = {f"v{i}": VariableSpec(f"v{i}", F32, (1,)) for i in range(fused.LAYOUTS_KEPT + 10)}
     for i in range(1, fused.LAYOUTS_KEPT + 10):  # a sender that varies its groups does not grow the receiver
         chunk = _fused_chunk(["v0", f"v{i}"], np.ones(2, F32).tobytes())
-        fused.split(chunk, memoryview(chunk.content), many.get, "push", layouts=layouts)
+        fused.checked(chunk, memoryview(chunk.content), many.get, "push", layouts=layouts)
     assert len(layouts) == fused.LAYOUTS_KEPT
