@@ -55,22 +55,16 @@ KEEP_PIECE_BYTES = 64 * 1024
 M = TypeVar("M", bound=Any)
 
 
+@functools.lru_cache(maxsize=64)
 def dtype_enum(dtype: np.dtype) -> int:
-    """The ``DataType`` of a NumPy dtype the parameter service can hold."""
+    """The ``DataType`` of a NumPy dtype the parameter service can hold; kept by dtype, since a dtype's
+    ``name`` costs more than an assembler's other work (a server makes one for each gradient of every push)."""
     try:
         return int(DTYPE_ENUM[dtype.name])
     except KeyError:
         raise ParameterServerError(
             f"dtype {dtype.name} cannot travel as a tensor; known: {', '.join(DTYPE_ENUM)}", "INVALID_ARGUMENT"
         ) from None
-
-
-@functools.lru_cache(maxsize=64)
-def _known_enum(dtype: np.dtype) -> int | None:
-    """``dtype``'s ``DataType``, or None; kept by dtype, since a dtype's ``name`` costs more than an assembler's
-    other work (a server makes one for each gradient of every push)."""
-    enum = DTYPE_ENUM.get(np.dtype(dtype).name)
-    return None if enum is None else int(enum)
 
 
 def dtype_of(enum: int, where: str) -> np.dtype:
@@ -190,7 +184,10 @@ class TensorAssembler:
         self._pieces: dict[int, np.ndarray] = {}
         self.total = spec.nbytes
         # The spec's DataType: a chunk that says it is checked without a lookup or a message made for nothing.
-        self._enum = _known_enum(spec.dtype)
+        try:
+            self._enum: int | None = dtype_enum(spec.dtype)
+        except ParameterServerError:  # a chunk can never match it: ``add`` says what the chunk was instead
+            self._enum = None
         # Received byte ranges, sorted by start; they never overlap.
         self._starts: list[int] = []
         self._stops: list[int] = []

@@ -39,8 +39,6 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-import numpy as np
-
 from ..errors import ParameterServerError
 from .config import OptimizerConfig, TrainingConfig, listed
 from .nonfinite import first_nonfinite
@@ -164,13 +162,11 @@ class PushRules:
                 "a push must carry one for every variable of the shard",
                 "INVALID_ARGUMENT",
             )
-        tensors = self.shard.tensors
+        shard = self.shard
         for name in specs:
-            grad, (dtype, shape) = grads[name], tensors[name]
-            if grad.__class__ is not np.ndarray or grad.dtype != dtype or grad.shape != shape:
-                # The message made only for a gradient that is wrong (or of a kind the check says is wrong).
+            if not shard.fits(name, grads[name]):  # the message made only for a gradient that may be wrong
                 what = f"replica {replica_id}'s gradient for {name!r}"
-                self.shard.check_tensor(what, grad, name, "the variable has", "INVALID_ARGUMENT")
+                shard.check_tensor(what, grads[name], name, "the variable has", "INVALID_ARGUMENT")
         if step < 0:
             raise ParameterServerError(f"step {step} is negative", "INVALID_ARGUMENT")
         if step > global_step:

@@ -246,7 +246,7 @@ class StreamedStep:
         if self.watch_nonfinite and not self.nonfinite:
             self.nonfinite = first_nonfinite(self.replica_id, self.step, [(name, grad)]) or ""
         for shard, items in pieces.items():
-            send = self.shards.get(shard) or self._shard(shard)
+            send = self._shard(shard)
             for spec, piece in items:
                 self._add(send, spec, piece)
             if send.size >= FLUSH_BYTES:
