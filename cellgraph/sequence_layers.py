@@ -91,10 +91,12 @@ def multi_head_attention(
     ``d / num_heads``), takes ``softmax(q k^T / sqrt(key_dim))`` over the keys
     and averages the values by it; the heads are concatenated and projected
     back to ``d``. Makes ``query``, ``key``, ``value`` and ``output``
-    projections (``kernel`` and ``bias`` each). ``mask``, a bool tensor that
-    broadcasts to (batch, num_heads, t_q, t_k), says which keys each query may
-    attend to (true: may), as Keras's ``attention_mask`` does; PyTorch's
-    ``attn_mask`` is its negation. Returns (batch, t_q, d).
+    projections (``kernel`` and ``bias`` each). ``mask``, a bool tensor, says
+    which keys each query may attend to (true: may): (batch, t_q, t_k) as
+    Keras's ``attention_mask`` is, the same for every head; (t_q, t_k) for
+    every sequence of the batch; (t_k,) for every query; or, of rank 4, any shape that broadcasts to
+    (batch, num_heads, t_q, t_k). PyTorch's ``attn_mask`` is its negation.
+    Returns (batch, t_q, d).
 
     Examples
     --------
@@ -129,6 +131,10 @@ def multi_head_attention(
     if mask is not None:
         _check_mask(mask, (num_heads, t_q, t_k), name)
     with query.graph.atomic(), name_scope(name):
+        if mask is not None and len(mask.shape) == 3:
+            # Keras's (batch, t_q, t_k): one mask per sequence, for every head. Broadcast from the right as it
+            # stands, its first axis would meet the heads' (mask[b] applied to head b).
+            mask = array.expand_dims(mask, 1, name="mask_per_head")
         width = num_heads * key_dim
         # The projections are dense layers: x @ kernel + bias over the last axis.
         q = _heads(dense(query, width, name="query"), t_q, num_heads, key_dim)
@@ -152,13 +158,21 @@ def _check_mask(mask: Tensor, scores: tuple[int, int, int], name: str) -> None:
     if not isinstance(mask, Tensor) or mask.dtype != "bool":
         shown = f"{mask.dtype} {fmt(mask.shape)}" if isinstance(mask, Tensor) else repr(mask)
         raise DTypeError(f"multi_head_attention layer {name!r}: mask must be a bool tensor, got {shown}")
-    full = (None, *scores)
+    heads, t_q, t_k = scores
     dims = mask.shape
-    fits = len(dims) <= 4 and all(m is None or m == 1 or s is None or m == s for m, s in zip(dims[::-1], full[::-1]))
-    if not fits:
+    # Rank 3 is Keras's (batch, t_q, t_k); rank 2 (t_q, t_k); rank 4 broadcasts to the scores' own shape.
+    full = {1: (t_k,), 2: (t_q, t_k), 3: (None, t_q, t_k), 4: (None, heads, t_q, t_k)}.get(len(dims))
+    if full is None:
         raise ShapeError(
-            f"multi_head_attention layer {name!r}: mask of shape {fmt(dims)} does not broadcast to the scores' "
-            f"(batch, num_heads, t_q, t_k) = {fmt(full)}"
+            f"multi_head_attention layer {name!r}: mask of shape {fmt(dims)} has rank {len(dims)}; give "
+            f"(batch, t_q, t_k) = {fmt((None, t_q, t_k))}, (t_q, t_k), (t_k,), or a rank-4 mask that broadcasts to "
+            f"(batch, num_heads, t_q, t_k) = {fmt((None, heads, t_q, t_k))}"
+        )
+    if not all(m is None or m == 1 or s is None or m == s for m, s in zip(dims, full)):
+        names = {1: "(t_k,)", 2: "(t_q, t_k)", 3: "(batch, t_q, t_k)", 4: "(batch, num_heads, t_q, t_k)"}[len(dims)]
+        raise ShapeError(
+            f"multi_head_attention layer {name!r}: mask of shape {fmt(dims)} does not fit the scores' "
+            f"{names} = {fmt(full)}"
         )
 
 

@@ -147,6 +147,31 @@ def test_a_mask_hides_keys_exactly() -> None:
     np.testing.assert_allclose(ya[0, 0], ya[0, 2], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("batch", [1, 2, 3], ids=["batch-1", "batch-equals-heads", "batch-3"])
+def test_a_keras_shaped_mask_is_per_sequence_for_every_head(batch: int) -> None:
+    # A (batch, t_q, t_k) mask, as Keras's attention_mask is: sequence b's mask hides keys for all of b's heads,
+    # and for no other sequence. PyTorch takes the same mask per (sequence, head), negated, repeated per head.
+    torch = _torch()
+    t, d, heads = 4, 6, 2
+    torch.manual_seed(1)
+    mha = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+    x_value = RNG.normal(size=(batch, t, d)).astype(np.float32)
+    mask_value = RNG.random((batch, t, t)) < 0.6
+    mask_value[..., 0] = True  # every query may see some key
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, t, d), name="x")
+        mask = cg.placeholder((None, t, t), "bool", name="mask")
+        y = cg.layers.multi_head_attention(x, num_heads=heads, mask=mask, name="attention")
+    sess = cg.Session(g)
+    _load_attention_from_torch(sess, g, mha, d, "attention")
+    got = sess.run(y, {x: x_value, mask: mask_value})
+    xt = torch.from_numpy(x_value)
+    per_head = torch.from_numpy(~mask_value).repeat_interleave(heads, dim=0)  # (batch * heads, t_q, t_k)
+    want, _ = mha(xt, xt, xt, attn_mask=per_head, need_weights=False)
+    np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_gradients_reach_every_attention_variable() -> None:
     g = cg.Graph()
     with g.as_default():
@@ -174,9 +199,17 @@ def test_multi_head_attention_errors_name_the_layer() -> None:
             cg.layers.multi_head_attention(x, num_heads=3)
         with raises(cg.DTypeError, "mask must be a bool tensor, got float32 (5, 5)"):
             cg.layers.multi_head_attention(x, mask=ph(5, 5, name="fmask"))
-        with raises(cg.ShapeError, "mask of shape (4, 5) does not broadcast to the scores' (batch, num_heads, t_q, "
-                    "t_k) = (None, 1, 5, 5)"):  # fmt: skip
+        with raises(cg.ShapeError, "mask of shape (4, 5) does not fit the scores' (t_q, t_k) = (5, 5)"):
             cg.layers.multi_head_attention(x, mask=ph(4, 5, dtype="bool", name="bmask"))
+        with raises(cg.ShapeError, "mask of shape (None, 5, 4) does not fit the scores' (batch, t_q, t_k) = "
+                    "(None, 5, 5)"):  # fmt: skip
+            cg.layers.multi_head_attention(x, mask=ph(None, 5, 4, dtype="bool", name="kmask"))
+        with raises(cg.ShapeError, "mask of shape (2, 3, 5, 5) does not fit the scores' (batch, num_heads, t_q, "
+                    "t_k) = (None, 1, 5, 5)"):  # fmt: skip
+            cg.layers.multi_head_attention(x, mask=ph(2, 3, 5, 5, dtype="bool", name="hmask"))
+        with raises(cg.ShapeError, "mask of shape (1, 1, 1, 5, 5) has rank 5; give (batch, t_q, t_k) = "
+                    "(None, 5, 5), (t_q, t_k), (t_k,), or a rank-4 mask"):  # fmt: skip
+            cg.layers.multi_head_attention(x, mask=ph(1, 1, 1, 5, 5, dtype="bool", name="rmask"))
     assert all(n.op == "Placeholder" for n in g.nodes)
 
 
