@@ -21,6 +21,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,8 +31,10 @@ from typing import Any
 import numpy as np
 
 from cellgraph.dataflow.errors import CellgraphError
-from cellgraph.dataflow.graph import Graph, Node, Tensor
-from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef, to_tensor_proto
+from cellgraph.dataflow.graph import Graph, Node, Tensor, name_scope
+from cellgraph.dataflow.graphdef import dependency_order, from_graphdef, to_graphdef, to_tensor_proto
+from cellgraph.dataflow.ops.math import cast
+from cellgraph.dataflow.ops.normalization import moving_statistics, normalized
 from cellgraph.dataflow.session import Session
 from cellgraph.protos import graph_pb2
 
@@ -68,15 +71,19 @@ def _switch_to_false(proto: graph_pb2.NodeDef) -> None:
     proto.attr["value"].tensor.CopyFrom(to_tensor_proto(np.array(False)))
 
 
-def _switched(node: Node) -> Tensor | None:
-    """What a ``where(training, a, b)`` gives at inference (``b``); None for any other node.
+def _switched(node: Node, replaced: Mapping[str, str]) -> Tensor | None:
+    """What a node that picks its training result gives at inference; None for any other node.
 
     Batch norm and dropout with a training switch pick their training or inference
-    result with such a Where; following only ``b`` leaves the training branch (the
-    batch statistics) out of the inference graph.
+    result with a ``where(training, a, b)``: it gives ``b``, and following only ``b``
+    leaves the training branch (the batch statistics) out of the inference graph.
+    A batch norm built with ``training=True`` has no such branch; ``replaced`` names
+    the one made for it (``_with_moving_statistics``).
     """
     if node.op == "Where" and node.inputs[0].shape == () and is_training_switch(node.inputs[0].node):
         return node.inputs[2]
+    if node.name in replaced:
+        return node.graph.tensor(replaced[node.name])
     return None
 
 
@@ -125,7 +132,12 @@ def inference_graph(inputs: Tensor | Sequence[Tensor], outputs: Tensor | Sequenc
                 f"input {t.name!r} is made by {t.node.describe()}, not by a placeholder: "
                 "a model's inputs are the placeholders it is fed through"
             )
-    needed = _needed(graph, outs, {t.node for t in ins})
+    needed = _needed(graph, outs, {t.node for t in ins}, {})
+    replaced: dict[str, str] = {}
+    batch_statistics = [node for node in needed.values() if node.op == "FusedBatchNorm"]
+    if batch_statistics:
+        graph, ins, outs, replaced = _with_moving_statistics(graph, ins, outs, needed, batch_statistics)
+        needed = _needed(graph, outs, {t.node for t in ins}, replaced)
     fed = {t.node.name for t in ins}
     for node in needed.values():
         if node.op == "Placeholder" and node.name not in fed:
@@ -140,11 +152,12 @@ def inference_graph(inputs: Tensor | Sequence[Tensor], outputs: Tensor | Sequenc
             continue
         node = needed[proto.name]
         rewrite = INFERENCE_REWRITES.get(proto.op)
-        chosen = _switched(node)
+        chosen = _switched(node, replaced)
         if chosen is not None:
             proto.op = "Identity"
             proto.attr.clear()
             del proto.input[:]
+            del proto.output[1:]
             proto.input.append(chosen.name)
         elif is_training_switch(node):
             _switch_to_false(proto)
@@ -161,6 +174,11 @@ def inference_graph(inputs: Tensor | Sequence[Tensor], outputs: Tensor | Sequenc
         proto.removed_control_input.clear()
         proto.device = ""
         pruned.node.append(proto)
+    if replaced:  # the twins were made last: put each before its readers, as an exporter walks the graph
+        protos = {proto.name: proto for proto in pruned.node}
+        ordered = [protos[name] for name in dependency_order(pruned)]
+        del pruned.node[:]
+        pruned.node.extend(ordered)
     try:
         built = from_graphdef(pruned)
     except CellgraphError as err:
@@ -168,8 +186,49 @@ def inference_graph(inputs: Tensor | Sequence[Tensor], outputs: Tensor | Sequenc
     return InferenceGraph(built, [t.name for t in ins], [t.name for t in outs])
 
 
-def _needed(graph: Graph, outputs: list[Tensor], stop: set[Node]) -> dict[str, Node]:
-    """The nodes the outputs read, walking back through data edges and stopping at ``stop``."""
+def _with_moving_statistics(
+    graph: Graph, ins: list[Tensor], outs: list[Tensor], needed: Mapping[str, Node], batch_statistics: list[Node]
+) -> tuple[Graph, list[Tensor], list[Tensor], dict[str, str]]:
+    """A copy of ``graph`` in which each batch norm built with ``training=True`` (its FusedBatchNorm nodes
+    ``batch_statistics``) has a twin that normalizes by its moving statistics, as inference does; the copy's
+    inputs and outputs, and each FusedBatchNorm's name with its twin's tensor name. The user's graph is
+    left as it is."""
+    for node in needed.values():
+        for t in node.inputs:
+            if t.op == "FusedBatchNorm" and t.index > 0:
+                raise ExportError(
+                    f"{node.describe()} reads output {t.index} of {t.node.describe()}, a batch statistic, "
+                    "which exists only in training"
+                )
+    moving = {}
+    for node in batch_statistics:
+        found = moving_statistics(node)
+        if found is None:
+            raise ExportError(
+                f"output needs {node.describe()}, which normalizes each batch by its own statistics and keeps "
+                "no moving statistics to use at inference (only cg.layers.batch_norm's are kept): build the "
+                "model with cg.layers.batch_norm, whose moving statistics the saved model uses"
+            )
+        moving[node.name] = found
+    work = from_graphdef(to_graphdef(graph))
+    replaced = {}
+    for node in batch_statistics:
+        twin = work.node(node.name)
+        x, gamma, beta = twin.inputs
+        mean, variance = (work.tensor(t.name) for t in moving[node.name])
+        with work.as_default(), contextlib.ExitStack() as scopes:
+            for part in f"{node.name}_inference".split("/"):  # beside the node, in its scope
+                scopes.enter_context(name_scope(part))
+            if mean.dtype != x.dtype:  # float32 moving statistics of a mixed-precision layer
+                mean, variance = cast(mean, x.dtype), cast(variance, x.dtype)
+            y = normalized(x, gamma, beta, mean, variance, node.attrs["epsilon"], node.attrs["channel_axis"])
+        replaced[node.name] = y.name
+    return work, [work.tensor(t.name) for t in ins], [work.tensor(t.name) for t in outs], replaced
+
+
+def _needed(graph: Graph, outputs: list[Tensor], stop: set[Node], replaced: Mapping[str, str]) -> dict[str, Node]:
+    """The nodes the outputs read, walking back through data edges and stopping at ``stop``; a node that picks
+    its training result (``_switched``) is followed to its inference input only."""
     needed: dict[str, Node] = {}
     pending = [t.node for t in outputs]
     while pending:
@@ -181,7 +240,7 @@ def _needed(graph: Graph, outputs: list[Tensor], stop: set[Node]) -> dict[str, N
         needed[node.name] = node
         if node in stop:
             continue
-        chosen = _switched(node)
+        chosen = _switched(node, replaced)
         if chosen is not None:
             pending.append(chosen.node)
             continue

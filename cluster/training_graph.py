@@ -45,6 +45,7 @@ from cellgraph.dataflow.executor import schedule
 from cellgraph.dataflow.graph import Graph, Node, Tensor
 from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef
 from cellgraph.dataflow.ops.normalization import MOVING_AVERAGE_MOMENTUM
+from cellgraph.dataflow.ops.normalization import moving_average_input as average_input
 from cellgraph.dataflow.session import Session, convert_feed
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.protos import graph_pb2
@@ -206,11 +207,10 @@ def _moving_statistics(upstream: list[Node]) -> list[tuple[Node, Tensor, float]]
 def moving_average_input(assign: Node) -> Tensor:
     """The value a moving average's assignment moves its variable towards (``stat`` in batch norm's
     ``var * momentum + stat * (1 - momentum)``, the Add of two Muls that ``batch_norm`` builds)."""
+    stat = average_input(assign)
+    if stat is not None:
+        return stat
     average = assign.inputs[1].node
-    if average.op == "Add" and all(t.node.op == "Mul" for t in average.inputs):
-        kept, taken = (t.node for t in average.inputs)
-        if kept.inputs[0].node is assign.inputs[0].node:
-            return taken.inputs[0]
     raise TrainingError(
         f"{assign.describe()} is marked as a moving average of variable {assign.inputs[0].node.name!r}, but its "
         f"value comes from {average.op} '{average.name}', not from `var * momentum + stat * (1 - momentum)`; "

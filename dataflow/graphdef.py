@@ -328,6 +328,11 @@ def _dependencies(proto: graph_pb2.NodeDef, defs: dict[str, graph_pb2.NodeDef]) 
     return deps
 
 
+def dependency_order(graphdef: graph_pb2.GraphDef) -> list[str]:
+    """``graphdef``'s node names, each after the nodes it reads (in the written order where that allows)."""
+    return _topological_order({proto.name: proto for proto in graphdef.node})
+
+
 def _topological_order(defs: dict[str, graph_pb2.NodeDef]) -> list[str]:
     """Node names, each after everything it depends on; raise naming a cycle."""
     deps = {name: _dependencies(proto, defs) for name, proto in defs.items()}
@@ -430,4 +435,11 @@ def _node_from_proto(
     return node
 
 
-__all__ = ["GRAPHDEF_VERSION", "from_graphdef", "from_tensor_proto", "to_graphdef", "to_tensor_proto"]
+__all__ = [
+    "GRAPHDEF_VERSION",
+    "dependency_order",
+    "from_graphdef",
+    "from_tensor_proto",
+    "to_graphdef",
+    "to_tensor_proto",
+]

@@ -317,6 +317,47 @@ def fused_batch_norm(
     return node.output(0), node.output(1), node.output(2)
 
 
+def normalized(
+    x: Tensor, gamma: TensorLike, beta: TensorLike, mean: Tensor, variance: Tensor, epsilon: float, channel: int
+) -> Tensor:
+    """``x`` normalized per channel (axis ``channel``, 0 or more) by the given statistics: batch norm at
+    inference, ``(x - mean) * rsqrt(variance + epsilon) * gamma + beta``."""
+    from .array import reshape
+
+    # Statistics of shape (channels,) broadcast against x from the right: put the channel axis last.
+    tail = (1,) * (len(x.shape) - 1 - channel)
+    shape = (-1, *tail) if tail else None
+    m, v = (reshape(mean, shape), reshape(variance, shape)) if shape else (mean, variance)
+    g = reshape(as_tensor(gamma, x.dtype, x.graph), shape) if shape else as_tensor(gamma, x.dtype, x.graph)
+    b = reshape(as_tensor(beta, x.dtype, x.graph), shape) if shape else as_tensor(beta, x.dtype, x.graph)
+    return (x - m) * (rsqrt(v + epsilon) * g) + b
+
+
+def moving_average_input(assign: Node) -> Tensor | None:
+    """The value a moving average's assignment moves its variable towards (``stat`` in batch norm's
+    ``var * momentum + stat * (1 - momentum)``, the Add of two Muls that ``batch_norm`` builds); None when
+    ``assign``'s value is not of that form (a switch fed with data picks it, for one)."""
+    average = assign.inputs[1].node
+    if average.op == "Add" and all(t.node.op == "Mul" for t in average.inputs):
+        kept, taken = (t.node for t in average.inputs)
+        if kept.inputs[0].node is assign.inputs[0].node:
+            return taken.inputs[0]
+    return None
+
+
+def moving_statistics(fused: Node) -> tuple[Tensor, Tensor] | None:
+    """The moving mean and variance (variables) that ``batch_norm`` keeps from FusedBatchNorm node ``fused``'s
+    batch statistics (outputs 1 and 2); None unless both are found (``fused_batch_norm`` alone keeps none)."""
+    found: dict[int, Tensor] = {}
+    for node in fused.graph.nodes if fused.graph is not None else ():
+        if node.op != "Assign" or MOVING_AVERAGE_MOMENTUM not in node.attrs:
+            continue
+        stat = moving_average_input(node)
+        if stat is not None and stat.node is fused and stat.index in (1, 2):
+            found[stat.index] = node.inputs[0]
+    return (found[1], found[2]) if len(found) == 2 else None
+
+
 def batch_norm(
     x: TensorLike,
     gamma: TensorLike,
@@ -360,17 +401,9 @@ def batch_norm(
     for what, v in (("moving_mean", moving_mean), ("moving_variance", moving_variance)):
         if not isinstance(v, Tensor) or v.node.op != "Variable":
             raise TypeError(f"{name}: {what} must be a variable (its value is updated in training), got {v!r}")
-    # Statistics of shape (channels,) broadcast against x from the right: put the channel axis last.
-    tail = (1,) * (rank - 1 - channel)
 
     def normalize(mean: Tensor, variance: Tensor) -> Tensor:
-        from .array import reshape
-
-        shape = (-1, *tail) if tail else None
-        m, v = (reshape(mean, shape), reshape(variance, shape)) if shape else (mean, variance)
-        g = reshape(as_tensor(gamma, t.dtype, t.graph), shape) if shape else as_tensor(gamma, t.dtype, t.graph)
-        b = reshape(as_tensor(beta, t.dtype, t.graph), shape) if shape else as_tensor(beta, t.dtype, t.graph)
-        return (t - m) * (rsqrt(v + epsilon) * g) + b
+        return normalized(t, gamma, beta, mean, variance, epsilon, channel)
 
     if isinstance(training, np.bool_):
         training = bool(training)
@@ -395,4 +428,11 @@ def batch_norm(
         return identity(y, name=name)
 
 
-__all__ = ["batch_norm", "fused_batch_norm", "layer_norm"]
+__all__ = [
+    "batch_norm",
+    "fused_batch_norm",
+    "layer_norm",
+    "moving_average_input",
+    "moving_statistics",
+    "normalized",
+]
