@@ -16,6 +16,7 @@ from distributed import Client, LocalCluster, Nanny
 from distributed.security import Security
 from distributed.system import MEMORY_LIMIT
 
+from . import worker_signals
 from .calls import CALL_TIMEOUT_S
 from .errors import ClusterError
 
@@ -48,7 +49,9 @@ def start_local(
     )
     client: Client | None = None
     try:
-        template = local.new_spec["options"]
+        # Each worker process ignores Ctrl-C, which a notebook's interrupt sends to the kernel's whole
+        # process group (worker_signals.py).
+        template = {**local.new_spec["options"], "preload": [worker_signals.PRELOAD]}
         for name, resources in roles.items():
             local.worker_spec[name] = {"cls": Nanny, "options": {**template, "resources": dict(resources)}}
         # SpecCluster.scale(n) with n entries already in worker_spec adds none and starts the missing ones.

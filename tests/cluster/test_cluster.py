@@ -270,6 +270,26 @@ def test_parameter_servers_serve_the_token_and_stop(cluster: Cluster, tmp_path: 
     assert str(info.value) == "no parameter servers of job 'job-a' were started here; running jobs: none"
 
 
+def test_a_ctrl_c_to_the_worker_processes_leaves_them_and_their_servers_running(cluster: Cluster) -> None:
+    # A notebook's interrupt sends SIGINT to the kernel's whole process group, Cluster.local's worker processes
+    # included: they ignore it (worker_signals.py), so interrupting a cell that waits for a job kills nothing.
+    import os
+
+    token = new_token()
+    addresses = cluster.start_parameter_servers("job-sigint", token)
+    try:
+        pids = cluster.client.run(os.getpid)
+        assert len(pids) == 3
+        for pid in pids.values():
+            os.kill(pid, signal.SIGINT)
+        time.sleep(1.0)  # time for a KeyboardInterrupt to end a worker, as it did
+        assert all(psutil.pid_exists(pid) for pid in pids.values())
+        assert cluster.client.run(os.getpid) == pids  # the same processes, none restarted by its nanny
+        assert health(addresses[0]) == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        cluster.stop_parameter_servers("job-sigint")
+
+
 def test_parameter_servers_on_assigned_workers(cluster: Cluster, wrapper: Cluster) -> None:
     chosen = cluster.training_workers()[1]
     wrapper.assign(ps=[chosen])

@@ -118,3 +118,24 @@ def test_a_kernel_restart_leaves_no_cluster_process_behind(kernel: Kernel) -> No
     kernel.client.wait_for_ready(timeout=TIMEOUT)
     _, alive = psutil.wait_procs(processes, timeout=60)
     assert not alive, f"still running after the kernel restart: {[(p.pid, p.name()) for p in alive]}"
+
+
+def test_interrupting_a_cell_that_waits_for_the_job_leaves_the_job_training(kernel: Kernel) -> None:
+    # Jupyter's interrupt is SIGINT to the kernel's whole process group, where Cluster.local's worker processes
+    # are too: it used to kill every worker and the parameter server, and the job with them.
+    kernel.run(START_JOB.format(steps=100_000))
+    try:
+        kernel.run(WAIT_FOR_STEP.format(step=10))
+        workers = psutil.Process(kernel.pid()).children(recursive=True)
+        waiting = kernel.client.execute("job.wait()")
+        time.sleep(2.0)  # the cell is in job.wait()
+        kernel.manager.interrupt_kernel()
+        reply = kernel.client.get_shell_msg(timeout=TIMEOUT)
+        while reply["parent_header"].get("msg_id") != waiting:
+            reply = kernel.client.get_shell_msg(timeout=TIMEOUT)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        step = int(kernel.run("print(job.global_step())"))
+        assert kernel.run(WAIT_FOR_STEP.format(step=step + 20)).strip() == "running"
+        assert all(p.is_running() for p in workers)
+    finally:
+        kernel.run("job.close(); cluster.close()")
