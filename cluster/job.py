@@ -371,6 +371,10 @@ class Job:
             thread.join(timeout=FINISH_JOIN_S)
         if state.error is not None:
             raise TrainingError(str(state.error))
+        if state.closed.is_set():
+            # Closed (job.close(), or its cluster closing): stopped, as job.events says. Its tasks went with the
+            # cluster, whose client can no longer say how they ended.
+            return self
         for i, future in enumerate(state.futures):
             failure = state.failure(i)
             if failure is not None:

@@ -60,6 +60,17 @@ def test_stop_in_sync_mode_releases_a_replica_waiting_for_the_others(cluster: Cl
 
 
 @pytest.mark.slow
+def test_waiting_for_a_job_whose_cluster_closed_says_it_stopped(data: digits.Split) -> None:
+    # Its cluster closed under it (a `with` block ended): job.wait() returns the stopped job, as job.events
+    # tells it, not Dask's "IOLoop is closed" from the closed client.
+    with Cluster.local(workers=2, ps=1) as own:
+        job = start(own, data, checkpoint_every=None)
+        wait_until(lambda: job.global_step() >= 5, "step 5", job)
+    assert job.wait(TIMEOUT) is job and job.status == "stopped"
+    assert any("closed while training, at global step" in e for e in job.events)
+
+
+@pytest.mark.slow
 def test_a_job_closed_while_it_trains_is_stopped_not_finished(cluster: Cluster, data: digits.Split) -> None:
     # %cluster down and a closing cluster close their jobs the same way (job.close()).
     job = start(cluster, data, checkpoint_every=None)
