@@ -244,8 +244,30 @@ def _conv2d(e: Emitter, node: Node) -> None:
     x = e.node("Transpose", [x], perm=NHWC_TO_NCHW)[0]
     w = e.node("Transpose", [w], perm=HWIO_TO_OIHW)[0]
     kernel = [int(d) for d in node.inputs[1].shape[:2]]  # type: ignore[arg-type]
-    y = e.node("Conv", [x, w], kernel_shape=kernel, **_conv_attrs(node))[0]
+    attrs = _conv_attrs(node)
+    if attrs.get("auto_pad") == "SAME_UPPER" and any(d > 1 for d in attrs["dilations"]):
+        # ONNX Runtime runs no dilated convolution with auto_pad SAME_UPPER: its pads, written out.
+        attrs["pads"] = _same_pads(node, kernel, attrs["strides"], attrs["dilations"])
+        del attrs["auto_pad"]
+    y = e.node("Conv", [x, w], kernel_shape=kernel, **attrs)[0]
     e.node("Transpose", [y], e.outs(node), perm=NCHW_TO_NHWC)
+
+
+def _same_pads(node: Node, kernel: list[int], strides: list[int], dilations: list[int]) -> list[int]:
+    """A SAME convolution's pads, (top, left, bottom, right), by TensorFlow's rule (the odd pixel last)."""
+    sizes = node.inputs[0].shape[1:3]
+    if None in sizes:
+        raise OnnxError(
+            f"{node.describe()}: a dilated convolution with SAME padding exports only with a known height and "
+            f"width, got input {node.inputs[0].shape} (ONNX Runtime runs no dilated auto_pad SAME_UPPER)"
+        )
+    begin, end = [], []
+    for i in range(2):
+        out, before = window(sizes[i], kernel[i], strides[i], "SAME", dilations[i])  # type: ignore[arg-type]
+        total = max((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - sizes[i], 0)  # type: ignore[operator]
+        begin.append(before)
+        end.append(total - before)
+    return begin + end
 
 
 def _conv2d_transpose(e: Emitter, node: Node) -> None:

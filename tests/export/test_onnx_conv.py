@@ -146,3 +146,23 @@ def test_a_dilated_average_pool_needs_opset_19(tmp_path: Path) -> None:
         y = cg.avg_pool(x, 2, 1, dilations=2, name="pool")
     with pytest.raises(OnnxError, match=r"^AvgPool 'pool' .*: a dilated AveragePool needs opset 19 or newer, not 17"):
         cg.onnx.export(tmp_path / "m.onnx", [x], y, cg.Session(g), opset=17)
+
+
+@pytest.mark.parametrize(("strides", "dilations"), [((1, 1), (2, 2)), ((2, 1), (2, 3))], ids=["d2", "s2-d23"])
+def test_a_dilated_same_conv_exports_with_its_pads_and_matches_onnx_runtime(
+    strides: tuple[int, int], dilations: tuple[int, int], tmp_path: Path
+) -> None:
+    # ONNX Runtime refuses a dilated Conv with auto_pad SAME_UPPER: the export writes the pads out.
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 7, 8, 2), name="x")
+        w = cg.constant(RNG.normal(size=(3, 2, 2, 4)).astype(np.float32))
+        y = cg.conv2d(x, w, strides=strides, padding="SAME", dilations=dilations)
+        z = cg.placeholder((None, None, None, 2), name="z")
+        unknown = cg.conv2d(z, w, padding="SAME", dilations=dilations, name="unknown")
+    model = cg.onnx.export(tmp_path / "m.onnx", [x], y, cg.Session(g))
+    data = RNG.normal(size=(2, 7, 8, 2)).astype(np.float32)
+    np.testing.assert_allclose(_ort(model, data)[0], cg.Session(g).run(y, {x: data}), rtol=1e-4, atol=1e-5)
+    with pytest.raises(OnnxError, match=r"^Conv2D 'unknown' .*: a dilated convolution with SAME padding exports only "
+                       r"with a known height and width"):  # fmt: skip
+        cg.onnx.export(tmp_path / "u.onnx", [z], unknown, cg.Session(g))
