@@ -52,6 +52,10 @@ if TYPE_CHECKING:
 Partition = tuple[str, int, int]  # (device, first row, row after the last)
 
 
+# Writes to a variable that are not an optimizer's update of it (see PlacementRules._find_slots).
+_PLAIN_WRITES = frozenset({"Assign", "AssignAdd"})
+
+
 @dataclass
 class Placement:
     """Node -> device, each with the reason, plus how split variables are cut."""
@@ -302,9 +306,13 @@ class _Placer:
         return "gpu" if has_gpu and KERNEL_KEY["gpu"] in kernel_keys(node) else "cpu"
 
     def _find_slots(self) -> dict[str, str]:
-        """Slot variable -> the variable it serves: the other variable inputs of its update op."""
+        """Slot variable -> the variable it serves: the other variable inputs of its update op.
+
+        A variable an update op trains is nobody's slot. A plain write (Assign, AssignAdd) does not make it
+        one: mixed precision puts every slot back as it was after a step it skips, and batch norm assigns
+        its moving statistics."""
         slot_of: dict[str, str] = {}
-        updated = {n.inputs[0].node.name for n in self.graph if self._updates(n)}
+        updated = {n.inputs[0].node.name for n in self.graph if self._updates(n) and n.op not in _PLAIN_WRITES}
         for node in self.graph:
             if self._updates(node):
                 owner = node.inputs[0].node.name

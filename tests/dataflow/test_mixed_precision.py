@@ -211,3 +211,29 @@ def test_partitioned_mixed_precision_moves_half_tensors_as_they_are_and_trains_a
     split, crossing = run(True)
     assert "float16" in crossing
     np.testing.assert_array_equal(split, alone)
+
+
+def test_placement_over_two_ps_tasks_keeps_each_slot_with_its_variable_and_trains_as_one_device() -> None:
+    # Mixed precision puts every slot back after a step it skips (an Assign of the slot): that made the slots
+    # look like trained variables of their own, placed apart from theirs, and ApplyAdam got its m through a Recv.
+    devices = ["/job:ps/task:0/device:cpu:0", "/job:ps/task:1/device:cpu:0", "/job:worker/task:0/device:cpu:0"]
+
+    def run(partitioned: bool) -> dict[str, np.ndarray]:
+        g, x, y, train, _ = _mlp(cg.optim.mixed_precision(cg.optim.Adam(1e-2)), hidden=16)
+        sess: cg.Session | cg.PartitionedSession = cg.Session(g)
+        if partitioned:
+            placement = cg.placement.place(g, devices)
+            for name in ("w1", "b1", "w2", "b2"):
+                for slot in "mvt":
+                    where = placement.device_of[f"mixed_precision_Adam/{name}/{slot}"]
+                    assert where == placement.device_of[name], (name, slot)
+            assert {placement.device_of[v] for v in ("w1", "b1", "w2", "b2")} == set(devices[:2])
+            sess = cg.PartitionedSession(g, placement, timeout=20)
+        data = digits.load()
+        for start in range(0, 192, 64):
+            sess.run(train, {x: data.x_train[start : start + 64], y: data.y_train[start : start + 64]})
+        return {v: sess.run(g.tensor(f"{v}:0")) for v in ("w1", "b1", "w2", "b2")}
+
+    alone, split = run(False), run(True)
+    for name in alone:
+        np.testing.assert_array_equal(split[name], alone[name])
