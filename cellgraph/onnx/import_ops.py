@@ -317,8 +317,18 @@ def _check_pad(n: NodeInfo) -> str | None:
     if pads is not None and any(p < 0 for p in pads):
         return "Pad with negative pads (cropping)"
     shape = n.shape(0)
-    if mode != "constant" and (shape is None or None in shape):
+    if mode == "constant":
+        return None
+    if shape is None:
         return f"Pad mode {mode!r} of an input whose shape is unknown until the graph runs"
+    # Only the padded axes' sizes are needed (their gather indices); a batch axis left as it is may be unknown.
+    rank = len(shape)
+    given = n.static_value(3) if len(n.inputs) > 3 and n.inputs[3] else None
+    axes = list(range(rank)) if given is None else [int(a) % rank for a in np.reshape(given, -1)]
+    padded = axes if pads is None else [a for j, a in enumerate(axes) if pads[j] or pads[j + len(axes)]]
+    unknown = [a for a in padded if shape[a] is None]
+    if unknown:
+        return f"Pad mode {mode!r} of axis {unknown[0]}, whose size is unknown until the graph runs"
     return None
 
 

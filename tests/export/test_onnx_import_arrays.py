@@ -81,3 +81,19 @@ def test_tensor_scatter_max_exports_at_opset_18_and_is_refused_before(tmp_path: 
     data = np.array([[1.0, -2.0], [3.0, 0.5], [-1.0, 4.0]], np.float32)
     [got] = ort.InferenceSession(model.SerializeToString()).run(None, {"x": data})
     np.testing.assert_array_equal(got, session.run(y, {x: data}))
+
+
+def test_a_reflect_pad_over_an_unknown_batch_imports_and_an_unknown_padded_axis_is_refused(tmp_path: Path) -> None:
+    # cellgraph's own export of a REFLECT pad has a dynamic batch: only the padded axes' sizes are needed.
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 5, 4, 2), name="x")
+        y = cg.pad(x, [[0, 0], [1, 2], [2, 1], [0, 0]], mode="REFLECT")
+    exported = cg.onnx.export(tmp_path / "pad.onnx", x, y, cg.Session(g))
+    data = np.random.default_rng(5).normal(size=(3, 5, 4, 2)).astype(np.float32)
+    np.testing.assert_array_equal(cg.onnx.import_model(exported)(data), cg.Session(g).run(y, {x: data}))
+    node = helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "t"])
+    pads = helper.make_tensor("p", TensorProto.INT64, [4], [0, 1, 0, 1])
+    with pytest.raises(OnnxError, match="Pad mode 'reflect' of axis 1, whose size is unknown until the graph runs"):
+        cg.onnx.import_model(_model(node, [x_info], [pads]))
