@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cellgraph.dataflow.graph import Graph
 
+from . import tracebacks
 from .cells import CellTracker
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class Extension:
         self.jobs: list[Job] = []
         self.magics: list[Magics] = []
         self.loaded = False
+        self.showing_errors = False  # its handler shows cellgraph's errors (tracebacks.py)
         self._atexit = False
 
     def current_cluster(self) -> Cluster | None:
@@ -116,6 +118,9 @@ def load_ipython_extension(ipython: Any) -> None:
     for magics in ext.magics:
         ipython.register_magics(magics)
     ext.tracker.register()
+    if not ipython.custom_exceptions:  # a handler of the user's own stays
+        ipython.set_custom_exc(tracebacks.ERRORS, tracebacks.show)
+        ext.showing_errors = True
     ext.loaded = True
 
 
@@ -125,6 +130,9 @@ def unload_ipython_extension(ipython: Any) -> None:
     if not ext.loaded:
         return
     ext.tracker.unregister()
+    if ext.showing_errors and ipython.custom_exceptions == tracebacks.ERRORS:
+        ipython.set_custom_exc((), None)
+    ext.showing_errors = False
     manager = ipython.magics_manager
     for magics in ext.magics:
         for kind, table in magics.magics.items():

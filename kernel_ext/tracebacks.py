@@ -1,0 +1,81 @@
+"""A cellgraph error in a notebook shows the user's own lines, not cellgraph's insides.
+
+A ``ShapeError`` from an op's shape rule, or a missing feed found by the
+session, came with 35 to 50 frames of cellgraph's own code above its one line
+of news, which already names the node, its cell and line, and every shape
+involved. With the extension loaded, a ``CellgraphError`` is shown with the
+frames of the user's cells (and of any other library) only; ``%xmode Verbose``
+shows cellgraph's frames too, as does any error that is not cellgraph's.
+
+Examples
+--------
+>>> import cellgraph as cg
+>>> def build():
+...     g = cg.Graph()
+...     with g.as_default():
+...         cg.matmul(cg.placeholder((None, 3)), cg.placeholder((4, 2)))
+>>> try:
+...     build()
+... except cg.ShapeError as err:
+...     tb = err.__traceback__
+>>> [t.tb_frame.f_code.co_name for t in frames(user_frames(tb))]
+['<module>', 'build']
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import types
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any
+
+from cellgraph.dataflow.errors import CellgraphError
+
+ERRORS = (CellgraphError,)
+
+
+@lru_cache(maxsize=1)
+def _package_dirs() -> tuple[str, ...]:
+    """Where cellgraph's code lives: its package and the subpackages an editable install keeps apart."""
+    dirs = set()
+    for name in ("cellgraph", "cellgraph.dataflow", "cellgraph.cluster", "cellgraph.widgets", "cellgraph.kernel_ext"):
+        spec = importlib.util.find_spec(name)  # the parent package only: cluster's Dask is not imported
+        for location in (spec.submodule_search_locations or []) if spec is not None else []:
+            dirs.add(os.path.join(os.path.realpath(location), ""))
+    return tuple(sorted(dirs))
+
+
+def _inside_cellgraph(filename: str) -> bool:
+    return os.path.realpath(filename).startswith(_package_dirs())
+
+
+def frames(tb: types.TracebackType | None) -> Iterator[types.TracebackType]:
+    """The entries of traceback ``tb``, outermost first."""
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+def user_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without cellgraph's own frames; ``tb`` itself when nothing else is left (an error inside
+    cellgraph with no caller of the user's)."""
+    kept = [t for t in frames(tb) if not _inside_cellgraph(t.tb_frame.f_code.co_filename)]
+    if not kept:
+        return tb
+    chain = None
+    for t in reversed(kept):
+        chain = types.TracebackType(chain, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return chain
+
+
+def show(shell: Any, etype: type[BaseException], value: BaseException, tb: Any, tb_offset: Any = None) -> None:
+    """IPython's custom exception handler for ``ERRORS`` (``set_custom_exc``): the traceback as IPython shows
+    it, less cellgraph's frames unless ``%xmode Verbose`` is on."""
+    if getattr(shell.InteractiveTB, "mode", "") != "Verbose":
+        tb = user_frames(tb)
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+
+__all__ = ["ERRORS", "frames", "show", "user_frames"]

@@ -1,0 +1,58 @@
+"""A cellgraph error in a notebook shows the cell's lines and the error, not 40 frames of cellgraph's code."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from cellgraph.kernel_ext import tracebacks
+
+from .shells import ok, run
+
+CELLS = [
+    "import cellgraph as cg\nx = cg.placeholder((None, 3), name='x')",
+    "w = cg.variable(cg.init.zeros, shape=(4, 2), name='w')\ndef layer(t):\n    return cg.matmul(t, w)\ny = layer(x)",
+]
+
+
+def _error_output(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> str:
+    for cell in CELLS[:-1]:
+        ok(shell, cell)
+    capsys.readouterr()
+    result = run(shell, CELLS[-1])
+    assert result.error_in_exec is not None and type(result.error_in_exec).__name__ == "ShapeError"
+    captured = capsys.readouterr()
+    return captured.out + captured.err
+
+
+def test_a_cellgraph_error_shows_the_cells_frames_and_the_error_only(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = _error_output(shell, capsys)
+    assert "ShapeError: MatMul 'matmul' (cell [" in text and "inner dimensions differ: (None, 3) @ (4, 2)" in text
+    assert "----> 4 y = layer(x)" in text and "----> 3     return cg.matmul(t, w)" in text  # the user's lines
+    assert "dataflow" not in text and "ops/base.py" not in text and "graph.py" not in text, text
+
+
+def test_xmode_verbose_shows_cellgraphs_frames_and_unloading_puts_ipythons_handler_back(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert shell.custom_exceptions == tracebacks.ERRORS
+    ok(shell, "%xmode Verbose")
+    text = _error_output(shell, capsys)
+    assert "dataflow" in text and "ShapeError: MatMul 'matmul'" in text
+    ok(shell, "%xmode Context")
+    ok(shell, "%unload_ext cellgraph")
+    assert shell.custom_exceptions == ()
+    ok(shell, "%load_ext cellgraph")
+    assert shell.custom_exceptions == tracebacks.ERRORS
+
+
+def test_an_error_that_is_not_cellgraphs_keeps_its_whole_traceback(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    result = run(shell, "import json\njson.loads('{')")
+    assert type(result.error_in_exec).__name__ == "JSONDecodeError"
+    captured = capsys.readouterr()
+    assert "decoder.py" in captured.out + captured.err  # the library's own frames, as IPython shows them
