@@ -109,10 +109,17 @@ class TrainMagics(Magics):
                 )
         from cellgraph.cluster.job import train
 
+        replicas = args.replicas or len(cluster.training_workers())
+        if not replicas:  # its workers died or left: say so, not "replicas must be at least 1, got 0"
+            raise usage_error(
+                self.train,
+                "the cluster has no training workers now (%cluster status lists them; lost workers come back with "
+                "%cluster down then %cluster up)",
+            )
         try:
             job = train(
                 loss, data, cluster=cluster, optimizer=opt, mode=args.mode, steps=args.steps,
-                replicas=args.replicas or len(cluster.training_workers()), batch_size=args.batch_size,
+                replicas=replicas, batch_size=args.batch_size,
                 replicas_to_aggregate=args.replicas_to_aggregate, max_staleness=args.max_staleness,
                 checkpoint_every=args.checkpoint_every, checkpoint_dir=checkpoint_dir, resume_from=resume_from,
             )  # fmt: skip

@@ -169,6 +169,27 @@ def test_scale_changes_the_training_workers(
 
 
 @pytest.mark.slow
+def test_train_on_a_cluster_without_training_workers_says_so(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
+) -> None:
+    # As after its training workers died: not "replicas must be an int of at least 1, got 0".
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, processes=False, resources={"ps": 1}, dashboard_address=None) as local:
+        with Client(local) as client:
+            ok(shell, MODEL)
+            shell.user_ns["cluster"] = Cluster.from_client(client)
+            assert shell.user_ns["cluster"].training_workers() == []
+            err = refused(shell, capsys, f"%train loss {DATA} --no-show")
+            shell.user_ns.pop("cluster").close()
+    assert err.startswith(
+        "UsageError: %train: the cluster has no training workers now (%cluster status lists them; lost workers "
+        "come back with %cluster down then %cluster up)"
+    ), err
+    assert "job" not in shell.user_ns and shown == []
+
+
+@pytest.mark.slow
 def test_down_closes_the_cluster_and_its_jobs(notebook: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
     cluster = notebook.user_ns["cluster"]
     ok(notebook, f"%train loss {DATA} --mode async --steps 1000000 --batch-size 32 --no-show")
