@@ -111,6 +111,17 @@ def count(text: str) -> int:
     return value
 
 
+def ps_count(text: str) -> int | str:
+    """An argparse type: parameter-server processes, 0 or more, or ``colocated`` (a shard in each training
+    worker, as ``Cluster.local(ps="colocated")``)."""
+    if text == "colocated":
+        return text
+    try:
+        return count(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected an integer of 0 or more, or colocated, got {text!r}") from None
+
+
 def positive_float(text: str) -> float:
     """An argparse type: a number above 0."""
     try:

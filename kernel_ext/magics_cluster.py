@@ -14,7 +14,7 @@ from IPython.core.magic_arguments import argument, kwds, magic_arguments
 from cellgraph.cluster.reach import tls_configured
 from cellgraph.dataflow.errors import CellgraphError
 
-from .arguments import MagicFormatter, count, parse, positive_float, positive_int, usage_error
+from .arguments import MagicFormatter, count, parse, positive_float, positive_int, ps_count, usage_error
 from .display import show_as
 
 if TYPE_CHECKING:
@@ -46,7 +46,12 @@ class ClusterMagics(Magics):
     @kwds(formatter_class=MagicFormatter)
     @argument("-h", "--help", action="store_true", help="show this help and do nothing")
     @argument("--workers", type=positive_int, default=None, help="up: training worker processes (default 2)")
-    @argument("--ps", type=count, default=None, help="up: parameter-server processes (default 1)")
+    @argument(
+        "--ps",
+        type=ps_count,
+        default=None,
+        help="up: parameter-server processes (default 1), or colocated: a shard in each training worker",
+    )
     @argument("--gpus", type=count, default=None, help="up: GPUs each training worker offers (default none)")
     @argument("--threads", type=positive_int, default=None, help="up: threads per worker process (default 1)")
     @argument(

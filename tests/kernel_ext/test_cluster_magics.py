@@ -169,6 +169,18 @@ def test_scale_changes_the_training_workers(
 
 
 @pytest.mark.slow
+def test_cluster_up_with_colocated_servers(shell: InteractiveShell, shown: list[Any]) -> None:
+    # As Cluster.local(ps="colocated"): no PS process, a shard in each training worker of every job.
+    ok(shell, "%cluster up --workers 1 --ps colocated")
+    try:
+        cluster = shell.user_ns["cluster"]
+        assert cluster.ps_placement == "colocated" and cluster.ps_workers() == []
+        assert len(cluster.training_workers()) == 1
+    finally:
+        ok(shell, "%cluster down")
+
+
+@pytest.mark.slow
 def test_train_on_a_cluster_without_training_workers_says_so(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
 ) -> None:
