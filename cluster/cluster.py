@@ -46,6 +46,7 @@ from .dask_cluster import (
     CHECK_CONNECT,
     close_quietly,
     refuse_a_worker_importing_the_script,
+    refuse_an_unguarded_script,
     script_top_level,
     start_local,
 )
@@ -155,7 +156,9 @@ class Cluster(WorkerRoles, ParameterServerHosting):
             # Dask reads a timeout of 0 as "wait for ever"; every wait here has a deadline.
             raise ClusterError(f"Cluster.local(timeout={timeout!r}): needs a finite number of seconds above 0")
         refuse_a_worker_importing_the_script()
-        script = script_top_level(sys._getframe(1))
+        caller = sys._getframe(1)
+        script = script_top_level(caller)
+        refuse_an_unguarded_script(script, caller.f_lineno)
         training: dict[str, float] = {WORKER_RESOURCE: 1}
         if gpus:
             training[GPU_RESOURCE] = gpus

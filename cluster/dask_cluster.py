@@ -5,13 +5,16 @@ guard why its workers never come.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import dask
 from distributed import Client, LocalCluster, Nanny
 from distributed.security import Security
 from distributed.system import MEMORY_LIMIT
@@ -123,6 +126,38 @@ def script_top_level(caller: FrameType) -> str | None:
     if caller.f_code.co_name == "<module>" and caller.f_globals.get("__name__") == "__main__":
         return caller.f_globals.get("__file__")
     return None
+
+
+def refuse_an_unguarded_script(script: str | None, line: int) -> None:
+    """A ClusterError, before anything starts, when ``script``'s top level calls at ``line`` outside
+    ``if __name__ == "__main__":`` and Dask spawns its worker processes (its default): each would import the
+    script and start a cluster of its own, and the caller would wait out its timeout for workers that never
+    come. Nothing is said when the script cannot be read back (the workers then say it themselves)."""
+    if script is None or dask.config.get("distributed.worker.multiprocessing-method", "spawn") == "fork":
+        return
+    try:
+        tree = ast.parse(Path(script).read_text(), script)
+    except (OSError, SyntaxError, ValueError):
+        return
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_main_guard(node.test):
+            if node.lineno <= line <= (node.end_lineno or node.lineno):
+                return
+    raise ClusterError(
+        f"Cluster.local was called at the top level of {script} (line {line}), outside "
+        '`if __name__ == "__main__":`: Dask\'s worker processes import the script, and each would start a cluster '
+        "of its own; put the code that starts the cluster under that guard (a notebook needs nothing)"
+    )
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``, either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    values = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return names == ["__name__"] and values == ["__main__"]
 
 
 def close_quietly(client: Client | None, local: LocalCluster | None, timeout: float = 30.0) -> None:

@@ -568,21 +568,32 @@ def test_scale_refuses_no_workers_and_clusters_it_did_not_start(cluster: Cluster
 
 
 @pytest.mark.slow
-def test_a_script_that_starts_a_cluster_without_a_main_guard_is_told_why_its_workers_never_come(
+def test_a_script_that_starts_a_cluster_without_a_main_guard_is_told_so_before_anything_starts(
     tmp_path: Path,
 ) -> None:
-    # Dask's worker processes import the script: unguarded, each would start a cluster of its own.
+    # Dask's worker processes import the script: unguarded, each would start a cluster of its own, and the script
+    # would wait out its timeout for workers that never come.
     script = tmp_path / "unguarded.py"
-    script.write_text("import cellgraph as cg\n\nwith cg.Cluster.local(workers=1, ps=0, timeout=8):\n    pass\n")
+    script.write_text("import cellgraph as cg\n\nwith cg.Cluster.local(workers=1, ps=0, timeout=60):\n    pass\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
-    # In each worker process, at once:
     assert (
-        "Cluster.local was called while a worker process was importing the main script: Dask's worker processes "
-        'import it, so a script must start its cluster under `if __name__ == "__main__":` (a notebook needs nothing)'
+        f'Cluster.local was called at the top level of {script} (line 3), outside `if __name__ == "__main__":`: '
+        "Dask's worker processes import the script, and each would start a cluster of its own; put the code that "
+        "starts the cluster under that guard (a notebook needs nothing)"
     ) in done.stderr
-    # In the script itself, when its wait ends:
-    assert (
-        f'Try a larger timeout= or fewer workers; if {script} starts the cluster outside `if __name__ == "__main__":`, '
-        "see above"
-    ) in done.stderr
+    assert "Cluster.local was called while a worker process" not in done.stderr  # no worker process was started
+    guarded = tmp_path / "guarded.py"
+    guarded.write_text(
+        "import cellgraph as cg\n\nif '__main__' == __name__:\n"
+        "    with cg.Cluster.local(workers=1, ps=0, timeout=60) as c:\n        print(len(c.training_workers()))\n"
+    )
+    done = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
+
+
+def test_the_guard_check_says_nothing_of_a_script_it_cannot_read() -> None:
+    # A worker importing the script then says why itself (refuse_a_worker_importing_the_script).
+    dask_cluster.refuse_an_unguarded_script("/no/such/script.py", 3)
+    dask_cluster.refuse_an_unguarded_script(None, 3)
+    assert 'a script must start its cluster under `if __name__ == "__main__":`' in dask_cluster._UNGUARDED_SCRIPT
