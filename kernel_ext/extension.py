@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from cellgraph.dataflow.graph import Graph
@@ -39,6 +40,7 @@ class Extension:
         self.magics: list[Magics] = []
         self.loaded = False
         self.showing_errors = False  # its handler shows cellgraph's errors (tracebacks.py)
+        self.warning_format: tracebacks.WarningFormat | None = None
         self._atexit = False
 
     def current_cluster(self) -> Cluster | None:
@@ -121,6 +123,8 @@ def load_ipython_extension(ipython: Any) -> None:
     if not ipython.custom_exceptions:  # a handler of the user's own stays
         ipython.set_custom_exc(tracebacks.ERRORS, tracebacks.show)
         ext.showing_errors = True
+    ext.warning_format = tracebacks.WarningFormat(ipython, warnings.formatwarning)
+    ext.warning_format.install()
     ext.loaded = True
 
 
@@ -133,6 +137,9 @@ def unload_ipython_extension(ipython: Any) -> None:
     if ext.showing_errors and ipython.custom_exceptions == tracebacks.ERRORS:
         ipython.set_custom_exc((), None)
     ext.showing_errors = False
+    if ext.warning_format is not None:
+        ext.warning_format.uninstall()
+        ext.warning_format = None
     manager = ipython.magics_manager
     for magics in ext.magics:
         for kind, table in magics.magics.items():

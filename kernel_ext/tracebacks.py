@@ -1,11 +1,14 @@
-"""A cellgraph error in a notebook shows the user's own lines, not cellgraph's insides.
+"""A cellgraph error or warning in a notebook shows the user's own lines, not cellgraph's insides or files.
 
 A ``ShapeError`` from an op's shape rule, or a missing feed found by the
 session, came with 35 to 50 frames of cellgraph's own code above its one line
 of news, which already names the node, its cell and line, and every shape
 involved. With the extension loaded, a ``CellgraphError`` is shown with the
 frames of the user's cells (and of any other library) only; ``%xmode Verbose``
-shows cellgraph's frames too, as does any error that is not cellgraph's.
+shows cellgraph's frames too, as does any error that is not cellgraph's. A
+``CellgraphWarning`` located at a cell reads ``Cell In[7], line 2:``, as
+IPython names a cell in a traceback, not by the temporary file ipykernel
+compiled the cell into (``/tmp/ipykernel_1234/56789.py:2:``).
 
 Examples
 --------
@@ -25,12 +28,15 @@ Examples
 from __future__ import annotations
 
 import importlib.util
+import linecache
 import os
 import types
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
+from cellgraph.dataflow.cells import CellgraphWarning
 from cellgraph.dataflow.errors import CellgraphError
 
 ERRORS = (CellgraphError,)
@@ -78,4 +84,30 @@ def show(shell: Any, etype: type[BaseException], value: BaseException, tb: Any, 
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
 
 
-__all__ = ["ERRORS", "frames", "show", "user_frames"]
+class WarningFormat:
+    """``warnings.formatwarning`` while the extension is loaded: a ``CellgraphWarning`` at a cell names the cell
+    as a traceback does; every other warning is formatted as before."""
+
+    def __init__(self, shell: Any, previous: Callable[..., str]) -> None:
+        self.shell = shell
+        self.previous = previous
+
+    def __call__(
+        self, message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None
+    ) -> str:
+        cells = getattr(getattr(self.shell, "compile", None), "_filename_map", {})
+        if not (isinstance(category, type) and issubclass(category, CellgraphWarning) and filename in cells):
+            return self.previous(message, category, filename, lineno, line)
+        source = (line if line is not None else linecache.getline(filename, lineno)).strip()
+        text = f"Cell In[{cells[filename]}], line {lineno}: {category.__name__}: {message}\n"
+        return text + (f"  {source}\n" if source else "")
+
+    def install(self) -> None:
+        warnings.formatwarning = self
+
+    def uninstall(self) -> None:
+        if warnings.formatwarning is self:  # another one set later stays
+            warnings.formatwarning = self.previous
+
+
+__all__ = ["ERRORS", "WarningFormat", "frames", "show", "user_frames"]

@@ -86,6 +86,8 @@ def test_rerunning_a_cell_says_once_at_that_cell_what_it_reinitialised_and_made_
         warning = said[0]
         assert shell.compile._filename_map.get(warning.filename) == a, warning.filename
         shown = warnings.formatwarning(warning.message, warning.category, warning.filename, warning.lineno)
+        # Named as a traceback names the cell, not by the file the cell was compiled into.
+        assert shown.startswith(f"Cell In[{a}], line {warning.lineno}: CellgraphWarning: re-running cell [{a}]")
         if resized:  # at the line that made the variables
             assert warning.lineno == 2 and shown.splitlines()[1].strip() == "h = cg.layers.dense(x, 16, name='hidden')"
             assert str(warning.message) == (

@@ -56,3 +56,14 @@ def test_an_error_that_is_not_cellgraphs_keeps_its_whole_traceback(
     assert type(result.error_in_exec).__name__ == "JSONDecodeError"
     captured = capsys.readouterr()
     assert "decoder.py" in captured.out + captured.err  # the library's own frames, as IPython shows them
+
+
+def test_other_warnings_keep_their_format_and_unloading_puts_the_previous_one_back(shell: InteractiveShell) -> None:
+    import warnings
+
+    fmt = warnings.formatwarning
+    assert isinstance(fmt, tracebacks.WarningFormat)
+    assert fmt("careful", UserWarning, "/x.py", 3).startswith("/x.py:3: UserWarning: careful")
+    ok(shell, "%unload_ext cellgraph")
+    assert warnings.formatwarning is fmt.previous
+    ok(shell, "%load_ext cellgraph")
