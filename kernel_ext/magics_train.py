@@ -89,10 +89,13 @@ class TrainMagics(Magics):
             raise usage_error(self.train, NO_CLUSTER)
         for running in self.ext.jobs:
             if running.cluster is cluster and running.status in ("starting", "running"):
-                raise usage_error(
-                    self.train,
-                    f"job {running.job_id} is still {running.status} on this cluster: job.stop() (or job.close()) "
-                    "first",
+                # Re-running its cell cleared the job's monitor from the cell: it is shown again, and the
+                # refusal is about the job, not the arguments (no usage).
+                if not args.no_show:
+                    show_as("training_monitor", "TrainingMonitor", running)
+                raise UsageError(
+                    f"%train: job {running.job_id} is still {running.status} on this cluster: job.stop() (or "
+                    "job.close()) first"
                 )
         checkpoint_dir, resume_from = args.checkpoint_dir, None
         if args.resume_from is not None:

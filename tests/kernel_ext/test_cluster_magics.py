@@ -109,7 +109,10 @@ def test_train_launches_a_job_binds_it_and_returns_at_once(
         assert job.status == "running"  # a million steps, and nothing stopped it
         err = refused(notebook, capsys, f"%train loss {DATA}")
         assert f"%train: job {job.job_id} is still running on this cluster: job.stop() (or job.close()) first" in err
+        assert "usage:" not in err  # about the job, not the arguments
         assert notebook.user_ns["job"] is job
+        # Re-running the cell cleared the job's monitor from it: each refusal shows it again.
+        assert len(shown) == 3 and all(getattr(item, "job", job) is job for item in shown)
         job.stop(timeout=TIMEOUT)
         assert job.status == "stopped"
     finally:
@@ -117,7 +120,7 @@ def test_train_launches_a_job_binds_it_and_returns_at_once(
     ok(notebook, f"%train loss {DATA} --steps 30 --batch-size 32 --optimizer adam:1e-2 --no-show")
     second = notebook.user_ns["job"]
     try:
-        assert second is not job and len(shown) == 1  # --no-show
+        assert second is not job and len(shown) == 3  # --no-show
         second.wait(TIMEOUT)
         assert second.status == "finished" and second.global_step() == 30
         assert set(second.variables()) >= {"hidden/kernel", "logits/kernel"}
