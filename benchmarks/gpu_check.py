@@ -190,7 +190,7 @@ def cluster_train(model: str, device: str, epochs: int, batch: int, limit: int |
         try:
             job.wait(STEP_S["train"])
             seconds = time.perf_counter() - started
-            accuracy = float(job.evaluate(m.accuracy, {m.x: x_test, m.y: y_test}))
+            accuracy = float(job.evaluate(m.accuracy, m.eval_feeds(x_test, y_test)))
             on_gpu = sum(1 for d in job.placement.device_of.values() if d == GPU)
             final_loss = float(job.metrics[-1]["loss"]) if job.metrics else float(np.nan)
         finally:

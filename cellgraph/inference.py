@@ -36,6 +36,7 @@ from cellgraph.dataflow.graphdef import dependency_order, from_graphdef, to_grap
 from cellgraph.dataflow.ops.math import cast
 from cellgraph.dataflow.ops.normalization import moving_statistics, normalized
 from cellgraph.dataflow.session import Session
+from cellgraph.dataflow.switch_fold import is_training_switch
 from cellgraph.protos import graph_pb2
 
 
@@ -56,11 +57,6 @@ def _dropout_to_identity(proto: graph_pb2.NodeDef) -> None:
 INFERENCE_REWRITES: dict[str, Callable[[graph_pb2.NodeDef], None]] = {
     "Dropout": _dropout_to_identity,
 }
-
-
-def is_training_switch(node: Node) -> bool:
-    """A scalar bool ``placeholder_with_default`` (``cg.layers.training_switch()``): false at inference."""
-    return node.op == "PlaceholderWithDefault" and node.outputs[0].dtype == "bool" and node.outputs[0].shape == ()
 
 
 def _switch_to_false(proto: graph_pb2.NodeDef) -> None:

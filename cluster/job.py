@@ -49,7 +49,8 @@ from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
 from cellgraph.dataflow.optimizers import Optimizer
 from cellgraph.dataflow.placement import Placement
-from cellgraph.dataflow.session import Session
+from cellgraph.dataflow.session import Session, feed_tensor
+from cellgraph.dataflow.switch_fold import is_training_switch
 
 from .cluster import CALL_TIMEOUT_S, Cluster
 from .job_compile import compile_beside
@@ -465,12 +466,19 @@ class Job:
         return self._client().pull().values
 
     def evaluate(self, fetches: Any, data: Mapping[Any, Any]) -> Any:
-        """Run ``fetches`` of the loss's graph on ``data`` with the current trained variables, in this process."""
+        """Run ``fetches`` of the loss's graph on ``data`` with the current trained variables, in this process,
+        as inference: every training switch (``cg.layers.training_switch()``) that ``data`` does not feed is
+        False, so batch norm uses its moving statistics and dropout keeps every unit."""
         graph = self.loss.graph
         session = Session(graph)
         for name, value in self.variables().items():
             session.variables.load(graph.node(name), value)
-        return session.run(fetches, dict(data))
+        feeds = dict(data)
+        fed = {feed_tensor(graph, key).name for key in feeds}
+        for node in graph.nodes:
+            if is_training_switch(node) and node.outputs[0].name not in fed:
+                feeds[node.outputs[0]] = False
+        return session.run(fetches, feeds)
 
     def close(self) -> None:
         """Stop the replicas (if running) and the job's parameter servers; quiet in every state, twice too.

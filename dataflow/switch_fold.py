@@ -67,6 +67,11 @@ def _key(t: Tensor) -> Key:
     return (id(t.node), t.index)
 
 
+def is_training_switch(node: Node) -> bool:
+    """A scalar bool ``placeholder_with_default`` (``cg.layers.training_switch()``): false at inference."""
+    return node.op == "PlaceholderWithDefault" and node.outputs[0].dtype == "bool" and node.outputs[0].shape == ()
+
+
 def taken_branch(node: Node, is_fed: Callable[[Tensor], bool]) -> Tensor | None:
     """The input ``node`` passes on when it is a ``Where`` whose condition is an unfed scalar bool
     ``PlaceholderWithDefault`` with a constant default (a training switch), else None.

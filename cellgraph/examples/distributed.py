@@ -126,7 +126,7 @@ def run(settings: Settings, say: Callable[[str], None] = print) -> Outcome:
         began = time.perf_counter()
         _follow(job, model.name, settings)
         seconds = time.perf_counter() - began
-        accuracy = float(job.evaluate(model.accuracy, {model.x: x_test, model.y: data.y_test}))
+        accuracy = float(job.evaluate(model.accuracy, model.eval_feeds(x_test, data.y_test)))
         assert job._ps is not None  # open until job.close() below
         stats = job._ps.stats()  # a public Job accessor for the servers' Stats is asked for
         checkpoint = str(Path(job.checkpoint_dir) / job.checkpoints[-1]) if job.checkpoints else None

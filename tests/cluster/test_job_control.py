@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pytest
 
 import cellgraph as cg
@@ -55,6 +56,35 @@ def test_stop_in_sync_mode_releases_a_replica_waiting_for_the_others(cluster: Cl
         assert job.global_step() < 1_000_000
         before = list(job.events)
         assert job.stop() is job and job.status == "stopped" and job.events == before  # again: nothing to do
+    finally:
+        job.close()
+
+
+@pytest.mark.slow
+def test_evaluate_infers_with_every_training_switch_off_unless_fed(cluster: Cluster, data: digits.Split) -> None:
+    # As Keras's evaluate: batch norm by its moving statistics, whatever the batch. Evaluated with the switch on,
+    # a batch-norm model scored by its test set's own statistics, and the demo reported that number.
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 64), name="x")
+        y = cg.placeholder((None,), "int32", name="y")
+        training = cg.layers.training_switch()
+        h = cg.layers.batch_norm(cg.layers.dense(x, 16, name="hidden"), training, momentum=0.5, name="bn")
+        logits = cg.layers.dense(cg.relu(h), 10, name="logits")
+        loss = cg.losses.sparse_softmax_cross_entropy(logits, y)
+    job = cg.train(loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2), replicas=1,
+                   batch_size=32, steps=20, checkpoint_every=None)  # fmt: skip
+    try:
+        job.wait(TIMEOUT)
+        session = cg.Session(g)
+        for name, value in job.variables().items():
+            session.variables.load(g.node(name), value)
+        batch = data.x_test[:50]
+        inferred = session.run(logits, {x: batch, training: False})
+        by_the_batch = session.run(logits, {x: batch})
+        assert not np.allclose(inferred, by_the_batch)
+        np.testing.assert_allclose(job.evaluate(logits, {x: batch}), inferred, rtol=1e-6)
+        np.testing.assert_allclose(job.evaluate(logits, {x: batch, "training": True}), by_the_batch, rtol=1e-6)
     finally:
         job.close()
 
