@@ -87,7 +87,8 @@ def save_model(
         "variables": sorted(values),
     }
     (folder / GRAPH_FILE).write_bytes(graphdef.SerializeToString(deterministic=True))
-    arrays = {k: np.ascontiguousarray(v) for k, v in values.items()}
+    # Not np.ascontiguousarray: it makes a 0-d array 1-d, and a scalar variable would not load back.
+    arrays = {k: np.asarray(v, order="C") for k, v in values.items()}
     (folder / VARIABLES_FILE).write_bytes(safetensors.numpy.save(arrays, metadata={"format": FORMAT}))
     (folder / SIGNATURE_FILE).write_text(json.dumps(signature, indent=2) + "\n")
     return folder
@@ -169,9 +170,10 @@ def _fill_variable(proto: graph_pb2.NodeDef, values: dict[str, np.ndarray], fold
     recorded = proto.attr["initial_value"].tensor
     filled = to_tensor_proto(np.asarray(value))
     if filled.dtype != recorded.dtype or list(filled.shape.dim) != list(recorded.shape.dim):
+        dtype = "the same dtype" if filled.dtype == recorded.dtype else "another dtype"
         raise ExportError(
             f"saved model {str(folder)!r}: variable {proto.name!r} is {value.dtype}{value.shape} in "
-            f"{VARIABLES_FILE} but {tuple(recorded.shape.dim)} of another dtype in {GRAPH_FILE}"
+            f"{VARIABLES_FILE} but {tuple(recorded.shape.dim)} of {dtype} in {GRAPH_FILE}"
         )
     recorded.CopyFrom(filled)
 

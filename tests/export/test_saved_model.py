@@ -15,6 +15,7 @@ import cellgraph as cg
 from cellgraph.cluster.ps.checkpoint import write_shard_checkpoint
 from cellgraph.cluster.ps.config import OptimizerConfig, TrainingConfig, VariableSpec
 from cellgraph.inference import ExportError, checkpoint_values
+from cellgraph.saved_model import FORMAT
 
 from .conftest import Trained
 
@@ -237,3 +238,35 @@ def test_a_tensor_of_a_dtype_cellgraph_does_not_read_is_refused_by_name() -> Non
     with pytest.raises(ExportError) as err:
         read_arrays(len(header).to_bytes(8, "little") + header + bytes(4))
     assert str(err.value) == "tensor 'w' has safetensors dtype F8_E4M3, which cellgraph does not read"
+
+
+def test_a_scalar_variable_saves_and_loads_back(tmp_path: Path) -> None:
+    # NumPy's ascontiguousarray makes a 0-d array 1-d: the saved scale was (1,) and the model did not load.
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 2), name="x")
+        w = cg.variable(np.array([1.0, 2.0], np.float32), name="w")
+        scale = cg.variable(np.float32(1.5), name="scale", trainable=False)
+        out = cg.reduce_sum(x * w, axis=1) * scale
+    session = cg.Session(g)
+    data = np.ones((3, 2), np.float32)
+    loaded = cg.load_model(cg.save_model(tmp_path / "m", x, out, session))
+    np.testing.assert_array_equal(loaded(data), session.run(out, {x: data}))
+
+
+def test_a_variables_file_that_does_not_match_the_graph_is_refused_naming_both(tmp_path: Path) -> None:
+    import safetensors.numpy
+
+    g, x, _, y = _dropout_model()
+    folder = cg.save_model(tmp_path / "m", x, y, cg.Session(g))
+    values = safetensors.numpy.load_file(str(folder / "variables.safetensors"))
+    values["out/bias"] = np.zeros(4, np.float32)
+    (folder / "variables.safetensors").write_bytes(safetensors.numpy.save(values, metadata={"format": FORMAT}))
+    with pytest.raises(ExportError, match=r"variable 'out/bias' is float32\(4,\) in variables.safetensors but \(3,\) "
+                       r"of the same dtype in model.graphdef"):  # fmt: skip
+        cg.load_model(folder)
+    values["out/bias"] = np.zeros(3, np.float64)
+    (folder / "variables.safetensors").write_bytes(safetensors.numpy.save(values, metadata={"format": FORMAT}))
+    with pytest.raises(ExportError, match=r"variable 'out/bias' is float64\(3,\) in variables.safetensors but \(3,\) "
+                       r"of another dtype in model.graphdef"):  # fmt: skip
+        cg.load_model(folder)
