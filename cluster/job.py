@@ -338,7 +338,13 @@ class Job:
     def _client(self) -> ParameterClient:
         self._started(self._start_deadline(), "ask the parameter servers")
         if self._state.ps is None:
-            raise TrainingError(f"job {self.job_id} is closed: its parameter servers are gone")
+            kept = (
+                f"; its last checkpoint is {self.checkpoints[-1]} in {self.checkpoint_dir} (cg.save_model, "
+                "cg.onnx.export and %export read values from that folder; cg.train(..., resume_from=) goes on from it)"
+                if self.checkpoints
+                else ""
+            )
+            raise TrainingError(f"job {self.job_id} is closed: its parameter servers are gone{kept}")
         return self._state.ps
 
     def metrics_frame(self) -> Any:

@@ -94,10 +94,17 @@ def test_waiting_for_a_job_whose_cluster_closed_says_it_stopped(data: digits.Spl
     # Its cluster closed under it (a `with` block ended): job.wait() returns the stopped job, as job.events
     # tells it, not Dask's "IOLoop is closed" from the closed client.
     with Cluster.local(workers=2, ps=1) as own:
-        job = start(own, data, checkpoint_every=None)
-        wait_until(lambda: job.global_step() >= 5, "step 5", job)
+        job = start(own, data, checkpoint_every=5)
+        wait_until(lambda: job.global_step() >= 12 and bool(job.checkpoints), "step 12 and a checkpoint", job)
     assert job.wait(TIMEOUT) is job and job.status == "stopped"
     assert any("closed while training, at global step" in e for e in job.events)
+    # Its values are in its checkpoints now, and asking the servers says where.
+    with pytest.raises(TrainingError) as gone:
+        job.variables()
+    assert str(gone.value).startswith(
+        f"job {job.job_id} is closed: its parameter servers are gone; its last checkpoint is {job.checkpoints[-1]} "
+        f"in {job.checkpoint_dir} (cg.save_model, cg.onnx.export and %export read values from that folder"
+    )
 
 
 @pytest.mark.slow
