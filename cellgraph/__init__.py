@@ -7,6 +7,7 @@ every op as ``cg.<op name>``, ``cg.layers``, ``cg.losses``, ``cg.optim``,
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 
 from cellgraph.dataflow import (
@@ -232,6 +233,9 @@ def unload_ipython_extension(ipython: object) -> None:
     unload(ipython)
 
 
+_NOT_API = frozenset({"annotations", "difflib", "Callable"})  # names this module imports for itself
+
+
 def __getattr__(name: str) -> object:
     """``cg.Cluster``, ``cg.train`` and ``cg.Job``: Dask is imported on first use, not by ``import cellgraph``."""
     if name in ("Cluster", "ClusterError"):
@@ -242,4 +246,9 @@ def __getattr__(name: str) -> object:
         from cellgraph.cluster import job
 
         return getattr(job, name)
-    raise AttributeError(f"module 'cellgraph' has no attribute {name!r}")
+    # A misspelled op (cg.reduce_men) names the nearest public ones, as Python's own suggestion would.
+    public = [n for n in globals() if not n.startswith("_") and n not in _NOT_API]
+    public += ["Cluster", "ClusterError", "train", "Job"]
+    close = difflib.get_close_matches(name, public, n=3)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    raise AttributeError(f"module 'cellgraph' has no attribute {name!r}{hint}")

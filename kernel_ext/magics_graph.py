@@ -58,7 +58,7 @@ class GraphMagics(Magics):
         if active is not None:
             active.join(target)
         with target.as_default():
-            self._run(cell)
+            self._run(cell, line)
         # A new graph is kept only once its cell has run: a failed first run leaves no empty graph behind.
         if args.name is not None:
             self.ext.graphs.setdefault(args.name, target)
@@ -74,15 +74,18 @@ class GraphMagics(Magics):
             raise usage_error(magic, f"no graph named {name!r}; named graphs: {known} (a %%graph NAME cell makes one)")
         return self.ext.graphs[name], f"graph {name!r}"
 
-    def _run(self, cell: str) -> None:
-        """Run ``cell`` in the notebook's namespace as IPython would, displaying its last expression's value."""
+    def _run(self, cell: str, line: str = "") -> None:
+        """Run ``cell`` (of a ``%%graph line`` magic) in the notebook's namespace as IPython would, displaying its
+        last expression's value."""
         __tracebackhide__ = True
         shell = self.shell
         assert shell is not None
         # The leading newline keeps line numbers those of the cell, whose line 1 is "%%graph": nodes record them.
         code = "\n" + shell.transform_cell(cell)
-        # Registered with IPython, the code's lines show in tracebacks as "Cell In[n], line k".
-        filename = shell.compile.cache(code, self.ext.tracker.cell_number(), raw_code="\n" + cell)
+        # Registered with IPython, the code's lines show in tracebacks as "Cell In[n], line k" (line 1 as the
+        # user wrote it).
+        magic_line = f"%%graph {line}".rstrip()
+        filename = shell.compile.cache(code, self.ext.tracker.cell_number(), raw_code=f"{magic_line}\n{cell}")
         tree = ast.parse(code, filename=filename)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         flags, ns = shell.compile.flags, shell.user_ns

@@ -64,23 +64,37 @@ def frames(tb: types.TracebackType | None) -> Iterator[types.TracebackType]:
         tb = tb.tb_next
 
 
-def user_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+def user_frames(
+    tb: types.TracebackType | None, is_cell: Callable[[str], bool] | None = None
+) -> types.TracebackType | None:
     """``tb`` without cellgraph's own frames; ``tb`` itself when nothing else is left (an error inside
-    cellgraph with no caller of the user's)."""
+    cellgraph with no caller of the user's). With ``is_cell`` (whether a file is a notebook cell's), a cell's
+    line as IPython rewrote it to call its cell magic goes too when a cell's own frame follows (a ``%%graph``
+    cell's code): it would show the whole cell again, squeezed onto one line."""
     kept = [t for t in frames(tb) if not _inside_cellgraph(t.tb_frame.f_code.co_filename)]
     if not kept:
         return tb
+    if is_cell is not None:
+        cells = [i for i, t in enumerate(kept) if is_cell(t.tb_frame.f_code.co_filename)]
+        kept = [t for i, t in enumerate(kept) if not (_calls_a_cell_magic(t) and any(c > i for c in cells))]
     chain = None
     for t in reversed(kept):
         chain = types.TracebackType(chain, t.tb_frame, t.tb_lasti, t.tb_lineno)
     return chain
 
 
+def _calls_a_cell_magic(entry: types.TracebackType) -> bool:
+    """Whether ``entry`` is a cell's line as IPython rewrote it to call its cell magic."""
+    line = linecache.getline(entry.tb_frame.f_code.co_filename, entry.tb_lineno)
+    return line.lstrip().startswith("get_ipython().run_cell_magic(")
+
+
 def show(shell: Any, etype: type[BaseException], value: BaseException, tb: Any, tb_offset: Any = None) -> None:
     """IPython's custom exception handler for ``ERRORS`` (``set_custom_exc``): the traceback as IPython shows
     it, less cellgraph's frames unless ``%xmode Verbose`` is on."""
     if getattr(shell.InteractiveTB, "mode", "") != "Verbose":
-        tb = user_frames(tb)
+        cells = getattr(getattr(shell, "compile", None), "_filename_map", {})
+        tb = user_frames(tb, cells.__contains__)
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
 
 

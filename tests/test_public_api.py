@@ -231,3 +231,17 @@ def test_accuracy_counts_a_tie_for_its_first_class() -> None:
         acc_later = cg.metrics.accuracy(logits, cg.constant([1, 2, 2, 1], dtype="int32"), name="later")
     first, later = cg.Session(g).run([acc_first, acc_later])
     assert (float(first), float(later)) == (1.0, 0.0)
+
+
+def test_a_misspelled_name_is_answered_with_the_nearest_ones() -> None:
+    with pytest.raises(AttributeError) as err:
+        cg.reduce_men  # noqa: B018
+    assert str(err.value) == (
+        "module 'cellgraph' has no attribute 'reduce_men'; did you mean 'reduce_mean' or 'reduce_min' or 'reduce_sum'?"
+    )
+    with pytest.raises(AttributeError) as err:
+        cg.trian  # noqa: B018
+    assert "did you mean 'train'" in str(err.value)  # the names Dask brings are offered too
+    with pytest.raises(AttributeError) as err:
+        cg.zzzzqq  # noqa: B018
+    assert str(err.value) == "module 'cellgraph' has no attribute 'zzzzqq'"

@@ -67,3 +67,16 @@ def test_other_warnings_keep_their_format_and_unloading_puts_the_previous_one_ba
     ok(shell, "%unload_ext cellgraph")
     assert warnings.formatwarning is fmt.previous
     ok(shell, "%load_ext cellgraph")
+
+
+def test_a_graph_cells_error_shows_its_lines_not_ipythons_rewrite_of_the_cell(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok(shell, "import cellgraph as cg")
+    capsys.readouterr()
+    result = run(shell, "%%graph\nx = cg.placeholder((None, 3), name='x')\ny = cg.matmul(x, cg.placeholder((4, 2)))")
+    assert type(result.error_in_exec).__name__ == "ShapeError"
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "run_cell_magic" not in text and "magics_graph" not in text, text
+    assert "----> 3 y = cg.matmul(x, cg.placeholder((4, 2)))" in text, text
