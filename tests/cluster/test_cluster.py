@@ -174,6 +174,16 @@ def test_devices_and_repr(cluster: Cluster) -> None:
     assert cluster.dashboard_link.startswith("http://127.0.0.1:")
 
 
+def test_the_dashboard_link_serves_dasks_dashboard(cluster: Cluster) -> None:
+    # With the notebook extra (bokeh), the link the cluster view shows opens Dask's dashboard, not a page saying
+    # "Dask needs bokeh>=3.1.0 for the dashboard".
+    import urllib.request
+
+    with urllib.request.urlopen(cluster.dashboard_link, timeout=TIMEOUT) as page:
+        body = page.read().decode()
+    assert page.status == 200 and "needs bokeh" not in body and "bokeh" in body.lower()
+
+
 def test_local_refuses_bad_counts() -> None:
     with pytest.raises(ClusterError) as info:
         Cluster.local(workers=0, ps=1)
