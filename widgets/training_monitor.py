@@ -27,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import html
 import time
 from collections.abc import Callable, Sequence
@@ -117,6 +118,12 @@ class TrainingMonitor(widgets.VBox):
         if self._ticker is not None and self.job.status in LIVE:
             self._ticker.start()
             self._fetch_ps_soon()
+        elif self._loop is not None:
+            # Shown for a job that has ended: its servers' counters read once, off the kernel's thread (a closed
+            # job's servers may take their deadline to fail), then shown; not "waiting for" them for ever.
+            self._fetch_ps_soon()
+            if self._ps_fetch is not None:
+                self._ps_fetch.add_done_callback(lambda _: self._show_soon())
 
     # ------------------------------------------------------------------ layout
     def _build(self) -> list[widgets.Widget]:
@@ -186,6 +193,12 @@ class TrainingMonitor(widgets.VBox):
             return False
         self._fetch_ps_soon()
         return True
+
+    def _show_soon(self) -> None:
+        """An update on the kernel's loop, from any thread (nothing once the loop is closed)."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._update)
 
     def _fetch_ps(self) -> None:
         try:

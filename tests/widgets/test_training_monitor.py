@@ -440,6 +440,15 @@ def test_in_a_kernel_the_monitor_refreshes_itself_on_the_kernel_loop_until_the_j
         shown, last_step = map(int, execute(client, KERNEL_SHOWN).split())
         assert shown == last_step > 0  # the progress bar shows the last step the job reported ...
         assert shown in [state.get("value") for state in sent]  # ... and so does the front end's
+        # A monitor made for the ended job (the job shown again in a new cell) reads its servers' counters once.
+        execute(client, "later = TrainingMonitor(job)")
+        wait_for(
+            lambda: (
+                "waiting for" not in execute(client, "print(later.ps_table.value)")
+                and "127.0.0.1" in execute(client, "print(later.ps_table.value)")
+            ),
+            "the ended job's monitor to show its servers' counters",
+        )
     finally:
         try:
             execute(client, "job.close(); cluster.close()", timeout=60)
