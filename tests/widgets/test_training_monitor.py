@@ -295,6 +295,9 @@ def test_the_monitor_shows_what_the_job_reports(cluster: Cluster, data: digits.S
         async def burst() -> tuple[int, int]:
             live = TrainingMonitor(job)  # the job has ended: nothing to tick for, the throttle still applies
             try:
+                while not live._ps_fetch_done():  # its one read of the ended job's counters, then its update
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.05)
                 before = live.updates
                 ran_now = [live.request_refresh() for _ in range(100)]
                 after_burst = live.updates - before
