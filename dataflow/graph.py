@@ -261,6 +261,8 @@ class Graph:
         self.cells: dict[str, list[str]] = {}
         # Bumped by every change, so executors can cache plans per version.
         self.version = 0
+        # What the notebook calls it (a %%graph NAME cell's NAME), said in messages beside the number.
+        self.label: str | None = None
 
     # ----------------------------------------------------------------- nodes
     @property
@@ -274,9 +276,13 @@ class Graph:
         return len(self._nodes)
 
     def describe(self) -> str:
-        """``graph #3 (12 nodes, the default graph)``: how errors name a graph."""
+        """``graph #3 (12 nodes, the default graph)``, or ``graph 'mlp' (#3, 12 nodes)`` for a labelled one: how
+        errors name a graph."""
         default = ", the default graph" if get_default_graph() is self else ""
-        return f"graph #{self.number} ({len(self._nodes)} node{'' if len(self._nodes) == 1 else 's'}{default})"
+        size = f"{len(self._nodes)} node{'' if len(self._nodes) == 1 else 's'}{default}"
+        if self.label is not None:
+            return f"graph {self.label!r} (#{self.number}, {size})"
+        return f"graph #{self.number} ({size})"
 
     def __contains__(self, item: object) -> bool:
         if isinstance(item, Tensor):

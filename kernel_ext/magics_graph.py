@@ -53,7 +53,11 @@ class GraphMagics(Magics):
         if cell is None:
             show_as("graph_view", "GraphView", self._graph(args.name, self.graph)[0])
             return
-        target = get_default_graph() if args.name is None else self.ext.graphs.get(args.name, Graph())
+        if args.name is None:
+            target = get_default_graph()
+        else:  # not `get(...) or`: a graph with no nodes is falsy
+            named = self.ext.graphs.get(args.name)
+            target = named if named is not None else _labelled(args.name)
         active = self.ext.tracker.active
         if active is not None:
             active.join(target)
@@ -142,3 +146,10 @@ class GraphMagics(Magics):
                     continue
                 return job
         return None
+
+
+def _labelled(name: str) -> Graph:
+    """A new graph for ``%%graph NAME``: its messages call it by NAME."""
+    graph = Graph()
+    graph.label = name
+    return graph

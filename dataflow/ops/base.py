@@ -18,11 +18,16 @@ TensorLike = Tensor | float | int | bool | np.ndarray | Sequence[Any]
 
 
 def graph_of(values: Sequence[Any]) -> Graph:
-    """The graph the tensors among ``values`` live in, else the default graph."""
-    for v in values:
-        if isinstance(v, Tensor):
-            return v.graph
-    return get_default_graph()
+    """The graph the tensors among ``values`` live in, else the default graph. Tensors of several graphs are
+    refused when the op is made; the default graph is the one being built if any of them lives there, so that
+    the refusal names the tensor from elsewhere."""
+    graphs = [v.graph for v in values if isinstance(v, Tensor)]
+    if not graphs:
+        return get_default_graph()
+    default = get_default_graph()
+    if any(g is not graphs[0] for g in graphs) and any(g is default for g in graphs):
+        return default
+    return graphs[0]
 
 
 def as_tensor(value: TensorLike, dtype: str | None = None, graph: Graph | None = None, op: str | None = None) -> Tensor:

@@ -155,3 +155,18 @@ def test_iterating_needs_a_known_first_dim() -> None:
             list(x)
         rows = list(y)
     assert [r.shape for r in rows] == [(2,)] * 3
+
+
+def test_an_op_of_tensors_from_two_graphs_blames_the_one_not_in_the_graph_being_built() -> None:
+    # The default graph is the one being built: the tensor from elsewhere is named, whatever the argument order.
+    g1, g2 = cg.Graph(), cg.Graph()
+    g2.label = "mlp2"
+    with g1.as_default():
+        x = cg.placeholder((2,), name="x")
+    with g2.as_default():
+        y = cg.placeholder((2,), name="y")
+        with pytest.raises(cg.GraphError) as info:
+            x + y
+    assert "input 'x' (test_graph.py:" in str(info.value)
+    assert f"not to graph 'mlp2' (#{g2.number}, 1 node, the default graph)" in str(info.value)
+    assert len(g1) == 1 and len(g2) == 1  # nothing was added

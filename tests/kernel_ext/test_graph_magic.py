@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -104,3 +105,22 @@ def test_help_and_bad_arguments(shell: InteractiveShell, capsys: pytest.CaptureF
     err = refused(shell, capsys, "%graph nope")
     assert "%graph: no graph named 'nope'; named graphs: none yet (a %%graph NAME cell makes one)" in err
     assert "q" not in shell.user_ns and named_graphs(shell) == {} and shown == []
+
+
+def test_a_tensor_of_another_graph_in_a_named_graph_cell_is_the_one_named(
+    shell: InteractiveShell, shown: list[Any]
+) -> None:
+    # Building in graph 'mlp2' on x from the default graph: the error blames x (from elsewhere) and calls the
+    # graph being built by its name, not the new layer's own kernel and a number.
+    ok(shell, "import cellgraph as cg")
+    ok(shell, "%%graph\nx = cg.placeholder((None, 3), name='x')")
+    result = run(shell, "%%graph mlp2\nq = cg.layers.dense(x, 4, name='other')")
+    error = result.error_in_exec
+    assert isinstance(error, cg.GraphError)
+    assert re.fullmatch(
+        r"MatMul 'other/matmul' \(cell \[\d+\], line 2\): input 'x' \(cell \[\d+\], line 2\) belongs to another "
+        r"graph, graph #\d+ \(\d+ nodes?\), not to graph 'mlp2' \(#\d+, 1 node, the default graph\); build both in "
+        r"one graph \(with graph.as_default\(\)\)",
+        str(error),
+    ), str(error)
+    assert "mlp2" not in named_graphs(shell)  # a failed first cell leaves no graph behind
