@@ -130,7 +130,11 @@ class GraphMagics(Magics):
         if cluster is None:
             raise usage_error(self.placement, NO_CLUSTER)
         try:
-            placement = place(graph, cluster.devices(), strategy=args.strategy)
+            devices = cluster.devices()
+            if cluster.ps_placement == "colocated":
+                # A colocated job runs a shard in each training worker: a ps task each, as cg.train places them.
+                devices = [f"/job:ps/task:{i}/device:cpu:0" for i in range(len(cluster.training_workers()))] + devices
+            placement = place(graph, devices, strategy=args.strategy)
         except CellgraphError as err:  # a PlacementError, or a ClusterError from asking the workers for their GPUs
             raise UsageError(f"%placement: could not place {what}: {err}") from None
         show_as("graph_view", "GraphView", graph, placement=placement)

@@ -82,7 +82,11 @@ class ClusterView(anywidget.AnyWidget):
         """Read the cluster's workers, devices, memory and dashboard link again (calls to its scheduler)."""
         cluster = self.cluster
         with self.hold_sync():
-            self.scheduler, self.kind, self.closed = cluster.scheduler_address, cluster.kind, cluster.closed
+            # A colocated cluster has no PS worker to list: the title says where each job's shards run.
+            kind = cluster.kind + (
+                ", a PS shard in each training worker" if cluster.ps_placement == "colocated" else ""
+            )
+            self.scheduler, self.kind, self.closed = cluster.scheduler_address, kind, cluster.closed
             if cluster.closed:
                 self.workers, self.devices, self.dashboard_link = [], [], ""
                 self.error = "the cluster is closed: cg.Cluster.local() (or Cluster.connect) starts another"

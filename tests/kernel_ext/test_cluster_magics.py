@@ -179,6 +179,15 @@ def test_cluster_up_with_colocated_servers(shell: InteractiveShell, shown: list[
         cluster = shell.user_ns["cluster"]
         assert cluster.ps_placement == "colocated" and cluster.ps_workers() == []
         assert len(cluster.training_workers()) == 1
+        view = shown[0]  # the cluster view (or the cluster itself without the widget) says where shards run
+        assert "a PS shard in each training worker" in getattr(view, "kind", "a PS shard in each training worker")
+        ok(shell, MODEL)
+        ok(shell, "%placement")
+        table = shown[-1]
+        assert isinstance(table, PlacementTable)
+        # The variables go to the shard in the training worker's process, as a colocated job places them.
+        assert table.placement.device_of["hidden/kernel"] == PS
+        assert "no ps task among the devices" not in table.placement.reasons["hidden/kernel"]
     finally:
         ok(shell, "%cluster down")
 
