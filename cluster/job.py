@@ -366,13 +366,20 @@ class Job:
         state = self._state
         deadline = None if timeout is None else time.monotonic() + timeout
         self._started(timeout, "job.wait()")
-        while not state.ended():
-            if deadline is not None and time.monotonic() > deadline:
-                raise TrainingError(
-                    f"job {self.job_id} still running after {timeout} s, at global step {state.step} of "
-                    f"{self.steps} (as last seen); job.stop() ends it; job.events says what it waits for"
-                )
-            time.sleep(0.05)
+        try:
+            while not state.ended():
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TrainingError(
+                        f"job {self.job_id} still running after {timeout} s, at global step {state.step} of "
+                        f"{self.steps} (as last seen); job.stop() ends it; job.events says what it waits for"
+                    )
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            # A notebook's interrupt ends the wait, not the job (the cluster's processes ignore it).
+            raise KeyboardInterrupt(
+                f"job.wait() interrupted; job {self.job_id} is still {self.status} (global step {state.step} of "
+                f"{self.steps} as last seen): job.stop() ends it"
+            ) from None
         thread = self._supervisor.thread
         if thread is not None:
             thread.join(timeout=FINISH_JOIN_S)

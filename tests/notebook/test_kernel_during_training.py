@@ -134,6 +134,8 @@ def test_interrupting_a_cell_that_waits_for_the_job_leaves_the_job_training(kern
         while reply["parent_header"].get("msg_id") != waiting:
             reply = kernel.client.get_shell_msg(timeout=TIMEOUT)
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert reply["content"]["evalue"].startswith("job.wait() interrupted; job job-")
+        assert "is still running (global step" in reply["content"]["evalue"], reply["content"]["evalue"]
         step = int(kernel.run("print(job.global_step())"))
         assert kernel.run(WAIT_FOR_STEP.format(step=step + 20)).strip() == "running"
         assert all(p.is_running() for p in workers)
