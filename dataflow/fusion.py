@@ -15,14 +15,13 @@ runs for a segment on the CPU; the loop's source and its compilation are
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .graph import Node, Tensor
-from .kernels.fused_source import Key, Segment, compile_loop, embeddable, loop_source, tensor_key
+from .kernels.fused_source import Key, Segment, compile_loop, embeddable, fills, loop_shape, loop_source, tensor_key
 
 
 def _fusable(node: Node) -> bool:
@@ -95,8 +94,7 @@ def segment_kernel(
     inputs = segment.inputs()
     dynamic = [t for t in inputs if tensor_key(t) not in constants]
     embedded = [constants[tensor_key(t)] for t in inputs if tensor_key(t) not in {tensor_key(d) for d in dynamic}]
-    # Embedded arrays are read at [i]: the output must have their shape.
-    required = {c.shape for c in embedded if c.size > 1}
+    embedded_shapes = [c.shape for c in embedded]
     loops: dict[tuple[bool, ...], Callable[..., None]] = {}
     dtype = np.dtype(segment.output.dtype)
     members = list(zip(segment.nodes, node_kernels, strict=True))
@@ -109,14 +107,13 @@ def segment_kernel(
         return np.asarray(env[tensor_key(segment.output)])
 
     def run(*xs: np.ndarray) -> np.ndarray:
-        shapes = [*(x.shape for x in xs), *required]
-        shape = max(shapes, key=lambda s: (math.prod(s), len(s))) if shapes else ()
-        if len(required) > 1 or (required and shape not in required):
+        shape = loop_shape([x.shape for x in xs], embedded_shapes)
+        if shape is None:
             return one_by_one(*xs)
         args: list[np.ndarray] = []
         pattern = []
         for x in xs:
-            if x.shape == shape:
+            if fills(x.shape, shape):
                 args.append(x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1))
                 pattern.append(False)
             elif x.size == 1 and x.ndim <= len(shape):

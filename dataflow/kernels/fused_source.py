@@ -116,6 +116,32 @@ def embeddable(segment: Segment, constants: dict[Key, np.ndarray]) -> dict[Key, 
     return keep
 
 
+def loop_shape(dynamic: Sequence[tuple[int, ...]], embedded: Sequence[tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The output shape of a fused loop over inputs of shapes ``dynamic`` and embedded constants of shapes
+    ``embedded``; None when the inputs need real broadcasting (the member kernels then run one by one).
+
+    An embedded array (any size but 1, an empty one too) is read at ``[i]``: the output must have its shape.
+    A one-value constant is a literal, but its rank still counts: ``x + [[2.0]]`` of a scalar ``x`` is (1, 1).
+    """
+    required = {s for s in embedded if math.prod(s) != 1}
+    candidates = [*dynamic, *required]
+    shape = max(candidates, key=lambda s: (math.prod(s), len(s))) if candidates else ()
+    rank = max((len(s) for s in embedded if math.prod(s) == 1), default=0)
+    if len(shape) < rank:
+        shape = (1,) * (rank - len(shape)) + shape
+    if len(required) > 1 or (required and shape not in required):
+        return None
+    return shape
+
+
+def fills(x: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether an input of shape ``x`` holds the output's elements in its order: ``shape`` itself, or it with
+    its leading 1s left out."""
+    return x == shape or (
+        len(x) < len(shape) and x == shape[len(shape) - len(x) :] and math.prod(x) == math.prod(shape)
+    )
+
+
 def loop_source(
     segment: Segment, constants: dict[Key, np.ndarray] | None = None, scalars: Sequence[bool] | None = None
 ) -> str:

@@ -122,3 +122,19 @@ def test_division_by_zero_gives_inf_fused_as_unfused() -> None:
     got, want = _run(fused, xv, zv), _run(plain, xv, zv)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, [np.inf, -np.inf, 1.0])
+
+
+@pytest.mark.cuda
+def test_one_value_and_empty_constants_shape_the_fused_kernels_output() -> None:
+    # As on the CPU: a literal's rank counts, and an empty constant is never read at [i] (the simulator raised
+    # IndexError; a GPU would have read past it).
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((), name="x")
+        ranked = (x + cg.constant(np.array([[2.0]], np.float32))) * 3.0
+        empty = cg.exp(x + cg.constant(np.zeros((0, 3), np.float32))) * 2.0
+    for out, want in ((ranked, np.array([[9.0]], np.float32)), (empty, np.zeros((0, 3), np.float32))):
+        fused, plain = _plans(out, [x])
+        got = _run(fused, np.float32(1.0))
+        assert got.shape == want.shape == _run(plain, np.float32(1.0)).shape
+        np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -146,3 +146,31 @@ def test_infinite_and_nan_constants_are_written_as_numpy_names() -> None:
     want = cg.Session(g, fuse=False).run(y, {x: np.array([1.0, -2.0, 3.0], np.float32)})
     np.testing.assert_array_equal(got, want)
     assert np.isnan(got).all()  # nan * 0 is nan: the constant reached the loop as nan
+
+
+def test_constants_of_one_value_and_empty_constants_shape_the_fused_output() -> None:
+    # A one-value constant is written into the loop as a literal, but its rank still counts; an empty constant
+    # makes an empty output. The fused loop returned a 0-d 9.0 for (1, 1), and read an empty constant's
+    # element 0 (memory it does not own) for (0, 3).
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((), name="x")
+        v = cg.placeholder((None,), name="v")
+        cases = {
+            "one value of rank 2": (x + cg.constant(np.array([[2.0]], np.float32))) * 3.0,
+            "a fed (1,) against (1, 1)": cg.exp(v * cg.constant(np.ones((1, 1), np.float32))) + 1.0,
+            "an empty constant": cg.exp(x + cg.constant(np.zeros((0, 3), np.float32))) * 2.0,
+            "constants only": -(cg.abs(cg.constant(np.array([1.0], np.float32))) + 1.0),
+        }
+    feeds = {x: np.float32(1.0), v: np.array([0.5], np.float32)}
+    fused, plain, _ = _both(g, list(cases.values()), feeds)
+    want = {
+        "one value of rank 2": np.array([[9.0]], np.float32),
+        "a fed (1,) against (1, 1)": np.exp(np.array([[0.5]], np.float32)) + 1.0,
+        "an empty constant": np.zeros((0, 3), np.float32),
+        "constants only": np.array([-2.0], np.float32),
+    }
+    for (name, expected), got, reference in zip(want.items(), fused, plain, strict=True):
+        assert got.shape == expected.shape == reference.shape, name
+        np.testing.assert_allclose(got, expected, rtol=1e-6, err_msg=name)
+        np.testing.assert_array_equal(got, reference, err_msg=name)

@@ -15,13 +15,12 @@ imports this module for every plan.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
 
-from ..fused_source import Key, Segment, compile_loop, embeddable, loop_body, tensor_key
+from ..fused_source import Key, Segment, compile_loop, embeddable, fills, loop_body, loop_shape, tensor_key
 from . import flat, launch
 
 
@@ -83,8 +82,7 @@ def segment_kernel(
     host = {k: _host(v) for k, v in embedded.items()}
     inputs = segment.inputs()
     dynamic = [t for t in inputs if tensor_key(t) not in embedded]
-    # Embedded arrays are read at [i]: the output must have their shape.
-    required = {tuple(v.shape) for v in host.values() if v.size > 1}
+    embedded_shapes = [tuple(v.shape) for v in host.values()]
     kernels: dict[tuple[bool, ...], Any] = {}
     dtype = np.dtype(segment.output.dtype)
     members = list(zip(segment.nodes, node_kernels, strict=True))
@@ -97,14 +95,13 @@ def segment_kernel(
         return env[tensor_key(segment.output)]
 
     def run(*xs: Any) -> Any:
-        shapes = [*(tuple(x.shape) for x in xs), *required]
-        shape = max(shapes, key=lambda s: (math.prod(s), len(s))) if shapes else ()
-        if len(required) > 1 or (required and shape not in required):
+        shape = loop_shape([tuple(x.shape) for x in xs], embedded_shapes)
+        if shape is None:
             return one_by_one(*xs)
         args = []
         pattern = []
         for x in xs:
-            if tuple(x.shape) == shape and x.is_c_contiguous():
+            if fills(tuple(x.shape), shape) and x.is_c_contiguous():
                 args.append(flat(x))
                 pattern.append(False)
             elif x.size == 1 and x.ndim <= len(shape):
