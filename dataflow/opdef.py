@@ -76,6 +76,15 @@ class KernelContext:
         self.variables = variables
         self.transport = transport
 
+    def stream(self, node: Node, make: Callable[[], Any]) -> Any:
+        """Random node ``node``'s stream in this session (made by ``make`` the first time): every plan of the
+        session draws the next values from it, and a new session starts the same sequence again. A kernel
+        bound without a session's variables has a stream of its own."""
+        stream = getattr(self.variables, "stream", None)
+        if stream is None:
+            return make()
+        return stream(f"{node.op}/{node.name}/{node.attrs.get('seed')}", make)
+
 
 @dataclass(frozen=True)
 class OpDef:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
 import numpy as np
 
 from .graph import Graph, Node
+
+T = TypeVar("T")
 
 
 class VariableStore:
@@ -24,6 +29,17 @@ class VariableStore:
         # run (the hot path) and by content only when a re-run cell brought a new node of the same name.
         self._initial: dict[str, np.ndarray] = {}
         self._synced_version: int | None = None
+        # Random streams the session's kernels draw from (dropout's masks), one per key, shared by every plan.
+        self._streams: dict[str, Any] = {}
+
+    def stream(self, key: str, make: Callable[[], T]) -> T:
+        """The session's random stream ``key``, made by ``make`` the first time it is asked for. Every plan of
+        the session draws from the same one: a run with another fetch list goes on with the sequence rather
+        than start it again (a training loop alternating two fetch lists would replay its dropout masks)."""
+        found = self._streams.get(key)
+        if found is None:
+            found = self._streams[key] = make()
+        return cast(T, found)
 
     def value(self, node: Node) -> np.ndarray:
         """The live array of variable ``node``, initialising it if needed."""

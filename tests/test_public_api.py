@@ -119,6 +119,27 @@ def test_dropout_layer_with_a_seed_draws_a_new_mask_each_run() -> None:
     assert not np.array_equal(runs[0][0], runs[1][0])
 
 
+def test_a_run_with_other_fetches_goes_on_with_the_sessions_masks() -> None:
+    # Each plan (each fetch list) had a generator of its own: run(y), run(y), then run([y, s]) replayed the first
+    # mask, and a loop alternating run(train) with run([train, loss]) trained on repeated masks.
+    rate, shape = 0.5, (4, 6)
+    x_data = np.ones(shape, np.float32)
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder(shape, name="x")
+        y = cg.layers.dropout(x, rate, seed=7)
+        s = cg.reduce_sum(y)
+    sess = cg.Session(g)
+    first, second = sess.run(y, {x: x_data}), sess.run(y, {x: x_data})
+    third, total = sess.run([y, s], {x: x_data})
+    draws = dropout_draws(7, shape, 3)
+    for got, u in zip((first, second, third), draws):
+        np.testing.assert_allclose(got, expected_dropout(x_data.astype(np.float64), u, rate)[0], rtol=1e-6)
+    assert total == pytest.approx(float(third.sum()))
+    again = cg.Session(g)  # a new session starts the sequence again
+    np.testing.assert_array_equal(again.run([y, s], {x: x_data})[0], first)
+
+
 def test_dropout_layer_is_seeded_by_its_name_like_cg_dropout() -> None:
     """Without a seed, layers.dropout and cg.dropout both seed by the node's full name (as variables do)."""
     rate, shape = 0.5, (64,)

@@ -383,11 +383,10 @@ def _ref_dropout(attrs: dict[str, Any], x: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def _dropout_kernel(node: Node, ctx: KernelContext) -> Any:
-    # One generator per bound kernel: each run draws a new mask, and a new
-    # session (or executor) replays the same sequence.
     rate = float(node.attrs["rate"])
     scale = 1.0 / (1.0 - rate)
-    draw = _dropout_draw(node.attrs["seed"])
+    # The session's stream: each run draws a new mask, whichever plan runs it (KernelContext.stream).
+    draw = ctx.stream(node, lambda: _dropout_draw(node.attrs["seed"]))
     return lambda x: nnk.dropout(np.ascontiguousarray(x), draw(x.shape), rate, scale)
 
 
