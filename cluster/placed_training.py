@@ -123,7 +123,8 @@ def place_training(
     # The cut between the worker and the servers: the worker's GPU ops are in its partition, with their device.
     on_gpu = {name for name, device in placement.device_of.items() if device == WORKER_GPU}
     cut = replace(placement, device_of={n: WORKER_CPU if n in on_gpu else d for n, d in placement.device_of.items()})
-    parts = partition(graph, cut)
+    # A replica pulls each variable once, at its step's start: one Recv each, whatever waits for what on a server.
+    parts = partition(graph, cut, reads_wait=False)
     pulls: dict[str, str] = {}
     pushes: dict[str, str] = {}
     tokens: set[str] = set()

@@ -29,9 +29,9 @@ class Edge:
     send: Node
     recv: Tensor
     consumers: set[str] = field(default_factory=set)
-    # The original node whose completion the Send reports (the producer, or
-    # the control dependency a token stands for).
-    after: str = ""
+    # The original nodes whose completion the Send reports: the producer (or the control dependency a token
+    # stands for), and the reader's control dependencies on the producer's device, which its value must follow.
+    after: tuple[str, ...] = ()
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Partitioned:
         out: dict[int, float] = {id(self.copies[name]): r for name, r in rank.items()}
         for edge in self.edges:
             # What the whole order does not schedule is fed, so ready from the start.
-            sent = rank.get(edge.after, -1.0) + 0.5
+            sent = max(rank.get(name, -1.0) for name in edge.after) + 0.5
             out[id(edge.send)] = sent
             source = id(edge.send.inputs[0].node)
             out[source] = min(out.get(source, sent - 0.25), sent - 0.25)
@@ -78,8 +78,13 @@ def _devices_of(graph: Graph, placement: Any) -> dict[str, str]:
     return {n.name: device_of[n.name] for n in graph.nodes}
 
 
-def partition(graph: Graph, placement: Any, timeout: float = transfer.DEFAULT_TIMEOUT_S) -> Partitioned:
+def partition(
+    graph: Graph, placement: Any, timeout: float = transfer.DEFAULT_TIMEOUT_S, reads_wait: bool = True
+) -> Partitioned:
     """One graph per device of ``placement`` (a ``Placement`` or a node name -> device dict).
+
+    ``reads_wait``: a reader with control dependencies on the producer's device gets the value sent after them,
+    as a run on one device reads it (a cluster step, which pulls each variable once at its start, says False).
 
     Examples
     --------
@@ -100,17 +105,22 @@ def partition(graph: Graph, placement: Any, timeout: float = transfer.DEFAULT_TI
     copies: dict[str, Node] = {}
     edges: dict[tuple[str, str], Edge] = {}
 
-    def local(t: Tensor, dst: str, consumer: str) -> Tensor:
+    def local(t: Tensor, dst: str, consumer: Node) -> Tensor:
         src = device_of[t.node.name]
         if src == dst:
             return copies[t.node.name].output(t.index)
-        key = f"{t.name}->{dst}"
-        edge = edges.get((t.name, dst))
+        # A reader that must run after nodes on the producer's device (an update of the variable it reads, say)
+        # gets a value sent after them, as a one-device run reads it then: a Send of its own, which waits for
+        # them. Other readers share the Send that follows the producer.
+        waits = tuple(sorted(c.name for c in consumer.control_inputs if device_of[c.name] == src)) if reads_wait else ()
+        key = f"{t.name}->{dst}" + (f"^{','.join(waits)}" if waits else "")
+        edge = edges.get((key, dst))
         if edge is None:
-            sent = transfer.send(copies[t.node.name].output(t.index), key, src, dst, graphs[src])
+            with graphs[src].control_dependencies([copies[name] for name in waits]):
+                sent = transfer.send(copies[t.node.name].output(t.index), key, src, dst, graphs[src])
             received = transfer.recv(t.spec, key, src, dst, graphs[dst], timeout)
-            edge = edges[(t.name, dst)] = Edge(t, src, dst, sent, received, after=t.node.name)
-        edge.consumers.add(consumer)
+            edge = edges[(key, dst)] = Edge(t, src, dst, sent, received, after=(t.node.name, *waits))
+        edge.consumers.add(consumer.name)
         return edge.recv
 
     def local_control(dep: Node, dst: str, consumer: str) -> Node:
@@ -124,7 +134,7 @@ def partition(graph: Graph, placement: Any, timeout: float = transfer.DEFAULT_TI
                 token = constant(0, dtype="int32", name=f"token/{dep.name}", graph=graphs[src])
             sent = transfer.send(token, key, src, dst, graphs[src])
             received = transfer.recv(token.spec, key, src, dst, graphs[dst], timeout)
-            edge = edges[(f"^{dep.name}", dst)] = Edge(token, src, dst, sent, received, after=dep.name)
+            edge = edges[(f"^{dep.name}", dst)] = Edge(token, src, dst, sent, received, after=(dep.name,))
         edge.consumers.add(consumer)
         return edge.recv.node
 
@@ -132,7 +142,7 @@ def partition(graph: Graph, placement: Any, timeout: float = transfer.DEFAULT_TI
     for node in schedule([], everything, []):
         dst = device_of[node.name]
         g = graphs[dst]
-        inputs = [local(t, dst, node.name) for t in node.inputs]
+        inputs = [local(t, dst, node) for t in node.inputs]
         controls = [local_control(c, dst, node.name) for c in node.control_inputs]
         with g.control_dependencies(controls):
             copy = g.create_node(node.op, inputs, dict(node.attrs), node.name)

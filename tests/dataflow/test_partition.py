@@ -83,6 +83,26 @@ def test_control_dependencies_cross_devices() -> None:
     assert any(e.tensor.node.op == "Const" and e.dst == WORKER for e in sess.parts.edges)
 
 
+def test_a_read_after_an_update_on_the_variables_device_sees_the_update() -> None:
+    # As on one device: identity(w) under a control dependency on w's update reads the updated w. Its value was
+    # sent right after w, before the update, so the worker read the old one; a plain reader still shares that Send.
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(np.zeros(2, np.float32), name="w")
+        upd = cg.assign_add(w, np.ones(2, np.float32), name="upd")
+        before = cg.identity(w, name="before") * 1.0
+        with cg.control_dependencies([upd]):
+            after = cg.identity(w, name="after") * 1.0
+    alone = cg.Session(g).run(after)
+    placement = {n.name: PS if n.name in ("w", "upd") or n.name.startswith("const") else WORKER for n in g.nodes}
+    sess = cg.PartitionedSession(g, placement)
+    np.testing.assert_array_equal(sess.run(after), alone)  # [1, 1]
+    np.testing.assert_array_equal(sess.run(after), alone + 1.0)  # and again, after the next update
+    np.testing.assert_array_equal(sess.run(before), alone + 1.0)  # a plain read: no update runs
+    sends = [e for e in sess.parts.edges if e.tensor.name == "w:0"]
+    assert sorted(e.after for e in sends) == [("w",), ("w", "upd")]
+
+
 def test_a_placement_missing_nodes_is_rejected() -> None:
     g = cg.Graph()
     with g.as_default():
