@@ -21,7 +21,17 @@ from typing import Any
 import numpy as np
 
 from .graph import Node, Tensor
-from .kernels.fused_source import Key, Segment, compile_loop, embeddable, fills, loop_shape, loop_source, tensor_key
+from .kernels.fused_source import (
+    Key,
+    Segment,
+    compile_loop,
+    embeddable,
+    embedded_layout,
+    fills,
+    loop_shape,
+    loop_source,
+    tensor_key,
+)
 
 
 def _fusable(node: Node) -> bool:
@@ -94,7 +104,7 @@ def segment_kernel(
     inputs = segment.inputs()
     dynamic = [t for t in inputs if tensor_key(t) not in constants]
     embedded = [constants[tensor_key(t)] for t in inputs if tensor_key(t) not in {tensor_key(d) for d in dynamic}]
-    embedded_shapes = [c.shape for c in embedded]
+    required, rank = embedded_layout([c.shape for c in embedded])
     loops: dict[tuple[bool, ...], Callable[..., None]] = {}
     dtype = np.dtype(segment.output.dtype)
     members = list(zip(segment.nodes, node_kernels, strict=True))
@@ -107,7 +117,7 @@ def segment_kernel(
         return np.asarray(env[tensor_key(segment.output)])
 
     def run(*xs: np.ndarray) -> np.ndarray:
-        shape = loop_shape([x.shape for x in xs], embedded_shapes)
+        shape = loop_shape([x.shape for x in xs], required, rank)
         if shape is None:
             return one_by_one(*xs)
         args: list[np.ndarray] = []

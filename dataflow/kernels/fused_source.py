@@ -116,17 +116,23 @@ def embeddable(segment: Segment, constants: dict[Key, np.ndarray]) -> dict[Key, 
     return keep
 
 
-def loop_shape(dynamic: Sequence[tuple[int, ...]], embedded: Sequence[tuple[int, ...]]) -> tuple[int, ...] | None:
-    """The output shape of a fused loop over inputs of shapes ``dynamic`` and embedded constants of shapes
-    ``embedded``; None when the inputs need real broadcasting (the member kernels then run one by one).
+def embedded_layout(embedded: Sequence[tuple[int, ...]]) -> tuple[frozenset[tuple[int, ...]], int]:
+    """What constants written into a fused loop ask of its output, worked out once per kernel: the shapes of
+    the arrays read at ``[i]`` (any size but 1, an empty one too: the output must have their shape), and the
+    highest rank of the one-value ones (literals, whose rank still counts: ``x + [[2.0]]`` of a scalar ``x``
+    is (1, 1))."""
+    required = frozenset(s for s in embedded if math.prod(s) != 1)
+    return required, max((len(s) for s in embedded if math.prod(s) == 1), default=0)
 
-    An embedded array (any size but 1, an empty one too) is read at ``[i]``: the output must have its shape.
-    A one-value constant is a literal, but its rank still counts: ``x + [[2.0]]`` of a scalar ``x`` is (1, 1).
-    """
-    required = {s for s in embedded if math.prod(s) != 1}
-    candidates = [*dynamic, *required]
+
+def loop_shape(
+    dynamic: Sequence[tuple[int, ...]], required: frozenset[tuple[int, ...]], rank: int
+) -> tuple[int, ...] | None:
+    """The output shape of a fused loop over inputs of shapes ``dynamic`` and embedded constants
+    (``embedded_layout``); None when the inputs need real broadcasting (the member kernels then run one by
+    one)."""
+    candidates = [*dynamic, *required] if required else dynamic
     shape = max(candidates, key=lambda s: (math.prod(s), len(s))) if candidates else ()
-    rank = max((len(s) for s in embedded if math.prod(s) == 1), default=0)
     if len(shape) < rank:
         shape = (1,) * (rank - len(shape)) + shape
     if len(required) > 1 or (required and shape not in required):

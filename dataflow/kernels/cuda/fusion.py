@@ -20,7 +20,17 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..fused_source import Key, Segment, compile_loop, embeddable, fills, loop_body, loop_shape, tensor_key
+from ..fused_source import (
+    Key,
+    Segment,
+    compile_loop,
+    embeddable,
+    embedded_layout,
+    fills,
+    loop_body,
+    loop_shape,
+    tensor_key,
+)
 from . import flat, launch
 
 
@@ -82,7 +92,7 @@ def segment_kernel(
     host = {k: _host(v) for k, v in embedded.items()}
     inputs = segment.inputs()
     dynamic = [t for t in inputs if tensor_key(t) not in embedded]
-    embedded_shapes = [tuple(v.shape) for v in host.values()]
+    required, rank = embedded_layout([tuple(v.shape) for v in host.values()])
     kernels: dict[tuple[bool, ...], Any] = {}
     dtype = np.dtype(segment.output.dtype)
     members = list(zip(segment.nodes, node_kernels, strict=True))
@@ -95,7 +105,7 @@ def segment_kernel(
         return env[tensor_key(segment.output)]
 
     def run(*xs: Any) -> Any:
-        shape = loop_shape([tuple(x.shape) for x in xs], embedded_shapes)
+        shape = loop_shape([tuple(x.shape) for x in xs], required, rank)
         if shape is None:
             return one_by_one(*xs)
         args = []
