@@ -140,7 +140,8 @@ def refuse_an_unguarded_script(script: str | None, line: int) -> None:
     except (OSError, SyntaxError, ValueError):
         return
     for node in tree.body:
-        if isinstance(node, ast.If) and _is_main_guard(node.test):
+        # Any test that compares __name__ with "__main__" (`... and len(sys.argv) > 1` too) counts as a guard.
+        if isinstance(node, ast.If) and any(_is_main_guard(part) for part in ast.walk(node.test)):
             if node.lineno <= line <= (node.end_lineno or node.lineno):
                 return
     raise ClusterError(
@@ -150,7 +151,7 @@ def refuse_an_unguarded_script(script: str | None, line: int) -> None:
     )
 
 
-def _is_main_guard(test: ast.expr) -> bool:
+def _is_main_guard(test: ast.AST) -> bool:
     """``__name__ == "__main__"``, either way round."""
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return False

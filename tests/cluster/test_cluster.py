@@ -595,7 +595,7 @@ def test_a_script_that_starts_a_cluster_without_a_main_guard_is_told_so_before_a
     assert "Cluster.local was called while a worker process" not in done.stderr  # no worker process was started
     guarded = tmp_path / "guarded.py"
     guarded.write_text(
-        "import cellgraph as cg\n\nif '__main__' == __name__:\n"
+        "import sys\nimport cellgraph as cg\n\nif '__main__' == __name__ and len(sys.argv) == 1:\n"
         "    with cg.Cluster.local(workers=1, ps=0, timeout=60) as c:\n        print(len(c.training_workers()))\n"
     )
     done = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, timeout=120)
