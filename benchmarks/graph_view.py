@@ -50,6 +50,7 @@ from cellgraph.testing.jupyterlab import (
 
 TARGET_NODES, TARGET_FIRST_PAINT_MS, TARGET_EXPAND_MS = 10_000, 1000.0, 200.0
 MARK = "cellgraph-graphview-paint"
+CLICK_TRIES = 3  # fits of the view before a box not drawn is taken for missing
 
 BUILD_CELL = """\
 import time
@@ -89,17 +90,22 @@ def click_box(page: Any, item_id: str, header: bool = False) -> float:
     """Fit the view, then click the box ``item_id`` (its header if open); return the pointerdown time."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    page.locator(".cgv-fit").click()
-    # An open scope closes from its header, whose title is the group's first text.
-    target = page.locator(f'.cgv-svg [data-id="{item_id}"]').first
-    clickable = target.locator("text").first if header else target
-    # The fit redraws the view: wait for the box to be drawn again (bounding_box does not wait; on a loaded
-    # machine it read None mid-redraw and the run failed).
-    with contextlib.suppress(PlaywrightTimeout):
-        clickable.wait_for(state="visible", timeout=STEP_TIMEOUT_MS)
-    box = clickable.bounding_box()
+    box = None
+    for _ in range(CLICK_TRIES):
+        page.locator(".cgv-fit").click()
+        # An open scope closes from its header, whose title is the group's first text.
+        target = page.locator(f'.cgv-svg [data-id="{item_id}"]').first
+        clickable = target.locator("text").first if header else target
+        # The fit redraws the view: wait for the box to be drawn again (bounding_box does not wait; on a loaded
+        # machine it read None mid-redraw, even after the wait, and the run failed: fit and look again).
+        with contextlib.suppress(PlaywrightTimeout):
+            clickable.wait_for(state="visible", timeout=STEP_TIMEOUT_MS)
+        box = clickable.bounding_box()
+        if box is not None:
+            break
+        page.wait_for_timeout(500)
     if box is None:
-        raise RuntimeError(f"GraphView shows no box {item_id!r}")
+        raise RuntimeError(f"GraphView shows no box {item_id!r} after {CLICK_TRIES} fits")
     page.evaluate("window.__cg_t0 = null")
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     return float(page.evaluate("window.__cg_t0"))
