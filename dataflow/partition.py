@@ -78,13 +78,37 @@ def _devices_of(graph: Graph, placement: Any) -> dict[str, str]:
     return {n.name: device_of[n.name] for n in graph.nodes}
 
 
+def _last_on(device: str, starts: list[Node], device_of: Mapping[str, str]) -> list[Node]:
+    """The nodes on ``device`` that ``starts`` wait for, directly or through other devices' nodes.
+
+    A walk up from ``starts`` stops at each node on ``device``: what that node
+    waits for there, it has already waited for. So a reader under a control
+    dependency on a third device's node, which follows an update of the
+    variable, is sent the variable's value after that update too.
+    """
+    found: dict[str, Node] = {}
+    seen: set[str] = set()
+    stack = list(starts)
+    while stack:
+        node = stack.pop()
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        if device_of[node.name] == device:
+            found[node.name] = node
+            continue
+        stack.extend(t.node for t in node.inputs)
+        stack.extend(node.control_inputs)
+    return list(found.values())
+
+
 def partition(
     graph: Graph, placement: Any, timeout: float = transfer.DEFAULT_TIMEOUT_S, reads_wait: bool = True
 ) -> Partitioned:
     """One graph per device of ``placement`` (a ``Placement`` or a node name -> device dict).
 
-    ``reads_wait``: a reader with control dependencies on the producer's device gets the value sent after them,
-    as a run on one device reads it (a cluster step, which pulls each variable once at its start, says False).
+    ``reads_wait``: a reader whose control dependencies wait for nodes on the producer's device, directly or
+    through other devices, gets the value sent after those nodes, as a run on one device reads it (a cluster step, which pulls each variable once at its start, says False).
 
     Examples
     --------
@@ -109,10 +133,10 @@ def partition(
         src = device_of[t.node.name]
         if src == dst:
             return copies[t.node.name].output(t.index)
-        # A reader that must run after nodes on the producer's device (an update of the variable it reads, say)
-        # gets a value sent after them, as a one-device run reads it then: a Send of its own, which waits for
-        # them. Other readers share the Send that follows the producer.
-        waits = tuple(sorted(c.name for c in consumer.control_inputs if device_of[c.name] == src)) if reads_wait else ()
+        # A reader that must run after nodes on the producer's device (an update of the variable it reads, say),
+        # directly or through other devices' nodes, gets a value sent after them, as a one-device run reads it
+        # then: a Send of its own, which waits for them. Other readers share the Send that follows the producer.
+        waits = tuple(sorted(n.name for n in _last_on(src, consumer.control_inputs, device_of))) if reads_wait else ()
         key = f"{t.name}->{dst}" + (f"^{','.join(waits)}" if waits else "")
         edge = edges.get((key, dst))
         if edge is None:

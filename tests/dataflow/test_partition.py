@@ -103,6 +103,26 @@ def test_a_read_after_an_update_on_the_variables_device_sees_the_update() -> Non
     assert sorted(e.after for e in sends) == [("w",), ("w", "upd")]
 
 
+def test_a_read_after_an_update_through_a_third_device_sees_the_update() -> None:
+    # The reader's control dependency is on a third device, and follows the update there: the value read must
+    # still be the updated one, as on one device (it was sent right after w, so the worker read [0, 0]).
+    third = "/job:worker/task:1/device:cpu:0"
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(np.zeros(2, np.float32), name="w")
+        upd = cg.assign_add(w, np.ones(2, np.float32), name="upd")
+        done = cg.identity(cg.reduce_sum(upd, name="total"), name="done")
+        with cg.control_dependencies([done]):
+            after = cg.identity(w, name="after") * 1.0
+    alone = cg.Session(g).run(after)
+    placement = {n.name: PS if n.name in ("w", "upd") or n.name.startswith("const") else WORKER for n in g.nodes}
+    placement.update(total=third, done=third)
+    sess = cg.PartitionedSession(g, placement)
+    np.testing.assert_array_equal(sess.run(after), alone)  # [1, 1]
+    np.testing.assert_array_equal(sess.run(after), alone + 1.0)
+    assert sorted(e.after for e in sess.parts.edges if e.tensor.name == "w:0" and e.dst == WORKER) == [("w", "upd")]
+
+
 def test_a_placement_missing_nodes_is_rejected() -> None:
     g = cg.Graph()
     with g.as_default():
