@@ -117,25 +117,32 @@ def feed_tensor(graph: Graph, key: Tensor | str) -> Tensor:
     return t
 
 
+def feed_name(t: Tensor) -> str:
+    """``feed for 'x:0' (cell 3, line 2)``: the fed tensor, and where its node was made when that is known."""
+    where = t.node.where()
+    return f"feed for {t.name!r}" + (f" ({where})" if where != "unknown location" else "")
+
+
 def convert_feed(t: Tensor, value: Any) -> np.ndarray:
+    what = feed_name(t)
     if is_string(t.dtype):
-        array = as_strings(value, f"feed for {t.name!r}")
+        array = as_strings(value, what)
     else:
         array = np.asarray(value)
     if not is_string(t.dtype) and array.dtype != t.dtype:
         if array.dtype.kind in "US":
-            raise DTypeError(f"feed for {t.name!r} holds text ({array.dtype}), expected {t.dtype}")
+            raise DTypeError(f"{what} holds text ({array.dtype}), expected {t.dtype}")
         if not np.can_cast(array.dtype, t.dtype, "same_kind"):
-            raise DTypeError(f"feed for {t.name!r} has dtype {array.dtype}, expected {t.dtype}")
+            raise DTypeError(f"{what} has dtype {array.dtype}, expected {t.dtype}")
         outside = None if np.can_cast(array.dtype, t.dtype) else outside_int_range(array, t.dtype)
         # int64 labels into an int32 placeholder: a cast would wrap them round; float32 data past 65504 into a
         # float16 placeholder: it would be inf.
         outside = outside or past_float_range(array, t.dtype)
         if outside is not None:
-            raise DTypeError(f"feed for {t.name!r} ({array.dtype}) does not fit {t.dtype}: {outside}")
+            raise DTypeError(f"{what} ({array.dtype}) does not fit {t.dtype}: {outside}")
         array = array.astype(t.dtype)
     if not compatible(t.shape, array.shape):
-        raise ShapeError(f"feed for {t.name!r} has shape {fmt(array.shape)}, expected {fmt(t.shape)}")
+        raise ShapeError(f"{what} has shape {fmt(array.shape)}, expected {fmt(t.shape)}")
     return array
 
 

@@ -46,7 +46,7 @@ def test_placeholder_with_default_errors() -> None:
     assert g.nodes == []
     with g.as_default():
         x = cg.placeholder_with_default(np.zeros((2, 3), np.float32), (None, 3), name="x")
-    with raises(cg.ShapeError, "feed for 'x:0' has shape (2, 4), expected (None, 3)"):
+    with raises(cg.ShapeError, f"feed for 'x:0' ({x.node.where()}) has shape (2, 4), expected (None, 3)"):
         cg.Session(g).run(x, {x: np.zeros((2, 4), np.float32)})
 
 

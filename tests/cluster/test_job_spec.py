@@ -101,7 +101,7 @@ def test_data_of_the_wrong_width_is_refused_with_session_runs_words(cluster: Clu
     narrow = data.x_train[:, :32]
     message = refused(cluster, model.loss, (narrow, data.y_train), batch_size=64)
     expected = session_error(model.loss, {model.x: narrow[:64], model.y: data.y_train[:64]})
-    assert expected == "feed for 'x:0' has shape (64, 32), expected (None, 64)"
+    assert expected == f"feed for 'x:0' ({model.x.node.where()}) has shape (64, 32), expected (None, 64)"
     assert message == f"cg.train: data for placeholder 'x:0', in batches of 64: {expected}"
 
 
@@ -110,7 +110,7 @@ def test_labels_of_a_dtype_the_placeholder_cannot_take_are_refused(cluster: Clus
     labels = data.y_train.astype(np.float32)
     message = refused(cluster, model.loss, (data.x_train, labels), batch_size=32)
     expected = session_error(model.loss, {model.x: data.x_train[:32], model.y: labels[:32]})
-    assert expected == "feed for 'y:0' has dtype float32, expected int32"
+    assert expected == f"feed for 'y:0' ({model.y.node.where()}) has dtype float32, expected int32"
     assert message == f"cg.train: data for placeholder 'y:0', in batches of 32: {expected}"
 
 
@@ -125,7 +125,7 @@ def test_labels_that_do_not_fit_the_placeholder_are_refused_not_wrapped(cluster:
     )
     expected = session_error(model.loss, {model.x: data.x_train[:32], model.y: labels[:32]})
     assert expected == (
-        "feed for 'y:0' (int64) does not fit int32: it holds 2147483653, outside int32's range "
+        f"feed for 'y:0' ({model.y.node.where()}) (int64) does not fit int32: it holds 2147483653, outside int32's range "
         "[-2147483648, 2147483647]"
     )
 
@@ -141,7 +141,9 @@ def test_data_past_the_placeholders_float_range_is_refused_not_made_inf(cluster:
     )
     rows = images[288:320]
     expected = session_error(model.loss, {model.x: rows, model.y: data.y_train[288:320]})
-    assert message.endswith(expected.removeprefix("feed for 'x:0' (float64) does not fit float32"))
+    assert message.endswith(
+        expected.removeprefix(f"feed for 'x:0' ({model.x.node.where()}) (float64) does not fit float32")
+    )
 
 
 def test_what_session_run_takes_cg_train_takes(cluster: Cluster, data: digits.Split) -> None:

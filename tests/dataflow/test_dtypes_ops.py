@@ -207,6 +207,6 @@ def test_an_int_feed_that_does_not_fit_its_placeholder_is_refused() -> None:
     with pytest.raises(cg.DTypeError) as refused:
         session.run(total, {i: np.array([1, -(2**31) - 1])})
     assert str(refused.value) == (
-        "feed for 'i:0' (int64) does not fit int32: it holds -2147483649, outside int32's range "
+        f"feed for 'i:0' ({i.node.where()}) (int64) does not fit int32: it holds -2147483649, outside int32's range "
         "[-2147483648, 2147483647]"
     )

@@ -283,13 +283,13 @@ def test_a_feed_past_a_float_dtypes_range_is_refused_not_made_inf() -> None:
     fine = {h: np.array([65519.0, -1.0], np.float32), b: np.ones(2), f: np.array([1e-50, 3e38])}
     np.testing.assert_array_equal(sess.run(out[0], {h: fine[h]}), [65504, -1])  # rounds to float16's largest
     cases = [
-        (h, np.array([1.0, 1e5], np.float32), "feed for 'h:0' (float32) does not fit float16: it holds 100000, "
+        (h, np.array([1.0, 1e5], np.float32), f"feed for 'h:0' ({h.node.where()}) (float32) does not fit float16: it holds 100000, "
          "past float16's largest finite value 65504"),
-        (h, np.array([70000, 1]), "feed for 'h:0' (int64) does not fit float16: it holds 70000, past float16's "
+        (h, np.array([70000, 1]), f"feed for 'h:0' ({h.node.where()}) (int64) does not fit float16: it holds 70000, past float16's "
          "largest finite value 65504"),
-        (b, np.array([1e39, 1.0]), "feed for 'b:0' (float64) does not fit bfloat16: it holds 1e+39, past "
+        (b, np.array([1e39, 1.0]), f"feed for 'b:0' ({b.node.where()}) (float64) does not fit bfloat16: it holds 1e+39, past "
          "bfloat16's largest finite value 3.38953e+38"),
-        (f, np.array([-1e39, 1.0]), "feed for 'f:0' (float64) does not fit float32: it holds -1e+39, past "
+        (f, np.array([-1e39, 1.0]), f"feed for 'f:0' ({f.node.where()}) (float64) does not fit float32: it holds -1e+39, past "
          "float32's largest finite value 3.40282e+38"),
     ]  # fmt: skip
     for ph, value, message in cases:

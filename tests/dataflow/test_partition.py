@@ -365,6 +365,8 @@ def test_bad_fetches_and_feeds_are_rejected_as_in_a_session() -> None:
         sess.run(42)
     with pytest.raises(cg.GraphError, match=r"feed 'z:0' is not in this session's graph"):
         sess.run(step, {z: [1.0]})
-    with pytest.raises(cg.ShapeError, match=r"feed for 'x:0' has shape \(2,\), expected \(1,\)"):
+    with pytest.raises(
+        cg.ShapeError, match=r"feed for 'x:0' \(test_partition\.py:\d+\) has shape \(2,\), expected \(1,\)"
+    ):
         sess.run(step, {x: [1.0, 2.0]})
     np.testing.assert_array_equal(sess.run(w), [1.0])  # nothing rejected changed the variable

@@ -56,7 +56,7 @@ def test_bad_feeds_are_rejected_before_anything_runs(model) -> None:  # noqa: AN
         [train],
         {x: np.ones((2, 4), np.float32)},
         cg.ShapeError,
-        r"feed for 'x:0' has shape \(2, 4\), expected \(None, 3\)",
+        r"feed for 'x:0' \(test_session\.py:\d+\) has shape \(2, 4\), expected \(None, 3\)",
         w,
     )
     _bad(
@@ -64,7 +64,7 @@ def test_bad_feeds_are_rejected_before_anything_runs(model) -> None:  # noqa: AN
         [train],
         {x: good.astype(np.complex64)},
         cg.DTypeError,
-        r"feed for 'x:0' has dtype complex64, expected float32",
+        r"feed for 'x:0' \(test_session\.py:\d+\) has dtype complex64, expected float32",
         w,
     )
     _bad(
@@ -90,8 +90,26 @@ def test_int_feed_to_float_is_converted_but_float_to_int_is_not() -> None:
         i = cg.placeholder((2,), "int32", name="i")
     sess = cg.Session(g)
     assert sess.run(f, {f: [1, 2]}).dtype == np.float32
-    with pytest.raises(cg.DTypeError, match=r"feed for 'i:0' has dtype float64, expected int32"):
+    with pytest.raises(
+        cg.DTypeError, match=r"feed for 'i:0' \(test_session\.py:\d+\) has dtype float64, expected int32"
+    ):
         sess.run(i, {i: [1.5, 2.0]})
+
+
+def test_a_bad_feed_names_the_cell_and_line_its_placeholder_was_made_in() -> None:
+    # A notebook has many placeholders called x: the error says which one, as a node error does.
+    g = cg.Graph()
+    with g.as_default(), cg.cell_scope("cell-a", label="[3]"):
+        x = cg.placeholder((None, 3), name="x")
+    with pytest.raises(cg.ShapeError) as refused:
+        cg.Session(g).run(x, {x: np.ones((2, 4), np.float32)})
+    assert str(refused.value) == f"feed for 'x:0' (cell [3], line {x.node.line}) has shape (2, 4), expected (None, 3)"
+    unplaced = cg.Graph()  # made by no user code that cellgraph can see: no location to give
+    with unplaced.as_default():
+        y = cg.placeholder((2,), name="y")
+    y.node.file = y.node.line = None
+    with pytest.raises(cg.ShapeError, match=r"^feed for 'y:0' has shape \(3,\), expected \(2,\)$"):
+        cg.Session(unplaced).run(y, {y: np.ones(3, np.float32)})
 
 
 def test_kernel_failure_names_the_node() -> None:

@@ -109,15 +109,22 @@ def test_text_where_numbers_belong_and_numbers_where_text_belongs_are_refused_wi
     sess = cg.Session(g)
     with pytest.raises(
         DTypeError,
-        match=r"feed for 'x:0': a string tensor holds str, but element \[1\] is bytes "
+        match=r"feed for 'x:0' \(test_strings\.py:\d+\): a string tensor holds str, but element \[1\] is bytes "
         r"b'b' \(decode bytes first\)",
     ):
         sess.run(e, {x: np.array(["a", b"b"], dtype=object)})
-    with pytest.raises(DTypeError, match=r"feed for 'x:0': a string tensor holds str, got bytes \(\|S1\); decode them"):
+    with pytest.raises(
+        DTypeError,
+        match=r"feed for 'x:0' \(test_strings\.py:\d+\): a string tensor holds str, got bytes \(\|S1\); decode them",
+    ):
         sess.run(e, {x: [b"a", b"b"]})
-    with pytest.raises(DTypeError, match="feed for 'x:0': a string tensor holds str, got a float64 array"):
+    with pytest.raises(
+        DTypeError, match=r"feed for 'x:0' \(test_strings\.py:\d+\): a string tensor holds str, got a float64 array"
+    ):
         sess.run(e, {x: np.array([1.0, 2.0])})
-    with pytest.raises(DTypeError, match=r"feed for 'f:0' holds text \(<U1\), expected float32"):
+    with pytest.raises(
+        DTypeError, match=r"feed for 'f:0' \(test_strings\.py:\d+\) holds text \(<U1\), expected float32"
+    ):
         sess.run(f, {f: np.array(["a", "b"])})
     with pytest.raises(DTypeError, match="constant 'c': a string tensor holds str, but element \\[0\\] is int 1"):
         cg.constant(np.array([1, "a"], dtype=object), name="c", graph=g)
