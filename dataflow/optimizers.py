@@ -214,7 +214,13 @@ class Momentum(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam (Kingma & Ba, 2015) with bias correction (epsilon added as TensorFlow adds it)."""
+    """Adam (Kingma & Ba, 2015) with bias correction, epsilon placed as TensorFlow places it.
+
+    ``m = beta1 m + (1 - beta1) g``, ``v = beta2 v + (1 - beta2) g^2``, ``lr_t = lr sqrt(1 - beta2^t) /
+    (1 - beta1^t)``, ``var -= lr_t m / (sqrt(v) + epsilon)`` (t counts this variable's steps from 1).
+    ``torch.optim.Adam`` adds its ``eps`` to the bias-corrected ``sqrt(v / (1 - beta2^t))`` instead: the
+    two agree at ``epsilon = 0``, and otherwise this ``epsilon`` is torch's ``eps * sqrt(1 - beta2^t)``.
+    """
 
     name, kind = "Adam", "adam"
     beta1: float
@@ -228,7 +234,11 @@ class Adam(Optimizer):
 
 
 class AdamW(Optimizer):
-    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): ``var *= 1 - lr * weight_decay``, then Adam."""
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): ``var *= 1 - lr * weight_decay``, then Adam.
+
+    As ``torch.optim.AdamW`` orders them (``lr`` the step's rate, a schedule's value included); the Adam step
+    places epsilon as :class:`Adam` does (TensorFlow's way, not torch's).
+    """
 
     name, kind = "AdamW", "adamw"
     beta1: float

@@ -131,7 +131,10 @@ class CosineDecay(Schedule):
 
     ``lr(s) = initial * s / warmup_steps`` for ``s < warmup_steps``; then, with
     ``t = min(s - warmup_steps, decay_steps) / decay_steps``,
-    ``lr = initial * ((1 - alpha) * (1 + cos(pi t)) / 2 + alpha)`` (Keras' ``CosineDecay``).
+    ``lr = initial * ((1 - alpha) * (1 + cos(pi t)) / 2 + alpha)``: Keras' ``CosineDecay(0.0, decay_steps,
+    alpha, warmup_target=initial, warmup_steps=warmup_steps)`` (whose warm-up starts from its first argument);
+    after the warm-up, torch's ``CosineAnnealingLR(T_max=decay_steps, eta_min=alpha * initial)`` up to its
+    ``T_max`` (past it torch's rate rises again, this one stays at its floor).
     """
 
     initial_learning_rate: float
