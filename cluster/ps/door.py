@@ -4,7 +4,7 @@ gRPC answers a deserializer's exception with INTERNAL, which blames the
 server; here undecodable bytes become ``_Undecodable`` and the handler refuses
 them with INVALID_ARGUMENT. ``refusing`` turns a ``ParameterServerError`` into
 the RPC's status and counts it; ``client_stream`` ends a stream that sends
-nothing for too long. ``available_memory`` is what an Init may still take.
+nothing for too long, and ``written`` a call that takes none of its answer. ``available_memory`` is what an Init may still take.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 import functools
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
@@ -77,6 +77,51 @@ def decoded(request: Any) -> Any:
     if isinstance(request, _Undecodable):
         raise ParameterServerError(request.problem, "INVALID_ARGUMENT")
     return request
+
+
+class IdleLimit:
+    """Cancels a call's task when one wait (for the client's next message, or for it to take the
+    server's last one) lasts over ``limit`` seconds; ``fired`` then says the cancel was this limit's.
+
+    One lazy timer per stream, moved only when it fires: a message costs an
+    attribute write, not a timer made and cancelled (``asyncio.timeout`` per
+    message was a good part of a small step's time on the server).
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.limit = 0.0
+        self.since = 0.0
+        self.waiting = False
+        self.fired = False
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self, limit: float) -> None:
+        """A wait starts now, for at most ``limit`` seconds (``waiting = False`` ends it)."""
+        self.limit, self.since, self.waiting = limit, self.loop.time(), True
+        due = self.since + limit
+        if self._handle is not None and self._handle.when() > due:  # a shorter limit than the one scheduled
+            self._handle.cancel()
+            self._handle = None
+        if self._handle is None:
+            self._handle = self.loop.call_at(due, self._check)
+
+    def _check(self) -> None:
+        self._handle = None
+        due = self.since + self.limit
+        if self.waiting and self.loop.time() >= due and self.task is not None:
+            self.fired = True
+            self.task.cancel()
+        elif self.waiting:  # a message came and a new wait began since: check again when that one is due
+            self._handle = self.loop.call_at(due, self._check)
+        # Not waiting (the step is being served): the next start() schedules a check.
+
+    def close(self) -> None:
+        self.limit, self.waiting = 0.0, False
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 async def client_stream(requests: AsyncIterator[Any], what: str, idle_s: float) -> AsyncIterator[Any]:
@@ -160,19 +205,50 @@ def refusing(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]
     return handler
 
 
-def refusing_stream(method: Callable[..., AsyncIterator[R]]) -> Callable[..., AsyncIterator[R]]:
-    """``refusing`` for a handler that streams its response."""
+def refusing_stream(method: Callable[..., AsyncGenerator[R, None]]) -> Callable[..., Awaitable[None]]:
+    """``refusing`` for a handler that streams its response; each response is written with ``written``."""
 
     @functools.wraps(method)
-    async def handler(self: ParameterServicer, request: Any, context: Context) -> AsyncIterator[R]:
+    async def handler(self: ParameterServicer, request: Any, context: Context) -> None:
         self.counters.add(call=method.__name__)
         try:
-            async for response in method(self, decoded(request), context):
-                yield response
+            # Closed at once when the call ends, so the responses' generator lets go of what it holds.
+            async with contextlib.aclosing(method(self, decoded(request), context)) as responses:
+                await written(responses, context, method.__name__, self.stream_idle_s)
         except ParameterServerError as err:
             await _abort(self, err, context)
 
     return handler
+
+
+async def written(responses: AsyncIterator[Any], context: Context, what: str, idle_s: float) -> None:
+    """Write each response; a caller that takes none for ``idle_s`` seconds (it stopped reading) is ended.
+
+    A write waits while the caller's flow-control window is full. Without a
+    limit, a client that opens a Pull or Step and never reads would hold its
+    call, and the snapshot of the variables it was answered from, for ever:
+    one more copy of the model in memory for every such call.
+    """
+    stalled = IdleLimit()
+    try:
+        async for response in responses:
+            stalled.start(idle_s)
+            try:
+                await context.write(response)
+            except asyncio.CancelledError:
+                if not stalled.fired:
+                    raise  # the call itself was cancelled
+                if stalled.task is not None:
+                    stalled.task.uncancel()
+                raise ParameterServerError(
+                    f"the {what} call took nothing of its answer for {idle_s:g} s (this server's idle limit per "
+                    "stream); it was ended and the rest of its answer dropped",
+                    "DEADLINE_EXCEEDED",
+                ) from None
+            finally:
+                stalled.waiting = False
+    finally:
+        stalled.close()
 
 
 def check_chunk_size(size: int, limit: int, what: str) -> None:

@@ -166,7 +166,8 @@ def create_server(
     stream_idle_s
         How long an Init or Push stream, or a push in pieces on a Step stream,
         may send nothing before it is ended (DEADLINE_EXCEEDED) and its
-        buffers dropped.
+        buffers dropped; and how long a Pull or Step caller may take nothing
+        of its answer (it stopped reading) before it is ended likewise.
     held_idle_s
         How long a replica's Step stream may stay silent between steps (it
         holds no buffer then) before it is ended; the replica reopens it.

@@ -16,7 +16,7 @@ written every ``checkpoint_every`` steps (``shard_checkpoints.ShardCheckpoints``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +133,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ Pull
     @refusing_stream
-    async def Pull(self, request: pb.PullRequest, context: Context) -> AsyncIterator[bytes]:  # noqa: N802
+    async def Pull(self, request: pb.PullRequest, context: Context) -> AsyncGenerator[bytes, None]:  # noqa: N802
         # Each response is a PullMessage serialized by hand (tensor_chunk_frames): one copy of the content.
         _, store = self._job_store()
         step, values, limit = await self.snapshot(store, request, wait_limit(context, self.max_wait_s))
@@ -255,7 +255,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
 
     # ------------------------------------------------------------------ Step
     @refusing_stream
-    async def Step(self, request_iterator: AsyncIterator[Any], context: Context) -> AsyncIterator[bytes]:  # noqa: N802
+    async def Step(self, request_iterator: AsyncIterator[Any], context: Context) -> AsyncGenerator[bytes, None]:  # noqa: N802
         # A replica's held stream: step after step of pushes and pulls (step_server.py).
         _, store = self._job_store()
         async for frame in serve_steps(self, store, request_iterator):

@@ -35,7 +35,7 @@ from cellgraph.protos import parameter_service_pb2 as pb
 from ..errors import ParameterServerError
 from . import fused
 from .chunks import MAX_MESSAGE_BYTES, release_all
-from .door import decoded
+from .door import IdleLimit, decoded
 from .frames import Framed, chunk_parts, length_delimited, parts_size, varint
 
 if TYPE_CHECKING:
@@ -51,52 +51,8 @@ _CHUNK = pb.PullMessage.DESCRIPTOR.fields_by_name["chunk"].number
 _MESSAGE_SLACK = 1024
 
 
-class _IdleLimit:
-    """Ends a stream's wait for its next message after ``limit`` seconds of silence.
-
-    One lazy timer per stream, moved only when it fires: a message costs an
-    attribute write, not a timer made and cancelled (``asyncio.timeout`` per
-    message was a good part of a small step's time on the server).
-    """
-
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.task = asyncio.current_task()
-        self.limit = 0.0
-        self.since = 0.0
-        self.waiting = False
-        self.fired = False
-        self._handle: asyncio.TimerHandle | None = None
-
-    def start(self, limit: float) -> None:
-        """A wait for a message starts now, for at most ``limit`` seconds."""
-        self.limit, self.since, self.waiting = limit, self.loop.time(), True
-        due = self.since + limit
-        if self._handle is not None and self._handle.when() > due:  # a shorter limit than the one scheduled
-            self._handle.cancel()
-            self._handle = None
-        if self._handle is None:
-            self._handle = self.loop.call_at(due, self._check)
-
-    def _check(self) -> None:
-        self._handle = None
-        due = self.since + self.limit
-        if self.waiting and self.loop.time() >= due and self.task is not None:
-            self.fired = True
-            self.task.cancel()
-        elif self.waiting:  # a message came and a new wait began since: check again when that one is due
-            self._handle = self.loop.call_at(due, self._check)
-        # Not waiting (the step is being served): the next start() schedules a check.
-
-    def close(self) -> None:
-        self.limit, self.waiting = 0.0, False
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-
 async def _next(
-    requests: AsyncIterator[Any], idle: _IdleLimit, idle_s: float, mid_push: bool
+    requests: AsyncIterator[Any], idle: IdleLimit, idle_s: float, mid_push: bool
 ) -> Framed[pb.StepRequest] | None:
     """The next request, or None when the replica closed the stream; silence longer than ``idle_s`` ends it."""
     idle.start(idle_s)
@@ -132,7 +88,7 @@ async def serve_steps(
     iterator = aiter(requests)
     assemblers: dict[str, Taken] = {}
     header: pb.PushHeader | None = None
-    idle = _IdleLimit()
+    idle = IdleLimit()
     try:
         while True:
             mid_push = header is not None

@@ -158,6 +158,23 @@ def test_a_stream_that_sends_nothing_is_ended_at_its_idle_deadline(ps: Servers) 
     assert "the Push stream sent nothing for 0.2 s (this server's idle limit per stream)" in (err.details() or "")
 
 
+def test_a_pull_whose_caller_never_reads_is_ended_and_lets_go_of_its_values(ps: Servers) -> None:
+    [address] = ps.start(1, stream_idle_s=0.3)
+    ps.client().init("unread", {"w": np.zeros(4 << 20, F32)})  # 16 MB: more than the transport buffers
+    table = ps.servicer().store._table
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.ParameterServiceStub(channel)
+        answer = stub.Pull(pb.PullRequest(), timeout=TIMEOUT, metadata=token_metadata(ps.token))  # never read
+        # Held for ever, the snapshot it was answered from would cost a copy of w at the next update.
+        eventually(lambda: "w" in table._lent and table._lent["w"]() is None, "the unread Pull let go of w")
+        err = status_of(lambda: list(answer))
+    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err.details()
+    assert "the Pull call took nothing of its answer for 0.3 s (this server's idle limit per stream)" in (
+        err.details() or ""
+    )
+    assert ps.client().pull().values["w"].shape == (4 << 20,)  # the server answers the next caller
+
+
 def waiting_push_pull(ps: Servers) -> tuple[threading.Thread, list[BaseException]]:
     """Replica 0 of a sync job of two pushes for step 0 and waits for step 1; returns once it waits."""
     raised: list[BaseException] = []
