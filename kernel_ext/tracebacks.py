@@ -5,7 +5,10 @@ session, came with 35 to 50 frames of cellgraph's own code above its one line
 of news, which already names the node, its cell and line, and every shape
 involved. With the extension loaded, a ``CellgraphError`` is shown with the
 frames of the user's cells (and of any other library) only; ``%xmode Verbose``
-shows cellgraph's frames too, as does any error that is not cellgraph's. A
+shows cellgraph's frames too, as does any error that is not cellgraph's. The
+error a kernel raised inside a run (a label out of range) is not shown a
+second time, with the kernel's and the generated plan's frames, under the
+``ExecutionError`` whose message already names it and the op. A
 ``CellgraphWarning`` located at a cell reads ``Cell In[7], line 2:``, as
 IPython names a cell in a traceback, not by the temporary file ipykernel
 compiled the cell into (``/tmp/ipykernel_1234/56789.py:2:``).
@@ -54,7 +57,8 @@ def _package_dirs() -> tuple[str, ...]:
 
 
 def _inside_cellgraph(filename: str) -> bool:
-    return os.path.realpath(filename).startswith(_package_dirs())
+    # "<cellgraph plan 3>": the straight-line code the executor generates for a plan.
+    return filename.startswith("<cellgraph") or os.path.realpath(filename).startswith(_package_dirs())
 
 
 def frames(tb: types.TracebackType | None) -> Iterator[types.TracebackType]:
@@ -92,10 +96,34 @@ def _calls_a_cell_magic(entry: types.TracebackType) -> bool:
 def show(shell: Any, etype: type[BaseException], value: BaseException, tb: Any, tb_offset: Any = None) -> None:
     """IPython's custom exception handler for ``ERRORS`` (``set_custom_exc``): the traceback as IPython shows
     it, less cellgraph's frames unless ``%xmode Verbose`` is on."""
-    if getattr(shell.InteractiveTB, "mode", "") != "Verbose":
-        cells = getattr(getattr(shell, "compile", None), "_filename_map", {})
-        tb = user_frames(tb, cells.__contains__)
-    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    if getattr(shell.InteractiveTB, "mode", "") == "Verbose":
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        return
+    cells = getattr(getattr(shell, "compile", None), "_filename_map", {})
+    tb = user_frames(tb, cells.__contains__)
+    chained = _told_cause(value)
+    if chained is None:
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        return
+    # Shown without it, then given back: %debug and sys.last_value still find the cause.
+    cause, suppress = value.__cause__, value.__suppress_context__
+    value.__cause__, value.__suppress_context__ = None, True
+    try:
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    finally:
+        value.__cause__, value.__suppress_context__ = cause, suppress
+
+
+def _told_cause(value: BaseException) -> BaseException | None:
+    """The exception ``value`` was raised from (or during), when it happened inside cellgraph and ``value``'s
+    message already says it ('... failed while running: ValueError: label 6 ...'): a second traceback of
+    cellgraph's kernel and generated plan would only repeat it. None when there is none, or it is news."""
+    chained = value.__cause__ or (None if value.__suppress_context__ else value.__context__)
+    if chained is None or str(chained) not in str(value):
+        return None
+    if any(not _inside_cellgraph(t.tb_frame.f_code.co_filename) for t in frames(chained.__traceback__)):
+        return None
+    return chained
 
 
 class WarningFormat:

@@ -80,3 +80,24 @@ def test_a_graph_cells_error_shows_its_lines_not_ipythons_rewrite_of_the_cell(
     text = captured.out + captured.err
     assert "run_cell_magic" not in text and "magics_graph" not in text, text
     assert "----> 3 y = cg.matmul(x, cg.placeholder((4, 2)))" in text, text
+
+
+def test_a_kernels_error_in_a_run_is_told_once_without_cellgraphs_frames(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok(shell, "import numpy as np\nimport cellgraph as cg")
+    ok(
+        shell,
+        "logits = cg.placeholder((None, 3), name='logits')\nlabels = cg.placeholder((None,), 'int32', name='labels')",
+    )
+    ok(shell, "xent = cg.losses.sparse_softmax_cross_entropy(logits, labels)\nsess = cg.Session()")
+    capsys.readouterr()
+    result = run(shell, "sess.run(xent, {logits: np.zeros((2, 3), np.float32), labels: np.array([0, 7], np.int32)})")
+    error = result.error_in_exec
+    assert type(error).__name__ == "ExecutionError" and isinstance(error.__cause__, ValueError)  # kept for %debug
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "failed while running: ValueError: label 7 of example 1 is outside the valid range [0, 3)" in text
+    assert "----> 1 sess.run(xent" in text
+    assert "direct cause" not in text and "executor.py" not in text and "nn.py" not in text, text
+    assert "<cellgraph plan" not in text and text.count("label 7") == 1, text
