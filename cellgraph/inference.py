@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,10 @@ from cellgraph.protos import graph_pb2
 
 class ExportError(CellgraphError):
     """A model cannot be written out (or read back) as asked: names the node, op or file."""
+
+
+# A shard's manifest in a checkpoint folder; [0-9], not \d: the name is read from the folder, not trusted.
+_MANIFEST = re.compile(r"shard-([0-9]+)-of-([0-9]+)\.json")
 
 
 # Training-only ops and what each becomes at inference: one row per op. A rewrite
@@ -315,11 +320,22 @@ def checkpoint_values(directory: str | Path) -> dict[str, np.ndarray]:
     root = Path(directory)
     if not root.is_dir():
         raise ExportError(f"checkpoint folder {str(root)!r} does not exist or is not a folder")
-    counts = {int(p.name.split("-of-")[1].split(".")[0]) for p in root.glob("ckpt-*/shard-*-of-*.json")}
-    if len(counts) != 1:
-        found = "no shard manifests" if not counts else f"shards of jobs with {sorted(counts)} shards"
-        raise ExportError(f"checkpoint folder {str(root)!r} holds {found}: expected the checkpoints of one job")
-    shards = counts.pop()
+    manifests = [_MANIFEST.fullmatch(p.name) for p in root.glob("ckpt-*/shard-*-of-*.json")]
+    found: dict[int, set[int]] = {}  # shard count: the shards with a manifest
+    for match in filter(None, manifests):
+        found.setdefault(int(match[2]), set()).add(int(match[1]))
+    if len(found) != 1:
+        held = "no shard manifests" if not found else f"shards of jobs with {sorted(found)} shards"
+        raise ExportError(f"checkpoint folder {str(root)!r} holds {held}: expected the checkpoints of one job")
+    [(shards, present)] = found.items()
+    # The count comes from file names: a shard without a manifest anywhere is never complete, and a count
+    # of 10**9 from one stray name must not make a listing of the folder per shard.
+    absent = sorted(set(range(min(shards, len(present) + 1))) - present)
+    if absent:
+        raise ExportError(
+            f"checkpoint folder {str(root)!r} holds manifests of a job of {shards} shards, but none of shard "
+            f"{absent[0]} (shard-{absent[0]}-of-{shards}.json in no ckpt-* folder)"
+        )
     steps = [{info.name for info in list_checkpoints(root, s, shards)} for s in range(shards)]
     complete = sorted(set.intersection(*steps))
     if not complete:

@@ -478,6 +478,10 @@ def read_shard_checkpoint(directory: str | Path, name: str, shard: int, num_shar
     actual = {k: (v.dtype, v.shape) for k, v in checkpoint.tensors.items()}
     if actual != expected:
         raise damaged(info, data_file, f"its tensors {_describe(actual)} are not the manifest's {_describe(expected)}")
+    try:  # what a write checks, read back: a spec without its tensor, or of another shape, is no state to restore
+        _check_tensors(checkpoint.tensors, checkpoint.versions, checkpoint.specs)
+    except ParameterServerError as exc:
+        raise damaged(info, info.manifest_file, f"it does not agree with its tensors: {exc}") from None
     return checkpoint
 
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -160,6 +161,32 @@ def test_a_checkpoint_folder_without_checkpoints_is_refused(tmp_path: Path) -> N
     (tmp_path / "empty").mkdir()
     with pytest.raises(ExportError, match=r"checkpoint folder '.*empty' holds no shard manifests"):
         cg.save_model(tmp_path / "m", x, y, tmp_path / "empty")
+
+
+def test_a_checkpoint_folder_is_read_by_its_files_not_by_the_counts_their_names_claim(tmp_path: Path) -> None:
+    g, _, _, _ = _dropout_model()
+    values = cg.Session(g).variable_values()
+    _write_two_shards(tmp_path / "ckpt", values, step=20)
+    (tmp_path / "ckpt" / "ckpt-0000000020" / "shard-0-of-x.json").write_text("{}")  # no shard count: not a manifest
+    assert sorted(checkpoint_values(tmp_path / "ckpt")) == sorted(values)
+    # One stray name claiming 10**9 shards made a listing of the folder per claimed shard: a hang.
+    for manifest in (tmp_path / "ckpt" / "ckpt-0000000020").glob("shard-*-of-2.json"):
+        manifest.rename(manifest.with_name(manifest.name.replace("-of-2", "-of-1000000000")))
+    raised: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            checkpoint_values(tmp_path / "ckpt")
+        except BaseException as err:  # noqa: BLE001 - the test reads it
+            raised.append(err)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive(), "checkpoint_values still runs after 60 s"
+    [err] = raised
+    assert isinstance(err, ExportError)
+    assert "holds manifests of a job of 1000000000 shards, but none of shard 2 (shard-2-of-1000000000.json" in str(err)
 
 
 def test_bad_inputs_and_outputs_are_refused_naming_them(tmp_path: Path) -> None:

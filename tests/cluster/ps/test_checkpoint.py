@@ -329,6 +329,16 @@ def test_damaged_files_are_named(tmp_path: Path) -> None:
         "FAILED_PRECONDITION", "is damaged", "do not parse", "variable 'w': moving_momentum must be in [0, 1], got 1.5"
     )(read)
 
+    # A spec the data file holds no tensor of read as a KeyError later, in whoever used the checkpoint.
+    extra = [*manifest["specs"], {**manifest["specs"][0], "name": "ghost"}]
+    info.manifest_file.write_text(json.dumps({**manifest, "specs": extra}))
+    raises("FAILED_PRECONDITION", "is damaged", str(info.manifest_file), "variable 'ghost' has a spec but no tensor")(
+        read
+    )
+    shape = [{**manifest["specs"][0], "shape": [99]}, *manifest["specs"][1:]]
+    info.manifest_file.write_text(json.dumps({**manifest, "specs": shape}))
+    raises("FAILED_PRECONDITION", "is damaged", "does not agree with its tensors", "but its spec says float32(99")(read)
+
     info.manifest_file.write_text('{"format": "something-else"}')
     raises("FAILED_PRECONDITION", "is damaged", str(info.manifest_file), "not a cellgraph-ps-checkpoint manifest")(read)
 
