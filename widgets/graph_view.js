@@ -12,35 +12,39 @@
 // ("cellgraph-graphview-paint") that the benchmark reads.
 
 const STYLE_ID = "cellgraph-graphview-style";
+// Colours from JupyterLab's theme variables (light and dark alike), with light fallbacks elsewhere.
 const CSS = `
-.cgv { font: 12px/1.3 system-ui, sans-serif; color: #222; border: 1px solid #ddd; border-radius: 4px; }
-.cgv-bar { display: flex; gap: 8px; align-items: center; padding: 4px 6px; border-bottom: 1px solid #eee; flex-wrap: wrap; }
+.cgv { font: 12px/1.3 system-ui, sans-serif; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color1, #fff);
+  border: 1px solid var(--jp-border-color2, #ddd); border-radius: 4px; }
+.cgv-bar { display: flex; gap: 8px; align-items: center; padding: 4px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); flex-wrap: wrap; }
 .cgv-bar input { width: 220px; padding: 2px 6px; }
 .cgv-legend { display: flex; gap: 10px; flex-wrap: wrap; }
 .cgv-legend span { display: inline-flex; align-items: center; gap: 4px; }
 .cgv-legend i { width: 10px; height: 10px; border-radius: 2px; display: inline-block; border: 1px solid #0003; }
 .cgv-main { display: flex; position: relative; }
-.cgv-svg { flex: 1; min-width: 0; background: #fcfcfc; cursor: grab; user-select: none; touch-action: none; }
+.cgv-svg { flex: 1; min-width: 0; background: var(--jp-layout-color0, #fcfcfc); cursor: grab; user-select: none; touch-action: none; }
 .cgv-svg text { font: 12px monospace; pointer-events: none; }
-.cgv-svg .cgv-sub { font-size: 10px; fill: #333; }
+.cgv-svg .cgv-head { fill: var(--jp-ui-font-color1, #222); }
+.cgv-svg .cgv-sub { font-size: 10px; fill: var(--jp-ui-font-color1, #333); }
 .cgv-svg .cgv-halo { paint-order: stroke; stroke: #fffc; stroke-width: 3px; stroke-linejoin: round; }
-.cgv-svg .cgv-elabel { font-size: 10px; fill: #666; }
+.cgv-svg .cgv-elabel { font-size: 10px; fill: var(--jp-ui-font-color2, #666); }
 .cgv-svg [data-id] { cursor: pointer; }
 .cgv-svg .cgv-edge { fill: none; stroke: #888; stroke-width: 1.2; }
 .cgv-svg .cgv-ctl { stroke-dasharray: 2 3; stroke: #aaa; }
 .cgv-svg .cgv-cross { stroke: #c0392b; stroke-dasharray: 6 3; stroke-width: 1.6; }
 .cgv-svg .cgv-sr { font-size: 9px; fill: #c0392b; font-weight: bold; }
 .cgv-svg .cgv-hit > .cgv-ol { stroke: #ff00aa; stroke-width: 3; }
-.cgv-svg .cgv-sel > .cgv-ol { stroke: #000; stroke-width: 3; }
-.cgv-panel { width: 280px; max-height: 100%; overflow: auto; border-left: 1px solid #eee; padding: 6px 8px; font-size: 12px; }
+.cgv-svg .cgv-sel > .cgv-ol { stroke: var(--jp-ui-font-color0, #000); stroke-width: 3; }
+.cgv-panel { width: 280px; max-height: 100%; overflow: auto; border-left: 1px solid var(--jp-border-color2, #eee); padding: 6px 8px; font-size: 12px; }
 .cgv-panel h4 { margin: 2px 0 6px; font-size: 13px; word-break: break-all; }
 .cgv-panel table { border-collapse: collapse; width: 100%; }
 .cgv-panel td { padding: 1px 4px 1px 0; vertical-align: top; word-break: break-all; }
-.cgv-panel td:first-child { color: #666; white-space: nowrap; }
+.cgv-panel td:first-child { color: var(--jp-ui-font-color2, #666); white-space: nowrap; }
+.cgv-hint { color: var(--jp-ui-font-color2, #666); }
 .cgv-matches { max-height: 140px; overflow: auto; }
 .cgv-matches div { cursor: pointer; padding: 1px 0; }
-.cgv-matches div:hover { background: #eef; }
-.cgv-error { color: #b00; padding: 2px 6px; }
+.cgv-matches div:hover { background: var(--jp-layout-color3, #eef); }
+.cgv-error { color: var(--jp-error-color1, #b00); padding: 2px 6px; }
 .cgv-error:empty { display: none; }
 `;
 
@@ -65,7 +69,7 @@ function box(n, selected) {
     // An open container: a tinted frame whose header closes it again.
     return (
       `${head}<rect width="${n.w}" height="${n.h}" rx="6" fill="${n.color}22" stroke="${n.color}" stroke-width="1.5"/>` +
-      `<text x="8" y="17">▾ ${esc(n.label)}</text><text class="cgv-sub" x="${n.w - 8}" y="17" text-anchor="end">${esc(n.sub)}</text>${outline}${title}</g>`
+      `<text class="cgv-head" x="8" y="17">▾ ${esc(n.label)}</text><text class="cgv-sub" x="${n.w - 8}" y="17" text-anchor="end">${esc(n.sub)}</text>${outline}${title}</g>`
     );
   }
   // A mixed scope: bands of each colour as wide as their share, its text dark on a light halo over them.
@@ -250,7 +254,7 @@ function computeScene(T, open, hits) {
 }
 
 function infoHtml(info) {
-  if (!info || !info.kind) return `<div style="color:#888">Click a node for its details; click a scope to open it.</div>`;
+  if (!info || !info.kind) return `<div class="cgv-hint">Click a node for its details; click a scope to open it.</div>`;
   const row = (k, v) => `<tr><td>${esc(k)}</td><td>${v}</td></tr>`;
   let h = `<h4>${esc(info.name)}</h4><table>`;
   if (info.kind === "node") {
@@ -392,7 +396,7 @@ function render({ model, el }) {
     const matches = model.get("matches") || [];
     const query = model.get("query");
     $(".cgv-matches").innerHTML = query
-      ? `<div style="color:#666;cursor:default">${matches.length ? matches.length + (matches.length >= 50 ? "+" : "") : "no"} match${matches.length === 1 ? "" : "es"}</div>` +
+      ? `<div class="cgv-hint" style="cursor:default">${matches.length ? matches.length + (matches.length >= 50 ? "+" : "") : "no"} match${matches.length === 1 ? "" : "es"}</div>` +
         matches.map((m) => `<div data-match="${esc(m)}">${esc(m)}</div>`).join("")
       : "";
     $(".cgv-error").textContent = model.get("error");

@@ -181,3 +181,87 @@ def check(page: Any, lab: Any, shots: Path, flag: Path) -> None:
     wait_ran(page, 3)
     text = output(page, 3).inner_text()
     assert re.search(r"\['stage03/block04', 'stage08/block01'\]", text), text
+
+
+# WCAG's contrast ratio of each text a person reads in the view against what is behind it (an alpha colour, as
+# JupyterLab's dark font colours are, blended over that background first).
+CONTRASTS = """view => {
+  const rgba = (s) => { const m = s.match(/[\\d.]+/g).map(Number); return m.length === 3 ? [...m, 1] : m; };
+  const behind = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      const bg = rgba(getComputedStyle(e).backgroundColor);
+      if (bg[3] > 0) return bg;
+    }
+    return [255, 255, 255, 1];
+  };
+  const lum = ([r, g, b]) => {
+    const f = (c) => ((c /= 255) <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4);
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const ratio = (el, colour) => {
+    const bg = behind(el), fg = rgba(colour), a = fg[3];
+    const mixed = [0, 1, 2].map((i) => fg[i] * a + bg[i] * (1 - a));
+    const [hi, lo] = [lum(mixed), lum(bg)].sort((x, y) => y - x);
+    return Math.round(((hi + 0.05) / (lo + 0.05)) * 100) / 100;
+  };
+  const texts = [".cgv-count", ".cgv-legend span", ".cgv-panel h4", ".cgv-panel td", ".cgv-info > div"];
+  const out = texts.flatMap((sel) => [...view.querySelectorAll(sel)].map((el) => [sel, ratio(el, getComputedStyle(el).color)]));
+  const svg = view.querySelector(".cgv-svg");
+  for (const sel of ['[data-open="1"] > text', ".cgv-elabel"]) {
+    for (const el of view.querySelectorAll(sel)) out.push([sel, ratio(svg, getComputedStyle(el).fill)]);
+  }
+  return out;
+}"""
+
+
+def test_every_text_of_the_view_is_readable_in_the_dark_theme(tmp_path: Path) -> None:
+    """JupyterLab Dark: the count, the device legend and the info panel were #222 on the theme's black (a
+    ratio of 1.1), the panel's labels #666; the view takes the theme's colours now, in the light theme as before."""
+    from playwright.sync_api import sync_playwright
+
+    shots = artifacts()
+    source = f"""from cellgraph.examples.models import mlp
+from cellgraph.widgets import GraphView
+import cellgraph as cg
+m = mlp().graph
+view = GraphView(m, cg.placement.place(m, [{PS!r}, {WORKER!r}]))
+view"""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)], metadata=KERNEL)
+    write_settings(tmp_path, "@jupyterlab/apputils-extension:notification", {"fetchNews": "false"})
+    write_settings(tmp_path, "@jupyterlab/apputils-extension:themes", {"theme": "JupyterLab Dark"})
+    with jupyter_lab(tmp_path) as lab:
+        nbformat.write(nb, lab.notebooks / "dark.ipynb")
+        try:
+            with sync_playwright() as p:
+                browser = chromium(p)
+                try:
+                    page = browser.new_page(viewport=VIEWPORT)
+                    try:
+                        open_notebook(page, lab, "dark.ipynb")
+                        page.wait_for_selector(
+                            'body[data-jp-theme-light="false"]', state="attached", timeout=STEP_TIMEOUT_MS
+                        )
+                        run_cell(page, 0)
+                        wait_ran(page, 0)
+                        view = output(page, 0).locator(".cgv")
+                        view.locator('.cgv-svg [data-id="s:logits"]').wait_for(timeout=STEP_TIMEOUT_MS)
+                        hint = view.evaluate(CONTRASTS)
+                        view.locator('.cgv-svg [data-id="s:logits"]').click()  # opened: its title on the canvas
+                        view.locator('.cgv-svg [data-id="s:logits"][data-open="1"]').wait_for(timeout=STEP_TIMEOUT_MS)
+                        view.locator('.cgv-svg [data-id="n:x"]').click()  # selected: its details in the panel
+                        view.locator(".cgv-panel td").first.wait_for(timeout=STEP_TIMEOUT_MS)
+                        view.screenshot(path=str(shots / "graph_view_dark.png"))
+                        ratios = hint + view.evaluate(CONTRASTS)
+                    except BaseException:
+                        page.screenshot(path=str(shots / "graph_view_dark_failure.png"), full_page=True)
+                        raise
+                finally:
+                    browser.close()
+        finally:
+            shutdown_kernels(lab)
+    seen = {sel for sel, _ in ratios}
+    assert seen >= {".cgv-count", ".cgv-legend span", ".cgv-panel td", ".cgv-info > div", '[data-open="1"] > text'}, (
+        seen
+    )
+    faint = sorted({(sel, r) for sel, r in ratios if r < 4.5})
+    assert not faint, f"text below WCAG's 4.5:1 against its background in JupyterLab Dark: {faint}"
