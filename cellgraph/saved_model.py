@@ -139,16 +139,31 @@ def load_model(path: str | Path) -> LoadedModel:
         raise ExportError(f"saved model {str(folder)!r} is missing {Path(str(err.filename)).name}") from None
     except Exception as err:  # protobuf's DecodeError, safetensors' SafetensorError
         raise ExportError(f"saved model {str(folder)!r} is damaged: {err}") from err
+    names = {key: _signature_names(signature, key, folder) for key in ("inputs", "outputs")}
     for proto in graphdef.node:
         if proto.op == "Variable":
             _fill_variable(proto, values, folder)
     try:
         graph = from_graphdef(graphdef)
-        inputs = [graph.tensor(s["name"]) for s in signature["inputs"]]
-        outputs = [graph.tensor(s["name"]) for s in signature["outputs"]]
-    except (CellgraphError, KeyError, TypeError) as err:
+        inputs = [graph.tensor(name) for name in names["inputs"]]
+        outputs = [graph.tensor(name) for name in names["outputs"]]
+    # ValueError: a tensor value whose dims overflow int64 (cannot reshape an empty array into them).
+    except (CellgraphError, KeyError, TypeError, ValueError) as err:
         raise ExportError(f"saved model {str(folder)!r} does not rebuild: {err}") from err
     return LoadedModel(graph, inputs, outputs, signature)
+
+
+def _signature_names(signature: dict[str, Any], key: str, folder: Path) -> list[str]:
+    """The tensor names of the signature's ``inputs`` or ``outputs``: a list of objects with a string ``name``."""
+    entries = signature.get(key)
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries
+    ):
+        raise ExportError(
+            f"saved model {str(folder)!r}: {SIGNATURE_FILE}'s {key!r} must be a list of objects with a tensor "
+            f"'name' (as save_model writes it), got {json.dumps(entries)[:100]}"
+        )
+    return [e["name"] for e in entries]
 
 
 def read_arrays(data: bytes) -> dict[str, np.ndarray]:

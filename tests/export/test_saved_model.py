@@ -16,6 +16,7 @@ import cellgraph as cg
 from cellgraph.cluster.ps.checkpoint import write_shard_checkpoint
 from cellgraph.cluster.ps.config import OptimizerConfig, TrainingConfig, VariableSpec
 from cellgraph.inference import ExportError, checkpoint_values
+from cellgraph.protos import graph_pb2, tensor_pb2
 from cellgraph.saved_model import FORMAT
 
 from .conftest import Trained
@@ -228,6 +229,27 @@ def test_loading_refuses_what_is_not_a_saved_model(tmp_path: Path) -> None:
     (folder / "variables.safetensors").unlink()
     with pytest.raises(ExportError, match=r"saved model '.*m' is missing variables.safetensors"):
         cg.load_model(folder)
+
+
+def test_a_tampered_signature_or_graph_is_refused_naming_the_folder(tmp_path: Path) -> None:
+    # Each raised a bare AttributeError or ValueError from deep inside the rebuild.
+    g, x, _, y = _dropout_model()
+    folder = cg.save_model(tmp_path / "m", x, y, cg.Session(g))
+    signature = json.loads((folder / "signature.json").read_text())
+    (folder / "signature.json").write_text(json.dumps({**signature, "outputs": [{"name": 5}]}))
+    with pytest.raises(ExportError) as raised:
+        cg.load_model(folder)
+    assert "signature.json's 'outputs' must be a list of objects with a tensor 'name' (as save_model writes it), " \
+        'got [{"name": 5}]' in str(raised.value)  # fmt: skip
+    (folder / "signature.json").write_text(json.dumps(signature))
+    graphdef = graph_pb2.GraphDef.FromString((folder / "model.graphdef").read_bytes())
+    const = graphdef.node.add(name="huge", op="Const")
+    const.attr["value"].tensor.dtype = tensor_pb2.DT_FLOAT32
+    const.attr["value"].tensor.shape.dim[:] = [1 << 40, 1 << 40]  # 2**80 elements: 0 in int64
+    (folder / "model.graphdef").write_bytes(graphdef.SerializeToString())
+    with pytest.raises(ExportError) as raised:
+        cg.load_model(folder)
+    assert f"saved model {str(folder)!r} does not rebuild: " in str(raised.value)
 
 
 def test_a_loaded_model_names_its_inputs_when_called_wrongly(tmp_path: Path) -> None:
