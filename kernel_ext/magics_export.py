@@ -1,5 +1,7 @@
 """``%export OUTPUTS --inputs X --format onnx|saved -o PATH``: the current job's model out of the notebook.
 
+A PATH ending in ``.onnx`` needs no ``--format``: it is written as ONNX.
+
 The values come from ``--checkpoint DIR`` (a job's checkpoint folder), or
 ``--from NAME`` (a ``Session``, a ``Job`` or a dict of arrays in the notebook),
 or else the current job (``job``, as ``%train`` binds it). ``--model NAME``
@@ -55,7 +57,11 @@ class ExportMagics(Magics):
         "--model", default=None, help="an example model (mlp, inception, resnet, ...) instead of OUTPUTS and --inputs"
     )
     @argument(
-        "--format", choices=["onnx", "saved"], required=False, default=None, help="onnx: one file; saved: a folder"
+        "--format",
+        choices=["onnx", "saved"],
+        required=False,
+        default=None,
+        help="onnx: one file (the default for a .onnx PATH); saved: a folder",
     )
     @argument("-o", "--output", default=None, metavar="PATH", help="the file (onnx) or folder (saved) to write")
     @argument("--checkpoint", default=None, metavar="DIR", help="values from a job's checkpoint folder")
@@ -91,8 +97,16 @@ class ExportMagics(Magics):
         print(f"wrote the {kind} ({names}) to {output}")
 
     def _tensors(self, args: argparse.Namespace) -> tuple[list[Tensor], list[Tensor]]:
-        if args.format is None or args.output is None:
-            raise usage_error(self.export, "--format (onnx or saved) and -o PATH are both needed")
+        if args.output is None:
+            raise usage_error(self.export, "-o PATH is needed: the .onnx file or the saved model's folder to write")
+        if args.format is None:
+            if Path(args.output).suffix.lower() != ".onnx":
+                raise usage_error(
+                    self.export,
+                    f"--format is needed (onnx or saved): -o {args.output!r} does not end in .onnx, "
+                    "where onnx is taken as the format",
+                )
+            args.format = "onnx"
         if args.model is not None:
             from cellgraph.examples.models import MODELS
 

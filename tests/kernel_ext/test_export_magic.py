@@ -55,10 +55,24 @@ def test_export_writes_a_saved_model_of_an_example_model_from_a_checkpoint(
     np.testing.assert_allclose(model(x), h @ values["logits/kernel"] + values["logits/bias"], rtol=1e-5)
 
 
+def test_a_path_ending_in_onnx_is_written_as_onnx_without_format(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'%export out --inputs x -o model.onnx' said '--format (onnx or saved) and -o PATH are both needed'."""
+    ok(shell, MODEL)
+    path = tmp_path / "m.onnx"
+    capsys.readouterr()
+    ok(shell, f"%export logits --inputs x --from session -o {path}")
+    assert f"wrote the ONNX model (x:0 -> logits/bias_add:0) to {path}" in capsys.readouterr().out
+    runtime = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(runtime.run(None, {"x": shell.user_ns["X"]})[0], shell.user_ns["want"], rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("line", "words"),
     [
-        ("%export logits --inputs x -o m.onnx", "--format (onnx or saved) and -o PATH are both needed"),
+        ("%export logits --inputs x -o m", "--format is needed (onnx or saved): -o 'm' does not end in .onnx"),
+        ("%export logits --inputs x --format saved", "-o PATH is needed: the .onnx file or the saved model's folder"),
         ("%export --format onnx -o m.onnx", "name OUTPUTS and --inputs (or --model NAME for an example model)"),
         ("%export logits --inputs nope --format onnx -o m.onnx", "--inputs 'nope' is not defined in the notebook"),
         ("%export X --inputs x --format onnx -o m.onnx", "OUTPUTS 'X' is a ndarray, not a cg.Tensor"),
