@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 import cellgraph as cg
 from cellgraph.dataflow.dtypes import is_float
@@ -67,6 +66,7 @@ from .import_sequences import (
     regroup,
 )
 from .import_symbolic import build_fill, evaluate, fill_shape, is_partial
+from .importer_checks import refuse_huge, refuse_remade, tensor_array
 from .node_info import NodeInfo
 
 
@@ -131,7 +131,10 @@ def plan(
     """Every node of ``model`` checked and resolved, or an ``OnnxError`` for the first one cellgraph cannot express."""
     opset = _default_opset(model)
     graph = model.graph
-    known: dict[str, np.ndarray] = {i.name: widen(numpy_helper.to_array(i)) for i in graph.initializer}
+    refuse_remade(graph)
+    known: dict[str, np.ndarray] = {
+        i.name: widen(tensor_array(i, f"initializer {i.name!r}")) for i in graph.initializer
+    }
     for name, value in (static_inputs or {}).items():
         known[name] = widen(np.asarray(value))
     types = _types(model)
@@ -141,6 +144,8 @@ def plan(
     partial: dict[str, np.ndarray] = {}
     infos = []
     for node in graph.node:
+        if node.input and all(name in known for name in node.input if name):  # it may be computed now
+            refuse_huge(node, opset, known, NodeInfo(node, opset, {}, known, types).describe())
         folded = _fold(node, opset, known, trainable, needed)
         if folded is not None:
             known.update(_check_folded(node, opset, folded, known, types))
@@ -306,11 +311,14 @@ def _check_node(
                 f"value {value_name!r} of {info.describe()} is a STRING tensor; of the ONNX ops cellgraph "
                 f"imports, these take strings: {strung}"
             )
-    reason = row.check(info) if row.check is not None else None
+    try:  # both may read a value of the file: a Constant whose data does not fit its dims, a Range of step 0
+        reason = row.check(info) if row.check is not None else None
+        # A value known now (a Constant, the Shape of a static shape) can feed inputs that must be known.
+        folded = row.fold(info) if row.fold is not None and reason is None else None
+    except (ValueError, ArithmeticError, IndexError) as err:
+        raise OnnxError(f"{info.describe()} cannot be computed at import: {err}") from None
     if reason is not None:
         raise _unsupported(reason, info)
-    # A value known now (a Constant, the Shape of a static shape) can feed inputs that must be known.
-    folded = row.fold(info) if row.fold is not None else None
     if folded is not None:
         known.update(_check_folded(node, opset, {node.output[0]: folded}, known, types))
     return info
@@ -429,7 +437,7 @@ def import_model(
     infos, known = plan(model, static_inputs)
     g = model.graph
     examples = examples or {}
-    initializers = {i.name: widen(numpy_helper.to_array(i)) for i in g.initializer}
+    initializers = {i.name: widen(tensor_array(i, f"initializer {i.name!r}")) for i in g.initializer}
     fed = [v for v in g.input if v.name not in initializers and v.name not in (static_inputs or {})]
     for v in fed:
         code = v.type.tensor_type.elem_type
@@ -454,6 +462,13 @@ def import_model(
                 except CellgraphError as err:
                     # A dtype or shape cellgraph's op refuses (an integer ReduceMean): named by the ONNX node.
                     raise OnnxError(f"{info.describe()} does not build in cellgraph: {err}") from err
+                except (IndexError, ValueError) as err:  # an attribute out of range for the shapes (Gather's axis)
+                    attrs = ", ".join(f"{k}={v!r}" for k, v in info.attrs.items())
+                    shapes = [info.shape(i) for i in range(len(info.inputs))]
+                    raise OnnxError(
+                        f"{info.describe()} does not build in cellgraph: its attributes ({attrs}) do not fit its "
+                        f"inputs' shapes {shapes} ({type(err).__name__}: {err})"
+                    ) from err
                 for name, t in zip(info.outputs, outs, strict=False):
                     if name:
                         builder.tensors[name] = _wrapped(t, info.types.get(name))

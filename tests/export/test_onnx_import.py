@@ -155,6 +155,65 @@ def test_a_file_that_is_not_a_model_is_refused(tmp_path: Path) -> None:
         cg.onnx.import_model(tmp_path / "junk.onnx")
 
 
+def _hostile(case: str) -> onnx.ModelProto:
+    """A small model that a hostile or broken ONNX file could hold, one per case of HOSTILE."""
+    x, y = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("y", 1, None)
+
+    def const(name: str, value: object, dtype: type = np.int64) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, dtype)))
+
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    add = helper.make_node("Add", ["x", "w"], ["y"], name="add")
+    if case in ("short data", "negative dims"):
+        w.dims[:] = [3] if case == "short data" else [-1, -2]
+        return _model([add], [x], [y], [w])
+    if case == "a constant of 2**40 elements without data":
+        node = const("w", 0.0, np.float32)
+        node.attribute[0].t.dims[:] = [1 << 40]
+        return _model([node, add], [x], [y])
+    if case == "a value made twice":
+        return _model([add, helper.make_node("Neg", ["x"], ["y"], name="neg")], [x], [y], [w])
+    if case == "a 4 TiB ConstantOfShape":
+        fill = helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill")
+        total = helper.make_node("ReduceSum", ["c"], ["r"], keepdims=0)
+        return _model(
+            [const("s", [1 << 20, 1 << 20]), fill, total, helper.make_node("Add", ["x", "r"], ["y"])], [x], [y]
+        )
+    if case.startswith("a Range"):
+        step = 0 if case == "a Range of step 0" else 1
+        nodes = [
+            const("a", 0),
+            const("b", 1 << 40),
+            const("d", step),
+            helper.make_node("Range", ["a", "b", "d"], ["r"], name="range"),
+        ]
+        return _model([*nodes, helper.make_node("Cast", ["r"], ["y"], to=1)], [], [y])
+    assert case == "Gather's axis out of range"
+    index = numpy_helper.from_array(np.array(0, np.int64), "i")
+    return _model([helper.make_node("Gather", ["x", "i"], ["y"], name="pick", axis=5)], [x], [y], [index])
+
+
+HOSTILE = {
+    "short data": "initializer 'w' (FLOAT, dims (3,)) does not hold the values its dims ask for: cannot reshape array of size 2",
+    "negative dims": "initializer 'w' (FLOAT, dims (-1, -2)) has a negative dim",
+    "a constant of 2**40 elements without data": "Constant node 'Constant->w', opset 17 cannot be computed at import: cannot reshape array of size 1 into shape (1099511627776,)",
+    "a value made twice": "ONNX value 'y' is made twice: by Add node 'add' and by Neg node 'neg'; every value of an ONNX graph has one maker",
+    "a 4 TiB ConstantOfShape": "ConstantOfShape node 'fill', opset 17 makes 'c' of shape (1048576, 1048576), 4,398,046,511,104 bytes, from constants of the file: over the 2,147,483,648 bytes",
+    "a Range of 2**40": "Range node 'range', opset 17 makes 'r' of shape (1099511627776,), 8,796,093,022,208 bytes, from constants of the file",
+    "a Range of step 0": "Range node 'range', opset 17 cannot be computed at import: division by zero",
+    "Gather's axis out of range": "Gather node 'pick', opset 17 does not build in cellgraph: its attributes (axis=5) do not fit its inputs' shapes [(2,), ()] (IndexError",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_hostile_model_is_refused_naming_the_tensor_or_node_before_any_big_allocation(case: str) -> None:
+    # Each raised a bare NumPy error, allocated terabytes at import (MemoryError, or the process killed where
+    # the allocation fit), or imported one of two makers of a value silently.
+    with pytest.raises(OnnxError) as raised:
+        cg.onnx.import_model(_hostile(case))
+    assert HOSTILE[case] in str(raised.value)
+
+
 # ------------------------------------------- ONNX's own node conformance cases
 @pytest.fixture(scope="module")
 def results() -> dict[str, conformance.OpResult]:
