@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cellgraph.dataflow.graph import Graph
 
-from . import tracebacks
+from . import completions, tracebacks
 from .cells import CellTracker
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class Extension:
         self.cluster: Cluster | None = None
         self.jobs: list[Job] = []
         self.magics: list[Magics] = []
+        self.completions: completions.MagicMatcher | None = None  # the magics' tab completion
         self.loaded = False
         self.showing_errors = False  # its handler shows cellgraph's errors (tracebacks.py)
         self.warning_format: tracebacks.WarningFormat | None = None
@@ -119,6 +120,7 @@ def load_ipython_extension(ipython: Any) -> None:
     ext.magics.append(ExportMagics(ipython, ext))
     for magics in ext.magics:
         ipython.register_magics(magics)
+    ext.completions = completions.register(ipython, ext.magics)
     ext.tracker.register()
     if not ipython.custom_exceptions:  # a handler of the user's own stays
         ipython.set_custom_exc(tracebacks.ERRORS, tracebacks.show)
@@ -134,6 +136,8 @@ def unload_ipython_extension(ipython: Any) -> None:
     if not ext.loaded:
         return
     ext.tracker.unregister()
+    completions.unregister(ipython, ext.completions)
+    ext.completions = None
     if ext.showing_errors and ipython.custom_exceptions == tracebacks.ERRORS:
         ipython.set_custom_exc((), None)
     ext.showing_errors = False

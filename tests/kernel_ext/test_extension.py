@@ -80,3 +80,42 @@ def test_named_graphs_needs_a_running_shell_outside_one() -> None:
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT_S)
     assert ran.returncode == 0, ran.stderr
     assert re.match(r"named_graphs\(\) needs a running IPython", ran.stdout), ran.stdout
+
+
+def _completions(shell: InteractiveShell, line: str) -> list[str]:
+    """What the kernel answers a complete_request with for ``line``, the cursor at its end."""
+    from IPython.core.completer import provisionalcompleter
+
+    with provisionalcompleter():
+        return [c.text for c in shell.Completer.completions(line, len(line))]
+
+
+@pytest.mark.parametrize(
+    ("line", "want", "not_offered"),
+    [
+        ("%train xent --rep", ["--replicas", "--replicas-to-aggregate"], "repr"),
+        ("%train xent --mode ", ["async", "sync"], None),
+        ("%cluster u", ["up"], "%unalias"),
+        ("%cluster up --w", ["--workers"], None),
+        ("%export out --inputs x --for", ["--format"], None),
+        ("%%graph --n", ["--no-show"], None),
+        ("%placement --strategy r", ["round_robin"], None),
+        ("%train my_loss_t", ["my_loss_tensor"], None),
+        ("%train my_loss_tensor --data my_x,my_", ["my_x", "my_y"], None),
+    ],
+)  # fmt: skip
+def test_tab_completes_the_magics_options_and_choices(
+    shell: InteractiveShell, line: str, want: list[str], not_offered: str | None
+) -> None:
+    """%train xent --rep<Tab> offered `repr`, %cluster u<Tab> %unalias and %unload_ext, %train my_<Tab> nothing."""
+    ok(shell, "my_loss_tensor, my_x, my_y = 1, 2, 3")
+    got = _completions(shell, line)
+    assert [g for g in got if g in want] == want, got
+    assert not_offered not in got, got
+
+
+def test_unloading_takes_the_completion_away(shell: InteractiveShell) -> None:
+    ok(shell, "%unload_ext cellgraph")
+    assert "--replicas" not in _completions(shell, "%train xent --rep")
+    ok(shell, "%load_ext cellgraph")
+    assert "--replicas" in _completions(shell, "%train xent --rep")
