@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ExecutionError, KernelNotFound, StaleNodeError
+from .feeds import FeedCheck
 from .fusion import find_segments, is_constant, segment_kernel
 from .graph import Graph, Node, Tensor
 from .kernels.cuda import fusion as cuda_fusion
@@ -62,6 +63,7 @@ class Plan:
     ) -> None:
         self.graph = graph
         self.feeds = list(feeds)
+        self._check_feeds = FeedCheck(self.feeds)
         self.fetches, self.order = self._schedule(list(fetches), list(targets), device, transport)
         if ranks is not None:
             # A partition follows the whole graph's order (see Partitioned.ranks);
@@ -227,6 +229,8 @@ class Plan:
 
     # ----------------------------------------------------------------- run
     def __call__(self, *feed_values: np.ndarray) -> tuple[Any, ...]:
+        """The fetches for ``feed_values`` (in the plan's feed order), each checked as ``Session.run`` checks it."""
+        feed_values = tuple(self._check_feeds(feed_values))
         try:
             return self._run(*feed_values)
         except Exception as exc:
@@ -256,7 +260,7 @@ class Plan:
         >>> seen  # y (fetch 1) is ready before z (fetch 0)
         [1, 0]
         """
-        return self._run_variant("streaming", *feed_values, on_fetch)
+        return self._run_variant("streaming", *self._check_feeds(feed_values), on_fetch)
 
     def stream_gated(
         self, on_fetch: Callable[[int, Any], None], before_use: Callable[[int], None], *feed_values: np.ndarray
@@ -283,7 +287,7 @@ class Plan:
         >>> seen  # w (feed 1) is waited for only when x * 2 is done and the product needs it
         ['feed 0', 'feed 1', 'fetch 0']
         """
-        return self._run_variant("gated", *feed_values, on_fetch, before_use)
+        return self._run_variant("gated", *self._check_feeds(feed_values), on_fetch, before_use)
 
     def _run_variant(self, variant: str, *args: Any) -> tuple[Any, ...]:
         """Run the generated function ``variant`` ("streaming": with ``_on``; "gated": with ``_on`` and

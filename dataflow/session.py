@@ -7,11 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import as_strings, is_string, outside_int_range, past_float_range
-from .errors import DTypeError, GraphError, ShapeError
+from .errors import GraphError
 from .executor import Plan
+from .feeds import convert_feed
 from .graph import Graph, Node, Tensor, get_default_graph
-from .shapes import compatible, fmt
 from .variables import VariableStore
 
 Fetch = Tensor | Node | str
@@ -115,35 +114,6 @@ def feed_tensor(graph: Graph, key: Tensor | str) -> Tensor:
     if t not in graph:
         raise GraphError(f"feed {t.name!r} is not in this session's graph (another graph, or its cell was re-run)")
     return t
-
-
-def feed_name(t: Tensor) -> str:
-    """``feed for 'x:0' (cell 3, line 2)``: the fed tensor, and where its node was made when that is known."""
-    where = t.node.where()
-    return f"feed for {t.name!r}" + (f" ({where})" if where != "unknown location" else "")
-
-
-def convert_feed(t: Tensor, value: Any) -> np.ndarray:
-    what = feed_name(t)
-    if is_string(t.dtype):
-        array = as_strings(value, what)
-    else:
-        array = np.asarray(value)
-    if not is_string(t.dtype) and array.dtype != t.dtype:
-        if array.dtype.kind in "US":
-            raise DTypeError(f"{what} holds text ({array.dtype}), expected {t.dtype}")
-        if not np.can_cast(array.dtype, t.dtype, "same_kind"):
-            raise DTypeError(f"{what} has dtype {array.dtype}, expected {t.dtype}")
-        outside = None if np.can_cast(array.dtype, t.dtype) else outside_int_range(array, t.dtype)
-        # int64 labels into an int32 placeholder: a cast would wrap them round; float32 data past 65504 into a
-        # float16 placeholder: it would be inf.
-        outside = outside or past_float_range(array, t.dtype)
-        if outside is not None:
-            raise DTypeError(f"{what} ({array.dtype}) does not fit {t.dtype}: {outside}")
-        array = array.astype(t.dtype)
-    if not compatible(t.shape, array.shape):
-        raise ShapeError(f"{what} has shape {fmt(array.shape)}, expected {fmt(t.shape)}")
-    return array
 
 
 def flatten_fetches(fetches: Any, flat: list[Fetch]) -> Callable[[Iterator[Any]], Any]:

@@ -112,6 +112,32 @@ def test_a_bad_feed_names_the_cell_and_line_its_placeholder_was_made_in() -> Non
         cg.Session(unplaced).run(y, {y: np.ones(3, np.float32)})
 
 
+def test_a_callable_checks_its_feeds_as_run_does() -> None:
+    # make_callable's plan took any array: float64 data reached a float32 kernel and failed inside Numba, and a
+    # (3, 1) column for a (3,) vector broadcast into a (3, 3) result without a word.
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((3,), name="x")
+        y = x * cg.constant([1.0, 2.0, 3.0])
+        z = cg.reduce_sum(cg.matmul(cg.reshape(x, (1, 3)), cg.constant(np.ones((3, 2), np.float32))))
+    sess = cg.Session(g)
+    plan = sess.make_callable([y, z], [x])
+    wide = np.array([1.0, 2.0, 3.0])  # float64: cast, as run() casts it
+    for got, want in zip(plan(wide), sess.run([y, z], {x: wide}), strict=True):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == np.float32
+    with pytest.raises(
+        cg.ShapeError, match=r"^feed for 'x:0' \(test_session\.py:\d+\) has shape \(3, 1\), expected \(3,\)$"
+    ):
+        plan(np.ones((3, 1), np.float32))
+    with pytest.raises(cg.ShapeError, match=r"has shape \(3, 1\), expected \(3,\)$"):
+        plan.stream(lambda i, v: None, np.ones((3, 1), np.float32))
+    with pytest.raises(cg.DTypeError, match=r"^feed for 'x:0' \(test_session\.py:\d+\) has dtype complex128"):
+        plan(np.ones(3, np.complex128))
+    with pytest.raises(cg.GraphError, match=r"^this plan takes 1 feed\(s\) \('x:0'\), got 2$"):
+        plan(wide, wide)
+
+
 def test_kernel_failure_names_the_node() -> None:
     g = cg.Graph()
     with g.as_default():
