@@ -44,11 +44,11 @@ def close_job(state: JobState, thread: threading.Thread | None) -> None:
     to stop, the supervisor's thread ended, tasks cancelled, servers stopped. Closing twice does nothing more."""
     if state.closed.is_set():
         return
-    if state.futures and not state.ended():
-        # Closed while it trains (job.close(), %cluster down, the cluster closing): its replicas end early, so
-        # the job is stopped; without this its status read "finished" at whatever step it had reached.
+    # Closed while it trains (job.close(), %cluster down, the cluster closing): its replicas end early, so the job
+    # is stopped; without this its status read "finished" at whatever step it had reached.
+    training = bool(state.futures) and not state.ended()
+    if training:
         state.stopping = True
-        state.event(f"closed while training, at global step {state.step}: the job is stopped")
     state.closed.set()
     cluster = state.cluster
     client, name = cluster.client, ps_variable(state.job_id)
@@ -72,6 +72,13 @@ def close_job(state: JobState, thread: threading.Thread | None) -> None:
         for topic in (metrics_topic(state.job_id), replicas_topic(state.job_id), worker_log_topic(state.job_id)):
             with contextlib.suppress(*CLOSE_ERRORS, ValueError):
                 client.unsubscribe_topic(topic)
+    if training:
+        # The step it stopped at, read from the servers once its replicas have ended: the supervisor's last look
+        # (state.step) is up to a second old, and the monitor had shown a later step than the event told.
+        with contextlib.suppress(*CLOSE_ERRORS):
+            if live and state.ps is not None:
+                state.step = call_with_deadline(state.global_step, f"read job {state.job_id}'s global step", 5.0)
+        state.event(f"closed while training, at global step {state.step}: the job is stopped")
     with contextlib.suppress(*CLOSE_ERRORS):
         if state.ps is not None:
             state.ps.close()

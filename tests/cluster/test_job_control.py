@@ -113,10 +113,14 @@ def test_a_job_closed_while_it_trains_is_stopped_not_finished(cluster: Cluster, 
     job = start(cluster, data, checkpoint_every=None)
     try:
         wait_until(lambda: job.global_step() >= 10, "step 10", job)
+        reached = job.global_step()
     finally:
         job.close()
     assert job.status == "stopped"
-    assert any("closed while training, at global step" in e and "the job is stopped" in e for e in job.events)
+    # The step it stopped at, not the supervisor's last look before (which the monitor had already passed).
+    told = [e for e in job.events if "closed while training, at global step" in e]
+    assert len(told) == 1 and told[0].endswith(": the job is stopped"), job.events
+    assert int(told[0].split("at global step ")[1].split(":")[0]) >= reached, (reached, told)
     finished = start(cluster, data, steps=20, checkpoint_every=None)
     try:
         finished.wait(TIMEOUT)
