@@ -64,7 +64,8 @@ def fold_checkpoints(events: Sequence[str]) -> FoldedEvents:
     if len(found) > 1:
         # Times of day, to the second: the mean gap over all of them (a midnight between them counts a day).
         elapsed = (_seconds(latest) - _seconds(found[0])) % DAY_S
-        summary += f", about one every {elapsed / (len(found) - 1):.2g} s"
+        # Times to the second cannot tell a gap within one second: "one every 0 s" said nothing true.
+        summary += f", about one every {elapsed / (len(found) - 1):.2g} s" if elapsed else ", all within one second"
     return FoldedEvents(summary + f", in {latest['dir']}", len(found), others)
 
 

@@ -161,6 +161,16 @@ def test_legends_and_titles_are_above_the_figures(job: RecordedJob, monitor: Tra
 CKPT = "checkpoint ckpt-{:010d} written (every 100 steps) in /tmp/ckpts"
 
 
+def test_checkpoints_written_within_one_second_say_so(job: RecordedJob, monitor: TrainingMonitor) -> None:
+    for i in range(1, 4):  # a fast job: three checkpoints in the same second read "about one every 0 s"
+        job.event(CKPT.format(100 * i), at="12:00:07")
+    monitor.refresh()
+    assert (
+        "12:00:07 checkpoints: 3 written, latest ckpt-0000000300 (every 100 steps), all within one second, "
+        "in /tmp/ckpts" in monitor.events_html.value
+    )
+
+
 def test_checkpoints_fold_into_one_line_that_updates(job: RecordedJob, monitor: TrainingMonitor) -> None:
     job.event("scaled to 3 replica(s): replica(s) 2 start on tcp://127.0.0.1:4001", at="12:00:00")
     for i in range(1, 301):  # 300 checkpoints, 3 a second: more than the panel keeps
