@@ -41,7 +41,6 @@ NO_EXAMPLES = {
     "cellgraph.examples.train",
     "cellgraph.optim",
     "cellgraph.testing",
-    "cellgraph.testing.jupyterlab",
     "cellgraph.testing.netns",
     "cellgraph.cluster.dask_cluster",
     "cellgraph.cluster.ps_hosting",

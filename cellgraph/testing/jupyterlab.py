@@ -187,6 +187,28 @@ def wait_idle(lab: Lab, timeout_ms: int = STEP_TIMEOUT_MS) -> None:
     raise TimeoutError(f"the kernel was still busy after {timeout_ms / 1000:.0f} s")
 
 
+def until(check: Any, what: str, timeout_s: float = STEP_TIMEOUT_MS / 1000) -> Any:
+    """Until ``check()`` returns something true (a hang guard, not a timing); fail with its last value.
+
+    What a page shows settles over several frames on a loaded machine (a view
+    drawn again as its layout arrives): a reading is taken again until it holds.
+
+    Examples
+    --------
+    >>> seen = iter([[], [""], ["rgb(0, 114, 178)"]])
+    >>> until(lambda: [f for f in next(seen) if f], "a band's fill")
+    ['rgb(0, 114, 178)']
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:.0f} s; last saw {value!r}")
+        time.sleep(0.2)
+
+
 def run_cell(page: Any, index: int) -> None:
     """Select cell ``index`` and run it with Shift+Enter, as a person would."""
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)

@@ -32,6 +32,7 @@ from cellgraph.testing.jupyterlab import (
     open_notebook,
     run_cell,
     shutdown_kernels,
+    until,
     wait_ran,
     write_settings,
 )
@@ -131,6 +132,15 @@ def test_scopes_open_and_close_while_the_kernel_is_busy(tmp_path: Path) -> None:
             shutdown_kernels(lab)
 
 
+# Each band of a mixed scope: its fill as the person sees it (the computed style), its width and its device.
+BANDS = "els => els.map((r) => [getComputedStyle(r).fill, +r.getAttribute('width'), r.dataset.key])"
+
+
+def filled(bands: list[list[Any]]) -> list[list[Any]] | None:
+    """``bands`` once each has its fill, else None (to read them again)."""
+    return bands if bands and all(fill for fill, _, _ in bands) else None
+
+
 def check(page: Any, lab: Any, shots: Path, flag: Path) -> None:
     open_notebook(page, lab, "graph.ipynb")
     page.evaluate("window.addEventListener('pointerdown', () => { window.cgT0 = performance.now(); }, true)")
@@ -147,9 +157,9 @@ def check(page: Any, lab: Any, shots: Path, flag: Path) -> None:
     placed = output(page, 1).locator(".cgv")
     logits = placed.locator('.cgv-svg [data-id="s:logits"]')
     logits.wait_for(timeout=STEP_TIMEOUT_MS)
-    bands = logits.locator("rect.cgv-band").evaluate_all(
-        "els => els.map((r) => [getComputedStyle(r).fill, +r.getAttribute('width'), r.dataset.key])"
-    )
+    # Read again until every band has its fill: on a loaded machine a first reading caught the view while it was
+    # drawn again, and every fill read "".
+    bands = until(lambda: filled(logits.locator("rect.cgv-band").evaluate_all(BANDS)), "the logits scope's bands")
     width = float(logits.locator("rect").first.get_attribute("width"))
     assert sorted(key for _, _, key in bands) == [PS, WORKER], bands
     assert {fill for fill, _, _ in bands} == {rgb(DEVICE_COLORS[0]), rgb(DEVICE_COLORS[1])}

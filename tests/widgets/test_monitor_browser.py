@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from cellgraph.testing.jupyterlab import (
     open_notebook,
     run_cell,
     shutdown_kernels,
+    until,
     wait_ran,
     write_settings,
 )
@@ -100,18 +100,6 @@ def artifacts() -> Path:
 def rgb(hex_colour: str) -> str:
     r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgb({r}, {g}, {b})"
-
-
-def until(check: Any, what: str, timeout_s: float = STEP_TIMEOUT_MS / 1000) -> Any:
-    """Until ``check()`` returns something true (a hang guard, not a timing); fail with its last value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:.0f} s; last saw {value!r}")
-        time.sleep(0.2)
 
 
 def run(page: Any, index: int) -> Any:
