@@ -159,6 +159,8 @@ def check(page: Any, lab: Any, shots: Path, flag: Path) -> None:
     logits.wait_for(timeout=STEP_TIMEOUT_MS)
     # Read again until every band has its fill: on a loaded machine a first reading caught the view while it was
     # drawn again, and every fill read "".
+    # In view first: the one failed reading (every fill "") was of a view drawn below the page's fold.
+    logits.scroll_into_view_if_needed(timeout=STEP_TIMEOUT_MS)
     bands = until(lambda: filled(logits.locator("rect.cgv-band").evaluate_all(BANDS)), "the logits scope's bands")
     width = float(logits.locator("rect").first.get_attribute("width"))
     assert sorted(key for _, _, key in bands) == [PS, WORKER], bands
