@@ -127,8 +127,15 @@ def test_interrupting_a_cell_that_waits_for_the_job_leaves_the_job_training(kern
     try:
         kernel.run(WAIT_FOR_STEP.format(step=10))
         workers = psutil.Process(kernel.pid()).children(recursive=True)
-        waiting = kernel.client.execute("job.wait()")
-        time.sleep(2.0)  # the cell is in job.wait()
+        waiting = kernel.client.execute("print('waiting', flush=True); job.wait()")
+        # Interrupt only once the cell is in job.wait(): on a loaded machine the cell may start seconds later, and
+        # an interrupt before it would leave it waiting for 100,000 steps.
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            message = kernel.client.get_iopub_msg(timeout=max(deadline - time.monotonic(), 0.1))
+            if message["parent_header"].get("msg_id") == waiting and message["msg_type"] == "stream":
+                break
+        time.sleep(0.5)
         kernel.manager.interrupt_kernel()
         reply = kernel.client.get_shell_msg(timeout=TIMEOUT)
         while reply["parent_header"].get("msg_id") != waiting:
