@@ -9,6 +9,7 @@ unless ``--scheduler`` named one someone else started).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -155,7 +156,7 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
-        if value <= 0:
+        if not (math.isfinite(value) and value > 0):  # nan and inf parse as floats: refused here, not in a traceback
             raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
         return value
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import copy
 import inspect
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -128,7 +129,7 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
+    if not (math.isfinite(value) and value > 0):  # inf would make a deadline that never comes
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
 

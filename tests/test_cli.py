@@ -72,3 +72,16 @@ def test_local_only_options_without_local_say_to_add_it(capsys: pytest.CaptureFi
         err.count("\n") == 1
         and "cellgraph demo: error: --models and --epochs choose the single-process run: add --local" in err
     )
+
+
+@pytest.mark.parametrize("rate", ["nan", "inf", "1e400"])
+def test_a_learning_rate_that_is_not_a_finite_number_exits_2_with_one_line(
+    rate: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # float() parses them: they reached the optimizer and ended in a traceback.
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--lr", rate])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"cellgraph train: error: argument --lr: expected a positive float, got {rate!r}" in err
+    assert "Traceback" not in err
