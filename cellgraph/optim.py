@@ -1,4 +1,5 @@
-"""Optimizers: ``cg.optim.SGD``, ``Momentum``, ``Adam``, ``AdamW``, ``RMSProp``, ``Adagrad``; ``clip_by_global_norm``;
+"""Optimizers: ``cg.optim.SGD``, ``Momentum``, ``Adam``, ``AdamW`` (both with ``amsgrad``), ``RMSProp`` (with
+``centered``), ``Adagrad``, ``Adamax``, ``Nadam``, ``Adadelta``; ``clip_by_global_norm``;
 learning-rate schedules ``piecewise_constant``, ``exponential_decay`` and ``cosine_decay`` (with warm-up);
 ``mixed_precision`` (float32 master weights, float16 or bfloat16 compute, a dynamic loss scale).
 
@@ -10,7 +11,19 @@ is accepted wherever a learning rate is, locally and on the parameter servers.
 from __future__ import annotations
 
 from cellgraph.dataflow.mixed_precision import LossScaleWarning, MixedPrecision, mixed_precision
-from cellgraph.dataflow.optimizers import SGD, Adagrad, Adam, AdamW, Momentum, Optimizer, RMSProp, clip_by_global_norm
+from cellgraph.dataflow.optimizers import (
+    SGD,
+    Adadelta,
+    Adagrad,
+    Adam,
+    Adamax,
+    AdamW,
+    Momentum,
+    Nadam,
+    Optimizer,
+    RMSProp,
+    clip_by_global_norm,
+)
 from cellgraph.dataflow.schedules import (
     CosineDecay,
     ExponentialDecay,
@@ -23,14 +36,17 @@ from cellgraph.dataflow.schedules import (
 
 __all__ = [
     "SGD",
+    "Adadelta",
     "Adagrad",
     "Adam",
     "AdamW",
+    "Adamax",
     "CosineDecay",
     "ExponentialDecay",
     "LossScaleWarning",
     "MixedPrecision",
     "Momentum",
+    "Nadam",
     "Optimizer",
     "PiecewiseConstant",
     "RMSProp",

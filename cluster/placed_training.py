@@ -200,7 +200,7 @@ def _add_updates(graph: Graph, tg: TrainingGraph, optimizer: OptimizerConfig) ->
                     name=f"{name}/{s.name}",
                     trainable=False,
                 )
-                for s in definition.slots
+                for s in definition.slots_for(hyper)  # a flag may add one (amsgrad's "vhat")
             }
             lr = constant(rate, dtype=var.dtype, name=f"{UPDATE_SCOPE}/{name}/learning_rate")
             grad = graph.tensor(gradient)

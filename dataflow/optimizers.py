@@ -1,4 +1,5 @@
-"""Optimizers: SGD, Momentum (with Nesterov), Adam, AdamW, RMSProp and Adagrad, built from update ops.
+"""Optimizers: SGD, Momentum (with Nesterov), Adam and AdamW (with AMSGrad), RMSProp (centered or not), Adagrad,
+Adamax, Nadam and Adadelta, built from update ops.
 
 ``minimize`` = ``compute_gradients`` + ``apply_gradients``, as in TensorFlow.
 Slots (momentum accumulators, Adam moments and step count) are variables named
@@ -70,9 +71,8 @@ class Optimizer:
         return {name: getattr(self, name) for name in self.definition.names()}
 
     def __repr__(self) -> str:
-        settings = ", ".join(
-            f"{k}={v!r}" for k, v in {"learning_rate": self.learning_rate, **self.hyperparameters}.items()
-        )
+        shown = {"learning_rate": self.learning_rate, **self.definition.shown(self.hyperparameters)}
+        settings = ", ".join(f"{k}={v!r}" for k, v in shown.items())
         return f"{type(self).__name__}({settings})"
 
     def compute_gradients(
@@ -135,7 +135,8 @@ class Optimizer:
         for _, var in pairs:
             if var.dtype not in lrs:
                 lrs[var.dtype] = self._learning_rate(global_step, var.dtype)
-            slots_of.append({s.name: self._slot(graph, var, s.name, s.scalar) for s in self.definition.slots})
+            kept = self.definition.slots_for(self.hyperparameters)  # a flag may add one (amsgrad's vhat)
+            slots_of.append({s.name: self._slot(graph, var, s.name, s.scalar) for s in kept})
         return lrs, slots_of
 
     def _updates(
@@ -220,24 +221,34 @@ class Adam(Optimizer):
     (1 - beta1^t)``, ``var -= lr_t m / (sqrt(v) + epsilon)`` (t counts this variable's steps from 1).
     ``torch.optim.Adam`` adds its ``eps`` to the bias-corrected ``sqrt(v / (1 - beta2^t))`` instead: the
     two agree at ``epsilon = 0``, and otherwise this ``epsilon`` is torch's ``eps * sqrt(1 - beta2^t)``.
+
+    ``amsgrad=True`` (Reddi et al., 2018; TensorFlow's ApplyAdamWithAmsgrad) keeps a slot ``vhat``, the
+    largest ``v`` seen, and divides by ``sqrt(vhat) + epsilon`` instead: ``torch.optim.Adam(amsgrad=True)``
+    with the same relation between the two epsilons.
     """
 
     name, kind = "Adam", "adam"
     beta1: float
     beta2: float
     epsilon: float
+    amsgrad: bool
 
     def __init__(
-        self, learning_rate: float | Schedule = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8
+        self,
+        learning_rate: float | Schedule = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        amsgrad: bool = False,
     ) -> None:
-        super().__init__(learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon)
+        super().__init__(learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon, amsgrad=amsgrad)
 
 
 class AdamW(Optimizer):
     """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): ``var *= 1 - lr * weight_decay``, then Adam.
 
     As ``torch.optim.AdamW`` orders them (``lr`` the step's rate, a schedule's value included); the Adam step
-    places epsilon as :class:`Adam` does (TensorFlow's way, not torch's).
+    places epsilon as :class:`Adam` does (TensorFlow's way, not torch's), AMSGrad's too (``amsgrad=True``).
     """
 
     name, kind = "AdamW", "adamw"
@@ -245,6 +256,7 @@ class AdamW(Optimizer):
     beta2: float
     epsilon: float
     weight_decay: float
+    amsgrad: bool
 
     def __init__(
         self,
@@ -253,23 +265,38 @@ class AdamW(Optimizer):
         beta2: float = 0.999,
         epsilon: float = 1e-8,
         weight_decay: float = 0.01,
+        amsgrad: bool = False,
     ) -> None:
-        super().__init__(learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon, weight_decay=weight_decay)
+        super().__init__(
+            learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon, weight_decay=weight_decay, amsgrad=amsgrad
+        )
 
 
 class RMSProp(Optimizer):
     """RMSProp as TensorFlow runs it: ``ms = decay ms + (1 - decay) g^2``, ``mom = momentum mom +
-    lr g / sqrt(ms + epsilon)``, ``var -= mom`` (both slots start at zero)."""
+    lr g / sqrt(ms + epsilon)``, ``var -= mom`` (every slot starts at zero).
+
+    ``centered=True`` (TensorFlow's ApplyCenteredRMSProp) also averages the gradient, ``mg = decay mg +
+    (1 - decay) g``, and divides by ``sqrt(ms - mg^2 + epsilon)``. ``torch.optim.RMSprop`` (``alpha`` is
+    ``decay``) adds its ``eps`` outside the square root and multiplies by ``lr`` after the momentum: the two
+    agree at ``epsilon = 0`` under a constant rate.
+    """
 
     name, kind = "RMSProp", "rmsprop"
     decay: float
     momentum: float
     epsilon: float
+    centered: bool
 
     def __init__(
-        self, learning_rate: float | Schedule = 1e-3, decay: float = 0.9, momentum: float = 0.0, epsilon: float = 1e-10
+        self,
+        learning_rate: float | Schedule = 1e-3,
+        decay: float = 0.9,
+        momentum: float = 0.0,
+        epsilon: float = 1e-10,
+        centered: bool = False,
     ) -> None:
-        super().__init__(learning_rate, decay=decay, momentum=momentum, epsilon=epsilon)
+        super().__init__(learning_rate, decay=decay, momentum=momentum, epsilon=epsilon, centered=centered)
 
 
 class Adagrad(Optimizer):
@@ -285,8 +312,71 @@ class Adagrad(Optimizer):
         super().__init__(learning_rate, initial_accumulator_value=initial_accumulator_value, epsilon=epsilon)
 
 
+class Adamax(Optimizer):
+    """Adamax (Kingma & Ba, 2015, section 7.1), Adam under the infinity norm, as TensorFlow's ApplyAdaMax:
+    ``m = beta1 m + (1 - beta1) g``, ``u = max(beta2 u, |g|)``, ``var -= lr / (1 - beta1^t) m / (u + epsilon)``.
+
+    ``torch.optim.Adamax`` adds its ``eps`` to ``|g|`` inside the maximum instead: the two agree at
+    ``epsilon = 0`` (no exact conversion otherwise). The defaults are the paper's and torch's.
+    """
+
+    name, kind = "Adamax", "adamax"
+    beta1: float
+    beta2: float
+    epsilon: float
+
+    def __init__(
+        self, learning_rate: float | Schedule = 2e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8
+    ) -> None:
+        super().__init__(learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon)
+
+
+class Nadam(Optimizer):
+    """Nadam (Dozat, 2016): Adam with Nesterov momentum, on ``torch.optim.NAdam``'s and Keras' schedule.
+
+    ``mu_t = beta1 (1 - 0.96^(t momentum_decay) / 2)``, ``P_t = mu_1 ... mu_t``; ``m`` and ``v`` as in Adam;
+    ``var -= lr sqrt(1 - beta2^t) ((1 - mu_t) / (1 - P_t) g + mu_(t+1) / (1 - P_t mu_(t+1)) m) /
+    (sqrt(v) + epsilon)``. Epsilon is placed as :class:`Adam` places it: torch and Keras add theirs to
+    ``sqrt(v / (1 - beta2^t))``, so this ``epsilon`` is their ``eps * sqrt(1 - beta2^t)`` (equal at 0). The
+    slots are ``m``, ``v``, the step count ``t`` and the product ``mu_product``.
+    """
+
+    name, kind = "Nadam", "nadam"
+    beta1: float
+    beta2: float
+    epsilon: float
+    momentum_decay: float
+
+    def __init__(
+        self,
+        learning_rate: float | Schedule = 2e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        momentum_decay: float = 4e-3,
+    ) -> None:
+        super().__init__(learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon, momentum_decay=momentum_decay)
+
+
+class Adadelta(Optimizer):
+    """Adadelta (Zeiler, 2012), as TensorFlow, Keras and ``torch.optim.Adadelta`` all write it:
+    ``accum = rho accum + (1 - rho) g^2``, ``d = sqrt(accum_update + epsilon) / sqrt(accum + epsilon) g``,
+    ``accum_update = rho accum_update + (1 - rho) d^2``, ``var -= lr d``. The defaults are torch's
+    (``learning_rate=1.0``: the method needs none).
+    """
+
+    name, kind = "Adadelta", "adadelta"
+    rho: float
+    epsilon: float
+
+    def __init__(self, learning_rate: float | Schedule = 1.0, rho: float = 0.9, epsilon: float = 1e-6) -> None:
+        super().__init__(learning_rate, rho=rho, epsilon=epsilon)
+
+
 # The graph optimizer of each registry kind: %train --optimizer and the job's config read it.
-CLASSES: dict[str, type[Optimizer]] = {cls.kind: cls for cls in (SGD, Momentum, Adam, AdamW, RMSProp, Adagrad)}
+CLASSES: dict[str, type[Optimizer]] = {
+    cls.kind: cls for cls in (SGD, Momentum, Adam, AdamW, RMSProp, Adagrad, Adamax, Nadam, Adadelta)
+}
 
 
 def optimizer_class(kind: str) -> type[Optimizer]:
@@ -350,10 +440,13 @@ def clip_by_global_norm(
 __all__ = [
     "CLASSES",
     "SGD",
+    "Adadelta",
     "Adagrad",
     "Adam",
     "AdamW",
+    "Adamax",
     "Momentum",
+    "Nadam",
     "Optimizer",
     "RMSProp",
     "clip_by_global_norm",

@@ -93,25 +93,37 @@ class OptimizerConfigProto(_message.Message):
     WEIGHT_DECAY_FIELD_NUMBER: _builtins.int
     INITIAL_ACCUMULATOR_VALUE_FIELD_NUMBER: _builtins.int
     LEARNING_RATE_SCHEDULE_FIELD_NUMBER: _builtins.int
+    AMSGRAD_FIELD_NUMBER: _builtins.int
+    CENTERED_FIELD_NUMBER: _builtins.int
+    MOMENTUM_DECAY_FIELD_NUMBER: _builtins.int
+    RHO_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
-    """"sgd", "momentum", "adam", "rmsprop", "adagrad" or "adamw" """
+    """"sgd", "momentum", "adam", "rmsprop", "adagrad", "adamw", "adamax", "nadam" or "adadelta" """
     learning_rate: _builtins.float
     momentum: _builtins.float
     """momentum, rmsprop"""
     nesterov: _builtins.bool
     """momentum"""
     beta1: _builtins.float
-    """adam, adamw"""
+    """adam, adamw, adamax, nadam"""
     beta2: _builtins.float
-    """adam, adamw"""
+    """adam, adamw, adamax, nadam"""
     epsilon: _builtins.float
-    """adam, adamw, rmsprop, adagrad"""
+    """all but sgd and momentum"""
     decay: _builtins.float
     """rmsprop"""
     weight_decay: _builtins.float
     """adamw"""
     initial_accumulator_value: _builtins.float
     """adagrad"""
+    amsgrad: _builtins.bool
+    """adam, adamw: keep the largest v seen (slot vhat)"""
+    centered: _builtins.bool
+    """rmsprop: also average the gradient (slot mg)"""
+    momentum_decay: _builtins.float
+    """nadam"""
+    rho: _builtins.float
+    """adadelta"""
     @_builtins.property
     def learning_rate_schedule(self) -> Global___LearningRateScheduleProto:
         """Set: the learning rate is this schedule's value at the server's global step,
@@ -132,10 +144,14 @@ class OptimizerConfigProto(_message.Message):
         weight_decay: _builtins.float = ...,
         initial_accumulator_value: _builtins.float = ...,
         learning_rate_schedule: Global___LearningRateScheduleProto | None = ...,
+        amsgrad: _builtins.bool = ...,
+        centered: _builtins.bool = ...,
+        momentum_decay: _builtins.float = ...,
+        rho: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["learning_rate_schedule", b"learning_rate_schedule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["beta1", b"beta1", "beta2", b"beta2", "decay", b"decay", "epsilon", b"epsilon", "initial_accumulator_value", b"initial_accumulator_value", "kind", b"kind", "learning_rate", b"learning_rate", "learning_rate_schedule", b"learning_rate_schedule", "momentum", b"momentum", "nesterov", b"nesterov", "weight_decay", b"weight_decay"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["amsgrad", b"amsgrad", "beta1", b"beta1", "beta2", b"beta2", "centered", b"centered", "decay", b"decay", "epsilon", b"epsilon", "initial_accumulator_value", b"initial_accumulator_value", "kind", b"kind", "learning_rate", b"learning_rate", "learning_rate_schedule", b"learning_rate_schedule", "momentum", b"momentum", "momentum_decay", b"momentum_decay", "nesterov", b"nesterov", "rho", b"rho", "weight_decay", b"weight_decay"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

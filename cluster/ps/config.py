@@ -30,10 +30,11 @@ NONFINITE: tuple[NonFinite, ...] = ("reject", "skip_step", "apply")
 NAME_CHARS_SHOWN = 64
 NAMES_SHOWN = 8
 
-# The slots each optimizer keeps beside a variable, from the optimizer registry.
-# Adam's "t" (its step count, for bias correction) is a scalar float64 per variable.
+# The slots each optimizer keeps beside a variable at its default flags, from the optimizer registry (a flag may
+# add one: OptimizerConfig.slots() says which a job keeps). Adam's "t" (its step count, for bias correction) is
+# a scalar float64 per variable.
 SLOTS: dict[str, tuple[str, ...]] = {
-    kind: tuple(slot.name for slot in OPTIMIZER_KINDS.lookup(kind).slots) for kind in kinds()
+    kind: tuple(slot.name for slot in OPTIMIZER_KINDS.lookup(kind).slots_for({})) for kind in kinds()
 }
 # The slots that are one scalar per variable (Adam's "t"), not the variable's shape: the registry says which.
 SCALAR_SLOTS: dict[str, frozenset[str]] = {
@@ -132,6 +133,10 @@ class OptimizerConfig:
     decay: float | None = None
     weight_decay: float | None = None
     initial_accumulator_value: float | None = None
+    amsgrad: bool | None = None
+    centered: bool | None = None
+    momentum_decay: float | None = None
+    rho: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in OPTIMIZER_KINDS:
@@ -175,13 +180,21 @@ class OptimizerConfig:
                 raise ParameterServerError(f"{kind} optimizer: {err}", "INVALID_ARGUMENT") from None
         return cls(kind, **taken)
 
+    def slots(self) -> tuple[str, ...]:
+        """The slots kept beside each variable with these hyperparameters (``amsgrad=True`` adds Adam's "vhat").
+
+        >>> OptimizerConfig("rmsprop", centered=True).slots()
+        ('ms', 'mg', 'mom')
+        """
+        return tuple(slot.name for slot in OPTIMIZER_KINDS.lookup(self.kind).slots_for(self.hyperparameters))
+
     @property
     def hyperparameters(self) -> dict[str, Value]:
         """The kind's hyperparameters but the learning rate, by name (what its update reads)."""
         return {name: getattr(self, name) for name in OPTIMIZER_KINDS.lookup(self.kind).names()}
 
     def __repr__(self) -> str:
-        shown = {"learning_rate": self.learning_rate, **self.hyperparameters}
+        shown = {"learning_rate": self.learning_rate, **OPTIMIZER_KINDS.lookup(self.kind).shown(self.hyperparameters)}
         return f"OptimizerConfig(kind={self.kind!r}, " + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
 

@@ -57,7 +57,7 @@ from cellgraph.protos import tensor_pb2
 
 from ..errors import ParameterServerError
 from .chunks import TensorAssembler, release_all
-from .config import SCALAR_SLOTS, SLOTS, listed, quoted
+from .config import SCALAR_SLOTS, OptimizerConfig, listed, quoted
 from .door import Context, Counters, available_memory, check_chunk_size
 from .frames import Framed
 from .messages import optimizer_from_proto, spec_from_proto, training_from_proto
@@ -164,7 +164,7 @@ class ShardInit:
         by_name = {s.name: s for s in specs}
         if len(by_name) != len(specs):
             raise ParameterServerError("the job config names a variable twice", "INVALID_ARGUMENT")
-        self._check_memory(job, config.shard, total, optimizer.kind, training.mode)
+        self._check_memory(job, config.shard, total, optimizer, training.mode)
         # An assembler (and its array) is made when its variable's first chunk arrives, not on the declaration.
         assemblers: dict[str, TensorAssembler] = {}
         try:
@@ -207,12 +207,13 @@ class ShardInit:
         assembler.add(chunk, content)
         self.counters.add(bytes_in=content.nbytes)
 
-    def _check_memory(self, job: str, shard: int, variables: int, optimizer: str, mode: str) -> None:
+    def _check_memory(self, job: str, shard: int, variables: int, opt: OptimizerConfig, mode: str) -> None:
         """Refuse a job whose shard would not fit in this machine's free memory, before allocating any of it."""
         available = available_memory()
         if available is None:
             return
-        slots = [slot for slot in SLOTS[optimizer] if slot not in SCALAR_SLOTS[optimizer]]  # a scalar is no copy
+        optimizer = opt.kind
+        slots = [slot for slot in opt.slots() if slot not in SCALAR_SLOTS[optimizer]]  # a scalar is no copy
         held = ["as received", "in the store"]
         held += [f"{optimizer} slot{'s' if len(slots) > 1 else ''} {' and '.join(slots)}"] if slots else []
         held += ["the sync step's sum"] if mode == "sync" else []

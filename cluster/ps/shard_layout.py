@@ -25,7 +25,7 @@ import numpy as np
 
 from ...dataflow.shapes import fmt
 from ..errors import ParameterServerError
-from .config import SCALAR_SLOTS, SLOTS, VariableSpec, listed
+from .config import SCALAR_SLOTS, OptimizerConfig, VariableSpec, listed
 from .pieces import Pieced
 from .records import StoreState
 from .updates import STEP_COUNT_DTYPE
@@ -48,7 +48,9 @@ class ShardLayout:
     """A shard's variables (float32 or float64, names unique), each one's slots for optimizer ``kind``, and
     every checkpoint tensor's dtype and shape (``tensors``, keyed like a checkpoint: ``"w"``, ``"w/m"``)."""
 
-    def __init__(self, specs: Sequence[VariableSpec], kind: str) -> None:
+    def __init__(self, specs: Sequence[VariableSpec], optimizer: OptimizerConfig | str) -> None:
+        # A kind alone is that kind at its defaults; a config's flags may add a slot (amsgrad's "vhat").
+        config = optimizer if isinstance(optimizer, OptimizerConfig) else OptimizerConfig(optimizer)
         self.specs: dict[str, VariableSpec] = {}
         for spec in specs:
             if spec.name in self.specs:
@@ -62,8 +64,9 @@ class ShardLayout:
             self.specs[spec.name] = spec
         # A moving statistic has no slots: the server moves it towards its pushed values, by weights in its own
         # dtype, as the graph's `var * momentum + value * (1 - momentum)` computes them.
-        self.slots_of = {name: () if spec.moving else SLOTS[kind] for name, spec in self.specs.items()}
-        self.scalar_slots = SCALAR_SLOTS[kind]  # one value per variable (Adam's step count), not its shape
+        slots = config.slots()
+        self.slots_of = {name: () if spec.moving else slots for name, spec in self.specs.items()}
+        self.scalar_slots = SCALAR_SLOTS[config.kind]  # one value per variable (Adam's step count), not its shape
         self.moving_weights = {
             name: (spec.dtype.type(spec.momentum), spec.dtype.type(1.0 - spec.momentum))
             for name, spec in self.specs.items()

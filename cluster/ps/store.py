@@ -79,7 +79,7 @@ class ParameterStore:
     ) -> None:
         self.job_id = job_id
         self.optimizer = optimizer
-        self._shard = ShardLayout(specs, optimizer.kind)
+        self._shard = ShardLayout(specs, optimizer)
         self.specs = self._shard.specs
         self._shard.check_initial(initial)
 

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import GraphError
 from ..graph import Node, Tensor
 from ..kernels.cpu import training as k
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op
-from ..optimizer_registry import OPTIMIZER_KINDS, OptimizerDef, Value, kinds
+from ..optimizer_registry import OPTIMIZER_KINDS, OptimizerDef, Slot, Value, kinds
 from ..shapes import fmt
 from .base import apply
 
@@ -29,9 +30,13 @@ FAMILY = "training"
 def _infer_apply(ctx: InferContext) -> TensorSpec:
     """Variable and slots first, then the learning rate (a scalar), then the gradient."""
     definition = _BY_OP[ctx.node.op]
-    scalars = {slot.input for slot in definition.slots if slot.scalar}
-    updated = {"var"} | {slot.input for slot in definition.slots if not slot.scalar}
+    slots = definition.slots_for(_flags(definition, ctx.attrs))
+    scalars = {slot.input for slot in slots if slot.scalar}
+    updated = {"var"} | {slot.input for slot in slots if not slot.scalar}
     names = ctx.attrs["_inputs"]
+    expected = _input_names(slots)
+    if tuple(names) != expected:
+        raise ctx.graph_error(f"takes inputs {', '.join(expected)} with these hyperparameters, got {', '.join(names)}")
     specs = dict(zip(names, ctx.inputs))
     var = specs["var"]
     for i, (name, spec) in enumerate(zip(names, ctx.inputs)):
@@ -51,6 +56,15 @@ def _infer_apply(ctx: InferContext) -> TensorSpec:
     return var
 
 
+def _flags(definition: OptimizerDef, attrs: Mapping[str, Any]) -> dict[str, Value]:
+    """The hyperparameters among ``attrs`` (a node's), which say which slots it takes (absent ones: defaults)."""
+    return {name: attrs[name] for name in definition.names() if name in attrs}
+
+
+def _input_names(slots: tuple[Slot, ...]) -> tuple[str, ...]:
+    return ("var", *(slot.input for slot in slots), "lr", "grad")
+
+
 def _fits(shape: tuple[int | None, ...], target: tuple[int | None, ...]) -> bool:
     return len(shape) == len(target) and all(a is None or a == b for a, b in zip(shape, target))
 
@@ -68,29 +82,55 @@ def _ref_momentum(
     return (var - lr * step).astype(var.dtype)
 
 
-def _ref_adam(
-    attrs: dict[str, Any],
-    var: np.ndarray,
-    m: np.ndarray,
-    v: np.ndarray,
-    t: np.ndarray,
-    lr: np.ndarray,
-    grad: np.ndarray,
-) -> np.ndarray:
+def _ref_adam(attrs: dict[str, Any], var: np.ndarray, m: np.ndarray, v: np.ndarray, t: np.ndarray,
+              *rest: np.ndarray) -> np.ndarray:  # fmt: skip
+    """``rest``: ``vhat, lr, grad`` with amsgrad, else ``lr, grad``."""
+    *vhat, lr, grad = rest
     b1, b2, eps = attrs["beta1"], attrs["beta2"], attrs["epsilon"]
     step = float(t) + 1.0
     var = var * (1 - lr * attrs.get("weight_decay", 0.0))
     m = b1 * m + (1 - b1) * grad
     v = b2 * v + (1 - b2) * grad * grad
+    root = np.sqrt(np.maximum(vhat[0], v) if vhat else v)
     lr_t = k.adam_step_size(float(lr), b1, b2, step)
-    return (var - lr_t * m / (np.sqrt(v) + eps)).astype(var.dtype)
+    return (var - lr_t * m / (root + eps)).astype(var.dtype)
 
 
-def _ref_rmsprop(
-    attrs: dict[str, Any], var: np.ndarray, ms: np.ndarray, mom: np.ndarray, lr: np.ndarray, grad: np.ndarray
-) -> np.ndarray:
-    ms = attrs["decay"] * ms + (1 - attrs["decay"]) * grad * grad
-    mom = attrs["momentum"] * mom + lr * grad / np.sqrt(ms + attrs["epsilon"])
+def _ref_adamax(attrs: dict[str, Any], var: np.ndarray, m: np.ndarray, u: np.ndarray, t: np.ndarray, lr: np.ndarray,
+                grad: np.ndarray) -> np.ndarray:  # fmt: skip
+    b1 = attrs["beta1"]
+    m = b1 * m + (1 - b1) * grad
+    u = np.maximum(attrs["beta2"] * u, np.abs(grad))
+    return (var - lr / (1 - b1 ** (float(t) + 1)) * m / (u + attrs["epsilon"])).astype(var.dtype)
+
+
+def _ref_nadam(attrs: dict[str, Any], var: np.ndarray, m: np.ndarray, v: np.ndarray, t: np.ndarray,
+               product: np.ndarray, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:  # fmt: skip
+    b1, b2, step = attrs["beta1"], attrs["beta2"], float(t) + 1
+    mu = [b1 * (1 - 0.5 * 0.96 ** (s * attrs["momentum_decay"])) for s in (step, step + 1)]
+    before = float(product) if step > 1 else 1.0
+    m = b1 * m + (1 - b1) * grad
+    v = b2 * v + (1 - b2) * grad * grad
+    # torch.optim.NAdam's update, its epsilon written as this one: eps / sqrt(1 - beta2^t).
+    denom = np.sqrt(v / (1 - b2**step)) + attrs["epsilon"] / np.sqrt(1 - b2**step)
+    change = (1 - mu[0]) / (1 - before * mu[0]) * grad + mu[1] / (1 - before * mu[0] * mu[1]) * m
+    return (var - lr * change / denom).astype(var.dtype)
+
+
+def _ref_adadelta(attrs: dict[str, Any], var: np.ndarray, accum: np.ndarray, accum_update: np.ndarray, lr: np.ndarray,
+                  grad: np.ndarray) -> np.ndarray:  # fmt: skip
+    rho, eps = attrs["rho"], attrs["epsilon"]
+    accum = rho * accum + (1 - rho) * grad * grad
+    return (var - lr * np.sqrt(accum_update + eps) / np.sqrt(accum + eps) * grad).astype(var.dtype)
+
+
+def _ref_rmsprop(attrs: dict[str, Any], var: np.ndarray, ms: np.ndarray, *rest: np.ndarray) -> np.ndarray:
+    """``rest``: ``mg, mom, lr, grad`` when centered, else ``mom, lr, grad``."""
+    *mg, mom, lr, grad = rest
+    decay = attrs["decay"]
+    ms = decay * ms + (1 - decay) * grad * grad
+    square = (decay * mg[0] + (1 - decay) * grad) ** 2 if mg else 0.0
+    mom = attrs["momentum"] * mom + lr * grad / np.sqrt(ms - square + attrs["epsilon"])
     return (var - mom).astype(var.dtype)
 
 
@@ -105,8 +145,9 @@ def _cpu_kernel(node: Node, ctx: KernelContext) -> Any:
     """The kind's ``update``, the parameter server's too: inputs by name, hyperparameters from the attributes."""
     definition = _BY_OP[node.op]
     names = node.attrs["_inputs"]
-    hyper = {name: node.attrs[name] for name in definition.names()}
-    slot_inputs = [(slot.name, names.index(slot.input)) for slot in definition.slots]
+    # A flag added since a graph was saved (Adam's amsgrad) is absent from its nodes: its default is what they ran.
+    hyper = {h.name: node.attrs.get(h.name, h.default) for h in definition.hyperparameters[1:]}
+    slot_inputs = [(slot.name, names.index(slot.input)) for slot in definition.slots_for(hyper)]
 
     def run(*arrays: np.ndarray) -> np.ndarray:
         var, lr, grad = arrays[0], arrays[-2], arrays[-1]
@@ -124,14 +165,15 @@ _KERNELS: dict[str, tuple[Any, str]] = {
     "ApplyRMSProp":         (_ref_rmsprop,  "rmsprop_op"),
     "ApplyAdagrad":         (_ref_adagrad,  "adagrad_op"),
     "ApplyAdamW":           (_ref_adam,     "adam_op"),
+    "ApplyAdaMax":          (_ref_adamax,   "adamax_op"),
+    "ApplyNadam":           (_ref_nadam,    "nadam_op"),
+    "ApplyAdadelta":        (_ref_adadelta, "adadelta_op"),
 }  # fmt: skip
 _BY_OP: dict[str, OptimizerDef] = {}
-INPUTS: dict[str, tuple[str, ...]] = {}
 for _kind in kinds():
     _def = OPTIMIZER_KINDS.lookup(_kind)
     _ref, _cuda = _KERNELS[_def.op]
     _BY_OP[_def.op] = _def
-    INPUTS[_def.op] = ("var", *(slot.input for slot in _def.slots), "lr", "grad")
     register_op(OpDef(
         name=_def.op, family=FAMILY, infer=_infer_apply, reference=_ref, grad=not_differentiable,
         kernels={"cpu": _cpu_kernel, "cuda": cuda_kernel("training", _cuda)}, stateful=True, view=True,
@@ -149,11 +191,20 @@ def apply_optimizer(
 ) -> Tensor:
     """The ``Apply*`` op of optimizer ``kind``: ``slots`` by slot name, ``hyperparameters`` but the learning rate."""
     definition = OPTIMIZER_KINDS.lookup(kind)
-    attrs: dict[str, Any] = {"_inputs": INPUTS[definition.op]}
+    attrs: dict[str, Any] = {}
     for hyper in definition.hyperparameters[1:]:  # the learning rate is an input
         value = hyperparameters.get(hyper.name, hyper.default)
         attrs[hyper.name] = bool(value) if isinstance(hyper.default, bool) else float(value)
-    inputs = [var, *(slots[slot.name] for slot in definition.slots), lr, grad]
+    kept = definition.slots_for(attrs)  # a flag may add one (AMSGrad's vhat, centered RMSProp's mg)
+    missing = [slot.name for slot in kept if slot.name not in slots]
+    if missing:
+        flags = ", ".join(f"{name}={attrs[name]}" for name in definition.names() if isinstance(attrs[name], bool))
+        raise GraphError(
+            f"{definition.op} ({kind}{', ' + flags if flags else ''}) keeps slots {', '.join(s.name for s in kept)}; "
+            f"{', '.join(missing)} not given (given: {', '.join(slots) or 'none'})"
+        )
+    attrs["_inputs"] = _input_names(kept)
+    inputs = [var, *(slots[slot.name] for slot in kept), lr, grad]
     return apply(definition.op, inputs, attrs, name=name or f"apply_{kind}")
 
 

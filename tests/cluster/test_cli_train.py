@@ -160,7 +160,7 @@ def test_an_unreachable_scheduler_fails_naming_it_and_the_reason() -> None:
         (["--mode", "sometimes"], "argument --mode: invalid choice: 'sometimes'"),
         (
             ["--optimizer", "lamb"],
-            "argument --optimizer: invalid choice: 'lamb' (choose from 'sgd', 'momentum', 'adam', 'rmsprop', 'adagrad', 'adamw')",
+            "argument --optimizer: invalid choice: 'lamb' (choose from 'sgd', 'momentum', 'adam', 'rmsprop', 'adagrad', 'adamw', 'adamax', 'nadam', 'adadelta')",
         ),
     ],
 )

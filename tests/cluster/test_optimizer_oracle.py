@@ -1,5 +1,8 @@
 """Every optimizer trains a small model to the same numbers locally, on a cluster, and in torch.optim.
 
+The later kinds (AMSGrad, centered RMSProp, Adamax, Nadam, Adadelta) have rows too, and AMSGrad's and Nadam's
+slots (vhat; the scalar mu_product beside t) go through a checkpoint and a resumed job.
+
 One 2-layer MLP on fixed data, full batch, 20 steps: (a) a ``cg.Session``
 running ``optimizer.minimize``, (b) ``cg.train`` with one replica in sync mode
 on a real ``Cluster.local`` (so its one step is the same full-batch gradient,
@@ -31,6 +34,7 @@ import pytest
 import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.job import Job, train
+from cellgraph.cluster.ps.checkpoint import read_shard_checkpoint
 
 torch = pytest.importorskip("torch", reason="compares against PyTorch: pip install torch==2.13.0")
 
@@ -88,8 +92,9 @@ def _model() -> Model:
 
 
 # ------------------------------------------------------------------ the three runs
-def _local(optimizer: cg.optim.Optimizer, steps: int = STEPS) -> dict[str, np.ndarray]:
-    """The variables after ``steps`` full-batch steps of ``optimizer.minimize`` in a cg.Session."""
+def _local(optimizer: cg.optim.Optimizer, steps: int = STEPS, slots: bool = False) -> dict[str, np.ndarray]:
+    """The variables after ``steps`` full-batch steps of ``optimizer.minimize`` in a cg.Session; with ``slots``,
+    the optimizer's slots too, keyed as a server's checkpoint keys them (``w1/m``)."""
     model = _model()
     x, y = _data()
     with model.loss.graph.as_default():
@@ -99,6 +104,9 @@ def _local(optimizer: cg.optim.Optimizer, steps: int = STEPS) -> dict[str, np.nd
     for _ in range(steps):
         sess.run(train, {model.x: x, model.y: y})
     assert int(sess.run(step)) == steps
+    if slots:
+        scope = f"{optimizer.name}/"
+        return {k.removeprefix(scope): v for k, v in sess.variable_values().items() if k.startswith(scope)}
     return dict(zip(model.variables, sess.run(list(model.variables.values()))))
 
 
@@ -127,6 +135,15 @@ Adjust = Callable[[dict[str, Any], int], None]
 
 def _torch(make: Callable[[list[Any]], Any], adjust: Adjust | None = None, steps: int = STEPS) -> dict[str, Any]:
     """The same model trained by torch.optim in float64; ``adjust`` sets a step's rate or epsilon."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # torch keeps NAdam's mu_product in it
+    try:
+        return _torch_steps(make, adjust, steps)
+    finally:
+        torch.set_default_dtype(before)
+
+
+def _torch_steps(make: Callable[[list[Any]], Any], adjust: Adjust | None, steps: int) -> dict[str, Any]:
     x, y = (torch.tensor(a, dtype=torch.float64) for a in _data())
     params = {name: torch.tensor(value, dtype=torch.float64, requires_grad=True) for name, value in _initial().items()}
     frozen = torch.tensor(FROZEN, dtype=torch.float64)
@@ -244,6 +261,19 @@ CASES = [
     Case("rmsprop-exponential", lambda: cg.optim.RMSProp(cg.optim.exponential_decay(0.02, 3, 0.6), momentum=0.4),
          lambda ps: TensorFlowRMSProp(ps, lr=0.0, decay=0.9, momentum=0.4, epsilon=1e-10),
          _scheduled(lambda s: 0.02 * 0.6 ** (s / 3))),
+    # The later kinds: AMSGrad's slot vhat, centered RMSProp's mg, Adamax's u, Nadam's scalar mu_product beside t,
+    # Adadelta's two averages. Epsilon as for Adam (told to torch), or 0 where torch places it otherwise.
+    Case("amsgrad", lambda: cg.optim.Adam(0.02, beta1=0.8, beta2=0.95, epsilon=1e-6, amsgrad=True),
+         lambda ps: torch.optim.Adam(ps, lr=0.02, betas=(0.8, 0.95), amsgrad=True), _adam_epsilon(1e-6, 0.95)),
+    Case("rmsprop-centered", lambda: cg.optim.RMSProp(0.01, decay=0.8, momentum=0.6, epsilon=0.0, centered=True),
+         lambda ps: torch.optim.RMSprop(ps, lr=0.01, alpha=0.8, momentum=0.6, eps=0.0, centered=True)),
+    Case("adamax", lambda: cg.optim.Adamax(0.02, beta1=0.8, beta2=0.95, epsilon=0.0),
+         lambda ps: torch.optim.Adamax(ps, lr=0.02, betas=(0.8, 0.95), eps=0.0)),
+    Case("nadam", lambda: cg.optim.Nadam(0.02, beta1=0.85, beta2=0.99, epsilon=1e-6, momentum_decay=0.05),
+         lambda ps: torch.optim.NAdam(ps, lr=0.02, betas=(0.85, 0.99), momentum_decay=0.05),
+         _adam_epsilon(1e-6, 0.99)),
+    Case("adadelta", lambda: cg.optim.Adadelta(1.0, rho=0.8, epsilon=1e-4),
+         lambda ps: torch.optim.Adadelta(ps, lr=1.0, rho=0.8, eps=1e-4)),
 ]  # fmt: skip
 
 
@@ -277,7 +307,9 @@ def test_a_cluster_job_trains_as_a_local_session_does(cluster: Cluster, case: Ca
     _assert_close(distributed, _local(case.optimizer()), SAME_RTOL, SAME_ATOL)
 
 
-RESUMED = [c for c in CASES if c.name in ("adam-cosine-warmup", "rmsprop-exponential", "adagrad-piecewise")]
+RESUMED = [
+    c for c in CASES if c.name in ("adam-cosine-warmup", "rmsprop-exponential", "adagrad-piecewise", "amsgrad", "nadam")
+]
 
 
 @pytest.mark.slow
@@ -298,6 +330,14 @@ def test_a_job_resumed_mid_training_keeps_the_slots_the_step_count_and_the_sched
         expected = straight.variables()
     finally:
         straight.close()
+    # Every slot the kind keeps with its flags (AMSGrad's vhat, Nadam's mu_product) is in the checkpoint, as a
+    # local Session holds it after as many steps.
+    saved = read_shard_checkpoint(tmp_path, middle[-1], 0, 1)
+    slots = saved.optimizer.slots()
+    local = _local(case.optimizer(), resumed_at, slots=True)
+    assert set(local) == {f"{name}/{slot}" for name in TRAINED for slot in slots}
+    for key, value in local.items():
+        np.testing.assert_allclose(saved.tensors[key], value, rtol=SAME_RTOL, atol=SAME_ATOL, err_msg=key)
     resumed = _train(cluster, case.optimizer(), checkpoint_dir=tmp_path, resume_from=middle[-1])
     try:
         resumed.wait(TIMEOUT)

@@ -29,6 +29,9 @@ NOT_HALF = {
     "ApplyAdamW": "optimizers update float32/float64 variables: cg.optim.mixed_precision keeps them so",
     "ApplyRMSProp": "optimizers update float32/float64 variables: cg.optim.mixed_precision keeps them so",
     "ApplyAdagrad": "optimizers update float32/float64 variables: cg.optim.mixed_precision keeps them so",
+    "ApplyAdaMax": "optimizers update float32/float64 variables: cg.optim.mixed_precision keeps them so",
+    "ApplyNadam": "optimizers update float32/float64 variables: cg.optim.mixed_precision keeps them so",
+    "ApplyAdadelta": "optimizers update float32/float64 variables: cg.optim.mixed_precision keeps them so",
 }
 HALF_ROWS = [c for c in CASES if any(x.dtype == np.float32 for x in c.inputs) and c.op not in NOT_HALF]
 

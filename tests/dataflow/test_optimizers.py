@@ -102,6 +102,23 @@ def test_bad_hyperparameters_are_rejected() -> None:
         (lambda: cg.optim.AdamW(0.1, weight_decay=float("nan")), "AdamW: weight_decay must be a finite number, 0 or more, got nan"),
         (lambda: cg.optim.AdamW(0.1, weight_decay=-0.01), "AdamW: weight_decay must be a finite number, 0 or more, got -0.01"),
         (lambda: cg.optim.AdamW(0.1, beta1=1.5), r"AdamW: beta1 must be in \[0, 1\), got 1.5"),
+        (lambda: cg.optim.Adam(0.1, amsgrad=1), "Adam: amsgrad must be True or False, got 1"),  # type: ignore[arg-type]
+        (lambda: cg.optim.AdamW(0.1, amsgrad="no"), "AdamW: amsgrad must be True or False, got 'no'"),  # type: ignore[arg-type]
+        (lambda: cg.optim.RMSProp(0.1, centered=None), "RMSProp: centered must be True or False, got None"),  # type: ignore[arg-type]
+        (lambda: cg.optim.Adamax(-0.1), "Adamax: learning_rate must be positive, got -0.1"),
+        (lambda: cg.optim.Adamax(0.1, beta1=-0.1), r"Adamax: beta1 must be in \[0, 1\), got -0.1"),
+        (lambda: cg.optim.Adamax(0.1, beta2=1.0), r"Adamax: beta2 must be in \[0, 1\), got 1.0"),
+        (lambda: cg.optim.Adamax(0.1, epsilon=-1e-8), "Adamax: epsilon must be a finite number, 0 or more, got -1e-08"),
+        (lambda: cg.optim.Nadam(0), "Nadam: learning_rate must be positive, got 0"),
+        (lambda: cg.optim.Nadam(0.1, beta1=1.0), r"Nadam: beta1 must be in \[0, 1\), got 1.0"),
+        (lambda: cg.optim.Nadam(0.1, beta2=float("nan")), r"Nadam: beta2 must be in \[0, 1\), got nan"),
+        (lambda: cg.optim.Nadam(0.1, momentum_decay=-4e-3), "Nadam: momentum_decay must be a finite number, 0 or more, got -0.004"),
+        (lambda: cg.optim.Nadam(0.1, epsilon=float("inf")), "Nadam: epsilon must be a finite number, 0 or more, got inf"),
+        (lambda: cg.optim.Adadelta(-1.0), "Adadelta: learning_rate must be positive, got -1.0"),
+        (lambda: cg.optim.Adadelta(1.0, rho=1.5), r"Adadelta: rho must be in \[0, 1\], got 1.5"),
+        (lambda: cg.optim.Adadelta(1.0, rho=-0.1), r"Adadelta: rho must be in \[0, 1\], got -0.1"),
+        (lambda: cg.optim.Adadelta(1.0, rho=float("nan")), r"Adadelta: rho must be in \[0, 1\], got nan"),
+        (lambda: cg.optim.Adadelta(1.0, epsilon=-1e-6), "Adadelta: epsilon must be a finite number, 0 or more, got -1e-06"),
     ],
 )  # fmt: skip
 def test_every_hyperparameter_rule_names_the_hyperparameter(make, message: str) -> None:  # noqa: ANN001
@@ -115,8 +132,14 @@ def test_every_hyperparameter_rule_names_the_hyperparameter(make, message: str) 
         (cg.optim.RMSProp(0.1), {"RMSProp/w/ms", "RMSProp/w/mom"}),
         (cg.optim.Adagrad(0.1), {"Adagrad/w/accumulator"}),
         (cg.optim.AdamW(0.1), {"AdamW/w/m", "AdamW/w/v", "AdamW/w/t"}),
+        (cg.optim.Adam(0.1, amsgrad=True), {"Adam/w/m", "Adam/w/v", "Adam/w/t", "Adam/w/vhat"}),
+        (cg.optim.AdamW(0.1, amsgrad=True), {"AdamW/w/m", "AdamW/w/v", "AdamW/w/t", "AdamW/w/vhat"}),
+        (cg.optim.RMSProp(0.1, centered=True), {"RMSProp/w/ms", "RMSProp/w/mg", "RMSProp/w/mom"}),
+        (cg.optim.Adamax(0.1), {"Adamax/w/m", "Adamax/w/u", "Adamax/w/t"}),
+        (cg.optim.Nadam(0.1), {"Nadam/w/m", "Nadam/w/v", "Nadam/w/t", "Nadam/w/mu_product"}),
+        (cg.optim.Adadelta(1.0), {"Adadelta/w/accum", "Adadelta/w/accum_update"}),
     ],
-    ids=["rmsprop", "adagrad", "adamw"],
+    ids=["rmsprop", "adagrad", "adamw", "amsgrad", "adamw-amsgrad", "centered", "adamax", "nadam", "adadelta"],
 )
 def test_new_optimizers_keep_the_registry_slots(optimizer: cg.optim.Optimizer, slots: set[str]) -> None:
     g = cg.Graph()
@@ -150,9 +173,77 @@ def test_the_registry_refuses_a_second_kind_of_one_name() -> None:
     ):
         register_optimizer(OPTIMIZER_KINDS.lookup("adam"))
     with pytest.raises(
-        cg.RegistryError, match=r"no optimizer named 'lamb'; known: adagrad, adam, adamw, momentum, rmsprop, sgd"
+        cg.RegistryError,
+        match=r"no optimizer named 'lamb'; known: adadelta, adagrad, adam, adamax, adamw, momentum, nadam, rmsprop, sgd",
     ):
         OPTIMIZER_KINDS.lookup("lamb")
+
+
+def test_a_flag_that_adds_a_slot_shows_in_the_repr_when_set() -> None:
+    from cellgraph.cluster.ps.config import OptimizerConfig
+
+    assert repr(cg.optim.Adam(0.1)) == "Adam(learning_rate=0.1, beta1=0.9, beta2=0.999, epsilon=1e-08)"
+    assert repr(cg.optim.Adam(0.1, amsgrad=True)) == (
+        "Adam(learning_rate=0.1, beta1=0.9, beta2=0.999, epsilon=1e-08, amsgrad=True)"
+    )
+    assert repr(OptimizerConfig("rmsprop", 0.1, centered=True)) == (
+        "OptimizerConfig(kind='rmsprop', learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, centered=True)"
+    )
+    assert cg.optim.Adam(0.1).amsgrad is False and cg.optim.RMSProp(0.1, centered=True).centered is True
+
+
+def test_a_flag_adds_its_slot_only_when_set_and_says_so_in_the_op() -> None:
+    """Adam keeps no vhat without amsgrad; an Apply op given the wrong slots for its flags is refused by name."""
+    from cellgraph.dataflow.ops.training import apply_optimizer
+
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable([1.0], name="w")
+        cg.optim.Adam(0.1).minimize(cg.reduce_sum(w * w))
+        assert "Adam/w/vhat" not in {n.name for n in g.variables()}
+        slots = {name: cg.variable([0.0], name=f"s/{name}", trainable=False) for name in ("m", "v", "vhat")}
+        slots["t"] = cg.variable(0.0, name="s/t", trainable=False)
+        lr, grad = cg.constant(0.1, name="lr"), cg.constant([1.0], name="g")
+        apply_optimizer("adam", w, slots, lr, grad, {"amsgrad": True})  # takes vhat
+        with pytest.raises(
+            cg.GraphError,
+            match=r"^ApplyAdam \(adam, amsgrad=True\) keeps slots m, v, t, vhat; vhat not given \(given: m, v, t\)$",
+        ):
+            apply_optimizer("adam", w, {k: v for k, v in slots.items() if k != "vhat"}, lr, grad, {"amsgrad": True})
+
+
+# A step that mixed precision skips (its float16 gradient overflowed) leaves every slot of every kind as it was:
+# AMSGrad's vhat, centered RMSProp's mg, Nadam's step count and schedule product, Adadelta's two averages.
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: cg.optim.Adam(0.1, amsgrad=True),
+        lambda: cg.optim.RMSProp(0.1, momentum=0.5, centered=True),
+        lambda: cg.optim.Adamax(0.1),
+        lambda: cg.optim.Nadam(0.1),
+        lambda: cg.optim.Adadelta(1.0),
+    ],
+    ids=["amsgrad", "centered", "adamax", "nadam", "adadelta"],
+)
+def test_mixed_precision_skips_a_step_of_a_new_kind_keeping_every_slot(make) -> None:  # noqa: ANN001
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2,), name="x")
+        w = cg.variable([1.0, -1.0], name="w")
+        mp = cg.optim.mixed_precision(make(), initial_scale=1024.0)
+        train = mp.minimize(cg.reduce_sum(cg.cast(mp.cast(x) * mp.cast(w), "float32")))
+    sess = cg.Session(g)
+    for _ in range(2):
+        sess.run(train, {x: np.array([1.0, 2.0], np.float32)})  # finite: applied
+    before = sess.variable_values()
+    assert before["w"].tolist() != [1.0, -1.0]
+    with pytest.warns(cg.optim.LossScaleWarning, match="step 3 skipped"):
+        sess.run(train, {x: np.array([100.0, 1.0], np.float32)})  # 100 * 1024 > 65504: inf in float16
+    after = sess.variable_values()
+    slots = [name for name in before if name.count("/w/") == 1]
+    assert len(slots) >= 2, slots
+    for name in ["w", *slots]:
+        np.testing.assert_array_equal(after[name], before[name], err_msg=name)
 
 
 def test_minimize_without_variables_is_an_error() -> None:

@@ -62,7 +62,7 @@ TRAIN_CASES = [
     ("%train loss --data X,Z", "%train: --data 'Z' is not defined in the notebook: run the cell that makes Z first"),
     (
         "%train loss --data X,Y --optimizer lamb:1e-3",
-        "%train: --optimizer 'lamb:1e-3': unknown optimizer 'lamb'; known: adagrad, adam, adamw, momentum, rmsprop, sgd (e.g. adam:1e-3)",
+        "%train: --optimizer 'lamb:1e-3': unknown optimizer 'lamb'; known: adadelta, adagrad, adam, adamax, adamw, momentum, nadam, rmsprop, sgd (e.g. adam:1e-3)",
     ),
     (
         "%train loss --data X,Y --optimizer adam:fast",

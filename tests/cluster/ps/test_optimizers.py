@@ -122,7 +122,7 @@ def test_a_hyperparameter_the_kind_does_not_take_is_refused() -> None:
     with pytest.raises(
         ParameterServerError,
         match=r"^rmsprop optimizer: it has no hyperparameter beta1, weight_decay \(it takes learning_rate, decay, "
-        r"momentum, epsilon\)$",
+        r"momentum, epsilon, centered\)$",
     ):
         OptimizerConfig("rmsprop", beta1=0.9, weight_decay=0.1)
 
@@ -135,8 +135,13 @@ def test_every_kind_goes_through_its_protobuf_form_unchanged() -> None:
         OptimizerConfig("rmsprop", 0.02, decay=0.7, momentum=0.3, epsilon=1e-5),
         OptimizerConfig("adagrad", 0.3, initial_accumulator_value=0.4, epsilon=1e-4),
         OptimizerConfig("adamw", 0.004, beta1=0.5, beta2=0.6, epsilon=1e-3, weight_decay=0.2),
+        OptimizerConfig("adamw", 0.004, weight_decay=0.2, amsgrad=True),
+        OptimizerConfig("rmsprop", 0.02, decay=0.7, centered=True),
+        OptimizerConfig("adamax", 0.02, beta1=0.5, beta2=0.6, epsilon=1e-3),
+        OptimizerConfig("nadam", 0.02, beta1=0.5, beta2=0.6, epsilon=1e-3, momentum_decay=0.01),
+        OptimizerConfig("adadelta", 0.5, rho=0.7, epsilon=1e-4),
     ]
-    assert sorted(c.kind for c in configs) == sorted(SLOTS)
+    assert sorted({c.kind for c in configs}) == sorted(SLOTS)
     for config in configs:
         assert optimizer_from_proto(optimizer_to_proto(config)) == config
     # A field of another kind on the wire is not read: what a kind takes is the registry's.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import cellgraph as cg
+from cellgraph.dataflow.ops.training import apply_optimizer
 
 from . import OpCase, rand
 
@@ -53,6 +54,64 @@ CASES = [
         "ApplyRMSProp",
         lambda v, ms, mom, lr_, g: cg.apply_rmsprop(v, ms, mom, lr_, g, decay=0.8, momentum=0.5, epsilon=1e-3),
         [var, np.abs(slot), rand(3, 4, seed=4), lr, grad],
+        variables=(0, 1, 2),
+        grad=False,
+    ),
+    OpCase(
+        "ApplyAdam",
+        lambda v, m, s, t, h, lr_, g: apply_optimizer(
+            "adam", v, {"m": m, "v": s, "t": t, "vhat": h}, lr_, g, {"amsgrad": True}
+        ),
+        [var, slot, np.abs(slot), np.array(3.0, np.float32), np.abs(rand(3, 4, seed=5)), lr, grad],
+        variables=(0, 1, 2, 3, 4),
+        grad=False,
+        id="amsgrad",
+    ),
+    OpCase(
+        "ApplyRMSProp",
+        lambda v, ms, mg, mom, lr_, g: apply_optimizer(
+            "rmsprop",
+            v,
+            {"ms": ms, "mg": mg, "mom": mom},
+            lr_,
+            g,
+            {"decay": 0.8, "momentum": 0.5, "epsilon": 1e-3, "centered": True},
+        ),
+        [var, np.abs(slot) + 1.0, rand(3, 4, seed=5) * 0.1, rand(3, 4, seed=4), lr, grad],
+        variables=(0, 1, 2, 3),
+        grad=False,
+        id="centered",
+    ),
+    OpCase(
+        "ApplyAdaMax",
+        lambda v, m, u, t, lr_, g: apply_optimizer("adamax", v, {"m": m, "u": u, "t": t}, lr_, g, {"epsilon": 1e-3}),
+        [var, slot, np.abs(slot), np.array(3.0, np.float32), lr, grad],
+        variables=(0, 1, 2, 3),
+        grad=False,
+    ),
+    OpCase(
+        "ApplyNadam",
+        lambda v, m, s, t, p, lr_, g: apply_optimizer(
+            "nadam", v, {"m": m, "v": s, "t": t, "mu_product": p}, lr_, g, {}
+        ),
+        [var, slot, np.abs(slot), np.array(3.0, np.float32), np.array(0.6, np.float32), lr, grad],
+        variables=(0, 1, 2, 3, 4),
+        grad=False,
+    ),
+    OpCase(
+        "ApplyNadam",
+        lambda v, m, s, t, p, lr_, g: apply_optimizer(
+            "nadam", v, {"m": m, "v": s, "t": t, "mu_product": p}, lr_, g, {}
+        ),
+        [var, slot, np.abs(slot), np.array(0.0, np.float32), np.array(0.0, np.float32), lr, grad],
+        variables=(0, 1, 2, 3, 4),
+        grad=False,
+        id="first-step",
+    ),
+    OpCase(
+        "ApplyAdadelta",
+        lambda v, a, u, lr_, g: apply_optimizer("adadelta", v, {"accum": a, "accum_update": u}, lr_, g, {"rho": 0.8}),
+        [var, np.abs(slot), np.abs(rand(3, 4, seed=5)), lr, grad],
         variables=(0, 1, 2),
         grad=False,
     ),
