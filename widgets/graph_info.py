@@ -29,6 +29,8 @@ def describe(model: GraphModel, item: Item) -> dict[str, Any]:
     }
     if model.style.mode == "device":
         info["devices"] = [[d, n] for d, n in model.style.counts[item.id].most_common(MAX_LISTED)]
+    if item.stale:
+        info["stale"] = f"{item.stale} stale node(s): re-run the cell(s) that made them"
     return info
 
 

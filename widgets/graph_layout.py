@@ -150,7 +150,8 @@ class GraphModel:
         ids = [i for i in self.tree.items if i != ROOT]
         index = {item_id: k for k, item_id in enumerate(ids)}
         columns: dict[str, list[Any]] = {
-            k: [] for k in ("id", "kind", "name", "label", "sub", "parent", "x", "y", "w", "h", "ow", "own", "color")
+            k: []
+            for k in ("id", "kind", "name", "label", "sub", "parent", "x", "y", "w", "h", "ow", "own", "color", "stale")
         }
         mix: dict[int, Any] = {}
         for k, item_id in enumerate(ids):
@@ -161,6 +162,7 @@ class GraphModel:
                 ("id", item_id), ("kind", item.kind), ("name", item.name), ("label", item.label),
                 ("sub", _sub(item)), ("parent", index.get(item.parent, -1)), ("x", round(x, 3)), ("y", round(y, 3)),
                 ("w", round(w, 3)), ("h", round(h, 3)), ("ow", round(_text_w(item.label) + 40, 3)), ("own", self.tree.by_name.get(item.name) == item_id),
+                ("stale", item.stale),
             ):  # fmt: skip
                 columns[key].append(value)
             paint = self.style.paint(item_id)
@@ -238,6 +240,8 @@ class GraphModel:
                 **self.style.paint(child),
             }
             entry["sub"] = _sub(item)
+            if item.stale:
+                entry["stale"] = item.stale
             if item.kind != "node":
                 entry["open"] = child in self.expanded
             out.append(entry)

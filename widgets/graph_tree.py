@@ -41,6 +41,7 @@ class Item:
     children: list[str] = field(default_factory=list)
     size: int = 0  # graph nodes at or beneath this item
     op: str = ""  # the op of a node, or of every node in a fold of nodes
+    stale: int = 0  # stale graph nodes (a re-run cell removed or changed their inputs) at or beneath this item
 
 
 def series_of(short: str) -> tuple[str, int]:
@@ -57,7 +58,7 @@ class ScopeTree:
         self.items: dict[str, Item] = {ROOT: Item(ROOT, "root", "", "", ROOT)}
         self.ops: dict[str, Counter[str]] = {ROOT: Counter()}
         for node in graph:
-            self._add_node(node.name, node.op)
+            self._add_node(node.name, node.op, node.stale is not None)
         self._fold_all(min_fold)
         self.chains: dict[str, tuple[str, ...]] = {node.name: self._chain("n:" + node.name) for node in graph}
         # A node wins over a scope of the same name, and a scope over a fold.
@@ -67,7 +68,7 @@ class ScopeTree:
         self.names = list(self.chains)
 
     # ---------------------------------------------------------------- build
-    def _add_node(self, name: str, op: str) -> None:
+    def _add_node(self, name: str, op: str, stale: bool = False) -> None:
         parts = name.split("/")
         parent = ROOT
         for depth in range(1, len(parts)):
@@ -85,8 +86,10 @@ class ScopeTree:
         # series signatures and the info panel.
         item = self.items[parent]
         self.items[nid].size = 1
+        self.items[nid].stale = int(stale)
         while True:
             item.size += 1
+            item.stale += int(stale)
             self.ops[item.id][op] += 1
             if item.id == ROOT:
                 break
@@ -135,6 +138,7 @@ class ScopeTree:
         for child in fold.children:
             self.items[child].parent = fid
             fold.size += self.items[child].size
+            fold.stale += self.items[child].stale
             self.ops[fid].update(self.ops.get(child) or {self.items[child].op: 1})
         self.items[fid] = fold
         return fid

@@ -62,9 +62,14 @@ function box(n, selected) {
   const cls = ["cgv-item", n.hit ? "cgv-hit" : "", n.name === selected ? "cgv-sel" : ""].join(" ");
   const head = `<g class="${cls}" data-id="${esc(n.id)}" data-kind="${n.kind}"${n.kind === "node" ? "" : ` data-open="${n.open ? 1 : 0}"`} transform="translate(${n.x},${n.y})">`;
   const mix = n.mix ? "\n" + n.mix.map(([, share, key, count]) => `${count} on ${key} (${Math.round(share * 100)}%)`).join("\n") : "";
-  const title = `<title>${esc(n.name)}${n.sub ? " · " + esc(n.sub) : ""}${esc(mix)}</title>`;
+  // Stale: a re-run cell removed or changed what these nodes read; running them raises until their cell runs again.
+  const stale = n.stale ? (n.kind === "node" ? " · stale: re-run its cell" : ` · ${n.stale} stale node(s): re-run their cells`) : "";
+  const title = `<title>${esc(n.name)}${n.sub ? " · " + esc(n.sub) : ""}${stale}${esc(mix)}</title>`;
+  const rx = n.kind === "node" ? n.h / 2 : 4;
   // Drawn over the box, so the search-hit and selection outlines (CSS) stay visible.
-  const outline = `<rect class="cgv-ol" width="${n.w}" height="${n.h}" rx="${n.kind === "node" ? n.h / 2 : 4}" fill="none" stroke="none"/>`;
+  const outline =
+    (n.stale ? `<rect class="cgv-stale" width="${n.w}" height="${n.h}" rx="${rx}" fill="none" stroke="#c0392b" stroke-width="2.5" stroke-dasharray="5 3"/>` : "") +
+    `<rect class="cgv-ol" width="${n.w}" height="${n.h}" rx="${rx}" fill="none" stroke="none"/>`;
   if (n.open) {
     // An open container: a tinted frame whose header closes it again.
     return (
@@ -195,7 +200,7 @@ function computeScene(T, open, hits) {
       const x = ox + box.xs[k];
       const y = oy + box.ys[k];
       const [w, h] = box.sizes[k];
-      const entry = { id: S.id[i], kind: S.kind[i], name: S.name[i], label: S.label[i], x: r1(x), y: r1(y), w: r1(w), h: r1(h), color: S.color[i], sub: S.sub[i] };
+      const entry = { id: S.id[i], kind: S.kind[i], name: S.name[i], label: S.label[i], x: r1(x), y: r1(y), w: r1(w), h: r1(h), color: S.color[i], sub: S.sub[i], stale: S.stale ? S.stale[i] : 0 };
       if (S.mix[i]) entry.mix = S.mix[i];
       if (S.kind[i] !== "node") entry.open = open.has(i);
       nodes.push(entry);
@@ -274,6 +279,7 @@ function infoHtml(info) {
     h += row(info.kind, `${info.nodes.toLocaleString()} nodes${info.open ? " (open)" : ""}`);
     h += row("ops", info.ops.map(([op, n]) => `${esc(op)} ×${n}`).join(", "));
     if (info.devices) h += row("devices", info.devices.map(([d, n]) => `${esc(d)} ×${n}`).join("<br>"));
+    if (info.stale) h += row("stale", esc(info.stale));
   }
   return h + "</table>";
 }

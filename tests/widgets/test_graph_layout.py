@@ -11,7 +11,7 @@ import pytest
 import cellgraph as cg
 from cellgraph.examples.models import mini_inception, mlp
 from cellgraph.testing.graph_synthetic import WORKERS, synthetic_graph
-from cellgraph.widgets import graph_layout, graph_view
+from cellgraph.widgets import graph_info, graph_layout, graph_view
 from cellgraph.widgets.graph_layered import GRANDALF_MAX, layered
 from cellgraph.widgets.graph_layout import GraphModel
 from cellgraph.widgets.graph_style import DEVICE_COLORS, OTHER_COLOR
@@ -311,3 +311,33 @@ def test_ten_thousand_nodes_show_only_the_top_level() -> None:
 def test_docstring_examples(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0, f"{result.failed} of {result.attempted} failed"
+
+
+def stale_graph() -> cg.Graph:
+    """Cell 1 makes ``x``; cell 2 reads it in scope ``head``; cell 1 run again without ``x`` leaves ``head/y`` stale."""
+    g = cg.Graph()
+    with g.as_default():
+        with cg.cell_scope("c1", label="[1]"):
+            x = cg.placeholder((None, 3), name="x")
+        with cg.cell_scope("c2", label="[2]"), cg.name_scope("head"):
+            y = cg.relu(x, name="y")
+            cg.reduce_sum(y, name="total")
+        with cg.cell_scope("c1", label="[1]"):
+            cg.placeholder((None, 3), name="inputs")
+    return g
+
+
+def test_stale_nodes_and_the_scopes_around_them_are_marked() -> None:
+    # A re-run cell left nodes that raise when run: the view marks them (and a closed scope holding them), not
+    # only the info panel of a node someone clicks.
+    g = stale_graph()
+    assert g.node("head/y").stale is not None and g.node("head/total").stale is None
+    model = GraphModel(g)
+    assert by_id(model.scene())["s:head"]["stale"] == 1
+    model.expand("head")
+    boxes = by_id(model.scene())
+    assert boxes["n:head/y"]["stale"] == 1 and "stale" not in boxes["n:head/total"]
+    structure = model.structure()
+    assert {structure["id"][k]: n for k, n in enumerate(structure["stale"]) if n} == {"s:head": 1, "n:head/y": 1}
+    info = graph_info.describe(model, model.tree.resolve("head", openable=True))
+    assert info["stale"] == "1 stale node(s): re-run the cell(s) that made them"

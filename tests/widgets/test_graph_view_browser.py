@@ -292,6 +292,22 @@ def test_a_scope_opens_and_closes_with_no_answer_from_the_kernel(browser: Any) -
     page.close()
 
 
+def test_stale_nodes_are_drawn_dashed_with_a_tooltip_that_says_why(browser: Any) -> None:
+    from tests.widgets.test_graph_layout import stale_graph
+
+    page = open_view(browser, GraphView(stale_graph()))
+    closed = page.locator('[data-id="s:head"]')
+    assert closed.locator("rect.cgv-stale").count() == 1
+    assert "1 stale node(s): re-run their cells" in closed.locator("title").first.text_content()
+    assert page.locator('[data-id="n:x"] rect.cgv-stale').count() == 0
+    click(page, "s:head")  # opens it: the stale node inside is marked, its neighbour is not
+    page.locator('[data-id="n:head/y"]').wait_for()
+    assert page.locator('[data-id="n:head/y"] rect.cgv-stale').count() == 1
+    assert "stale: re-run its cell" in page.locator('[data-id="n:head/y"] title').text_content()
+    assert page.locator('[data-id="n:head/total"] rect.cgv-stale').count() == 0
+    page.close()
+
+
 def test_a_mixed_scope_shows_its_mix(browser: Any) -> None:
     graph = mlp().graph
     placement = cg.placement.place(graph, [PS, WORKER])
