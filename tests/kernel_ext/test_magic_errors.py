@@ -99,6 +99,8 @@ CLUSTER_CASES = [
     ("%cluster start", "%cluster: argument {up,connect,status,scale,down}: invalid choice: 'start'"),
     ("%cluster up --workers 0", "%cluster: argument --workers: expected a positive integer, got '0'"),
     ("%cluster up --ps -1", "%cluster: argument --ps: expected an integer of 0 or more, or colocated, got '-1'"),
+    ("%cluster up --timeout inf", "%cluster: argument --timeout: expected a positive number, got 'inf'"),
+    ("%cluster up --timeout nan", "%cluster: argument --timeout: expected a positive number, got 'nan'"),
     ("%cluster up --nodes 3", "%cluster: unrecognized arguments: --nodes 3"),
     ("%cluster up 3", "%cluster: up takes no '3'"),
     ("%cluster status --workers 2", "%cluster: --workers only go with %cluster up, not status"),
