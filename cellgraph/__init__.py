@@ -234,6 +234,17 @@ def unload_ipython_extension(ipython: object) -> None:
 
 
 _NOT_API = frozenset({"annotations", "difflib", "Callable"})  # names this module imports for itself
+_LAZY = ("Cluster", "ClusterError", "train", "Job")  # imported with Dask, at first use
+
+
+def _public() -> list[str]:
+    return [n for n in globals() if not n.startswith("_") and n not in _NOT_API] + list(_LAZY)
+
+
+def __dir__() -> list[str]:
+    """What ``cg.<Tab>`` offers: the public names, ``cg.train`` and ``cg.Cluster`` too (not yet imported), and
+    none of the names this module imports for itself (``difflib``)."""
+    return sorted({*_public(), "__version__"})
 
 
 def __getattr__(name: str) -> object:
@@ -247,8 +258,6 @@ def __getattr__(name: str) -> object:
 
         return getattr(job, name)
     # A misspelled op (cg.reduce_men) names the nearest public ones, as Python's own suggestion would.
-    public = [n for n in globals() if not n.startswith("_") and n not in _NOT_API]
-    public += ["Cluster", "ClusterError", "train", "Job"]
-    close = difflib.get_close_matches(name, public, n=3)
+    close = difflib.get_close_matches(name, _public(), n=3)
     hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
     raise AttributeError(f"module 'cellgraph' has no attribute {name!r}{hint}")

@@ -266,3 +266,30 @@ def test_a_misspelled_name_is_answered_with_the_nearest_ones() -> None:
     with pytest.raises(AttributeError) as err:
         cg.zzzzqq  # noqa: B018
     assert str(err.value) == "module 'cellgraph' has no attribute 'zzzzqq'"
+
+
+def test_tab_completion_offers_the_lazy_names_and_hides_the_modules_own_imports() -> None:
+    # cg.<Tab> is dir(cg): cg.train and cg.Cluster were missing (imported with Dask at first use), and difflib,
+    # Callable and annotations were offered as if they were cellgraph's.
+    names = dir(cg)
+    assert {"train", "Cluster", "ClusterError", "Job", "reduce_mean", "layers", "__version__"} <= set(names)
+    assert not {"difflib", "Callable", "annotations"} & set(names)
+    assert names == sorted(names)
+
+
+def test_ipythons_completer_offers_cg_train_before_it_is_imported() -> None:
+    import subprocess
+    import sys
+
+    # A fresh process: nothing has imported cellgraph.cluster yet (this process's tests have).
+    code = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "from IPython.core.completer import provisionalcompleter\n"
+        "shell = InteractiveShell.instance()\n"
+        "shell.run_cell('import cellgraph as cg')\n"
+        "with provisionalcompleter():\n"
+        "    print(sorted(c.text for c in shell.Completer.completions('cg.tr', 5)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "['train', 'transpose']"
