@@ -88,3 +88,21 @@ ones = Ones()
 normal = Normal()
 glorot_uniform = GlorotUniform()
 he_normal = HeNormal()
+
+__all__ = [
+    "GlorotUniform",
+    "HeNormal",
+    "Normal",
+    "Ones",
+    "Zeros",
+    "glorot_uniform",
+    "he_normal",
+    "normal",
+    "ones",
+    "zeros",
+]
+
+
+def __dir__() -> list[str]:
+    """What ``cg.init.<Tab>`` offers: its public names, not the modules and types it imports for itself."""
+    return sorted(__all__)

@@ -21,3 +21,11 @@ def accuracy(logits: Tensor, labels: Tensor, name: str = "accuracy") -> Tensor:
     """
     hits = math.equal(reductions.argmax(logits, axis=-1), math.cast(labels, "int32"))
     return math.reduce_mean(math.cast(hits, "float32"), name=name)
+
+
+__all__ = ["accuracy"]
+
+
+def __dir__() -> list[str]:
+    """What ``cg.metrics.<Tab>`` offers: its public names, not the modules and types it imports for itself."""
+    return sorted(__all__)

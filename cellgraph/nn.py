@@ -30,3 +30,8 @@ __all__ = [
     "max_pool_with_argmax",
     "space_to_depth",
 ]
+
+
+def __dir__() -> list[str]:
+    """What ``cg.nn.<Tab>`` offers: its public names, not the modules and types it imports for itself."""
+    return sorted(__all__)

@@ -57,3 +57,8 @@ __all__ = [
     "mixed_precision",
     "piecewise_constant",
 ]
+
+
+def __dir__() -> list[str]:
+    """What ``cg.optim.<Tab>`` offers: its public names, not the modules and types it imports for itself."""
+    return sorted(__all__)

@@ -275,6 +275,10 @@ def test_tab_completion_offers_the_lazy_names_and_hides_the_modules_own_imports(
     assert {"train", "Cluster", "ClusterError", "Job", "reduce_mean", "layers", "__version__"} <= set(names)
     assert not {"difflib", "Callable", "annotations"} & set(names)
     assert names == sorted(names)
+    # The submodules a user tabs into offer what they export, not np, math or the op modules they import.
+    for module in (cg.optim, cg.nn, cg.init, cg.metrics, cg.onnx):
+        assert dir(module) == sorted(module.__all__), module.__name__
+    assert "np" not in dir(cg.init) and "reductions" not in dir(cg.metrics) and "Adam" in dir(cg.optim)
 
 
 def test_ipythons_completer_offers_cg_train_before_it_is_imported() -> None:

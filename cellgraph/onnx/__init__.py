@@ -69,3 +69,8 @@ def import_model(
 
 
 __all__ = ["OnnxError", "export", "import_model"]
+
+
+def __dir__() -> list[str]:
+    """What ``cg.onnx.<Tab>`` offers: its public names, not the modules and types it imports for itself."""
+    return sorted(__all__)

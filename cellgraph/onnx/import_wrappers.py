@@ -151,7 +151,7 @@ def check_coerced(n: NodeInfo) -> str | None:
     shape = n.shape(0)
     if shape is None:
         return f"{n.op}-{n.version} of an input whose rank is unknown until the graph runs"
-    if not -len(shape) <= _old_axis(n) < len(shape):
+    if not -len(shape) <= _old_axis(n) < len(shape):  # its default axis 1 of a rank-1 input (import_limits.py: given)
         return f"{n.op}-{n.version} along axis {_old_axis(n)} of a rank-{len(shape)} input"
     if _old_axis(n) % len(shape) != len(shape) - 1 and None in shape:
         return f"{n.op}-{n.version} (over the input flattened to 2-D) of a shape unknown until the graph runs"

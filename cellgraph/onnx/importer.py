@@ -53,6 +53,7 @@ from .common import (
     shape_dims,
     widen,
 )
+from .import_limits import LIMITS, attrs_of, refuse_out_of_range
 from .import_ops import IMPORTERS
 from .import_sequences import (
     SEQUENCE,
@@ -144,6 +145,8 @@ def plan(
     partial: dict[str, np.ndarray] = {}
     infos = []
     for node in graph.node:
+        if node.op_type in LIMITS and node.domain in ("", "ai.onnx"):  # before it is computed ahead or built
+            refuse_out_of_range(NodeInfo(node, opset, attrs_of(node, IMPORTERS[node.op_type].attrs), known, types))
         if node.input and all(name in known for name in node.input if name):  # it may be computed now
             refuse_huge(node, opset, known, NodeInfo(node, opset, {}, known, types).describe())
         folded = _fold(node, opset, known, trainable, needed)

@@ -201,7 +201,7 @@ HOSTILE = {
     "a 4 TiB ConstantOfShape": "ConstantOfShape node 'fill', opset 17 makes 'c' of shape (1048576, 1048576), 4,398,046,511,104 bytes, from constants of the file: over the 2,147,483,648 bytes",
     "a Range of 2**40": "Range node 'range', opset 17 makes 'r' of shape (1099511627776,), 8,796,093,022,208 bytes, from constants of the file",
     "a Range of step 0": "Range node 'range', opset 17 cannot be computed at import: division by zero",
-    "Gather's axis out of range": "Gather node 'pick', opset 17 does not build in cellgraph: its attributes (axis=5) do not fit its inputs' shapes [(2,), ()] (IndexError",
+    "Gather's axis out of range": "attribute 'axis' is 5, outside [-1, 0], what ONNX's Gather allows for a rank-1 input (Gather node 'pick', opset 17)",
 }  # fmt: skip
 
 

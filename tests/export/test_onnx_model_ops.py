@@ -105,7 +105,7 @@ F = TensorProto.FLOAT
         (one_node("PRelu", [("x", F, [3]), ("s", F, [2, 3])]), r"PRelu with a slope of rank 2 over an input of rank 1"),
         (
             one_node("GroupNormalization", [("x", F, [2, 6, 4]), ("s", F, [6]), ("b", F, [6])], num_groups=4),
-            r"GroupNormalization of 6 channels in 4 groups \(they must divide evenly\)",
+            r"attribute 'num_groups' is 4: ONNX's GroupNormalization needs it to divide the 6 channels",
         ),
         (
             one_node("GroupNormalization", [("x", F, [2, "c", 4]), ("s", F, [6]), ("b", F, [6])], num_groups=2),
