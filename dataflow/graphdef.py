@@ -23,6 +23,7 @@ array(6., dtype=float32)
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -101,7 +102,8 @@ def from_tensor_proto(proto: tensor_pb2.TensorProto) -> np.ndarray:
     if name == "string":
         return _strings_from_proto(proto, shape)
     wire = DTYPES[name].newbyteorder("<")
-    expected = int(np.prod(shape, dtype=np.int64)) * wire.itemsize
+    # Python integers: NumPy's int64 product wraps, and dims (2**40, 2**40) counted 0 bytes, so empty content passed.
+    expected = math.prod(shape) * wire.itemsize
     if len(proto.content) != expected:
         raise GraphError(
             f"a {name} tensor of shape {fmt(shape)} needs {expected} bytes of content, got {len(proto.content)}"
@@ -119,7 +121,7 @@ def _utf8(array: np.ndarray) -> list[bytes]:
 
 
 def _strings_from_proto(proto: tensor_pb2.TensorProto, shape: tuple[int, ...]) -> np.ndarray:
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # exact, as for content
     if len(proto.strings) != count or proto.content:
         raise GraphError(
             f"a string tensor of shape {fmt(shape)} needs {count} strings and no content, "

@@ -15,6 +15,8 @@ import pytest
 import cellgraph as cg
 from cellgraph.cluster.ps.checkpoint import write_shard_checkpoint
 from cellgraph.cluster.ps.config import OptimizerConfig, TrainingConfig, VariableSpec
+from cellgraph.dataflow.errors import GraphError
+from cellgraph.dataflow.graphdef import from_tensor_proto
 from cellgraph.inference import ExportError, checkpoint_values
 from cellgraph.protos import graph_pb2, tensor_pb2
 from cellgraph.saved_model import FORMAT
@@ -250,6 +252,24 @@ def test_a_tampered_signature_or_graph_is_refused_naming_the_folder(tmp_path: Pa
     with pytest.raises(ExportError) as raised:
         cg.load_model(folder)
     assert f"saved model {str(folder)!r} does not rebuild: " in str(raised.value)
+    assert "a float32 tensor of shape (1099511627776, 1099511627776) needs 4835703278458516698824704 bytes of " \
+        "content, got 0" in str(raised.value)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("dtype", "dims", "words"),
+    [(tensor_pb2.DT_FLOAT32, [1 << 40, 1 << 40], "needs 4835703278458516698824704 bytes of content, got 0"),
+     (tensor_pb2.DT_INT64, [1 << 32, 1 << 32], "needs 147573952589676412928 bytes of content, got 0"),
+     (tensor_pb2.DT_STRING, [1 << 32, 1 << 32], "needs 18446744073709551616 strings and no content, got 0 strings")],
+)  # fmt: skip
+def test_a_tensor_value_whose_dims_overflow_int64_is_refused_by_its_true_size(
+    dtype: int, dims: list[int], words: str
+) -> None:
+    # NumPy's int64 product of these dims wraps to 0: an empty tensor passed the length check.
+    proto = tensor_pb2.TensorProto(dtype=dtype)
+    proto.shape.dim[:] = dims
+    with pytest.raises(GraphError, match=words):
+        from_tensor_proto(proto)
 
 
 def test_a_loaded_model_names_its_inputs_when_called_wrongly(tmp_path: Path) -> None:
