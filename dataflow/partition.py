@@ -79,12 +79,14 @@ def _devices_of(graph: Graph, placement: Any) -> dict[str, str]:
 
 
 def _last_on(device: str, starts: list[Node], device_of: Mapping[str, str]) -> list[Node]:
-    """The nodes on ``device`` that ``starts`` wait for, directly or through other devices' nodes.
+    """The stateful nodes on ``device`` (updates) that ``starts`` wait for, directly or through other nodes.
 
-    A walk up from ``starts`` stops at each node on ``device``: what that node
-    waits for there, it has already waited for. So a reader under a control
-    dependency on a third device's node, which follows an update of the
-    variable, is sent the variable's value after that update too.
+    A walk up from ``starts`` stops at each stateful node on ``device``: what
+    that node waits for there, it has already waited for. So a reader under a
+    control dependency on a third device's node, which follows an update of
+    the variable, is sent the variable's value after that update too. Only
+    state orders a read: a pure node (a fed placeholder, say, which a Send
+    must never run) is walked through, not waited for.
     """
     found: dict[str, Node] = {}
     seen: set[str] = set()
@@ -94,7 +96,7 @@ def _last_on(device: str, starts: list[Node], device_of: Mapping[str, str]) -> l
         if node.name in seen:
             continue
         seen.add(node.name)
-        if device_of[node.name] == device:
+        if device_of[node.name] == device and node.opdef.stateful:
             found[node.name] = node
             continue
         stack.extend(t.node for t in node.inputs)

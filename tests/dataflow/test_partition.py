@@ -123,6 +123,69 @@ def test_a_read_after_an_update_through_a_third_device_sees_the_update() -> None
     assert sorted(e.after for e in sess.parts.edges if e.tensor.name == "w:0" and e.dst == WORKER) == [("w", "upd")]
 
 
+def test_a_read_ordered_after_a_node_that_reads_a_fed_placeholder_runs() -> None:
+    # The walk up from the reader's control dependency (an update on a third device) reaches the fed placeholder
+    # on the device of the value read: the Send waited for the placeholder node, and running it, unfed, raised.
+    third = "/job:worker/task:1/device:cpu:0"
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((2,), name="x")
+        v = cg.variable(np.ones(2, np.float32), name="v")
+        u = cg.variable(np.zeros(2, np.float32), name="u")
+        done = cg.reduce_sum(cg.assign_add(u, x * 2.0, name="upd"), name="done")
+        with cg.control_dependencies([done]):
+            after = cg.identity(v, name="after")
+    placement = {n.name: third for n in g.nodes}
+    placement.update(x=PS, v=PS, after=WORKER)
+    sess, alone = cg.PartitionedSession(g, placement), cg.Session(g)
+    for value in ([1.0, 2.0], [3.0, 4.0]):
+        got, want = sess.run([after, done], {x: value}), alone.run([after, done], {x: value})
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1] == want[1]
+    assert [e.after for e in sess.parts.edges if e.tensor.name == "v:0"] == [("v",)]
+
+
+DEVICES = [PS, WORKER, "/job:worker/task:1/device:cpu:0"]
+
+
+def _random_stateful_graph(rng: np.random.Generator) -> tuple[cg.Graph, list[list[cg.Tensor]]]:
+    """Variables, elementwise ops over them and a fed x, updates, and reads ordered after the updates."""
+    g = cg.Graph()
+    fetch_sets = []
+    with g.as_default():
+        x = cg.placeholder((3,), name="x")
+        variables = [cg.variable(rng.normal(size=3).astype(np.float32), name=f"w{i}") for i in range(3)]
+        pool = [x, *[cg.identity(v) * 1.0 for v in variables]]
+        for _ in range(6):
+            a, b = pool[rng.integers(len(pool))], pool[rng.integers(len(pool))]
+            pool.append([a + b, a * b, cg.tanh(a) - b, cg.maximum(a, b)][rng.integers(4)])
+        for j in range(3):
+            variable = variables[rng.integers(3)]
+            update = cg.assign_add(variable, pool[rng.integers(len(pool))] * 0.1, name=f"upd{j}")
+            downstream = cg.reduce_sum(update) * 1.0
+            with cg.control_dependencies([downstream.node if rng.random() < 0.5 else update]):
+                fetch_sets.append([cg.identity(variable) * 2.0, downstream])
+        fetch_sets.append([pool[-1], pool[-2]])
+    return g, fetch_sets
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_graphs_with_state_give_a_sessions_numbers(seed: int) -> None:
+    # Random placements over three devices, updates on their variable's device, reads ordered after updates
+    # directly or through other devices' nodes; runs in a random order, each against a Session's.
+    rng = np.random.default_rng(seed)
+    g, fetch_sets = _random_stateful_graph(rng)
+    placement = {n.name: DEVICES[rng.integers(3)] for n in g.nodes}
+    for n in g.nodes:
+        if n.op == "AssignAdd":
+            placement[n.name] = placement[n.inputs[0].node.name]
+    alone, parted = cg.Session(g), cg.PartitionedSession(g, placement)
+    for i in rng.integers(len(fetch_sets), size=6):
+        feed = {"x:0": rng.normal(size=3).astype(np.float32)}
+        for want, got in zip(alone.run(fetch_sets[i], feed), parted.run(fetch_sets[i], feed), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_a_placement_missing_nodes_is_rejected() -> None:
     g = cg.Graph()
     with g.as_default():
