@@ -48,7 +48,7 @@ import numpy as np
 
 from .cells import CellgraphWarning
 from .dtypes import FLOATS, HALF_FLOATS, as_dtype
-from .errors import DTypeError
+from .errors import DTypeError, GradientError, GraphError
 from .graph import Node, Tensor
 from .opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op
 from .ops.base import TensorLike, apply, as_tensor
@@ -136,7 +136,9 @@ class MixedPrecision:
         self.initial_scale = initial_scale
         self.growth_interval = growth_interval
         self.compute_dtype = compute_dtype
-        self.loss_scale: Tensor | None = None  # the scale variable, once minimize made it
+        self.loss_scale: Tensor | None = None  # the scale variable, once minimize or compute_gradients made it
+        self.gradients_finite: Tensor | None = None  # whether every unscaled gradient of that step is finite
+        self._unscaled: list[Tensor] = []  # the gradients gradients_finite checked
 
     @property
     def name(self) -> str:
@@ -157,38 +159,116 @@ class MixedPrecision:
         self, loss: Tensor, var_list: Sequence[Tensor] | None = None, global_step: Tensor | None = None
     ) -> Node:
         """The training op: scale ``loss``, differentiate, unscale in float32, apply unless a gradient is not finite."""
+        graph = loss.graph
+        with graph.atomic(), graph.name_scope(self._scope):
+            pairs = self._unscaled_gradients(loss, var_list)
+            return self._apply(pairs, global_step)
+
+    def compute_gradients(
+        self, loss: Tensor, var_list: Sequence[Tensor] | None = None
+    ) -> list[tuple[Tensor | None, Tensor]]:
+        """The ``(gradient, variable)`` pairs of ``loss``, unscaled (float32), for clipping before ``apply_gradients``.
+
+        As ``scaler.unscale_(optimizer)`` in PyTorch and Keras's
+        ``LossScaleOptimizer.get_unscaled_gradients``: the loss is scaled and
+        differentiated, and each gradient divided by the scale, so
+        ``clip_by_global_norm`` sees the true norm. ``gradients_finite`` (a
+        bool tensor) says whether every unscaled gradient is finite, and
+        ``loss_scale`` is the scale; ``apply_gradients`` skips the step when
+        either those or the gradients it is given are not finite.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import cellgraph as cg
+        >>> g = cg.Graph()
+        >>> with g.as_default():
+        ...     w = cg.variable([[3.0], [4.0]], name="w")
+        ...     mp = cg.optim.mixed_precision(cg.optim.SGD(0.5))
+        ...     loss = cg.reduce_sum(cg.cast(cg.matmul(mp.cast(cg.constant([[1.0, 1.0]])), mp.cast(w)), "float32"))
+        ...     grads_and_vars = mp.compute_gradients(loss)
+        ...     (clipped,), norm = cg.optim.clip_by_global_norm([grads_and_vars[0][0]], 1.0)
+        ...     train = mp.apply_gradients([(clipped, w)])
+        >>> sess = cg.Session(g)
+        >>> _ = sess.run(train)
+        >>> print(sess.run(w).ravel().round(4), round(float(sess.run(norm)), 4))  # gradient (1, 1): norm 1.4142
+        [2.6464 3.6464] 1.4142
+        """
+        with loss.graph.atomic(), loss.graph.name_scope(self._scope):
+            return [(g, v) for g, v in self._unscaled_gradients(loss, var_list)]
+
+    def apply_gradients(
+        self,
+        grads_and_vars: Sequence[tuple[Tensor | None, Tensor]],
+        global_step: Tensor | None = None,
+        name: str | None = None,
+    ) -> Node:
+        """Apply unscaled ``grads_and_vars`` (from ``compute_gradients``, clipped or not) unless the step overflowed.
+
+        The step is skipped (every variable and slot kept, the scale halved, a
+        ``LossScaleWarning``) when an unscaled gradient of ``compute_gradients``
+        or one given here is inf or NaN, as ``scaler.step`` skips on the inf
+        that ``unscale_`` found.
+        """
+        if self.loss_scale is None or self.gradients_finite is None:
+            raise GraphError(
+                f"{self.name}.apply_gradients: no loss scale yet: call compute_gradients(loss) on this wrapper "
+                "first (it scales the loss and gives the unscaled gradients to clip and apply)"
+            )
+        present = [(g, v) for g, v in grads_and_vars if g is not None]
+        graph = self.loss_scale.graph
+        for g, v in present:
+            if g.graph is not graph or v.graph is not graph:
+                raise GraphError(
+                    f"{self.name}.apply_gradients: gradient {g.name!r} of {v.name!r} is not in the graph of the "
+                    f"loss scale {self.loss_scale.name!r}; call compute_gradients(loss) in this graph first"
+                )
+        with graph.atomic(), graph.name_scope(name or self._scope):
+            return self._apply(list(grads_and_vars), global_step)
+
+    @property
+    def _scope(self) -> str:
+        return self.name.replace("(", "_").replace(")", "")
+
+    def _unscaled_gradients(self, loss: Tensor, var_list: Sequence[Tensor] | None) -> list[tuple[Tensor, Tensor]]:
+        """Scale ``loss``, differentiate, divide each gradient by the scale; sets ``loss_scale`` and
+        ``gradients_finite``. The pairs with a gradient, in the variables' order."""
         if loss.dtype not in FLOATS - HALF_FLOATS or loss.shape != ():
             raise DTypeError(
                 f"{self.name}: the loss {loss.name!r} must be a float32 or float64 scalar, got {loss.dtype} of "
                 f"shape {loss.shape}; cast the logits to float32 (cg.cast(logits, 'float32')) before the loss"
             )
-        graph = loss.graph
-        with graph.atomic(), graph.name_scope(self.name.replace("(", "_").replace(")", "")):
-            scale = variable(np.float32(self.initial_scale), dtype="float32", name="loss_scale", trainable=False)
-            scaled = mul(cast(loss, "float32") if loss.dtype != "float32" else loss, scale, name="scaled_loss")
-            pairs = self.optimizer.compute_gradients(scaled, var_list)
-            for _, var in pairs:
-                if var.dtype not in ("float32", "float64"):
-                    raise DTypeError(
-                        f"{self.name}: variable {var.node.name!r} is {var.dtype}; mixed precision keeps float32 "
-                        f"master weights: make it float32 and read it as {self.compute_dtype} with mp.cast(...)"
-                    )
-            node = self._apply(pairs, scale, global_step)
-            self.loss_scale = scale
-            return node
-
-    def _apply(
-        self, scaled_pairs: list[tuple[Tensor | None, Tensor]], scale: Tensor, global_step: Tensor | None
-    ) -> Node:
-        opt = self.optimizer
-        pairs = opt._checked(scaled_pairs, global_step)
-        graph = scale.graph
+        scale = variable(np.float32(self.initial_scale), dtype="float32", name="loss_scale", trainable=False)
+        scaled = mul(cast(loss, "float32") if loss.dtype != "float32" else loss, scale, name="scaled_loss")
+        pairs = self.optimizer.compute_gradients(scaled, var_list)
+        for _, var in pairs:
+            if var.dtype not in ("float32", "float64"):
+                raise DTypeError(
+                    f"{self.name}: variable {var.node.name!r} is {var.dtype}; mixed precision keeps float32 "
+                    f"master weights: make it float32 and read it as {self.compute_dtype} with mp.cast(...), or "
+                    f"build the layers under cg.layers.policy('mixed_{self.compute_dtype}')"
+                )
+        present = [(g, v) for g, v in pairs if g is not None]
+        if not present:
+            names = ", ".join(v.name for _, v in pairs)
+            raise GradientError(f"{self.optimizer.name}: no gradient flows to any of {names}")
         # Unscaled in the variable's precision: a float32 gradient divided by a float32 scale.
-        grads = [div(g, scale if v.dtype == "float32" else cast(scale, v.dtype), name="unscaled") for g, v in pairs]
-        finite = reduce_all(is_finite(grads[0]))
-        for g in grads[1:]:
-            finite = logical_and(finite, reduce_all(is_finite(g)), name="all_finite")
-        unscaled = [(g, v) for g, (_, v) in zip(grads, pairs)]
+        grads = [div(g, scale if v.dtype == "float32" else cast(scale, v.dtype), name="unscaled") for g, v in present]
+        self.loss_scale, self.gradients_finite, self._unscaled = scale, _all_finite(grads), grads
+        return [(g, v) for g, (_, v) in zip(grads, present)]
+
+    def _apply(self, grads_and_vars: Sequence[tuple[Tensor | None, Tensor]], global_step: Tensor | None) -> Node:
+        """The update of unscaled ``grads_and_vars``, put back unless the step's gradients are finite."""
+        scale, finite = self.loss_scale, self.gradients_finite
+        assert scale is not None and finite is not None
+        opt = self.optimizer
+        unscaled = opt._checked(grads_and_vars, global_step)
+        graph = scale.graph
+        # Gradients changed after compute_gradients (clipped, say) are checked too: an inf clipped is a NaN.
+        computed = {(id(t.node), t.index) for t in self._unscaled}
+        changed = [g for g, _ in unscaled if (id(g.node), g.index) not in computed]
+        if changed:
+            finite = logical_and(finite, _all_finite(changed), name="all_finite")
         lrs, slots_of = opt._rates_and_slots(graph, unscaled, global_step)
         # What a skipped step puts back: every variable and slot as it was before the update. The copy and the
         # put-back read the variable in place after its update, so they run where it lives (placement follows
@@ -214,6 +294,14 @@ class MixedPrecision:
             with graph.control_dependencies([rescale]):
                 return group(assign_add(global_step, 1), name="update")
         return group(rescale, name="update")
+
+
+def _all_finite(grads: Sequence[Tensor]) -> Tensor:
+    """One bool scalar: every element of every tensor of ``grads`` is finite."""
+    finite = reduce_all(is_finite(grads[0]))
+    for g in grads[1:]:
+        finite = logical_and(finite, reduce_all(is_finite(g)), name="all_finite")
+    return finite
 
 
 def mixed_precision(
