@@ -3,6 +3,10 @@
 ``cg.layers.dense(x, 128, activation="relu")`` makes ``dense/kernel``,
 ``dense/bias`` and the ops between; a second dense layer gets ``dense_1``,
 unless its cell is being re-run, where it replaces the first run's nodes.
+
+A dtype policy (``with cg.layers.policy("mixed_float16"):``, see
+``cellgraph/precision.py``) decides the dtype of a layer's variables and of
+its computation: float32 variables and float16 compute for a mixed model.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from cellgraph.dataflow.ops import activations, array, conv, math, math_unary, n
 from cellgraph.dataflow.ops.placeholder_default import placeholder_with_default
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
+from cellgraph.precision import Policy, current_policy, layer_dtypes, policy, read, to_compute
 
 Initializer = Callable[..., object]
 
@@ -48,17 +53,21 @@ def _kernel_then_bias(
     kernel_init: Initializer,
     apply_kernel: Callable[[Tensor, Tensor], Tensor],
     bias_init: Initializer | None,
+    dtypes: tuple[str, str],
 ) -> Tensor:
     """``apply_kernel(x, kernel)``, plus a bias over its last axis unless ``bias_init`` is None.
 
     The ``kernel`` and ``bias`` variables of every weighted layer, made in the
-    caller's name scope in this order (a checkpoint or a PS layout lists them so).
+    caller's name scope in this order (a checkpoint or a PS layout lists them so),
+    in ``dtypes[0]``, and read (with ``x``) in compute dtype ``dtypes[1]``.
     """
-    kernel = variable(kernel_init, shape=kernel_shape, dtype=x.dtype, name="kernel")
-    y = apply_kernel(x, kernel)
+    kept, compute = dtypes
+    x = to_compute(x, compute, name=f"input_{compute}")
+    kernel = variable(kernel_init, shape=kernel_shape, dtype=kept, name="kernel")
+    y = apply_kernel(x, read(kernel, compute))
     if bias_init is None:
         return y
-    return nn.bias_add(y, variable(bias_init, shape=(kernel_shape[-1],), dtype=x.dtype, name="bias"))
+    return nn.bias_add(y, read(variable(bias_init, shape=(kernel_shape[-1],), dtype=kept, name="bias"), compute))
 
 
 def dense(
@@ -77,8 +86,10 @@ def dense(
             f"dense layer {name!r} needs a (batch, ..., features) input with known features, got {fmt(x.shape)}"
         )
     activate = _activation(activation)
+    dtypes = layer_dtypes(x, "dense", name)
     with x.graph.atomic(), name_scope(name):
-        y = _kernel_then_bias(x, (x.shape[-1], units), kernel_init, math.matmul, bias_init if use_bias else None)
+        kernel_shape = (x.shape[-1], units)
+        y = _kernel_then_bias(x, kernel_shape, kernel_init, math.matmul, bias_init if use_bias else None, dtypes)
         return activate(y)
 
 
@@ -107,6 +118,7 @@ def conv2d(
     if len(x.shape) != 4 or x.shape[3] is None:
         raise ShapeError(f"conv2d layer {name!r} needs an NHWC input with known channels, got {fmt(x.shape)}")
     activate = _activation(activation)
+    dtypes = layer_dtypes(x, "conv2d", name)
     with x.graph.atomic(), name_scope(name):
         per_group = x.shape[3] // groups if isinstance(groups, int) and groups > 0 else x.shape[3]
 
@@ -114,7 +126,7 @@ def conv2d(
             return conv.conv2d(x, kernel, strides=strides, padding=padding, dilations=dilations, groups=groups)
 
         shape = (kh, kw, per_group, filters)
-        y = _kernel_then_bias(x, shape, kernel_init, convolve, initializers.zeros if use_bias else None)
+        y = _kernel_then_bias(x, shape, kernel_init, convolve, initializers.zeros if use_bias else None, dtypes)
         return activate(y)
 
 
@@ -158,11 +170,15 @@ def batch_norm(
     if not -rank <= axis < rank or x.shape[axis] is None:
         raise ShapeError(f"batch_norm layer {name!r} needs a known channel axis {axis}, got {fmt(x.shape)}")
     channels = x.shape[axis]
+    kept, compute = layer_dtypes(x, "batch_norm", name)
     with x.graph.atomic(), name_scope(name):
-        gamma = variable(initializers.ones, shape=(channels,), dtype=x.dtype, name="gamma")
-        beta = variable(initializers.zeros, shape=(channels,), dtype=x.dtype, name="beta")
-        mean = variable(initializers.zeros, shape=(channels,), dtype=x.dtype, name="moving_mean", trainable=False)
-        var = variable(initializers.ones, shape=(channels,), dtype=x.dtype, name="moving_variance", trainable=False)
+        # Under a mixed policy every variable is float32 and so are the statistics: the op normalizes a half
+        # input in float32 and returns it in its own dtype (Keras's BatchNormalization and torch.autocast do).
+        x = to_compute(x, compute, name=f"input_{compute}")
+        gamma = variable(initializers.ones, shape=(channels,), dtype=kept, name="gamma")
+        beta = variable(initializers.zeros, shape=(channels,), dtype=kept, name="beta")
+        mean = variable(initializers.zeros, shape=(channels,), dtype=kept, name="moving_mean", trainable=False)
+        var = variable(initializers.ones, shape=(channels,), dtype=kept, name="moving_variance", trainable=False)
         return normalization.batch_norm(x, gamma, beta, mean, var, training, momentum, epsilon, axis, name="output")
 
 
@@ -185,9 +201,12 @@ def layer_norm(x: Tensor, begin_axis: int = -1, epsilon: float = 1e-5, name: str
     if normalized is None or None in normalized:
         raise ShapeError(f"layer_norm layer {name!r} needs known sizes from axis {begin_axis} on, got {fmt(x.shape)}")
     shape = tuple(d for d in normalized if d is not None)
+    kept, compute = layer_dtypes(x, "layer_norm", name)
     with x.graph.atomic(), name_scope(name):
-        gamma = variable(initializers.ones, shape=shape, dtype=x.dtype, name="gamma")
-        beta = variable(initializers.zeros, shape=shape, dtype=x.dtype, name="beta")
+        x = to_compute(x, compute, name=f"input_{compute}")
+        gamma = variable(initializers.ones, shape=shape, dtype=kept, name="gamma")
+        beta = variable(initializers.zeros, shape=shape, dtype=kept, name="beta")
+        # A half input with float32 gamma and beta is normalized in float32 (as batch_norm's statistics are).
         return normalization.layer_norm(x, gamma, beta, begin_axis, epsilon, name="output")
 
 
@@ -300,6 +319,6 @@ def dropout(
 from cellgraph.sequence_layers import embedding, lstm, multi_head_attention  # noqa: E402
 
 __all__ = [
-    "avg_pool2d", "batch_norm", "conv2d", "dense", "dropout", "embedding", "flatten", "layer_norm", "lstm",
-    "max_pool2d", "multi_head_attention", "training_switch",
+    "Policy", "avg_pool2d", "batch_norm", "conv2d", "current_policy", "dense", "dropout", "embedding", "flatten",
+    "layer_norm", "lstm", "max_pool2d", "multi_head_attention", "policy", "training_switch",
 ]  # fmt: skip

@@ -11,13 +11,18 @@ sparse cross-entropy's mean is weighted, as ``torch.nn.functional.cross_entropy`
 weights it: ``sum(weights * loss) / sum(weights)`` over the examples not
 ignored. Every argument is checked before a node is made, and a bad one is a
 ``ShapeError``, ``DTypeError`` or ``ValueError`` naming the loss and the argument.
+
+Half inputs (float16, bfloat16: the logits of a mixed-precision model) are
+widened to float32 first, so the loss and its reductions are float32, as
+under ``torch.autocast`` and Keras's mixed policies; labels and weights may
+then be the half dtype or float32.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from cellgraph.dataflow.dtypes import INTS, is_float
+from cellgraph.dataflow.dtypes import INTS, is_float, is_half
 from cellgraph.dataflow.errors import DTypeError, ShapeError
 from cellgraph.dataflow.graph import Tensor
 from cellgraph.dataflow.ops import activations, array, logic, math, math_unary, nn, state
@@ -34,15 +39,34 @@ def _check_reduction(loss: str, reduction: str) -> None:
         raise ValueError(f"{loss}: reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
 
 
-def _float_input(loss: str, what: str, value: TensorLike, dtype: str | None = None) -> Tensor:
-    """``value`` as a float tensor (of ``dtype`` when given), or a DTypeError naming ``what``."""
+def _float_input(loss: str, what: str, value: TensorLike, dtype: str | None = None, given: str | None = None) -> Tensor:
+    """``value`` as a float tensor (of ``dtype`` when given), or a DTypeError naming ``what``.
+
+    A half tensor is widened to float32 (the loss computes in float32); with ``dtype`` float32 and
+    ``given`` (the logits' dtype before widening) half, ``value`` may be of either.
+    """
     if isinstance(value, Tensor):
         if not is_float(value.dtype):
             raise DTypeError(f"{loss}: {what} must be a float tensor, got {value.dtype} ({value.name!r})")
-        if dtype is not None and value.dtype != dtype:
-            raise DTypeError(f"{loss}: {what} has dtype {value.dtype} but logits have {dtype}; they must match")
-        return value
-    return as_tensor(value, dtype=dtype)
+        if dtype is not None and value.dtype not in (dtype, given):
+            raise DTypeError(
+                f"{loss}: {what} has dtype {value.dtype} but logits have {given or dtype}; they must match"
+            )
+    else:
+        value = as_tensor(value, dtype=dtype)
+    return math.cast(value, "float32", name=f"{what}_float32") if is_half(value.dtype) else value
+
+
+def _dtype_of(value: TensorLike) -> str | None:
+    """The dtype of a tensor as it was given (before a half one is widened); None for a Python or NumPy value."""
+    return value.dtype if isinstance(value, Tensor) else None
+
+
+def _widened(value: TensorLike, what: str) -> TensorLike:
+    """A half tensor cast to float32; anything else as it is."""
+    if isinstance(value, Tensor) and is_half(value.dtype):
+        return math.cast(value, "float32", name=f"{what}_float32")
+    return value
 
 
 def _same_shape(loss: str, what: str, a: Tensor, b: Tensor, other: str) -> None:
@@ -81,8 +105,9 @@ def sigmoid_cross_entropy_with_logits(
     _check_reduction(where, reduction)
     graph = graph_of([logits, labels])
     with graph.as_default(), graph.atomic():
+        given = _dtype_of(logits)
         x = _float_input(where, "logits", logits)
-        z = _float_input(where, "labels", labels, x.dtype)
+        z = _float_input(where, "labels", labels, x.dtype, given)
         _same_shape(where, "labels", z, x, "logits")
         per = activations.softplus(x) - x * z
         return _reduce(per, reduction, name)
@@ -111,8 +136,9 @@ def softmax_cross_entropy_with_logits(
     _check_reduction(where, reduction)
     graph = graph_of([logits, labels])
     with graph.as_default(), graph.atomic():
+        given = _dtype_of(logits)
         x = _float_input(where, "logits", logits)
-        z = _float_input(where, "labels", labels, x.dtype)
+        z = _float_input(where, "labels", labels, x.dtype, given)
         rank = len(x.shape)
         if rank == 0 or not -rank <= axis < rank:
             raise ShapeError(f"{where}: axis {axis} is out of range for logits of shape {fmt(x.shape)}")
@@ -158,6 +184,7 @@ def sparse_softmax_cross_entropy(
     _check_reduction(where, reduction)
     graph = graph_of([logits, labels] + ([] if weights is None else [weights]))
     with graph.as_default(), graph.atomic():
+        given = _dtype_of(logits)
         x = _float_input(where, "logits", logits)
         y = as_tensor(labels)
         if y.dtype not in INTS:
@@ -169,7 +196,7 @@ def sparse_softmax_cross_entropy(
                 f"{where}: labels have shape {fmt(y.shape)} but logits {fmt(x.shape)} need labels of shape "
                 f"{fmt(x.shape[:-1])} (one class index per row of logits)"
             )
-        w = None if weights is None else _float_input(where, "weights", weights, x.dtype)
+        w = None if weights is None else _float_input(where, "weights", weights, x.dtype, given)
         if w is not None:
             _same_shape(where, "weights", w, y, "labels")
         if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
@@ -221,7 +248,8 @@ def mean_squared_error(
     _check_reduction("mean_squared_error", reduction)
     graph = graph_of([predictions, targets])
     with graph.as_default(), graph.atomic():
-        return _reduce(math.square(predictions - targets), reduction, name)
+        p, t = (_widened(v, what) for v, what in ((predictions, "predictions"), (targets, "targets")))
+        return _reduce(math.square(p - t), reduction, name)
 
 
 def huber(
@@ -251,8 +279,9 @@ def huber(
         raise ValueError(f"{where}: delta must be a finite number more than 0, got {delta!r}")
     graph = graph_of([predictions, targets])
     with graph.as_default(), graph.atomic():
+        given = _dtype_of(predictions)
         p = _float_input(where, "predictions", predictions)
-        t = _float_input(where, "targets", targets, p.dtype)
+        t = _float_input(where, "targets", targets, p.dtype, given)
         _same_shape(where, "targets", t, p, "predictions")
         size = math_unary.abs(p - t)
         q = math.minimum(size, float(delta))

@@ -5,6 +5,12 @@ Each makes a name scope holding its variables, as the layers of
 The weights follow Keras's layout (kernels are (inputs, outputs), LSTM gates in
 the order input, forget, cell, output), which is PyTorch's with each matrix
 transposed: the tests copy PyTorch's weights in that way and compare outputs.
+
+Under a mixed dtype policy (``cellgraph/precision.py``) the variables are
+float32 and each layer computes in the policy's half dtype, as Keras's do;
+attention's softmax is taken in float32 (its scores widened, masked there,
+and the weights rounded back), and the LSTM's gates and states are half, as
+in ``torch.autocast``. Without a policy a half input is cast to float32.
 """
 
 from __future__ import annotations
@@ -15,12 +21,15 @@ from collections.abc import Callable
 import numpy as np
 
 from cellgraph import init as initializers
+from cellgraph.dataflow.dtypes import is_half
 from cellgraph.dataflow.errors import DTypeError, ShapeError
 from cellgraph.dataflow.graph import Tensor, name_scope
 from cellgraph.dataflow.ops import array, array_gather, array_slice, math, math_unary, nn
+from cellgraph.dataflow.ops.math import cast
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.layers import dense  # layers.py imports this module last, once dense is defined
+from cellgraph.precision import current_policy, layer_dtypes, read, to_compute
 
 Initializer = Callable[..., object]
 INT_DTYPES = ("int32", "int64", "int16", "int8", "uint8")
@@ -57,9 +66,12 @@ def embedding(
     for what, value in (("vocab_size", vocab_size), ("dim", dim)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ShapeError(f"embedding layer {name!r}: {what} must be a positive int, got {value!r}")
+    current = current_policy()
     with ids.graph.atomic(), name_scope(name):
-        table = variable(embeddings_init, shape=(vocab_size, dim), name="embeddings")
-        return array_gather.gather(table, ids, name="lookup")
+        table = variable(embeddings_init, shape=(vocab_size, dim), dtype=current.variable_dtype, name="embeddings")
+        # Under a mixed policy the rows gathered are cast, not the whole table (Keras's Embedding does so).
+        rows = array_gather.gather(table, ids, name="lookup")
+        return to_compute(rows, current.compute_dtype, name=f"lookup_{current.compute_dtype}")
 
 
 def _sequence_check(x: Tensor, what: str, layer: str, name: str) -> tuple[int, int]:
@@ -69,7 +81,7 @@ def _sequence_check(x: Tensor, what: str, layer: str, name: str) -> tuple[int, i
             f"{layer} layer {name!r} needs {'an' if what[0] in 'aeiou' else 'a'} {what} of shape (batch, time, features) with time and features known, "
             f"got {fmt(x.shape)}"
         )
-    if x.dtype not in ("float32", "float64"):
+    if x.dtype not in ("float32", "float64", "float16", "bfloat16"):
         raise DTypeError(f"{layer} layer {name!r} needs a float {what}, got {x.dtype}")
     return x.shape[1], x.shape[2]
 
@@ -141,9 +153,14 @@ def multi_head_attention(
         k = _heads(dense(key, width, name="key"), t_k, num_heads, key_dim)
         v = _heads(dense(value, width, name="value"), t_k, num_heads, key_dim)
         scores = math.matmul(q, k, transpose_b=True) * (1.0 / pymath.sqrt(key_dim))  # (batch, heads, t_q, t_k)
+        compute = scores.dtype
+        # Half scores are masked and normalized in float32, as Keras's softmax under a mixed policy: -1e9 is
+        # -inf in float16, and a row with every key masked would be NaN instead of uniform.
+        if is_half(compute):
+            scores = cast(scores, "float32", name="scores_float32")
         if mask is not None:
             scores = math_unary.where(mask, scores, MASKED_SCORE, name="masked")
-        weights = nn.softmax(scores, axis=-1, name="weights")
+        weights = to_compute(nn.softmax(scores, axis=-1, name="weights"), compute, name=f"weights_{compute}")
         attended = math.matmul(weights, v)  # (batch, heads, t_q, key_dim)
         merged = array.reshape(array.transpose(attended, (0, 2, 1, 3)), (-1, t_q, width))
         return dense(merged, d, name="output")
@@ -212,21 +229,27 @@ def lstm(
         raise ShapeError(f"lstm layer {name!r}: units must be a positive int, got {units!r}")
     if time < 1:
         raise ShapeError(f"lstm layer {name!r} needs at least one time step, got {fmt(x.shape)}")
+    kept, compute = layer_dtypes(x, "lstm", name)
     if initial_state is not None:
         for what, state in zip(("h0", "c0"), initial_state):
-            if len(state.shape) != 2 or state.shape[1] != units or state.dtype != x.dtype:
+            # The input's dtype, or the compute dtype where the policy casts the input to it.
+            if len(state.shape) != 2 or state.shape[1] != units or state.dtype not in (x.dtype, compute):
                 raise ShapeError(
                     f"lstm layer {name!r}: initial state {what} must be {x.dtype} (batch, {units}), "
                     f"got {state.dtype} {fmt(state.shape)}"
                 )
     u = units
     with x.graph.atomic(), name_scope(name):
-        kernel = variable(initializers.glorot_uniform, shape=(features, 4 * u), dtype=x.dtype, name="kernel")
-        recurrent = variable(initializers.glorot_uniform, shape=(u, 4 * u), dtype=x.dtype, name="recurrent_kernel")
-        bias = variable(_forget_bias(u), shape=(4 * u,), dtype=x.dtype, name="bias")
+        x = to_compute(x, compute, name=f"input_{compute}")
+        kernel = variable(initializers.glorot_uniform, shape=(features, 4 * u), dtype=kept, name="kernel")
+        recurrent = variable(initializers.glorot_uniform, shape=(u, 4 * u), dtype=kept, name="recurrent_kernel")
+        bias = variable(_forget_bias(u), shape=(4 * u,), dtype=kept, name="bias")
+        kernel, recurrent, bias = (read(v, compute) for v in (kernel, recurrent, bias))
         # The input's share of every step in one product over the whole sequence, not one per step.
         projected = nn.bias_add(math.matmul(x, kernel), bias)  # (batch, time, 4 units)
         h, c = initial_state if initial_state is not None else (None, None)
+        if h is not None and c is not None:
+            h, c = to_compute(h, compute, name=f"h0_{compute}"), to_compute(c, compute, name=f"c0_{compute}")
         outputs = []
         for t in range(time):
             z = array_slice.getitem(projected, (slice(None), t), name=f"step_{t}")

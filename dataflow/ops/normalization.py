@@ -20,6 +20,13 @@ training and evaluation: then both normalizations are built, the output picks
 one, and the moving statistics are assigned new values only where
 ``training`` is true.
 
+Mixed precision: a half ``x`` (float16, bfloat16) with float32 moving
+statistics is normalized in float32, its statistics computed in float32 and
+the moving ones kept in float32, and the output is in ``x``'s dtype (what
+Keras's BatchNormalization and ``torch.autocast`` do); so is a half ``x`` of
+``layer_norm`` with float32 ``gamma``. Parameters of ``x``'s own dtype work
+as before.
+
 >>> import cellgraph as cg
 >>> import numpy as np
 >>> x = cg.constant(np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0]], np.float32))
@@ -35,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import is_float
+from ..dtypes import is_float, is_half
 from ..errors import DTypeError, ShapeError
 from ..graph import Node, Tensor
 from ..kernels.cpu import normalization as kernels
@@ -43,7 +50,7 @@ from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, OpDef, TensorSpec, register_op
 from ..shapes import fmt
 from .base import TensorLike, apply, apply_node, as_tensor, check_fits, require_float
-from .math import broadcast_like, reduce_mean, reduce_sum, square, zeros_like
+from .math import broadcast_like, cast, reduce_mean, reduce_sum, square, zeros_like
 from .math_unary import rsqrt, where
 from .state import identity
 
@@ -198,6 +205,10 @@ def layer_norm(
     # An out-of-range axis is reported by the shape rule, with the node's name.
     begin = begin_axis % rank if rank and -rank <= begin_axis < rank else rank
     attrs = {"axis": int(begin_axis), "begin_axis": begin, "epsilon": float(epsilon)}
+    if is_half(t.dtype) and isinstance(gamma, Tensor) and gamma.dtype == "float32":
+        # Mixed precision: float32 gamma and beta normalize a half x in float32; the result is x's dtype.
+        wide = layer_norm(cast(t, "float32", name=f"{name}_float32"), gamma, beta, begin_axis, epsilon, f"{name}_wide")
+        return cast(wide, t.dtype, name=name)
     # A tensor goes to the shape rule as it is (a wrong dtype is reported there, naming the
     # node); a Python or NumPy value takes x's dtype.
     g, b = (v if isinstance(v, Tensor) else as_tensor(v, t.dtype, t.graph, "LayerNorm") for v in (gamma, beta))
@@ -401,6 +412,13 @@ def batch_norm(
     for what, v in (("moving_mean", moving_mean), ("moving_variance", moving_variance)):
         if not isinstance(v, Tensor) or v.node.op != "Variable":
             raise TypeError(f"{name}: {what} must be a variable (its value is updated in training), got {v!r}")
+    if is_half(t.dtype) and moving_mean.dtype == "float32":
+        # Mixed precision: the statistics of a half x are computed, and kept, in float32; y is x's dtype.
+        wide = cast(t, "float32", name=f"{name}_float32")
+        y = batch_norm(
+            wide, gamma, beta, moving_mean, moving_variance, training, momentum, epsilon, axis, f"{name}_wide"
+        )
+        return cast(y, t.dtype, name=name)
 
     def normalize(mean: Tensor, variance: Tensor) -> Tensor:
         return normalized(t, gamma, beta, mean, variance, epsilon, channel)
