@@ -322,3 +322,8 @@ __all__ = [
     "Policy", "avg_pool2d", "batch_norm", "conv2d", "current_policy", "dense", "dropout", "embedding", "flatten",
     "layer_norm", "lstm", "max_pool2d", "multi_head_attention", "policy", "training_switch",
 ]  # fmt: skip
+
+
+def __dir__() -> list[str]:
+    """What ``cg.layers.<Tab>`` offers: its public names, not the modules and types it imports for itself."""
+    return sorted(__all__)

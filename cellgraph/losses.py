@@ -317,3 +317,8 @@ __all__ = [
     "softmax_cross_entropy_with_logits",
     "sparse_softmax_cross_entropy",
 ]
+
+
+def __dir__() -> list[str]:
+    """What ``cg.losses.<Tab>`` offers: its public names, not the modules and types it imports for itself."""
+    return sorted(__all__)

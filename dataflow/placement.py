@@ -489,3 +489,8 @@ def row_ranges(rows: int, count: int) -> list[tuple[int, int]]:
 
 
 __all__ = ["STRATEGIES", "Placement", "PsItem", "greedy_by_bytes", "place", "row_ranges"]
+
+
+def __dir__() -> list[str]:
+    """What ``cg.placement.<Tab>`` offers: its public names, not the modules and types it imports for itself."""
+    return sorted(__all__)

@@ -276,7 +276,7 @@ def test_tab_completion_offers_the_lazy_names_and_hides_the_modules_own_imports(
     assert not {"difflib", "Callable", "annotations"} & set(names)
     assert names == sorted(names)
     # The submodules a user tabs into offer what they export, not np, math or the op modules they import.
-    for module in (cg.optim, cg.nn, cg.init, cg.metrics, cg.onnx):
+    for module in (cg.optim, cg.nn, cg.init, cg.metrics, cg.onnx, cg.layers, cg.losses, cg.placement):
         assert dir(module) == sorted(module.__all__), module.__name__
     assert "np" not in dir(cg.init) and "reductions" not in dir(cg.metrics) and "Adam" in dir(cg.optim)
 
