@@ -42,7 +42,10 @@ Bounds = Callable[[int], tuple[int, int]]
 def refuse_out_of_range(n: NodeInfo) -> None:
     """An ``OnnxError`` for the first of ``n``'s attributes or constant inputs outside ONNX's range for its input."""
     for limit in LIMITS.get(n.op, ()):
-        why = limit(n)
+        try:
+            why = limit(n)
+        except (TypeError, ValueError, ArithmeticError, IndexError) as err:  # an attribute of the wrong kind
+            raise OnnxError(f"{n.describe()} has attributes or constant inputs ONNX does not define: {err}") from None
         if why is not None:
             raise OnnxError(f"{why} ({n.describe()})")
 
@@ -68,10 +71,6 @@ def _given(n: NodeInfo, attr: str, position: int | None) -> tuple[str, list[int]
         known = n.static_value(position)
         return label, None if known is None else [int(v) for v in known]
     return f"attribute {attr!r}", None
-
-
-def _shown(values: list[int]) -> str:
-    return str(values[0]) if len(values) == 1 else str(values)
 
 
 def _rank_bounds(r: int) -> tuple[int, int]:
@@ -337,6 +336,33 @@ def _cumsum_axis(n: NodeInfo) -> str | None:
     return None
 
 
+def _reshape(n: NodeInfo) -> str | None:
+    """Reshape's target: dims of -1 (at most one, and not beside a 0 kept as 0 by allowzero) or more."""
+    target = n.static_value(1)
+    if target is None:
+        return None
+    dims = [int(d) for d in target]
+    if any(d < -1 for d in dims) or dims.count(-1) > 1:
+        return f"input 1 ('shape') is {dims}: ONNX's Reshape takes dims of at least -1, and at most one -1"
+    if int(n.attrs["allowzero"]) and -1 in dims and 0 in dims:
+        return f"input 1 ('shape') is {dims}: ONNX's Reshape with allowzero=1 cannot infer a -1 beside a 0"
+    return None
+
+
+def _one_hot_values(n: NodeInfo) -> str | None:
+    values = n.static_value(2)
+    if values is not None and values.size != 2:
+        return f"input 2 ('values') has {values.size} values: ONNX's OneHot needs 2, [off_value, on_value]"
+    return None
+
+
+def _dropout_ratio(n: NodeInfo) -> str | None:
+    ratio = n.static_value(1) if len(n.inputs) > 1 and n.inputs[1] else None
+    if ratio is not None and ratio.size == 1 and not 0.0 <= float(ratio[0]) < 1.0:
+        return f"input 1 ('ratio') is {float(ratio[0])}, outside [0, 1), what ONNX's Dropout allows"
+    return None
+
+
 def _recurrent(gates: int) -> Limit:
     def limit(n: NodeInfo) -> str | None:
         hidden, w = n.attrs.get("hidden_size"), n.shape(1)
@@ -455,13 +481,15 @@ LIMITS: dict[str, tuple[Limit, ...]] = {
     "Split":              (axis(), _split),
     "Transpose":          (_perm,),
     "Unsqueeze":          (axes(position=1, grows=True),),
-    "Squeeze":            (axes(position=1), _squeezed),
+    "Squeeze":            (axes(position=1, unique=False), _squeezed),  # a repeat: ONNX Runtime squeezes it once
     "Slice":              (_slice,),
     "Pad":                (axes(position=3), _pad),
     "Tile":               (_tile,),
     "TopK":               (axis(), _top_k, _scalar_at_least(1, 0)),
     "CumSum":             (_cumsum_axis,),
-    "OneHot":             (axis(bounds=lambda r: (-r - 1, r)), _scalar_at_least(1, 1)),
+    "OneHot":             (axis(bounds=lambda r: (-r - 1, r)), _scalar_at_least(1, 1), _one_hot_values),
+    "Reshape":            (_reshape,),
+    "Dropout":            (_dropout_ratio,),
     "LayerNormalization": _NORM_AXES,
     "LpNormalization":    _NORM_AXES,
     "MeanVarianceNormalization": (axes(unique=False),),

@@ -412,13 +412,6 @@ def _dropout(b: Builder, n: NodeInfo) -> list[Tensor]:
     return [y, logic.not_equal(scaled, cg.zeros_like(scaled))]
 
 
-def _check_dropout(n: NodeInfo) -> str | None:
-    training, ratio = _training(n)
-    if training and not 0.0 <= ratio < 1.0:
-        return f"Dropout in training mode with ratio {ratio} (cellgraph drops a fraction in [0, 1))"
-    return None
-
-
 def _mod(b: Builder, n: NodeInfo) -> list[Tensor]:
     a, c = b.ins(n, 2)
     if not n.attrs["fmod"]:
@@ -515,7 +508,7 @@ IMPORTERS: dict[str, ImportRow] = {
                                 check=check_conv_transpose),
     "MaxPool":        ImportRow(pool, {**_WINDOW, "ceil_mode": 0, "storage_order": 0}, check=check_max_pool),
     "AveragePool":    ImportRow(pool, {**_WINDOW, "ceil_mode": 0, "count_include_pad": 0}, check=check_avg_pool),
-    "Dropout":        ImportRow(_dropout, {"seed": None, "ratio": None}, (1, 2), _check_dropout),
+    "Dropout":        ImportRow(_dropout, {"seed": None, "ratio": None}, (1, 2)),  # ratio in [0, 1): import_limits.py
     "Constant":       ImportRow(_known_output, dict.fromkeys(("value", "value_float", "value_floats", "value_int",
                                 "value_ints", "sparse_value", "value_string", "value_strings")), check=_check_constant,
                                 fold=_constant_value),
