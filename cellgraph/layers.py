@@ -315,12 +315,13 @@ def dropout(
         return math_unary.where(training, dropped, x, name="output")
 
 
-# The sequence layers live in their own module (this one holds the per-position layers).
-from cellgraph.sequence_layers import embedding, lstm, multi_head_attention  # noqa: E402
+# The sequence and recurrent layers live in their own modules (this one holds the per-position layers).
+from cellgraph.recurrent import gru, lstm  # noqa: E402
+from cellgraph.sequence_layers import embedding, multi_head_attention  # noqa: E402
 
 __all__ = [
     "Policy", "avg_pool2d", "batch_norm", "conv2d", "current_policy", "dense", "dropout", "embedding", "flatten",
-    "layer_norm", "lstm", "max_pool2d", "multi_head_attention", "policy", "training_switch",
+    "gru", "layer_norm", "lstm", "max_pool2d", "multi_head_attention", "policy", "training_switch",
 ]  # fmt: skip
 
 

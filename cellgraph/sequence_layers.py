@@ -1,16 +1,17 @@
-"""The sequence layers of ``cg.layers``: ``embedding``, ``multi_head_attention`` and ``lstm``.
+"""The sequence layers of ``cg.layers``: ``embedding`` and ``multi_head_attention`` (``lstm`` and ``gru`` are in
+``cellgraph/recurrent.py``).
 
 Each makes a name scope holding its variables, as the layers of
 ``cellgraph/layers.py`` do. A sequence is (batch, time, features), batch first.
-The weights follow Keras's layout (kernels are (inputs, outputs), LSTM gates in
-the order input, forget, cell, output), which is PyTorch's with each matrix
-transposed: the tests copy PyTorch's weights in that way and compare outputs.
+The weights follow Keras's layout (kernels are (inputs, outputs)), which is
+PyTorch's with each matrix transposed: the tests copy PyTorch's weights in that
+way and compare outputs.
 
 Under a mixed dtype policy (``cellgraph/precision.py``) the variables are
 float32 and each layer computes in the policy's half dtype, as Keras's do;
 attention's softmax is taken in float32 (its scores widened, masked there,
-and the weights rounded back), and the LSTM's gates and states are half, as
-in ``torch.autocast``. Without a policy a half input is cast to float32.
+and the weights rounded back), as in ``torch.autocast``. Without a policy a
+half input is cast to float32.
 """
 
 from __future__ import annotations
@@ -18,18 +19,16 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Callable
 
-import numpy as np
-
 from cellgraph import init as initializers
 from cellgraph.dataflow.dtypes import is_half
 from cellgraph.dataflow.errors import DTypeError, ShapeError
 from cellgraph.dataflow.graph import Tensor, name_scope
-from cellgraph.dataflow.ops import array, array_gather, array_slice, math, math_unary, nn
+from cellgraph.dataflow.ops import array, array_gather, math, math_unary, nn
 from cellgraph.dataflow.ops.math import cast
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.layers import dense  # layers.py imports this module last, once dense is defined
-from cellgraph.precision import current_policy, layer_dtypes, read, to_compute
+from cellgraph.precision import current_policy, to_compute
 
 Initializer = Callable[..., object]
 INT_DTYPES = ("int32", "int64", "int16", "int8", "uint8")
@@ -191,87 +190,3 @@ def _check_mask(mask: Tensor, scores: tuple[int, int, int], name: str) -> None:
             f"multi_head_attention layer {name!r}: mask of shape {fmt(dims)} does not fit the scores' "
             f"{names} = {fmt(full)}"
         )
-
-
-def lstm(
-    x: Tensor,
-    units: int,
-    initial_state: tuple[Tensor, Tensor] | None = None,
-    name: str = "lstm",
-) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """A long short-term memory layer over (batch, time, features) ``x``, unrolled over its known ``time``.
-
-    Returns ``(outputs, (h, c))``: the hidden state at every step (batch,
-    time, ``units``) and the final hidden and cell states (batch, ``units``).
-    One set of variables serves every step: ``kernel`` (features, 4 units),
-    ``recurrent_kernel`` (units, 4 units) and ``bias`` (4 units; the forget
-    gate's starts at 1, as Keras's ``unit_forget_bias``), gates in the order
-    input, forget, cell, output::
-
-        i, f, g, o = sigmoid, sigmoid, tanh, sigmoid of (x_t @ kernel + h @ recurrent_kernel + bias)
-        c = f * c + i * g;  h = o * tanh(c)
-
-    The state starts at zeros unless ``initial_state`` gives ``(h0, c0)``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> import cellgraph as cg
-    >>> g = cg.Graph()
-    >>> with g.as_default():
-    ...     x = cg.placeholder((None, 8, 8), name="rows")
-    ...     outputs, (h, c) = cg.layers.lstm(x, 16)
-    >>> outputs.shape, h.shape
-    ((None, 8, 16), (None, 16))
-    """
-    time, features = _sequence_check(x, "input", "lstm", name)
-    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-        raise ShapeError(f"lstm layer {name!r}: units must be a positive int, got {units!r}")
-    if time < 1:
-        raise ShapeError(f"lstm layer {name!r} needs at least one time step, got {fmt(x.shape)}")
-    kept, compute = layer_dtypes(x, "lstm", name)
-    if initial_state is not None:
-        for what, state in zip(("h0", "c0"), initial_state):
-            # The input's dtype, or the compute dtype where the policy casts the input to it.
-            if len(state.shape) != 2 or state.shape[1] != units or state.dtype not in (x.dtype, compute):
-                raise ShapeError(
-                    f"lstm layer {name!r}: initial state {what} must be {x.dtype} (batch, {units}), "
-                    f"got {state.dtype} {fmt(state.shape)}"
-                )
-    u = units
-    with x.graph.atomic(), name_scope(name):
-        x = to_compute(x, compute, name=f"input_{compute}")
-        kernel = variable(initializers.glorot_uniform, shape=(features, 4 * u), dtype=kept, name="kernel")
-        recurrent = variable(initializers.glorot_uniform, shape=(u, 4 * u), dtype=kept, name="recurrent_kernel")
-        bias = variable(_forget_bias(u), shape=(4 * u,), dtype=kept, name="bias")
-        kernel, recurrent, bias = (read(v, compute) for v in (kernel, recurrent, bias))
-        # The input's share of every step in one product over the whole sequence, not one per step.
-        projected = nn.bias_add(math.matmul(x, kernel), bias)  # (batch, time, 4 units)
-        h, c = initial_state if initial_state is not None else (None, None)
-        if h is not None and c is not None:
-            h, c = to_compute(h, compute, name=f"h0_{compute}"), to_compute(c, compute, name=f"c0_{compute}")
-        outputs = []
-        for t in range(time):
-            z = array_slice.getitem(projected, (slice(None), t), name=f"step_{t}")
-            if h is not None:
-                z = z + math.matmul(h, recurrent)
-            i = nn.sigmoid(array_slice.getitem(z, (slice(None), slice(0, u))))
-            f = nn.sigmoid(array_slice.getitem(z, (slice(None), slice(u, 2 * u))))
-            g = nn.tanh(array_slice.getitem(z, (slice(None), slice(2 * u, 3 * u))))
-            o = nn.sigmoid(array_slice.getitem(z, (slice(None), slice(3 * u, 4 * u))))
-            # A zero starting state has no forget term: c = i * g at the first step.
-            c = i * g if c is None else f * c + i * g
-            h = o * nn.tanh(c)
-            outputs.append(array.expand_dims(h, 1))
-        assert h is not None and c is not None  # time >= 1: _sequence_check knows it
-        sequence = array.concat(outputs, axis=1, name="outputs") if len(outputs) > 1 else outputs[0]
-        return sequence, (h, c)
-
-
-def _forget_bias(units: int) -> Initializer:
-    def init(shape: tuple[int, ...], dtype: np.dtype, seed: int) -> np.ndarray:
-        bias = np.zeros(shape, dtype=dtype)
-        bias[units : 2 * units] = 1.0
-        return bias
-
-    return init
