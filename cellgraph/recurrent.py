@@ -78,7 +78,7 @@ def lstm(
     ``(h, c)`` is each sequence's state after its last valid step, as
     PyTorch's ``pack_padded_sequence`` gives (module docstring). A length
     outside [0, time] fails when the graph runs, naming the layer's
-    ``lengths_at_most_<time>`` node.
+    ``lengths_in_0_to_<time>`` node.
 
     Examples
     --------
@@ -283,10 +283,13 @@ def _valid_steps(x: Tensor, lengths: Tensor | None, mask: Tensor | None) -> Tens
     assert time is not None
     valid = mask
     if lengths is not None:
-        # The identity on [0, time]; its Gather fails naming this node when a fed length is outside it.
-        lengths = array_gather.gather(
-            constant(np.arange(time + 1, dtype=lengths.dtype)), lengths, name=f"lengths_at_most_{time}"
-        )
+        # The identity on [0, time], as two lookups whose Gather fails, naming its node, on a fed length outside
+        # it. Two, because ONNX's Gather takes an index in [-n, -1] from the end: in ONNX Runtime the first
+        # refuses only a length above time, and the second (from the table's end) only a negative one.
+        table = np.arange(time + 1, dtype=lengths.dtype)
+        from_start = array_gather.gather(constant(table), lengths, name=f"lengths_in_0_to_{time}")
+        from_end = array_gather.gather(constant(table[::-1].copy()), time - lengths, name=f"lengths_in_0_to_{time}_")
+        lengths = math.maximum(from_start, from_end, name="lengths")
         steps = constant(np.arange(time, dtype=lengths.dtype), name="steps")
         below = math.less(steps, array.expand_dims(lengths, 1), name="within_lengths")  # (batch, time)
         valid = below if valid is None else logic.logical_and(valid, below, name="valid_steps")
