@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -358,6 +358,8 @@ class Graph:
     def as_default(self) -> Iterator[Graph]:
         _default.stack.append(self)
         try:
+            for hook in list(_graph_hooks):
+                hook(self, "as_default")
             yield self
         finally:
             _default.stack.pop()
@@ -441,6 +443,9 @@ class Graph:
         """Build, shape-check and add one node; raise before adding anything."""
         opdef = OPS.lookup(op)
         file, line = _user_location()
+        if self._cell_run is None:
+            for hook in list(_graph_hooks):
+                hook(self, "node")  # the notebook extension may open the running cell's scope here
         run = self._cell_run
         for t in inputs:
             if not isinstance(t, Tensor):
@@ -530,6 +535,17 @@ class _DefaultGraph(threading.local):
 
 _default = _DefaultGraph()
 _global_graph = Graph()
+# Called as ``with graph.as_default()`` enters a graph (``hook(graph, "as_default")``) and as a node is about to be
+# added to a graph with no cell scope open (``hook(graph, "node")``), on that thread. The notebook extension opens
+# the running cell's scope there, so that a cell building into its own graph is a cell there too. The IR knows
+# nothing of notebooks: the extension adds its hook, and takes it away on unload.
+_graph_hooks: list[Callable[[Graph, str], None]] = []
+
+
+def add_graph_hook(hook: Callable[[Graph, str], None]) -> Callable[[], None]:
+    """Call ``hook(graph, "as_default" | "node")`` (see ``_graph_hooks``); return what removes it again."""
+    _graph_hooks.append(hook)
+    return lambda: _graph_hooks.remove(hook) if hook in _graph_hooks else None
 
 
 def get_default_graph() -> Graph:

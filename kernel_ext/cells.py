@@ -1,7 +1,8 @@
 """Cell tracking: each notebook cell runs inside ``cg.cell_scope``, so re-running it replaces its nodes.
 
 IPython's ``pre_run_cell`` event opens the scope (on the default graph, and on
-every named graph that holds nodes of the same cell) and ``post_run_cell``
+every named graph that holds nodes of the same cell; a graph the cell's own
+code enters with ``with g.as_default():`` joins it there) and ``post_run_cell``
 closes it, passing on the cell's error so that a cell that raises leaves every
 graph as it was. JupyterLab, Notebook 7 and VS Code send a cell id with each
 execution; a front end that sends none (the IPython terminal) gets the cell's
@@ -12,9 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import sys
+import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -23,8 +27,9 @@ from typing import Any
 
 import IPython
 
+from cellgraph.dataflow import graph as graph_module
 from cellgraph.dataflow.cells import CellgraphWarning, CellRun, cell_scope
-from cellgraph.dataflow.graph import Graph, get_default_graph
+from cellgraph.dataflow.graph import Graph, add_graph_hook, get_default_graph
 
 # What to subtract from shell.execution_count during a cell to get its ``In [n]``: the IPython 9 here counts a
 # cell before it sends pre_run_cell, IPython 8 afterwards. A first guess: post_run_cell checks it on every cell.
@@ -46,15 +51,15 @@ class ActiveCell:
     label: str | None
     scopes: list[tuple[Graph, AbstractContextManager[CellRun]]] = field(default_factory=list)
     runs: list[CellRun] = field(default_factory=list)
+    thread: int = field(default_factory=threading.get_ident)  # the thread that runs the cell's code
+    entered: list[Graph] = field(default_factory=list)  # graphs the cell's code made the default
 
     def join(self, graph: Graph) -> None:
         """Open this cell's scope on ``graph`` too (no-op if it is open there already)."""
         if any(g is graph for g, _ in self.scopes):
             return
-        # As the default too: cell_scope takes ``graph or get_default_graph()``, and an empty graph is falsy.
-        with graph.as_default():
-            scope = cell_scope(self.cell_id, self.label, graph)
-            self.runs.append(scope.__enter__())
+        scope = cell_scope(self.cell_id, self.label, graph)
+        self.runs.append(scope.__enter__())
         self.scopes.append((graph, scope))
 
     def relabel(self, label: str) -> None:
@@ -75,6 +80,9 @@ class CellTracker:
         self.active: ActiveCell | None = None
         self._told_no_cell_ids = False
         self._count_offset = _FIRST_GUESS_OFFSET
+        self._remove_hook: Callable[[], None] | None = None
+        # Graphs a cell built into through ``as_default``: a re-run that no longer builds there takes its nodes away.
+        self._joined: weakref.WeakSet[Graph] = weakref.WeakSet()
 
     def cell_number(self) -> int:
         """The ``n`` of ``In [n]`` for the cell that runs now (while it runs)."""
@@ -83,9 +91,40 @@ class CellTracker:
     def register(self) -> None:
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
         self.shell.events.register("post_run_cell", self.post_run_cell)
+        self._remove_hook = add_graph_hook(self.on_graph)
+
+    def on_graph(self, graph: Graph, event: str) -> None:
+        """A graph the running cell's own code entered (``with g.as_default():``) becomes one of the cell's graphs
+        once the cell adds a node to it (not before: the cell may open a ``cg.cell_scope`` of its own there), so
+        that re-running the cell replaces what it built there instead of adding ``dense_1`` (TF1's trap), and what
+        a re-run makes stale names this cell. Graphs entered by cellgraph itself (a job's step graph, a loaded
+        model) or on another thread are left alone."""
+        active = self.active
+        if active is None or active.thread != threading.get_ident() or graph._cell_run is not None:
+            return
+        if event == "as_default":
+            if not any(g is graph for g in active.entered) and self._called_from_cell():
+                active.entered.append(graph)
+        elif any(g is graph for g in active.entered):
+            active.join(graph)
+            self._joined.add(graph)
+
+    def _called_from_cell(self) -> bool:
+        """Whether the code that entered ``as_default`` is a cell's own (a file IPython compiled for a cell)."""
+        cells = getattr(getattr(self.shell, "compile", None), "_filename_map", {})
+        frame = sys._getframe(2)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename != graph_module.__file__ and os.path.basename(filename) != "contextlib.py":
+                return filename in cells
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
 
     def unregister(self) -> None:
         """Stop tracking; a cell running now (``%unload_ext cellgraph`` itself) keeps what it made so far."""
+        if self._remove_hook is not None:
+            self._remove_hook()
+            self._remove_hook = None
         for event, callback in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
             with contextlib.suppress(ValueError):  # not registered: unregistering twice is harmless
                 self.shell.events.unregister(event, callback)
@@ -107,7 +146,10 @@ class CellTracker:
         # The default graph, and every named graph this cell built into last time: an edited cell that now
         # builds elsewhere must take its old nodes away from there too.
         graphs = [get_default_graph()]
-        graphs += [g for g in self._named_graphs() if active.cell_id in g.cells and g is not graphs[0]]
+        others = [*self._named_graphs(), *self._joined]
+        for graph in others:
+            if active.cell_id in graph.cells and not any(g is graph for g in graphs):
+                graphs.append(graph)
         try:
             for graph in graphs:
                 active.join(graph)

@@ -153,3 +153,44 @@ def test_cell_labels_follow_in_numbers_whenever_ipython_counts(shell: Interactiv
     assert cg.get_default_graph().node("x").cell_label == f"[{first.execution_count}]"  # put right afterwards
     second = ok(shell, "y = cg.placeholder((2,), name='y')", "b")
     assert cg.get_default_graph().node("y").cell_label == f"[{second.execution_count}]"
+
+
+def test_a_cell_building_into_its_own_graph_with_as_default_is_a_cell_there_too(shell: InteractiveShell) -> None:
+    # A Keras/TF1 user makes a graph in one cell and builds into it from others with `with g.as_default():`.
+    # Those cells' nodes were "made outside any cell": a re-run added dense_1, and a stale one was not named.
+    ok(shell, "import cellgraph as cg\ng = cg.Graph()")
+    model = "with g.as_default():\n    x = cg.placeholder((None, 4), name='x')\n    h = cg.layers.dense(x, {units}, name='hidden')"
+    loss = "with g.as_default():\n    train_op = cg.optim.Adam(1e-3).minimize(cg.reduce_mean(h))"
+    ok(shell, model.format(units=3), cell_id="model")
+    ok(shell, loss, cell_id="loss")
+    graph = shell.user_ns["g"]
+    first = names(graph)
+    ok(shell, loss, cell_id="loss")
+    assert names(graph) == first and "Adam_1" not in {n.split("/")[0] for n in names(graph)}
+    assert set(graph.cells) == {"model", "loss"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        last = ok(shell, model.format(units=5), cell_id="model")
+    said = " ".join(str(w.message) for w in caught)
+    loss_label = graph.node("Adam/update").cell_label
+    assert said.startswith(f"re-running cell [{last.execution_count}] re-initialised 2 variable(s)"), said
+    assert said.endswith(f"it made nodes in cell(s) {loss_label} stale; re-run cell(s) {loss_label}"), said
+    assert "outside any cell" not in said, said
+    # The default graph got none of it.
+    assert names(cg.get_default_graph()) == []
+    # Edited to build nothing there any more, the cell takes its old nodes away from that graph too.
+    ok(shell, "with g.as_default():\n    pass", cell_id="loss")
+    assert "loss" not in graph.cells and not any(n.startswith("Adam") for n in names(graph))
+
+
+def test_a_cell_scope_of_the_users_own_inside_as_default_still_works(shell: InteractiveShell) -> None:
+    # README's "Cells that can be re-run" and notebook 01 call cg.cell_scope by hand inside `with g.as_default():`.
+    by_hand = """by_hand = cg.Graph()
+with by_hand.as_default():
+    for run in range(3):
+        with cg.cell_scope("cell-1", label=str(run + 1)):
+            inputs = cg.placeholder((None, 4), name="inputs")
+            cg.layers.dense(inputs, 8, name="layer")"""
+    ok(shell, "import cellgraph as cg")
+    ok(shell, by_hand)
+    assert names(shell.user_ns["by_hand"]) == ["inputs", "layer/kernel", "layer/matmul", "layer/bias", "layer/bias_add"]
