@@ -126,8 +126,8 @@ def lstm(
         def step(z: Tensor, state: State | None) -> State:
             if state is not None:
                 z = z + math.matmul(state[0], recurrent)
-            i, f, g, o = (_gate(z, k, u) for k in range(4))
-            i, f, g, o = nn.sigmoid(i), nn.sigmoid(f), nn.tanh(g), nn.sigmoid(o)
+            i, f = nn.sigmoid(_gate(z, 0, u)), nn.sigmoid(_gate(z, 1, u))
+            g, o = nn.tanh(_gate(z, 2, u)), nn.sigmoid(_gate(z, 3, u))
             # A zero starting state has no forget term: c = i * g at the first step.
             c = i * g if state is None else f * state[1] + i * g
             return o * nn.tanh(c), c

@@ -199,6 +199,15 @@ def test_a_zero_length_keeps_the_initial_state_and_outputs_zeros() -> None:
     assert np.all(got_out[1] != 0) and np.array_equal(got_h[1], got_out[1, 2])
 
 
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_without_lengths_or_mask_the_layer_builds_no_masking_nodes(kind: str) -> None:
+    # A model saved or exported before lengths existed is the same graph: nothing is added for a full batch.
+    g = cg.Graph()
+    with g.as_default():
+        getattr(cg.layers, kind)(cg.placeholder((None, 4, 3), name="x"), 5)
+    assert not {"Where", "Gather", "Less", "LogicalAnd"} & {n.op for n in g.nodes}
+
+
 # ------------------------------------------------------------------ gru without lengths
 @pytest.mark.parametrize("given_state", [False, True], ids=["zero-state", "initial-state"])
 def test_gru_matches_torch(given_state: bool) -> None:
