@@ -97,6 +97,13 @@ function draw(model, el) {
     p.textContent = error;
     root.appendChild(p);
   }
+  const note = model.get("note");
+  if (note) {
+    const p = document.createElement("div");
+    p.className = "cellgraph-note";
+    p.textContent = note;
+    root.appendChild(p);
+  }
   const workers = model.get("workers");
   if (workers.length) root.appendChild(table(workers));
   el.appendChild(root);
@@ -104,7 +111,7 @@ function draw(model, el) {
 
 function render({ model, el }) {
   const redraw = () => draw(model, el);
-  const names = ["scheduler", "kind", "dashboard_link", "workers", "devices", "closed", "error"];
+  const names = ["scheduler", "kind", "dashboard_link", "workers", "devices", "closed", "error", "note"];
   for (const name of names) model.on(`change:${name}`, redraw);
   redraw();
   return () => {

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
+from .reprs import no_workers, unreadable
+
 if TYPE_CHECKING:
     from cellgraph.cluster.cluster import Cluster, WorkerInfo
 
@@ -71,6 +73,7 @@ class ClusterView(anywidget.AnyWidget):
     devices = traitlets.List(traitlets.Unicode()).tag(sync=True)
     closed = traitlets.Bool(False).tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
+    note = traitlets.Unicode("").tag(sync=True)  # what to do about it, when there is nothing to list
 
     def __init__(self, cluster: Cluster) -> None:
         super().__init__()
@@ -96,10 +99,11 @@ class ClusterView(anywidget.AnyWidget):
                 devices = cluster.devices()
                 self.dashboard_link = cluster.dashboard_link
             except Exception as err:  # a view must still show: say what could not be read, keep what was
-                self.error = f"could not read the cluster at {cluster.scheduler_address}: {type(err).__name__}: {err}"
+                self.error = unreadable(cluster, err)
                 return
             self.workers = [worker_row(w, devices_of(w, devices)) for w in infos]
             self.devices, self.error = devices, ""
+            self.note = "" if infos else no_workers(cluster)
 
     def _on_message(self, _: Any, content: Any, buffers: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "refresh":

@@ -97,6 +97,27 @@ def job_text(job: MonitoredJob) -> str:
     return "\n".join(lines)
 
 
+def unreadable(cluster: Cluster, err: BaseException) -> str:
+    """Why ``cluster``'s workers could not be read: a scheduler gone (Dask's client no longer ``running``) in words,
+    anything else as the error."""
+    status = str(getattr(cluster.client, "status", "running"))
+    if status != "running":
+        return (
+            f"lost the Dask scheduler at {cluster.scheduler_address} (Dask's client is {status!r}): is it still "
+            "running? %cluster down, then %cluster connect ADDRESS (or %cluster up) when it is back"
+        )
+    return f"could not read the cluster at {cluster.scheduler_address}: {type(err).__name__}: {err}"
+
+
+def no_workers(cluster: Cluster) -> str:
+    """What to do about a cluster with no workers (a scheduler started without any, or whose workers left)."""
+    address = cluster.scheduler_address
+    return (
+        f"no workers yet: start them with 'dask worker {address} --resources worker=1' (training) and "
+        f"'dask worker {address} --resources ps=1' (a parameter server), then Refresh"
+    )
+
+
 def cluster_text(cluster: Cluster) -> str:
     """A line for ``cluster`` and one per worker: role and task, address, name, threads, memory, GPUs.
 
@@ -114,10 +135,10 @@ def cluster_text(cluster: Cluster) -> str:
         rows = cluster.workers()
         link = cluster.dashboard_link
     except Exception as err:  # a repr must not raise: say what could not be read
-        return f"{head}: workers unknown ({type(err).__name__}: {err})"
+        return f"{head}: workers unknown ({unreadable(cluster, err)})"
     lines = [f"{head}, dashboard {link}" if link else head]
     if not rows:
-        lines.append("  no workers")
+        lines.append(f"  {no_workers(cluster).removesuffix(', then Refresh')}")
     width = max((len(_role(w.role, w.task)) for w in rows), default=0)
     for w in rows:
         gpus = f", {w.gpus} GPU(s)" if w.gpus else ""

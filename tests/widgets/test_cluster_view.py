@@ -82,3 +82,35 @@ def test_a_closed_cluster_says_so() -> None:
     assert view.error == "the cluster is closed: cg.Cluster.local() (or Cluster.connect) starts another"
     assert cluster_text(small) == f"Cluster {small.scheduler_address} (local), closed"
     view.close()
+
+
+@pytest.mark.slow
+def test_a_scheduler_without_workers_says_how_to_start_them_and_a_lost_one_says_so() -> None:
+    # A Dask user's own scheduler, started with no workers: the view was an empty header, with nothing to do.
+    from distributed import LocalCluster
+
+    scheduler = LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None)
+    connected = Cluster.connect(scheduler.scheduler_address)
+    view: ClusterView | None = None
+    try:
+        view = ClusterView(connected)
+        address = connected.scheduler_address
+        assert view.workers == [] and view.error == ""
+        assert view.note == (
+            f"no workers yet: start them with 'dask worker {address} --resources worker=1' (training) and "
+            f"'dask worker {address} --resources ps=1' (a parameter server), then Refresh"
+        )
+        assert cluster_text(connected).splitlines()[1] == f"  {view.note.removesuffix(', then Refresh')}"
+        # The scheduler goes away under the view: it said "AttributeError: 'NoneType' object has no attribute ...".
+        scheduler.close()
+        view.refresh()
+        assert view.error.startswith(f"lost the Dask scheduler at {address} (Dask's client is "), view.error
+        assert view.error.endswith(
+            "is it still running? %cluster down, then %cluster connect ADDRESS (or %cluster up) when it is back"
+        ), view.error
+        assert "AttributeError" not in cluster_text(connected)
+    finally:
+        if view is not None:
+            view.close()
+        connected.close()
+        scheduler.close()
