@@ -7,7 +7,8 @@ a word starting with ``-`` completes to its options, the word after an option
 with choices (``--mode``) to those choices, and a positional word to the
 choices of the magic's first positional argument (``%cluster``'s actions).
 A word of an argument that takes names (``LOSS``, ``--data``, ``--inputs``,
-``--from``) completes to the notebook's names; anything else (paths) is left
+``--from``) completes to the notebook's names, and ``--optimizer``'s to each
+kind with its default rate (``nadam:0.002``); anything else (paths) is left
 to IPython.
 
 Examples
@@ -25,23 +26,58 @@ Examples
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from IPython.core.completer import SimpleCompletion, context_matcher
 
+from .arguments import OPTIMIZERS
 
-def candidates(parser: argparse.ArgumentParser, line: str, word: str) -> list[str]:
-    """What ``word``, the last word of a magic's ``line`` up to the cursor, may complete to (sorted)."""
+
+def _optimizer_specs(typed: str, word: str) -> list[str]:
+    """``--optimizer``'s values: each kind with its default rate (``nadam:0.002``); after ``nadam:``, that rate."""
+    name, colon, _ = typed.partition(":")
+    if colon:
+        entry = OPTIMIZERS.get(name.lower())
+        rate = f"{entry[1]:g}" if entry is not None else ""
+        return [rate] if rate and rate.startswith(word) else []
+    return [f"{kind}:{rate:g}" for kind, (_, rate) in sorted(OPTIMIZERS.items()) if kind.startswith(typed.lower())]
+
+
+# Values an option's metavar stands for, given the whole word typed so far and IPython's token (the part after a
+# ':' or ','), which is what a completion replaces.
+VALUES: dict[str, Callable[[str, str], list[str]]] = {"NAME:RATE": _optimizer_specs}
+
+
+def _split(line: str) -> tuple[list[str], str]:
+    """The words before the one being typed, and that word as typed (``nadam:1e``: IPython's token is ``1e``)."""
     words = line.split()
-    before = words[:-1] if word else words  # the words before the one being typed
-    if word.startswith("-"):
-        options = (o for a in parser._actions for o in a.option_strings if o.startswith("--") or len(word) < 2)
-        return sorted(o for o in options if o.startswith(word))
+    typed = words[-1] if words and not line[-1:].isspace() else ""
+    return (words[:-1] if typed else words), typed
+
+
+def filling(parser: argparse.ArgumentParser, line: str) -> argparse.Action | None:
+    """The option whose value is being typed at the end of ``line`` (``--mode`` in ``%train loss --mode s``)."""
+    before, _ = _split(line)
     if len(before) > 1 and before[-1].startswith("-"):
         action = next((a for a in parser._actions if before[-1] in a.option_strings), None)
         if action is not None and action.nargs != 0:
-            return sorted(str(c) for c in action.choices or () if str(c).startswith(word))
+            return action
+    return None
+
+
+def candidates(parser: argparse.ArgumentParser, line: str, word: str) -> list[str]:
+    """What ``word``, the last word of a magic's ``line`` up to the cursor, may complete to (sorted)."""
+    before, typed = _split(line)  # the words before the one being typed
+    if word.startswith("-"):
+        options = (o for a in parser._actions for o in a.option_strings if o.startswith("--") or len(word) < 2)
+        return sorted(o for o in options if o.startswith(word))
+    action = filling(parser, line)
+    if action is not None:
+        values = VALUES.get(str(action.metavar))
+        if values is not None:
+            return values(typed, word)
+        return sorted(str(c) for c in action.choices or () if str(c).startswith(word))
     positional = [a for a in parser._actions if not a.option_strings]
     if positional and positional[0].choices and not _given(before[1:], parser):
         return sorted(str(c) for c in positional[0].choices if str(c).startswith(word))
@@ -68,12 +104,9 @@ NAME_METAVARS = {"LOSS", "X,y", "X[,X2]", "OUTPUTS", "NAME"}
 
 
 def _takes_names(parser: argparse.ArgumentParser, line: str, word: str) -> bool:
-    words = line.split()
-    before = words[:-1] if word else words
-    if len(before) > 1 and before[-1].startswith("-"):
-        action = next((a for a in parser._actions if before[-1] in a.option_strings), None)
-        if action is not None and action.nargs != 0:
-            return action.metavar in NAME_METAVARS
+    action = filling(parser, line)
+    if action is not None:
+        return action.metavar in NAME_METAVARS
     positional = [a for a in parser._actions if not a.option_strings]
     return bool(positional) and positional[0].metavar in NAME_METAVARS
 

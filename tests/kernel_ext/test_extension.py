@@ -114,6 +114,16 @@ def test_tab_completes_the_magics_options_and_choices(
     assert not_offered not in got, got
 
 
+def test_tab_completes_an_optimizer_and_its_rate(shell: InteractiveShell) -> None:
+    """%train loss --optimizer <Tab> offered Python's keywords and every magic (and, %%!, ...); na<Tab> nothing."""
+    assert _completions(shell, "%train loss --optimizer ") == [
+        "adadelta:1", "adagrad:0.01", "adam:0.001", "adamax:0.002", "adamw:0.001", "momentum:0.01", "nadam:0.002",
+        "rmsprop:0.001", "sgd:0.01",
+    ]  # fmt: skip
+    assert _completions(shell, "%train loss --optimizer na") == ["nadam:0.002"]
+    assert _completions(shell, "%train loss --optimizer nadam:") == ["0.002"]  # after the colon: its default rate
+
+
 def test_unloading_takes_the_completion_away(shell: InteractiveShell) -> None:
     ok(shell, "%unload_ext cellgraph")
     assert "--replicas" not in _completions(shell, "%train xent --rep")
