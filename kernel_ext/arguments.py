@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import difflib
 import inspect
 import math
 import os
@@ -163,7 +164,9 @@ def optimizer(spec: str) -> Optimizer:
     known = ", ".join(sorted(OPTIMIZERS))
     entry = OPTIMIZERS.get(name.strip().lower())
     if entry is None:
-        raise ValueError(f"--optimizer {spec!r}: unknown optimizer {name!r}; known: {known} (e.g. adam:1e-3)")
+        close = difflib.get_close_matches(name.strip().lower(), OPTIMIZERS, n=1)
+        meant = f", did you mean {close[0]!r}?" if close else ";"
+        raise ValueError(f"--optimizer {spec!r}: unknown optimizer {name!r}{meant} known: {known} (e.g. adam:1e-3)")
     cls, default_rate = entry
     if not rate:
         return cls(default_rate)

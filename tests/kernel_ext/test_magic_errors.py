@@ -64,6 +64,10 @@ TRAIN_CASES = [
         "%train loss --data X,Y --optimizer lamb:1e-3",
         "%train: --optimizer 'lamb:1e-3': unknown optimizer 'lamb'; known: adadelta, adagrad, adam, adamax, adamw, momentum, nadam, rmsprop, sgd (e.g. adam:1e-3)",
     ),
+    (  # a typo of a new kind: the list said it, not which one was meant
+        "%train loss --data X,Y --optimizer nadm:1e-3",
+        "%train: --optimizer 'nadm:1e-3': unknown optimizer 'nadm', did you mean 'nadam'? known: adadelta, adagrad, adam, adamax, adamw, momentum, nadam, rmsprop, sgd (e.g. adam:1e-3)",
+    ),
     (
         "%train loss --data X,Y --optimizer adam:fast",
         "%train: --optimizer 'adam:fast': the learning rate 'fast' is not a number (e.g. adam:1e-3)",
