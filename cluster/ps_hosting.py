@@ -8,6 +8,7 @@ the workers' roles and ``_run`` (``client.run`` with a deadline).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -129,7 +130,11 @@ class ParameterServerHosting:
         return [by_name[n] for n in names if n in by_name]
 
     def parameter_servers(
-        self, job_id: str, timeout: float = CALL_TIMEOUT_S, replacing: Sequence[str] = ()
+        self,
+        job_id: str,
+        timeout: float = CALL_TIMEOUT_S,
+        replacing: Sequence[str] = (),
+        cancel: threading.Event | None = None,
     ) -> list[str]:
         """Job ``job_id``'s servers' ``host:port`` now, in PS-task order.
 
@@ -137,6 +142,8 @@ class ParameterServerHosting:
         ``timeout`` seconds until every PS worker hosts a server again and none
         is at a replaced address: Dask's nanny restarts a lost PS worker, and
         the scheduler sends it the job's plugin, which starts a new, empty server.
+        ``cancel`` (the job's closed event) ends that wait early with a ``ClusterError``: a job closed meanwhile
+        wants no servers.
 
         Examples
         --------
@@ -159,13 +166,18 @@ class ParameterServerHosting:
                 seen = f"PS workers {', '.join(ps) or 'none'}, servers at {', '.join(addresses) or 'none'}"
             except Exception as err:  # a worker that died a moment ago, still on the scheduler's list: ask again
                 seen = f"{type(err).__name__}: {err}"
+            if cancel is not None and cancel.is_set():
+                raise ClusterError(f"job '{job_id}' was closed while it waited for its parameter servers ({seen})")
             if time.monotonic() > deadline:
                 raise ClusterError(
                     f"job '{job_id}' needs {wanted} parameter server(s) in place of {', '.join(sorted(gone)) or 'none'}"
                     f", and {timeout:g} s later there are: {seen}. Does the cluster restart lost workers (a nanny), "
                     "with the 'ps' resource?"
                 )
-            time.sleep(RESTART_POLL_S)
+            if cancel is None:
+                time.sleep(RESTART_POLL_S)
+            else:
+                cancel.wait(RESTART_POLL_S)
 
     def stop_parameter_servers(self, job_id: str) -> None:
         """Stop job ``job_id``'s parameter servers (each lets calls in flight finish, briefly).

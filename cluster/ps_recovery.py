@@ -65,7 +65,8 @@ class ServerRecovery:
         self.watch = watch
 
     def restart(self, err: ParameterServerError) -> bool:
-        """Servers stopped answering: wait for Dask to restart them, restore, publish; False if the job failed."""
+        """Servers stopped answering: wait for Dask to restart them, restore, publish; False if the job failed or was
+        closed meanwhile."""
         state = self.state
         # The replicas' metrics may have seen a later step than the supervisor's last look.
         with state.lock:
@@ -86,7 +87,7 @@ class ServerRecovery:
         )
         try:
             # The job's servers only: the first ones, those the placement gave a part of the model (Supervisor.start).
-            found = state.cluster.parameter_servers(state.job_id, timeout=timeout, replacing=dead)
+            found = state.cluster.parameter_servers(state.job_id, timeout=timeout, replacing=dead, cancel=state.closed)
             addresses = list(found)[: len(state.addresses)]
             ps = ParameterClient(addresses, state.token, timeout=timeout)
             placement = state.placed.placement if state.placed is not None else None
@@ -96,6 +97,8 @@ class ServerRecovery:
             )  # fmt: skip
             step = ps.restore(state.restore_point) if state.restore_point else 0
         except CellgraphError as problem:
+            if state.closed.is_set():
+                return self._closed_meanwhile(dead)
             state.error = TrainingError(
                 f"job {state.job_id}: its parameter server(s) {', '.join(dead)} were lost and could not be restarted: "
                 f"{problem}. The job has failed: job.close() ends it, and "
@@ -108,6 +111,11 @@ class ServerRecovery:
             state.event(str(state.error))
             state.signal_stop()  # the replicas waiting for new servers end now, not at their deadline
             return False
+        if state.closed.is_set():
+            # close_job has stopped (or is stopping) the servers and forgotten the job's client: a new one set
+            # now would outlive the job, and new addresses published would bring back the Dask variable it deleted.
+            ps.close()
+            return self._closed_meanwhile(dead)
         old, state.ps = state.ps, ps
         if old is not None:
             old.close()
@@ -121,6 +129,14 @@ class ServerRecovery:
             f"(checkpoints at most every {state.spec.checkpoint_every} steps); the replicas rejoin there"
         )
         return True
+
+    def _closed_meanwhile(self, dead: list[str]) -> bool:
+        """The job was closed while its servers restarted: it stays stopped, with no new servers and no error."""
+        self.state.event(
+            f"the job was closed while its parameter server(s) {', '.join(dead)} restarted: they are not restarted, "
+            "and the job stays stopped"
+        )
+        return False
 
     def _find_newer_checkpoint(self) -> None:
         """Look in the checkpoint folder, where this process can read it, for a checkpoint newer than ``Stats`` last
