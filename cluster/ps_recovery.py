@@ -76,6 +76,9 @@ class ServerRecovery:
         if not dead:
             state.event(f"the parameter servers answer again after: {err}")
             return True
+        # The scheduler has most likely seen the PS worker go by now: its "lost worker" event comes first, as it
+        # happened first (this thread is busy here for as long as the restart takes).
+        self.watch.look()
         who = "; ".join(self._describe_server(a) for a in dead)
         self._find_newer_checkpoint()
         point = state.restore_point or "nothing (no checkpoint yet: training starts again from step 0)"
@@ -89,6 +92,7 @@ class ServerRecovery:
             # The job's servers only: the first ones, those the placement gave a part of the model (Supervisor.start).
             found = state.cluster.parameter_servers(state.job_id, timeout=timeout, replacing=dead, cancel=state.closed)
             addresses = list(found)[: len(state.addresses)]
+            self.watch.look()  # the restarted worker joined before its server restores: say so in that order
             ps = ParameterClient(addresses, state.token, timeout=timeout)
             placement = state.placed.placement if state.placed is not None else None
             ps.init(

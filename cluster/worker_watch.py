@@ -66,8 +66,10 @@ class WorkerWatch:
         return f"{address} (name {there.name}, role {there.role}, task {there.task})" if there else address
 
     def ps_host(self, shard: int) -> WorkerInfo | None:
-        """The PS worker of ``shard`` (the lost one first: it may have gone before its server was found silent)."""
-        found = [w for w in (*self.lost.values(), *self.workers.values()) if w.role == "ps" and w.task == shard]
+        """The PS worker of ``shard`` (the last one lost first: it may have gone before its server was found silent;
+        an earlier one lost hosted an earlier server)."""
+        lost = reversed(self.lost.values())
+        found = [w for w in (*lost, *self.workers.values()) if w.role == "ps" and w.task == shard]
         return found[0] if found else None
 
     def _lost_worker(self, info: WorkerInfo, now: float, gone: Sequence[str]) -> str:

@@ -12,7 +12,7 @@ import pytest
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.examples import digits
 
-from .test_faults import TIMEOUT, kill_worker, local_cluster, start_job, wait_for_event, wait_for_step
+from .test_faults import TIMEOUT, event_index, kill_worker, local_cluster, start_job, wait_for_event, wait_for_step
 
 __all__ = ["local_cluster"]  # the fixture, used by name
 
@@ -54,3 +54,36 @@ def test_a_job_closed_while_its_lost_server_restarts_stays_stopped_and_leaves_no
     ), events
     assert "could not be restarted" not in events
     assert job.events[-1].endswith("the job is stopped"), job.events
+
+
+@pytest.mark.slow
+def test_a_server_lost_twice_names_each_lost_worker_in_the_order_things_happened(
+    local_cluster: Callable[..., Cluster], data: digits.Split
+) -> None:
+    cluster = local_cluster(workers=2, ps=1)
+    [first] = cluster.ps_workers()
+    job = start_job(cluster, data, replicas=2, aggregate=None, steps=400, checkpoint_every=20)
+    try:
+        wait_for_step(job, 30)
+        kill_worker(cluster, first)
+        wait_for_event(job, "restarted at")
+        [second] = cluster.ps_workers()  # the nanny's new worker, which the restarted server runs in
+        assert second != first
+        kill_worker(cluster, second)
+        job.wait(TIMEOUT)
+        assert job.status == "finished" and job.global_step() == 400, job.events
+        silent = [n for n, e in enumerate(job.events) if "did not answer (last seen" in e]
+        restarted = [n for n, e in enumerate(job.events) if "restarted at" in e]
+        assert len(silent) == len(restarted) == 2, job.events
+        # Each silent server is said to be in the worker that was lost with it, not the first one lost.
+        for n, worker in zip(silent, (first, second), strict=True):
+            assert "name ps-0, role ps, task 0)" in job.events[n] and f"; worker {worker}, " in job.events[n], (
+                job.events
+            )
+        # Each worker was lost before its server restarted, and its replacement joined before that too.
+        for worker, done in zip((first, second), restarted, strict=True):
+            assert event_index(job, f"lost worker {worker}") < done, job.events
+        joined = [n for n, e in enumerate(job.events) if "joined (name ps-0, role ps, task 0)" in e]
+        assert len(joined) == 2 and all(j < r for j, r in zip(joined, restarted, strict=True)), job.events
+    finally:
+        job.close()
