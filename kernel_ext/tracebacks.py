@@ -4,8 +4,12 @@ A ``ShapeError`` from an op's shape rule, or a missing feed found by the
 session, came with 35 to 50 frames of cellgraph's own code above its one line
 of news, which already names the node, its cell and line, and every shape
 involved. With the extension loaded, a ``CellgraphError`` is shown with the
-frames of the user's cells (and of any other library) only; ``%xmode Verbose``
-shows cellgraph's frames too, as does any error that is not cellgraph's. The
+frames of the user's cells (and of any other library) only, and so is a
+``ValueError`` or ``TypeError`` that cellgraph raised itself to refuse an
+argument (``cg.optim.Nadam(-1e-3)``, an unknown ``cg.layers.policy``): a
+``raise`` statement of cellgraph's code is the innermost frame. ``%xmode
+Verbose`` shows cellgraph's frames too, as does any other error (one from
+inside cellgraph that no ``raise`` of its own made is a bug to report whole). The
 error a kernel raised inside a run (a label out of range) is not shown a
 second time, with the kernel's and the generated plan's frames, under the
 ``ExecutionError`` whose message already names it and the op. A
@@ -42,7 +46,8 @@ from typing import Any
 from cellgraph.dataflow.cells import CellgraphWarning
 from cellgraph.dataflow.errors import CellgraphError
 
-ERRORS = (CellgraphError,)
+# The handler sees these; a ValueError or TypeError that cellgraph did not raise itself is shown as IPython would.
+ERRORS = (CellgraphError, ValueError, TypeError)
 
 
 @lru_cache(maxsize=1)
@@ -75,7 +80,14 @@ def user_frames(
     cellgraph with no caller of the user's). With ``is_cell`` (whether a file is a notebook cell's), a cell's
     line as IPython rewrote it to call its cell magic goes too when a cell's own frame follows (a ``%%graph``
     cell's code): it would show the whole cell again, squeezed onto one line."""
-    kept = [t for t in frames(tb) if not _inside_cellgraph(t.tb_frame.f_code.co_filename)]
+    entries = list(frames(tb))
+    inside = [_inside_cellgraph(t.tb_frame.f_code.co_filename) for t in entries]
+    # contextlib's __enter__ between a cell's `with cg.layers.policy(...)` and cellgraph's generator is glue too.
+    glue = [
+        os.path.basename(t.tb_frame.f_code.co_filename) == "contextlib.py" and i + 1 < len(inside) and inside[i + 1]
+        for i, t in enumerate(entries)
+    ]
+    kept = [t for t, own, joins in zip(entries, inside, glue) if not (own or joins)]
     if not kept:
         return tb
     if is_cell is not None:
@@ -96,7 +108,7 @@ def _calls_a_cell_magic(entry: types.TracebackType) -> bool:
 def show(shell: Any, etype: type[BaseException], value: BaseException, tb: Any, tb_offset: Any = None) -> None:
     """IPython's custom exception handler for ``ERRORS`` (``set_custom_exc``): the traceback as IPython shows
     it, less cellgraph's frames unless ``%xmode Verbose`` is on."""
-    if getattr(shell.InteractiveTB, "mode", "") == "Verbose":
+    if getattr(shell.InteractiveTB, "mode", "") == "Verbose" or not _cellgraphs(value, tb):
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return
     cells = getattr(getattr(shell, "compile", None), "_filename_map", {})
@@ -112,6 +124,17 @@ def show(shell: Any, etype: type[BaseException], value: BaseException, tb: Any, 
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     finally:
         value.__cause__, value.__suppress_context__ = cause, suppress
+
+
+def _cellgraphs(value: BaseException, tb: types.TracebackType | None) -> bool:
+    """Whether ``value`` is cellgraph's word to the user: a ``CellgraphError``, or an error a ``raise`` statement of
+    cellgraph's own code made (its innermost frame), as an argument check does."""
+    if isinstance(value, CellgraphError):
+        return True
+    last = next(iter(reversed(list(frames(tb)))), None)
+    if last is None or not _inside_cellgraph(last.tb_frame.f_code.co_filename):
+        return False
+    return linecache.getline(last.tb_frame.f_code.co_filename, last.tb_lineno).lstrip().startswith("raise ")
 
 
 def _told_cause(value: BaseException) -> BaseException | None:

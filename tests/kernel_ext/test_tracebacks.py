@@ -48,6 +48,47 @@ def test_xmode_verbose_shows_cellgraphs_frames_and_unloading_puts_ipythons_handl
     assert shell.custom_exceptions == tracebacks.ERRORS
 
 
+@pytest.mark.parametrize(
+    ("cell", "error", "inside"),
+    [
+        ("cg.optim.Nadam(-1e-3)", "ValueError: Nadam: learning_rate must be positive, got -0.001", "optimizers.py"),
+        (
+            "with cg.layers.policy('mixed_float32'):\n    pass",
+            "ValueError: unknown dtype policy 'mixed_float32'; known: float32, mixed_bfloat16, mixed_float16",
+            "precision.py",
+        ),
+        (
+            "cg.optim.mixed_precision(cg.optim.SGD(0.1), initial_scale=0)",
+            "ValueError: mixed_precision: initial_scale must be a finite number more than 0, got 0",
+            "mixed_precision.py",
+        ),
+    ],
+)
+def test_an_argument_cellgraph_refuses_shows_the_cells_line_and_the_error_only(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], cell: str, error: str, inside: str
+) -> None:
+    """A plain ValueError of cellgraph's own argument checks came with its frames (contextlib's, precision.py's)."""
+    ok(shell, "import cellgraph as cg")
+    capsys.readouterr()
+    result = run(shell, cell)
+    assert type(result.error_in_exec).__name__ == "ValueError"
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert error in text and f"----> 1 {cell.splitlines()[0]}" in text, text
+    assert inside not in text and "contextlib" not in text and "dataflow" not in text, text
+
+
+def test_a_type_error_inside_cellgraph_that_it_did_not_raise_keeps_its_frames(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok(shell, "import cellgraph as cg")
+    capsys.readouterr()
+    result = run(shell, "cg.optim.clip_by_global_norm(None, 1.0)")
+    assert type(result.error_in_exec).__name__ == "TypeError"
+    captured = capsys.readouterr()
+    assert "optimizers.py" in captured.out + captured.err  # no raise of cellgraph's: shown whole, to report
+
+
 def test_an_error_that_is_not_cellgraphs_keeps_its_whole_traceback(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
