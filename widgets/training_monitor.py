@@ -204,7 +204,10 @@ class TrainingMonitor(widgets.VBox):
         try:
             self._ps, self._ps_note = self.job.ps_stats(), ""
         except Exception as err:  # the servers gone or the job closed: keep the last counters, say why
-            self._ps_note = f"parameter servers not answering ({type(err).__name__}: {err}); counters as last seen"
+            if self.job.status in LIVE:
+                self._ps_note = f"parameter servers not answering ({type(err).__name__}: {err}); counters as last seen"
+            else:  # a closed job's servers are gone by design: its error says so, and where its checkpoint is
+                self._ps_note = f"{err}; counters as last seen"
 
     def _ps_fetch_done(self) -> bool:
         return self._ps_fetch is None or self._ps_fetch.done()

@@ -329,6 +329,23 @@ def test_the_stop_button_stops_the_job(cluster: Cluster, data: digits.Split) -> 
 
 
 @pytest.mark.slow
+def test_a_job_closed_while_it_trains_is_said_closed_not_its_servers_not_answering(
+    cluster: Cluster, data: digits.Split
+) -> None:
+    # Closing the cluster (or the job) under a running job: the PS table said "parameter servers not answering
+    # (TrainingError: job ... is closed: ...)", as if a server had failed.
+    job = train(cluster, data, mode="async", batch_size=32, steps=1_000_000, checkpoint_every=50)
+    with monitored(job) as monitor:
+        wait_for(lambda: job.global_step() >= 60, "60 steps of training")
+        job.close()
+        monitor.refresh()
+        assert job.status == "stopped"
+        note = html.unescape(monitor.ps_table.value)
+        assert f"job {job.job_id} is closed: its parameter servers are gone; its last checkpoint is" in note, note
+        assert note.endswith("counters as last seen</i></div>") and "not answering" not in note, note
+
+
+@pytest.mark.slow
 def test_the_scale_control_scales_the_job_and_shows_a_refusal(cluster: Cluster, data: digits.Split) -> None:
     job = train(cluster, data, mode="async", batch_size=32, steps=1_000_000, checkpoint_every=None)
     with monitored(job) as monitor:
