@@ -78,6 +78,10 @@ class CheckpointWriter:
                 self._write(state)
             except (CellgraphError, OSError) as err:
                 self.error = f"checkpoint at global step {state.global_step} failed: {err}"
+            except Exception as err:  # noqa: BLE001 - this thread must outlive any write: see below
+                # A thread that died here would leave every later checkpoint unwritten, and each step after one
+                # waiting WRITTEN_WAIT_S for it (before_push), with no word of why.
+                self.error = f"checkpoint at global step {state.global_step} failed: {type(err).__name__}: {err}"
             else:
                 self.error = ""
             finally:

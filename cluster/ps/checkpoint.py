@@ -75,6 +75,7 @@ __all__ = [
 
 # [0-9], not \d: \d also matches other scripts' digits, and the name comes off the wire.
 _NAME = re.compile(r"ckpt-([0-9]{10})")
+_OS_ERROR = re.compile(r"\(os error ([0-9]+)\)")  # how safetensors (Rust's io::Error) gives an errno
 _MAX_STEP = 10**10 - 1  # the most that ckpt-{step:010d} holds in its ten digits
 
 # The dtypes safetensors.numpy can both write and read back (bfloat16 and the
@@ -226,9 +227,7 @@ def _commit(
         "shard": str(info.shard),
         "num_shards": str(info.num_shards),
     }
-    size, sha256 = _write_atomically(
-        info.data_file, lambda tmp: safetensors.numpy.save_file(arrays, tmp, metadata=metadata)
-    )
+    size, sha256 = _write_atomically(info.data_file, lambda tmp: _save_safetensors(arrays, tmp, metadata))
     manifest = build_manifest(
         info,
         job_id=job_id,
@@ -241,6 +240,21 @@ def _commit(
         sha256=sha256,
     )
     _write_atomically(info.manifest_file, lambda tmp: dump_manifest(manifest, tmp))  # the commit
+
+
+def _save_safetensors(arrays: dict[str, np.ndarray], path: Path, metadata: dict[str, str]) -> None:
+    """``safetensors.numpy.save_file``, its I/O errors raised as ``OSError`` with their errno.
+
+    safetensors raises them as its own ``SafetensorError`` ("I/O error: No space left on device (os error
+    28)"), which is no ``OSError``: a full disk then escaped as an unknown error, and killed the server's
+    checkpoint thread.
+    """
+    try:
+        safetensors.numpy.save_file(arrays, path, metadata=metadata)
+    except safetensors.SafetensorError as exc:
+        found = _OS_ERROR.search(str(exc))
+        code = int(found[1]) if found else errno.EIO
+        raise OSError(code, f"{os.strerror(code)} (safetensors: {exc})", str(path)) from exc
 
 
 def _write_atomically(final: Path, write: Callable[[Path], None]) -> tuple[int, str]:

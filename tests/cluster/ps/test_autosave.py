@@ -123,6 +123,28 @@ def test_the_writer_keeps_the_error_of_a_failed_write_and_clears_it_after_a_good
         writer.close()
 
 
+def test_the_writer_outlives_a_write_that_fails_with_any_error() -> None:
+    written: list[int] = []
+
+    def write(state: StoreState) -> str:
+        if state.global_step == 5:
+            raise RuntimeError("Error while serializing: I/O error")  # not an OSError, as safetensors raises its own
+        written.append(state.global_step)
+        return f"ckpt-{state.global_step}"
+
+    writer = CheckpointWriter(write, "test-writer")
+    try:
+        writer.offer(StoreState(5, {}, {}))
+        assert writer.flush(TIMEOUT)
+        assert writer.error == "checkpoint at global step 5 failed: RuntimeError: Error while serializing: I/O error"
+        # The thread lives on: the next checkpoint is written (a dead one left it, and the step after it, waiting).
+        writer.offer(StoreState(10, {}, {}))
+        assert writer.flush(TIMEOUT)
+        assert writer.error == "" and written == [10]
+    finally:
+        writer.close()
+
+
 # ---------------------------------------------------------------------- over gRPC
 def test_a_server_checkpoints_every_n_steps_by_itself(ps: Servers) -> None:
     directory = ps.tmp_path / "ckpt"

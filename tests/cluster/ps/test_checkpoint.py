@@ -399,6 +399,31 @@ def test_a_directory_that_is_a_file(tmp_path: Path) -> None:
     )
 
 
+def test_a_write_the_file_system_refuses_is_an_error_naming_it_and_keeps_the_last_checkpoint(tmp_path: Path) -> None:
+    import resource
+
+    save(tmp_path, **one_variable(1.0, step=10, num_shards=2))
+    big = one_variable(2.0, step=20, num_shards=2)
+    big["tensors"] = {"w": np.ones(1 << 16, np.float32)}  # 256 KiB: past the limit below
+    big["specs"] = [VariableSpec("w", np.dtype(np.float32), (1 << 16,))]
+    # A real I/O error without root (a full disk needs a small file system): files of this process may not grow past
+    # 64 KiB (Python ignores SIGXFSZ, so the write fails with EFBIG). safetensors raised it as its own
+    # SafetensorError, not an OSError, and it escaped as an unknown error.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, hard))
+    try:
+        with pytest.raises(ParameterServerError) as caught:
+            save(tmp_path, **big)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert caught.value.code == "FAILED_PRECONDITION", str(caught.value)
+    assert f"cannot write checkpoint ckpt-0000000020 for shard 0 of 2 in {tmp_path}: [Errno 27] File too large" in str(
+        caught.value
+    )
+    assert names(tmp_path) == ["ckpt-0000000010"]  # the last one still loads; nothing of the failed one is listed
+    assert read_shard_checkpoint(tmp_path, "ckpt-0000000010", 0, 2).global_step == 10
+
+
 def test_shards_are_checked_on_read_and_list(tmp_path: Path) -> None:
     raises("INVALID_ARGUMENT", "shard -1 of 2 is not a shard")(lambda: list_checkpoints(tmp_path, -1, 2))
     raises("INVALID_ARGUMENT", "shard 3 of 3 is not a shard")(
