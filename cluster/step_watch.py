@@ -34,6 +34,10 @@ from .job_state import JobState
 from .ps_recovery import complete_checkpoints
 from .training_graph import TrainingError
 
+# A global step that has not moved for this long, while replicas train, is said as an event (and when it moves
+# again): a stopped or hung worker (SIGSTOP, a swapping machine) is not lost, so nothing else would tell.
+STALL_S = 10.0
+
 
 class StepWatch:
     """The servers' step, checkpoints and skipped updates as of the last look; one per job, the supervisor's."""
@@ -43,6 +47,8 @@ class StepWatch:
         self._skipped_seen: dict[int, int] = {}  # per shard: the steps_skipped already reported as an event
         self._written_seen = 0  # the checkpoints every shard had written at the last look
         self._checkpoint_errors: set[str] = set()
+        self._moved: tuple[int, float] | None = None  # the global step, and when it was first seen (monotonic)
+        self._stalled = False  # said that the step stands still, and not yet that it moves again
 
     def read(self) -> list[pb.StatsResponse]:
         """Every shard's ``Stats``, after noting the global step, how fast it moves (steps per second, smoothed),
@@ -57,7 +63,44 @@ class StepWatch:
             state.step_rate = rate if state.step_rate == 0 else 0.5 * (state.step_rate + rate)
         state.step, state.step_time = step, now
         self.note(stats)
+        self._note_stall(stats, step, now)
         return stats
+
+    def _note_stall(self, stats: Sequence[pb.StatsResponse], step: int, now: float) -> None:
+        """Say when the global step stands still for ``STALL_S`` while the job trains, naming when each replica
+        was last heard from (a push or a join; the one holding it up first), and again when it moves."""
+        state = self.state
+        if self._moved is None or step != self._moved[0]:
+            if self._stalled:
+                stood = now - self._moved[1] if self._moved else 0.0
+                state.event(f"the global step moves again ({step}), after {stood:.0f} s")
+            self._moved, self._stalled = (step, now), False
+            return
+        if self._stalled or step == 0 or now - self._moved[1] < STALL_S or state.stopping or state.ended():
+            return  # step 0: the replicas may still compile their kernels
+        self._stalled = True
+        seen: dict[int, float] = {}
+        for shard in stats:
+            for r in shard.replicas:
+                seen[r.replica_id] = max(seen.get(r.replica_id, 0.0), r.last_seen_unix)
+        active = [i for i in state.active_replicas() if not state.futures[i].done()]
+        wall = time.time()
+        pushed = sorted((seen.get(i, 0.0), i) for i in active)
+        who = ", ".join(
+            f"replica {i} last heard from {wall - at:.1f} s ago" if at else f"replica {i} not heard from"
+            for at, i in pushed
+        )
+        training = state.training
+        waits = (
+            f"in sync mode a step waits for {training.replicas_to_aggregate} gradient(s)"
+            if training.mode == "sync"
+            else "in async mode each gradient makes a step"
+        )
+        state.event(
+            f"the global step has stayed at {step} for {now - self._moved[1]:.0f} s: {who or 'no replica runs'}; "
+            f"{waits}, so a stopped or hung worker holds the job up (a lost one is replaced); each replica's "
+            f"calls give up after timeout_s={state.spec.timeout_s:g} s"
+        )
 
     def note(self, stats: Sequence[pb.StatsResponse]) -> None:
         """Say what changed in the servers' checkpoints and skipped updates since the last look."""

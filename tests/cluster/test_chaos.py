@@ -4,11 +4,16 @@ nanny's pace (a PS worker that Dask restarts only later)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import re
+import signal
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from cellgraph.cluster import step_watch
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.examples import digits
 
@@ -86,4 +91,36 @@ def test_a_server_lost_twice_names_each_lost_worker_in_the_order_things_happened
         joined = [n for n, e in enumerate(job.events) if "joined (name ps-0, role ps, task 0)" in e]
         assert len(joined) == 2 and all(j < r for j, r in zip(joined, restarted, strict=True)), job.events
     finally:
+        job.close()
+
+
+@pytest.mark.slow
+def test_a_hung_worker_that_holds_up_a_sync_step_is_named_and_the_job_goes_on_once_it_wakes(
+    local_cluster: Callable[..., Cluster], data: digits.Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(step_watch, "STALL_S", 2.0)
+    cluster = local_cluster(workers=2, ps=1)
+    victim = cluster.training_workers()[1]  # replica 1 runs there
+    job = start_job(cluster, data, replicas=2, aggregate=2, steps=200)
+    pid = cluster.client.run(os.getpid, workers=[victim])[victim]
+    try:
+        wait_for_step(job, 20)
+        os.kill(pid, signal.SIGSTOP)  # hung, not lost: Dask keeps the worker, the job has nothing to replace
+        try:
+            stalled = wait_for_event(job, "the global step has stayed at")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # The replica holding the step up comes first; the other one waits for its gradient.
+        assert re.search(
+            r"the global step has stayed at \d+ for \d+ s: replica 1 last heard from [\d.]+ s ago, replica 0 last "
+            r"heard from [\d.]+ s ago; in sync mode a step waits for 2 gradient\(s\), so a stopped or hung worker "
+            r"holds the job up \(a lost one is replaced\); each replica's calls give up after timeout_s=60 s",
+            stalled,
+        ), stalled
+        job.wait(TIMEOUT)
+        assert job.status == "finished" and job.global_step() == 200, job.events
+        assert event_index(job, "the global step has stayed at") < event_index(job, "the global step moves again")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
         job.close()
