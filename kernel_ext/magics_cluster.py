@@ -157,8 +157,13 @@ class ClusterMagics(Magics):
         cluster = self.ext.close_cluster()
         if cluster is None:
             print("no cluster is up: nothing to close")
-        else:
+        elif cluster.kind == "local":
             print(f"closed the cluster at {cluster.scheduler_address}")
+        else:  # %cluster connect's (or a wrapped client's): only this notebook's hold on it goes
+            print(
+                f"disconnected from the cluster at {cluster.scheduler_address} ({cluster.kind}): its scheduler and "
+                "workers keep running"
+            )
 
     def _scale(self, n: int, timeout: float) -> None:
         cluster = self.ext.current_cluster()

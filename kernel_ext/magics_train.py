@@ -30,6 +30,8 @@ from .display import show_as
 if TYPE_CHECKING:
     import argparse
 
+    from cellgraph.cluster.cluster import Cluster
+
     from .extension import Extension
 
 
@@ -112,13 +114,10 @@ class TrainMagics(Magics):
                 )
         from cellgraph.cluster.job import train
 
-        replicas = args.replicas or len(cluster.training_workers())
-        if not replicas:  # its workers died or left: say so, not "replicas must be at least 1, got 0"
-            raise usage_error(
-                self.train,
-                "the cluster has no training workers now (%cluster status lists them; lost workers come back with "
-                "%cluster down then %cluster up)",
-            )
+        workers = len(cluster.training_workers())
+        if not workers:  # its workers died or left, or none started yet: say so, not "pass replicas=0"
+            raise usage_error(self.train, _no_training_workers(cluster))
+        replicas = args.replicas or workers
         try:
             job = train(
                 loss, data, cluster=cluster, optimizer=opt, mode=args.mode, steps=args.steps,
@@ -187,3 +186,19 @@ def resume_point(path: str, shards: int) -> tuple[Path, str]:
             f"(complete ones in {str(root)!r}: {', '.join(sorted(complete)) or 'none'})"
         )
     return root, name
+
+
+def _no_training_workers(cluster: Cluster) -> str:
+    """What to do about a cluster with no training worker: one started here restarts, another gets one started."""
+    if cluster.kind == "local":
+        return (
+            "the cluster has no training workers now (%cluster status lists them; lost workers come back with "
+            "%cluster down then %cluster up)"
+        )
+    address = cluster.scheduler_address
+    how = (  # an in-process scheduler takes no worker from a shell
+        "give a worker the Dask resource 'worker'"
+        if address.startswith("inproc://")
+        else f"start one with 'dask worker {address} --resources worker=1'"
+    )
+    return f"the cluster at {address} has no training workers now (%cluster status lists them): {how}"

@@ -205,10 +205,12 @@ def test_train_on_a_cluster_without_training_workers_says_so(
             shell.user_ns["cluster"] = Cluster.from_client(client)
             assert shell.user_ns["cluster"].training_workers() == []
             err = refused(shell, capsys, f"%train loss {DATA} --no-show")
-            shell.user_ns.pop("cluster").close()
+            wrapped = shell.user_ns.pop("cluster")
+            address = wrapped.scheduler_address
+            wrapped.close()
     assert err.startswith(
-        "UsageError: %train: the cluster has no training workers now (%cluster status lists them; lost workers "
-        "come back with %cluster down then %cluster up)"
+        f"UsageError: %train: the cluster at {address} has no training workers now (%cluster status lists them): "
+        "give a worker the Dask resource 'worker'"
     ), err
     assert "job" not in shell.user_ns and shown == []
 
@@ -223,3 +225,31 @@ def test_down_closes_the_cluster_and_its_jobs(notebook: InteractiveShell, capsys
     assert capsys.readouterr().out == f"closed the cluster at {cluster.scheduler_address}\n"
     assert cluster.closed and "cluster" not in notebook.user_ns and job._closed
     assert extension_of(notebook).jobs == []
+
+
+@pytest.mark.slow
+def test_a_dask_users_own_scheduler_without_workers_then_disconnected(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
+) -> None:
+    # `dask scheduler` started by hand, no workers yet. %train --replicas 1 said "pass replicas=0, or start the
+    # cluster with workers=1", and %cluster down "closed the cluster at ...", of a cluster it left running.
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None) as scheduler:
+        address = scheduler.scheduler_address
+        ok(shell, MODEL)
+        ok(shell, f"%cluster connect {address}")
+        for line in (f"%train loss {DATA} --replicas 1 --no-show", f"%train loss {DATA} --no-show"):
+            err = refused(shell, capsys, line)
+            assert err.startswith(
+                f"UsageError: %train: the cluster at {address} has no training workers now (%cluster status lists "
+                f"them): start one with 'dask worker {address} --resources worker=1'"
+            ), err
+        capsys.readouterr()
+        ok(shell, "%cluster down")
+        assert capsys.readouterr().out == (
+            f"disconnected from the cluster at {address} (connected): its scheduler and workers keep running\n"
+        )
+        assert "cluster" not in shell.user_ns
+        with Client(address, timeout=10) as client:  # the scheduler still answers
+            assert client.scheduler_info()["address"] == address
