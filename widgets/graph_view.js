@@ -374,7 +374,12 @@ function render({ model, el }) {
     vp.innerHTML = open.join("") + edges.join("") + closed.join("");
     svg.style.height = model.get("height") + "px";
     const shown = nodes.filter((n) => !n.open).length;
-    $(".cgv-count").textContent = `${shown.toLocaleString()} shown of ${(scene.total || 0).toLocaleString()} nodes`;
+    // Stale nodes below the first view's fold (an optimizer's scope under the model) were only seen by scrolling:
+    // the header counts them. A closed box counts the stale nodes beneath it; an open one's are drawn inside it.
+    const stale = nodes.filter((n) => !n.open).reduce((sum, n) => sum + (n.stale || 0), 0);
+    $(".cgv-count").textContent =
+      `${shown.toLocaleString()} shown of ${(scene.total || 0).toLocaleString()} nodes` +
+      (stale ? ` · ${stale.toLocaleString()} stale (dashed red): re-run the cells that made them` : "");
     $(".cgv-legend").innerHTML = (scene.legend || [])
       .filter((l) => l.count > 0 || scene.mode === "device")
       .map((l) => `<span title="${l.count} nodes"><i style="background:${l.color}"></i>${esc(l.label)}</span>`)

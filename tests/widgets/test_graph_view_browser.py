@@ -300,8 +300,12 @@ def test_stale_nodes_are_drawn_dashed_with_a_tooltip_that_says_why(browser: Any)
     assert closed.locator("rect.cgv-stale").count() == 1
     assert "1 stale node(s): re-run their cells" in closed.locator("title").first.text_content()
     assert page.locator('[data-id="n:x"] rect.cgv-stale').count() == 0
+    # The header says so too: a stale scope below the first view's fold was only found by scrolling.
+    said = " · 1 stale (dashed red): re-run the cells that made them"
+    assert page.locator(".cgv-count").text_content().endswith(" nodes" + said)
     click(page, "s:head")  # opens it: the stale node inside is marked, its neighbour is not
     page.locator('[data-id="n:head/y"]').wait_for()
+    assert page.locator(".cgv-count").text_content().endswith(" nodes" + said)  # counted once, open or closed
     assert page.locator('[data-id="n:head/y"] rect.cgv-stale').count() == 1
     assert "stale: re-run its cell" in page.locator('[data-id="n:head/y"] title').text_content()
     assert page.locator('[data-id="n:head/total"] rect.cgv-stale').count() == 0
