@@ -218,6 +218,10 @@ def test_quickstart_trains_and_a_rerun_cell_makes_no_duplicates(tmp_path: Path) 
     rerun = re.search(r"after the re-run: ([\d.]+)% \(before it: ([\d.]+)%\)", check)
     assert rerun and rerun.group(1) == rerun.group(2), check  # the trained values survived the re-run
     assert "['inputs', 'layer/kernel', 'layer/matmul', 'layer/bias', 'layer/bias_add']" in all_text(quickstart)
+    # Today's mixed-precision policy, clipping between compute_gradients and apply_gradients, and Nadam.
+    assert "features float16, logits float32, loss float32, conv kernel float32" in all_text(quickstart)
+    mixed = re.search(r"mixed precision CNN: test accuracy ([\d.]+)%", all_text(quickstart))
+    assert mixed and float(mixed.group(1)) > 90, all_text(quickstart)
     assert widgets(quickstart).count("GraphView") == 2, widgets(quickstart)  # the model cell's and the loss cell's
 
 
