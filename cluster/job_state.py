@@ -73,6 +73,7 @@ class JobState:
     step: int = 0
     step_time: float = field(default_factory=time.monotonic)
     step_rate: float = 0.0
+    k_unsent: str | None = None  # why set_replicas_to_aggregate's k has not yet reached every server, if so
     _failures: dict[str, ReplicaFailure | None] = field(default_factory=dict, repr=False)
 
     def event(self, text: str) -> None:
@@ -124,16 +125,36 @@ class JobState:
         distributed.Event(self.stop_name, client=self.cluster.client).set()
 
     def set_replicas_to_aggregate(self, k: int, why: str) -> None:
-        """Sync mode: tell every shard that ``k`` gradients make a step from now on (an event if it fails)."""
-        if self.training.mode != "sync" or self.ps is None or k == self.training.replicas_to_aggregate:
+        """Sync mode: tell every shard that ``k`` gradients make a step from now on.
+
+        The job's own config takes ``k`` first, whether or not the servers answer: a server restarted later is
+        given it (``ps_recovery`` inits with ``training``). Servers that did not answer are told again at each of
+        the supervisor's looks (``resend_replicas_to_aggregate``); the first failure is an event. Before, a
+        ``job.scale(1)`` while a server restarted left the restarted server waiting for two gradients a step
+        from the one replica left, until the replica gave up.
+        """
+        if self.training.mode != "sync" or self.ps is None:
             return
+        if k == self.training.replicas_to_aggregate and self.k_unsent is None:
+            return
+        self.training = dataclasses.replace(self.training, replicas_to_aggregate=k)
         try:
             self.ps.reconfigure(k)
         except ParameterServerError as err:
-            self.event(f"could not make steps of {k} gradient(s) ({why}): {err}")
+            if self.k_unsent is None:
+                self.event(
+                    f"could not make steps of {k} gradient(s) ({why}) now: {err}; the job tells the parameter "
+                    "servers again until they answer (a restarted one starts with it)"
+                )
+            self.k_unsent = why
             return
-        self.training = dataclasses.replace(self.training, replicas_to_aggregate=k)
+        self.k_unsent = None
         self.event(f"{k} gradient(s) make a step from now on: {why}")
+
+    def resend_replicas_to_aggregate(self) -> None:
+        """Tell the servers the job's gradients per step again, if they did not answer the last time."""
+        if self.k_unsent is not None:
+            self.set_replicas_to_aggregate(self.training.replicas_to_aggregate, self.k_unsent)
 
     def global_step(self) -> int:
         """The parameter servers' global step (the lowest over the shards)."""

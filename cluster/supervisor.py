@@ -236,6 +236,7 @@ class Supervisor:
                 # The servers' step, checkpoints and skipped updates; then the larger k of a job.scale that added
                 # replicas, once they have all registered.
                 self.replicas.apply_pending_k(self.steps.read())
+                state.resend_replicas_to_aggregate()  # a k the servers did not answer (a server restarting)
             except ParameterServerError as err:
                 if done:
                     self._finish()

@@ -124,3 +124,31 @@ def test_a_hung_worker_that_holds_up_a_sync_step_is_named_and_the_job_goes_on_on
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
         job.close()
+
+
+@pytest.mark.slow
+def test_a_job_scaled_down_while_its_server_restarts_trains_on_with_the_fewer_gradients_a_step(
+    local_cluster: Callable[..., Cluster], data: digits.Split
+) -> None:
+    cluster = local_cluster(workers=2, ps=1)
+    [ps_worker] = cluster.ps_workers()
+    job = start_job(cluster, data, replicas=2, aggregate=2, checkpoint_every=20)
+    try:
+        wait_for_step(job, 30)
+        restart_later(cluster, "ps-0", 3.0)  # the scale below finds the server gone
+        kill_worker(cluster, ps_worker)
+        job.scale(1, timeout=TIMEOUT)  # one replica is left: one gradient makes a step, on the restarted server too
+        restarted = wait_for_event(job, "restarted at")
+        at = int(re.findall(r"at global step (\d+)", restarted)[-1])
+        wait_for_step(job, at + 20)  # the step waited for a second gradient that never came, until replica 0 gave up
+        job.stop(TIMEOUT)
+        assert job.status == "stopped", job.events
+        events = "\n".join(job.events)
+        assert (
+            "could not make steps of 1 gradient(s) (replica(s) 1 leave) now: parameter server " in events
+            and "the job tells the parameter servers again until they answer (a restarted one starts with it)" in events
+        ), events
+        [stats] = job._state.ps.stats()  # type: ignore[union-attr]
+        assert stats.updates == stats.pushes_applied  # one gradient a step
+    finally:
+        job.close()
