@@ -15,13 +15,19 @@ import inspect
 import math
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.utils.process import arg_split
 
+from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS
 from cellgraph.dataflow.optimizers import CLASSES, Optimizer
+
+if TYPE_CHECKING:
+    from cellgraph.cluster.cluster import Cluster
+
+T = TypeVar("T")
 
 NO_CLUSTER = "no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, or bind a cg.Cluster to `cluster`"
 USAGE_WIDTH = 100  # columns of a magic's usage and help
@@ -63,6 +69,18 @@ def _parser(magic: Callable[..., Any], cell: bool) -> argparse.ArgumentParser:
 
 def _prog(magic: Callable[..., Any], cell: bool) -> str:
     return ("%%" if cell else "%") + magic.parser.prog.lstrip("%")  # type: ignore[attr-defined]
+
+
+def ask_cluster(prog: str, cluster: Cluster, question: Callable[[], T]) -> T:
+    """``question()`` of ``cluster`` (its workers, its devices); a ``UsageError`` in words when its scheduler is gone
+    or silent (a ``ClusterError`` at its deadline, or Dask's ``CommClosedError``, an ``OSError``), not Dask's
+    connection pool's traceback."""
+    try:
+        return question()
+    except (CellgraphError, OSError) as err:
+        from cellgraph.widgets.reprs import unreadable  # the words ClusterView shows for it
+
+        raise UsageError(f"{prog}: {unreadable(cluster, err)}") from None
 
 
 def usage_error(magic: Callable[..., Any], problem: str, cell: bool = False) -> UsageError:

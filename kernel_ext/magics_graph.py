@@ -15,7 +15,7 @@ from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, get_default_graph
 from cellgraph.dataflow.placement import STRATEGIES, place
 
-from .arguments import NO_CLUSTER, MagicFormatter, parse, usage_error
+from .arguments import NO_CLUSTER, MagicFormatter, ask_cluster, parse, usage_error
 from .display import PlacementTable, show, show_as
 
 if TYPE_CHECKING:
@@ -129,13 +129,14 @@ class GraphMagics(Magics):
         cluster = self.ext.current_cluster()
         if cluster is None:
             raise usage_error(self.placement, NO_CLUSTER)
+        devices = ask_cluster("%placement", cluster, cluster.devices)
+        if cluster.ps_placement == "colocated":
+            # A colocated job runs a shard in each training worker: a ps task each, as cg.train places them.
+            shards = len(ask_cluster("%placement", cluster, cluster.training_workers))
+            devices = [f"/job:ps/task:{i}/device:cpu:0" for i in range(shards)] + devices
         try:
-            devices = cluster.devices()
-            if cluster.ps_placement == "colocated":
-                # A colocated job runs a shard in each training worker: a ps task each, as cg.train places them.
-                devices = [f"/job:ps/task:{i}/device:cpu:0" for i in range(len(cluster.training_workers()))] + devices
             placement = place(graph, devices, strategy=args.strategy)
-        except CellgraphError as err:  # a PlacementError, or a ClusterError from asking the workers for their GPUs
+        except CellgraphError as err:  # a PlacementError
             raise UsageError(f"%placement: could not place {what}: {err}") from None
         show_as("graph_view", "GraphView", graph, placement=placement)
         show(PlacementTable(placement))

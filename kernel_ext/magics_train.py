@@ -18,6 +18,7 @@ from .arguments import (
     NO_CLUSTER,
     OPTIMIZERS,
     MagicFormatter,
+    ask_cluster,
     count,
     lookup,
     optimizer,
@@ -114,7 +115,7 @@ class TrainMagics(Magics):
                 )
         from cellgraph.cluster.job import train
 
-        workers = len(cluster.training_workers())
+        workers = len(ask_cluster("%train", cluster, cluster.training_workers))
         if not workers:  # its workers died or left, or none started yet: say so, not "pass replicas=0"
             raise usage_error(self.train, _no_training_workers(cluster))
         replicas = args.replicas or workers

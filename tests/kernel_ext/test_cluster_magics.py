@@ -253,3 +253,30 @@ def test_a_dask_users_own_scheduler_without_workers_then_disconnected(
         assert "cluster" not in shell.user_ns
         with Client(address, timeout=10) as client:  # the scheduler still answers
             assert client.scheduler_info()["address"] == address
+
+
+@pytest.mark.slow
+def test_train_and_placement_on_a_scheduler_that_is_gone_say_so(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
+) -> None:
+    # A Dask user's scheduler stopped under a joined cluster: %train printed 80 lines of Dask's connection pool
+    # ending in "CommClosedError: ConnectionPool closing."
+    from distributed import LocalCluster
+
+    scheduler = LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None)
+    address = scheduler.scheduler_address
+    try:
+        ok(shell, MODEL)
+        ok(shell, f"%cluster connect {address}")
+        scheduler.close()
+        for line in (f"%train loss {DATA} --no-show", "%placement"):
+            err = refused(shell, capsys, line)
+            magic = line.split()[0]
+            # Lost (Dask's client gave up) or silent (a ClusterError at its deadline), depending on the moment.
+            lost = f"UsageError: {magic}: lost the Dask scheduler at {address} (Dask's client is "
+            silent = f"UsageError: {magic}: could not read the cluster at {address}: ClusterError: the Dask scheduler"
+            assert err.startswith((lost, silent)), err
+            assert "Traceback" not in err and "ConnectionPool" not in err, err
+    finally:
+        ok(shell, "%cluster down")
+        scheduler.close()
