@@ -96,6 +96,12 @@ class StepWatch:
             if training.mode == "sync"
             else "in async mode each gradient makes a step"
         )
+        if step >= state.spec.steps:  # the job's last step is taken: it waits for the replicas to end
+            state.event(
+                f"the job reached its last step ({step}) {now - self._moved[1]:.0f} s ago and waits for its "
+                f"replicas to end: {who}; a stopped or hung worker holds the job's end up (a lost one is replaced)"
+            )
+            return
         state.event(
             f"the global step has stayed at {step} for {now - self._moved[1]:.0f} s: {who or 'no replica runs'}; "
             f"{waits}, so a stopped or hung worker holds the job up (a lost one is replaced); each replica's "

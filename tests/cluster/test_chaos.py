@@ -152,3 +152,33 @@ def test_a_job_scaled_down_while_its_server_restarts_trains_on_with_the_fewer_gr
         assert stats.updates == stats.pushes_applied  # one gradient a step
     finally:
         job.close()
+
+
+@pytest.mark.slow
+def test_a_hung_backup_worker_is_named_as_what_the_end_of_the_job_waits_for(
+    local_cluster: Callable[..., Cluster], data: digits.Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(step_watch, "STALL_S", 2.0)
+    cluster = local_cluster(workers=3, ps=1)
+    victim = cluster.training_workers()[1]  # replica 1 runs there
+    job = start_job(cluster, data, replicas=3, aggregate=2, steps=150)  # a backup: the others make every step
+    pid = cluster.client.run(os.getpid, workers=[victim])[victim]
+    try:
+        wait_for_step(job, 20)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            waits = wait_for_event(job, "reached its last step")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert re.search(
+            r"the job reached its last step \(150\) \d+ s ago and waits for its replicas to end: replica 1 last heard "
+            r"from [\d.]+ s ago; a stopped or hung worker holds the job's end up \(a lost one is replaced\)",
+            waits,
+        ), waits
+        job.wait(TIMEOUT)
+        assert job.status == "finished" and job.global_step() == 150, job.events
+        assert not [e for e in job.events if "the global step has stayed at" in e], job.events  # no step waited
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        job.close()
