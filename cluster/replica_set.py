@@ -61,16 +61,28 @@ class ReplicaSet:
         A NumPy array's rows are scattered from this process; a ``dask.array``'s rows are computed on the
         workers that hold (or load) its partitions, and go from there to the replica's worker.
         """
-        import dask.array as da
-
         state = self.state
         client = state.cluster.client
-        held = [
-            client.compute(part) if isinstance(part, da.Array) else client.scatter(part, workers=[worker], hash=False)
-            for part in state.shards[i]
-        ]
+        where = [worker]
+        try:
+            held = self._send_shard(i, where)
+        except KeyError:
+            # The scheduler no longer knows the worker (lost since it was chosen, e.g. while the job starts): the
+            # shard goes to the other training workers, and the task with it. Before, the job failed to start with
+            # a bare KeyError naming the address.
+            where = [w for w in state.cluster.training_workers() if w != worker]
+            if not where:
+                raise TrainingError(
+                    f"replica {i}'s training worker {worker} was lost before its shard reached it, and the cluster "
+                    "has no other training worker: start the job again once the worker is back"
+                ) from None
+            state.event(
+                f"replica {i}'s training worker {worker} was lost before its shard reached it: it runs on another "
+                "training worker"
+            )
+            held = self._send_shard(i, where)
         attempt = self._resubmits.get(i, 0)
-        self._submitted_to[i] = worker
+        self._submitted_to[i] = where[0]
         return client.submit(
             replica_task,
             state.specs[i],
@@ -78,11 +90,21 @@ class ReplicaSet:
             state.stop_name,
             ps_variable(state.job_id),
             key=f"cellgraph-replica-{state.job_id}-{i}" + (f"-again-{attempt}" if attempt else ""),
-            workers=[worker],
+            workers=where,
             allow_other_workers=True,
             pure=False,
             retries=0,
         )
+
+    def _send_shard(self, i: int, workers: list[str]) -> list[Any]:
+        """Replica ``i``'s shard, scattered to ``workers`` (a ``dask.array``'s rows computed by the cluster)."""
+        import dask.array as da
+
+        client = self.state.cluster.client
+        return [
+            client.compute(part) if isinstance(part, da.Array) else client.scatter(part, workers=workers, hash=False)
+            for part in self.state.shards[i]
+        ]
 
     # ------------------------------------------------------------------ replicas that started
     def on_replica_start(self, event: tuple[float, dict[str, Any]]) -> None:

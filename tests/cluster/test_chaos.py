@@ -182,3 +182,26 @@ def test_a_hung_backup_worker_is_named_as_what_the_end_of_the_job_waits_for(
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
         job.close()
+
+
+@pytest.mark.slow
+def test_a_training_worker_gone_before_its_replica_is_sent_does_not_fail_the_start(
+    local_cluster: Callable[..., Cluster], data: digits.Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = local_cluster(workers=2, ps=1, threads_per_worker=2)  # two replicas fit on one worker
+    first, _ = cluster.training_workers()
+    # What the job's start sees when worker 1 is killed between choosing it and sending it its shard: an address the
+    # scheduler no longer knows (the chaos run killed it there: the start failed with "KeyError: 'tcp://...'").
+    gone = "tcp://127.0.0.1:9"
+    monkeypatch.setattr(cluster, "training_workers", lambda: [first, gone])
+    job = start_job(cluster, data, replicas=2, aggregate=2, steps=50)
+    try:
+        job.wait(TIMEOUT)
+        assert job.status == "finished" and job.global_step() == 50, job.events
+        event = wait_for_event(job, "was lost before its shard reached it")
+        assert (
+            f"replica 1's training worker {gone} was lost before its shard reached it: it runs on another "
+            "training worker" in event
+        )
+    finally:
+        job.close()
