@@ -26,7 +26,8 @@ def _plans(out: cg.Tensor, feeds: list[cg.Tensor]) -> tuple[Plan, Plan]:
 def _run(plan: Plan, *values: np.ndarray) -> np.ndarray:
     from numba import cuda
 
-    (result,) = plan(*(cuda.to_device(np.ascontiguousarray(v, np.float32)) for v in values))
+    # np.array, not np.ascontiguousarray, which makes a scalar (1,): a plan checks its feeds' shapes now.
+    (result,) = plan(*(cuda.to_device(np.array(v, np.float32, order="C")) for v in values))
     return result.copy_to_host()
 
 
