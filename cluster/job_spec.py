@@ -25,6 +25,7 @@ import math
 import numbers
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from cellgraph.dataflow.cells import CellgraphWarning
 from cellgraph.dataflow.dtypes import outside_int_range, past_float_range
 from cellgraph.dataflow.errors import CellgraphError
 from cellgraph.dataflow.graph import Graph, Tensor
@@ -146,6 +148,7 @@ class JobSpec:
         training = TrainingConfig(mode, k if mode == "sync" else 1, max_staleness, checkpoint_every or 0, nonfinite)
         tg = prepare(loss)
         _check_held_dtypes(tg)
+        _warn_of_float16_without_a_loss_scale(loss)
         arrays = arrays_for(loss.graph, tg, data)
         check_feeds(loss.graph, tg, arrays, batch_size)
         counts = {p: rows_of(a) for p, a in zip(tg.placeholders, arrays, strict=True)}
@@ -179,6 +182,28 @@ def _check_held_dtypes(tg: TrainingGraph) -> None:
             f"cg.train: the parameter servers keep variables in {' or '.join(TRAINABLE)} only, and {found} "
             "would be trained or updated on them; create them in float32 (with float16 or bfloat16 compute, "
             "cast them in the forward pass)"
+        )
+
+
+def _warn_of_float16_without_a_loss_scale(loss: Tensor) -> None:
+    """A forward pass in float16 (a ``mixed_float16`` policy) trains on a cluster with no loss scale: say so.
+
+    Its gradients are float16 until they reach the float32 variables, and
+    those below float16's smallest subnormal (6e-08) become zero: the model
+    trains to another result without a word. bfloat16 has float32's range and
+    needs no scale.
+    """
+    from cellgraph.dataflow.executor import schedule
+
+    half = next((n for n in schedule([loss], [], []) if any(spec.dtype == "float16" for spec in n.specs)), None)
+    if half is not None:
+        warnings.warn(
+            f"cg.train: the loss's forward pass computes in float16 ({half.op} {half.name!r}, and others), and a "
+            "cluster job applies no loss scale, so float16 gradients below 6e-08 become zero; on a cluster, compute "
+            "in bfloat16 (cg.layers.policy('mixed_bfloat16'), float32's range) or float32, or train with "
+            "cg.optim.mixed_precision in a local Session",
+            CellgraphWarning,
+            stacklevel=4,
         )
 
 
@@ -276,7 +301,7 @@ def optimizer_config(optimizer: Optimizer | OptimizerConfig | None) -> Optimizer
         raise TrainingError(
             f"optimizer {optimizer!r}: mixed precision runs in a local Session only (the parameter servers apply "
             f"plain optimizers and keep no loss scale); on a cluster, pass a plain one (its own: "
-            f"{optimizer.optimizer!r}) with the forward pass in float32"
+            f"{optimizer.optimizer!r}) with the forward pass in float32 or bfloat16 (float16 needs a loss scale)"
         )
     try:
         if optimizer is None:

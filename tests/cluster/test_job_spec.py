@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,45 @@ def test_what_session_run_takes_cg_train_takes(cluster: Cluster, data: digits.Sp
     )  # fmt: skip
     assert spec.graph.placeholders == ["x:0", "y:0"] and spec.rows == len(data.x_train)
     assert cluster._jobs == {}  # a spec starts nothing
+
+
+def _policy_mlp(policy: str) -> tuple[cg.Tensor, cg.Tensor, cg.Tensor]:
+    g = cg.Graph()
+    with g.as_default(), cg.layers.policy(policy):
+        x = cg.placeholder((None, 64), name="x")
+        y = cg.placeholder((None,), "int32", name="y")
+        loss = cg.losses.sparse_softmax_cross_entropy(cg.layers.dense(x, 10, name="logits"), y)
+    return loss, x, y
+
+
+def test_a_float16_forward_pass_on_a_cluster_is_warned_of_and_bfloat16_is_not(
+    cluster: Cluster, data: digits.Split
+) -> None:
+    # A cluster job applies no loss scale: float16 gradients under 6e-08 become zero, and the model trains to
+    # another result without a word. bfloat16 has float32's range.
+    def build(loss: cg.Tensor) -> JobSpec:
+        return JobSpec.build(
+            loss, (data.x_train, data.y_train), cluster=cluster, optimizer=None, replicas=2, batch_size=32,
+            steps=10, mode="sync", replicas_to_aggregate=None, max_staleness=None, checkpoint_every=None,
+            checkpoint_dir=None, resume_from=None, nonfinite="reject", seed=0, metrics_interval_s=0.5,
+            timeout_s=60.0,
+        )  # fmt: skip
+
+    with pytest.warns(cg.CellgraphWarning) as told:
+        build(_policy_mlp("mixed_float16")[0])
+    [warning] = told
+    assert str(warning.message).startswith(
+        "cg.train: the loss's forward pass computes in float16 (Cast 'logits/"
+    ) and str(warning.message).endswith(
+        "and a cluster job applies no loss scale, so float16 gradients below 6e-08 become zero; on a cluster, "
+        "compute in bfloat16 (cg.layers.policy('mixed_bfloat16'), float32's range) or float32, or train with "
+        "cg.optim.mixed_precision in a local Session"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build(_policy_mlp("mixed_bfloat16")[0])
+        build(_policy_mlp("float32")[0])
+    assert cluster._jobs == {}
 
 
 def test_placeholders_of_another_graph_are_refused(cluster: Cluster, data: digits.Split) -> None:
