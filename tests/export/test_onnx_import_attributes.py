@@ -256,8 +256,11 @@ def test_the_same_node_with_a_valid_attribute_agrees_with_onnx_runtime(case: Cas
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_onnx_runtime_refuses_each_malformed_model(case: Case) -> None:
-    if case.ort_runs:
-        pytest.skip("ONNX Runtime's kernel runs it")
     model = _model(case, valid=False)
+    if case.ort_runs:
+        # The spec bounds it and cellgraph refuses it; ONNX Runtime's kernel runs it all the same (checked, so
+        # that a runtime which starts refusing it is noticed here, not skipped: CI allows no skip of this kind).
+        ort.InferenceSession(model.SerializeToString()).run(None, _feeds(model))
+        return
     with pytest.raises(Exception):  # noqa: B017,PT011 - ORT's own errors: at session creation or at run
         ort.InferenceSession(model.SerializeToString()).run(None, _feeds(model))
