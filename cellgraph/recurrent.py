@@ -102,11 +102,7 @@ def lstm(
     >>> bool(np.all(out[0, 3:] == 0) and np.all(out[1, 1:] == 0)), np.array_equal(last, out[[0, 1], [2, 0]])
     (True, True)
     """
-    time, features = _sequence_check(x, "input", "lstm", name)
-    _check_units(units, "lstm", name)
-    if time < 1:
-        raise ShapeError(f"lstm layer {name!r} needs at least one time step, got {fmt(x.shape)}")
-    kept, compute = layer_dtypes(x, "lstm", name)
+    features, kept, compute = _checked_input(x, units, "lstm", name)
     if initial_state is not None:
         for what, state in zip(("h0", "c0"), initial_state):
             _check_state(state, what, x, units, compute, "lstm", name)
@@ -186,11 +182,7 @@ def gru(
     >>> bool(np.all(out[0, 2:] == 0)), np.array_equal(last[0], out[0, 1])
     (True, True)
     """
-    time, features = _sequence_check(x, "input", "gru", name)
-    _check_units(units, "gru", name)
-    if time < 1:
-        raise ShapeError(f"gru layer {name!r} needs at least one time step, got {fmt(x.shape)}")
-    kept, compute = layer_dtypes(x, "gru", name)
+    features, kept, compute = _checked_input(x, units, "gru", name)
     if initial_state is not None:
         _check_state(initial_state, "h0", x, units, compute, "gru", name)
     _check_lengths_and_mask(x, lengths, mask, "gru", name)
@@ -221,6 +213,16 @@ def gru(
 
 
 # ------------------------------------------------------------------ checks
+def _checked_input(x: Tensor, units: int, layer: str, name: str) -> tuple[int, str, str]:
+    """A recurrent layer's input and units checked; its features, and its variables' and compute dtypes."""
+    time, features = _sequence_check(x, "input", layer, name)
+    _check_units(units, layer, name)
+    if time < 1:
+        raise ShapeError(f"{layer} layer {name!r} needs at least one time step, got {fmt(x.shape)}")
+    kept, compute = layer_dtypes(x, layer, name)
+    return features, kept, compute
+
+
 def _check_units(units: int, layer: str, name: str) -> None:
     if isinstance(units, bool) or not isinstance(units, int) or units < 1:
         raise ShapeError(f"{layer} layer {name!r}: units must be a positive int, got {units!r}")
