@@ -110,7 +110,8 @@ def partition(
     """One graph per device of ``placement`` (a ``Placement`` or a node name -> device dict).
 
     ``reads_wait``: a reader whose control dependencies wait for nodes on the producer's device, directly or
-    through other devices, gets the value sent after those nodes, as a run on one device reads it (a cluster step, which pulls each variable once at its start, says False).
+    through other devices, gets the value sent after those nodes, as a run on one device reads it (a cluster
+    step, which pulls each variable once at its start, says False).
 
     Examples
     --------
