@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import keyword
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,8 @@ class GraphMagics(Magics):
 
         Re-running a cell replaces the nodes it made before, in whichever graph
         it made them; a cell that raises leaves every graph as it was. A named
-        graph is also cellgraph.kernel_ext.named_graphs()[NAME].
+        graph is bound to NAME in the notebook (as %%capture NAME binds its
+        output) and is also cellgraph.kernel_ext.named_graphs()[NAME].
         """
         __tracebackhide__ = True  # an error in the cell shows the cell's lines, not the magic's
         args = parse(self.graph, line, cell=cell is not None)
@@ -61,13 +63,32 @@ class GraphMagics(Magics):
         active = self.ext.tracker.active
         if active is not None:
             active.join(target)
+        assert self.shell is not None
+        before = self.shell.user_ns.get(args.name, _UNSET) if args.name is not None else _UNSET
         with target.as_default():
             self._run(cell, line)
         # A new graph is kept only once its cell has run: a failed first run leaves no empty graph behind.
         if args.name is not None:
             self.ext.graphs.setdefault(args.name, target)
+            self._bind(args.name, target, before)
         if not args.no_show:
             show_as("graph_view", "GraphView", target)
+
+    def _bind(self, name: str, graph: Graph, before: object) -> None:
+        """``NAME = graph`` in the notebook, as ``%%capture NAME`` binds its output; a value the cell itself gave
+        ``NAME`` stays (it is what the user wrote last), and a line says where the graph is then."""
+        assert self.shell is not None
+        if not name.isidentifier() or keyword.iskeyword(name):  # %%graph my-model: no variable can have that name
+            return
+        ns = self.shell.user_ns
+        now = ns.get(name, _UNSET)
+        if now is not graph and now is not before:
+            print(
+                f"%%graph {name}: the cell bound {name} itself (a {type(now).__name__}), so {name} stays that; "
+                f"the graph is cellgraph.kernel_ext.named_graphs()[{name!r}]"
+            )
+            return
+        ns[name] = graph
 
     def _graph(self, name: str | None, magic: Callable[..., Any]) -> tuple[Graph, str]:
         """The graph ``name`` (``None``: the default graph) and how to call it in a message."""
@@ -151,6 +172,9 @@ class GraphMagics(Magics):
                     continue
                 return job
         return None
+
+
+_UNSET = object()  # NAME was not bound in the notebook
 
 
 def _labelled(name: str) -> Graph:

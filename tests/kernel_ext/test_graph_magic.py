@@ -124,3 +124,26 @@ def test_a_tensor_of_another_graph_in_a_named_graph_cell_is_the_one_named(
         str(error),
     ), str(error)
     assert "mlp2" not in named_graphs(shell)  # a failed first cell leaves no graph behind
+
+
+def test_a_named_graph_is_bound_to_its_name_in_the_notebook(
+    shell: InteractiveShell, shown: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok(shell, "import cellgraph as cg\nenc = 'an older value'")
+    ok(shell, ENCODER, "a")
+    assert shell.user_ns["enc"] is named_graphs(shell)["enc"]  # as %%capture NAME binds its output
+    ok(shell, "n = len(enc)")
+    assert shell.user_ns["n"] == 5
+    # A cell that binds NAME itself keeps its value, and says where the graph is.
+    capsys.readouterr()
+    ok(shell, "%%graph dec\ny = cg.placeholder((2,), name='y')\ndec = 'my decoder'", "b")
+    assert shell.user_ns["dec"] == "my decoder"
+    assert capsys.readouterr().out == (
+        "%%graph dec: the cell bound dec itself (a str), so dec stays that; "
+        "the graph is cellgraph.kernel_ext.named_graphs()['dec']\n"
+    )
+    # A name no variable can have is only a named graph; a failed first cell binds nothing.
+    ok(shell, "%%graph my-model\nz = cg.placeholder((2,), name='z')", "c")
+    assert "my-model" in named_graphs(shell) and "my-model" not in shell.user_ns
+    run(shell, "%%graph broken\nw = cg.placeholder((2,), name='w')\n1 / 0", "d")
+    assert "broken" not in shell.user_ns
