@@ -141,6 +141,20 @@ def filled(bands: list[list[Any]]) -> list[list[Any]] | None:
     return bands if bands and all(fill for fill, _, _ in bands) else None
 
 
+def read_bands(scope: Any) -> list[list[Any]] | None:
+    """The bands of ``scope`` scrolled into view, or None while the view is being drawn again."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    try:
+        # In view first: one reading with every fill "" was of a view drawn below the page's fold.
+        scope.scroll_into_view_if_needed(timeout=STEP_TIMEOUT_MS)
+        return filled(scope.locator("rect.cgv-band").evaluate_all(BANDS))
+    except PlaywrightError as err:
+        if "not attached to the DOM" in str(err):
+            return None  # replaced by the next drawing between finding it and scrolling: read the new one
+        raise
+
+
 def check(page: Any, lab: Any, shots: Path, flag: Path) -> None:
     open_notebook(page, lab, "graph.ipynb")
     page.evaluate("window.addEventListener('pointerdown', () => { window.cgT0 = performance.now(); }, true)")
@@ -157,11 +171,11 @@ def check(page: Any, lab: Any, shots: Path, flag: Path) -> None:
     placed = output(page, 1).locator(".cgv")
     logits = placed.locator('.cgv-svg [data-id="s:logits"]')
     logits.wait_for(timeout=STEP_TIMEOUT_MS)
-    # Read again until every band has its fill: on a loaded machine a first reading caught the view while it was
-    # drawn again, and every fill read "".
-    # In view first: the one failed reading (every fill "") was of a view drawn below the page's fold.
-    logits.scroll_into_view_if_needed(timeout=STEP_TIMEOUT_MS)
-    bands = until(lambda: filled(logits.locator("rect.cgv-band").evaluate_all(BANDS)), "the logits scope's bands")
+    # The view is drawn again when the scopes' layouts arrive from the kernel: read it after that. A reading taken
+    # while it was drawn again found every fill "" (a detached element has no computed style), and a scroll found
+    # the element gone from the page.
+    output(page, 1).locator('.cgv[data-structure="1"]').wait_for(timeout=STEP_TIMEOUT_MS)
+    bands = until(lambda: read_bands(logits), "the logits scope's bands")
     width = float(logits.locator("rect").first.get_attribute("width"))
     assert sorted(key for _, _, key in bands) == [PS, WORKER], bands
     assert {fill for fill, _, _ in bands} == {rgb(DEVICE_COLORS[0]), rgb(DEVICE_COLORS[1])}
