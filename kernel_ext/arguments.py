@@ -18,16 +18,18 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
+from IPython.core.magic_arguments import argument, argument_group
 from IPython.utils.process import arg_split
 
 from cellgraph.dataflow.errors import CellgraphError
-from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS
+from cellgraph.dataflow.optimizer_registry import OPTIMIZER_KINDS, Value
 from cellgraph.dataflow.optimizers import CLASSES, Optimizer
 
 if TYPE_CHECKING:
     from cellgraph.cluster.cluster import Cluster
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 NO_CLUSTER = "no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, or bind a cg.Cluster to `cluster`"
 USAGE_WIDTH = 100  # columns of a magic's usage and help
@@ -35,6 +37,40 @@ USAGE_WIDTH = 100  # columns of a magic's usage and help
 OPTIMIZERS: dict[str, tuple[type[Optimizer], float]] = {
     kind: (cls, float(OPTIMIZER_KINDS.lookup(kind).defaults()["learning_rate"])) for kind, cls in CLASSES.items()
 }
+
+# ``--momentum 0.95``, ``--nesterov``, ...: every hyperparameter of the registry but the learning rate (``--optimizer
+# NAME:RATE`` gives that), by name, with each kind that takes it and its default there.
+OPTIMIZER_SETTINGS: dict[str, dict[str, Value]] = {}
+for _kind, (_cls, _) in sorted(OPTIMIZERS.items()):
+    for _hyper in OPTIMIZER_KINDS.lookup(_kind).hyperparameters[1:]:
+        OPTIMIZER_SETTINGS.setdefault(_hyper.name, {})[_kind] = _hyper.default
+
+
+def setting_flag(name: str) -> str:
+    """The flag of hyperparameter ``name``: ``weight_decay`` is ``--weight-decay``."""
+    return "--" + name.replace("_", "-")
+
+
+def optimizer_arguments(magic: F) -> F:
+    """``magic_arguments``' decorators for every flag of ``OPTIMIZER_SETTINGS``, in a group of the help; below the
+    magic's other ``@argument`` lines, so that the group takes these flags only.
+
+    A number is ``--momentum X``; a switch (every one is off by default: ``amsgrad``, ``nesterov``) is
+    ``--amsgrad``, which turns it on.
+    """
+    for name, defaults in reversed(OPTIMIZER_SETTINGS.items()):
+        flag = setting_flag(name)
+        if all(isinstance(value, bool) for value in defaults.values()):
+            add = argument(flag, dest=name, action="store_const", const=True, default=None,
+                           help=f"turn on for {', '.join(defaults)} (default off)")  # fmt: skip
+        else:
+            takes = ", ".join(f"{kind} {value:g}" for kind, value in defaults.items())
+            add = argument(flag, dest=name, type=number, default=None, metavar="X", help=f"defaults: {takes}")
+        magic = add(magic)
+    group = argument_group(
+        "optimizer settings", "for the --optimizer kinds that take each (cg.optim's keywords of the same name)"
+    )
+    return group(magic)  # type: ignore[no-any-return]
 
 
 class MagicFormatter(argparse.RawDescriptionHelpFormatter):
@@ -105,8 +141,23 @@ def parse(magic: Callable[..., Any], line: str, cell: bool = False) -> argparse.
     try:
         args: argparse.Namespace = magic.parser.parse_args(tokens)  # type: ignore[attr-defined]
     except UsageError as err:
-        raise usage_error(magic, str(err), cell) from None
+        raise usage_error(magic, str(err) + _meant(magic.parser, tokens, str(err)), cell) from None  # type: ignore[attr-defined]
     return args
+
+
+def _meant(parser: argparse.ArgumentParser, tokens: list[str], error: str) -> str:
+    """For argparse's 'unrecognized arguments: --replica 2': the options that were likely meant (``--replicas``)."""
+    if not error.startswith("unrecognized arguments:"):
+        return ""
+    options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    hints = []
+    for token in tokens:
+        flag = token.partition("=")[0]
+        if flag.startswith("--") and flag not in options and flag in error:
+            close = difflib.get_close_matches(flag, options, n=2, cutoff=0.75)
+            if close:
+                hints.append(f"{flag}: did you mean {' or '.join(sorted(close))}?")
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def positive_int(text: str) -> int:
@@ -173,11 +224,21 @@ def lookup(namespace: Mapping[str, Any], path: str, what: str) -> Any:
     return value
 
 
-def optimizer(spec: str) -> Optimizer:
-    """``adam:1e-3`` as ``cg.optim.Adam(1e-3)``: a kind of the optimizer registry, and a learning rate (optional).
+def number(text: str) -> float:
+    """An argparse type: a number (the optimizer's own rules say which are allowed)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
-    Raises ``ValueError`` naming what is wrong with ``spec``.
+
+def optimizer(spec: str, settings: Mapping[str, Value] | None = None) -> Optimizer:
+    """``adam:1e-3`` as ``cg.optim.Adam(1e-3)``: a kind of the optimizer registry, and a learning rate (optional);
+    ``settings`` (``{"amsgrad": True}``, from ``--amsgrad``) are the optimizer's other keywords.
+
+    Raises ``ValueError`` naming what is wrong with ``spec`` or a setting.
     """
+    given = {name: value for name, value in (settings or {}).items() if value is not None}
     name, _, rate = spec.partition(":")
     known = ", ".join(sorted(OPTIMIZERS))
     entry = OPTIMIZERS.get(name.strip().lower())
@@ -186,13 +247,26 @@ def optimizer(spec: str) -> Optimizer:
         meant = f", did you mean {close[0]!r}?" if close else ";"
         raise ValueError(f"--optimizer {spec!r}: unknown optimizer {name!r}{meant} known: {known} (e.g. adam:1e-3)")
     cls, default_rate = entry
-    if not rate:
-        return cls(default_rate)
+    definition = OPTIMIZER_KINDS.lookup(cls.kind)
+    wrong = [name for name in given if cls.kind not in OPTIMIZER_SETTINGS[name]]
+    if wrong:
+        flags = ", ".join(setting_flag(name) for name in wrong)
+        takes = ", ".join(setting_flag(name) for name in definition.names()) or "none of these settings"
+        goes = "; ".join(f"{setting_flag(name)} goes with --optimizer {', '.join(OPTIMIZER_SETTINGS[name])}"
+                         for name in wrong)  # fmt: skip
+        raise ValueError(f"{flags}: {cls.kind} (cg.optim.{cls.__name__}) has no such setting; it takes {takes}. {goes}")
+    learning_rate = default_rate
+    if rate:
+        try:
+            learning_rate = float(rate)
+        except ValueError:
+            raise ValueError(
+                f"--optimizer {spec!r}: the learning rate {rate!r} is not a number (e.g. adam:1e-3)"
+            ) from None
     try:
-        learning_rate = float(rate)
-    except ValueError:
-        raise ValueError(f"--optimizer {spec!r}: the learning rate {rate!r} is not a number (e.g. adam:1e-3)") from None
-    try:
-        return cls(learning_rate)
-    except ValueError as err:  # the optimizer's own check: a rate of 0 or less
-        raise ValueError(f"--optimizer {spec!r}: {err}") from None
+        return cls(learning_rate, **given)
+    except ValueError as err:  # the optimizer's own checks: a rate of 0 or less, a setting out of its range
+        # Name the flag whose value the optimizer refused (the registry's rules are what it checked).
+        culprit = next((name for name in given if definition.problem({name: given[name]}) is not None), None)
+        where = f"--optimizer {spec!r}" if culprit is None else f"{setting_flag(culprit)} {given[culprit]}"
+        raise ValueError(f"{where}: {err}") from None

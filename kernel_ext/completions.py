@@ -6,10 +6,11 @@ IPython completes a magic's line as Python, so ``%cluster u<Tab>`` offered
 a word starting with ``-`` completes to its options, the word after an option
 with choices (``--mode``) to those choices, and a positional word to the
 choices of the magic's first positional argument (``%cluster``'s actions).
-A word of an argument that takes names (``LOSS``, ``--data``, ``--inputs``,
-``--from``) completes to the notebook's names, and ``--optimizer``'s to each
-kind with its default rate (``nadam:0.002``); anything else (paths) is left
-to IPython.
+After ``--optimizer KIND``, only the settings KIND takes are offered
+(``--nesterov`` after ``momentum``, not ``--amsgrad``). A word of an argument
+that takes names (``LOSS``, ``--data``, ``--inputs``, ``--from``) completes to
+the notebook's names, and ``--optimizer``'s to each kind with its default rate
+(``nadam:0.002``); anything else (paths) is left to IPython.
 
 Examples
 --------
@@ -31,7 +32,7 @@ from typing import Any
 
 from IPython.core.completer import SimpleCompletion, context_matcher
 
-from .arguments import OPTIMIZERS
+from .arguments import OPTIMIZER_SETTINGS, OPTIMIZERS, setting_flag
 
 
 def _optimizer_specs(typed: str, word: str) -> list[str]:
@@ -71,7 +72,8 @@ def candidates(parser: argparse.ArgumentParser, line: str, word: str) -> list[st
     before, typed = _split(line)  # the words before the one being typed
     if word.startswith("-"):
         options = (o for a in parser._actions for o in a.option_strings if o.startswith("--") or len(word) < 2)
-        return sorted(o for o in options if o.startswith(word))
+        other = _other_kinds_settings(before)
+        return sorted(o for o in options if o.startswith(word) and o not in other)
     action = filling(parser, line)
     if action is not None:
         values = VALUES.get(str(action.metavar))
@@ -82,6 +84,16 @@ def candidates(parser: argparse.ArgumentParser, line: str, word: str) -> list[st
     if positional and positional[0].choices and not _given(before[1:], parser):
         return sorted(str(c) for c in positional[0].choices if str(c).startswith(word))
     return []
+
+
+def _other_kinds_settings(words: list[str]) -> set[str]:
+    """After ``--optimizer momentum``: the settings' flags that kind does not take (``--amsgrad``), not offered."""
+    if "--optimizer" not in words[:-1]:
+        return set()
+    kind = words[words.index("--optimizer") + 1].partition(":")[0].lower()
+    if kind not in OPTIMIZERS:
+        return set()
+    return {setting_flag(name) for name, kinds in OPTIMIZER_SETTINGS.items() if kind not in kinds}
 
 
 def _given(words: list[str], parser: argparse.ArgumentParser) -> bool:

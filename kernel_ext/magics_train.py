@@ -1,4 +1,5 @@
-"""``%train LOSS [--replicas N --steps S --mode sync|async --optimizer adam:1e-3 --batch-size B --data X,y ...]``."""
+"""``%train LOSS [--replicas N --steps S --mode sync|async --optimizer adam:1e-3 --batch-size B --data X,y ...]``,
+and the optimizer's settings (``--momentum 0.95 --nesterov``, ``--weight-decay 0.1 --amsgrad``)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from cellgraph.dataflow.optimizers import Optimizer
 
 from .arguments import (
     NO_CLUSTER,
+    OPTIMIZER_SETTINGS,
     OPTIMIZERS,
     MagicFormatter,
     ask_cluster,
     count,
     lookup,
     optimizer,
+    optimizer_arguments,
     parse,
     positive_int,
     usage_error,
@@ -75,12 +78,14 @@ class TrainMagics(Magics):
     )
     @argument("--no-show", action="store_true", help="do not display the training monitor")
     @argument("loss", metavar="LOSS", help="the loss tensor, by name (loss, or model.loss)")
+    @optimizer_arguments
     @line_magic
     def train(self, line: str) -> None:
         """Launch cg.train(LOSS, ...) on the current cluster, bind the job to `job`, show its monitor, and return at once.
 
         Names (LOSS, and each of --data) are looked up in the notebook; nothing is evaluated.
         Example: %train model.loss --data x_train,y_train --steps 300 --optimizer adam:1e-2
+        The optimizer's other settings are flags: --optimizer momentum:0.1 --momentum 0.95 --nesterov.
         Then: job.wait(), job.stop(), job.variables().
         """
         args = parse(self.train, line)
@@ -144,7 +149,7 @@ class TrainMagics(Magics):
                 raise LookupError("--data is missing: name the training arrays, e.g. --data x_train,y_train")
             names = [name.strip() for name in args.data.split(",")]
             values = [lookup(ns, name, "--data") for name in names]
-            opt = optimizer(args.optimizer)
+            opt = optimizer(args.optimizer, {name: getattr(args, name) for name in OPTIMIZER_SETTINGS})
         except (LookupError, ValueError) as err:
             raise usage_error(self.train, str(err)) from None
         if not isinstance(loss, Tensor):

@@ -117,10 +117,13 @@ def test_train_launches_a_job_binds_it_and_returns_at_once(
         assert job.status == "stopped"
     finally:
         job.close()
-    ok(notebook, f"%train loss {DATA} --steps 30 --batch-size 32 --optimizer adam:1e-2 --no-show")
+    ok(notebook, f"%train loss {DATA} --steps 30 --batch-size 32 --optimizer momentum:1e-2 --momentum 0.5 --nesterov "
+                 "--no-show")  # fmt: skip
     second = notebook.user_ns["job"]
     try:
         assert second is not job and len(shown) == 3  # --no-show
+        config = second._state.spec.optimizer  # what the parameter servers apply
+        assert (config.kind, config.learning_rate, config.momentum, config.nesterov) == ("momentum", 1e-2, 0.5, True)
         second.wait(TIMEOUT)
         assert second.status == "finished" and second.global_step() == 30
         assert set(second.variables()) >= {"hidden/kernel", "logits/kernel"}

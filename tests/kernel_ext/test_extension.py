@@ -102,6 +102,9 @@ def _completions(shell: InteractiveShell, line: str) -> list[str]:
         ("%placement --strategy r", ["round_robin"], None),
         ("%train my_loss_t", ["my_loss_tensor"], None),
         ("%train my_loss_tensor --data my_x,my_", ["my_x", "my_y"], None),
+        ("%train xent --nest", ["--nesterov"], None),  # an optimizer's settings, from the registry
+        ("%train xent --optimizer momentum:0.1 --", ["--momentum", "--nesterov"], "--amsgrad"),
+        ("%train xent --optimizer adamw --", ["--amsgrad", "--beta1", "--weight-decay"], "--nesterov"),
     ],
 )  # fmt: skip
 def test_tab_completes_the_magics_options_and_choices(

@@ -76,6 +76,31 @@ TRAIN_CASES = [
         "%train loss --data X,Y --optimizer sgd:-1",
         "%train: --optimizer 'sgd:-1': SGD: learning_rate must be positive, got -1.0",
     ),
+    (  # an optimizer's settings: one the kind (here the default, adam) does not take, one out of its range
+        "%train loss --data X,Y --nesterov",
+        "%train: --nesterov: adam (cg.optim.Adam) has no such setting; it takes --beta1, --beta2, --epsilon, --amsgrad. --nesterov goes with --optimizer momentum",
+    ),
+    (
+        "%train loss --data X,Y --optimizer sgd:0.1 --amsgrad --momentum 0.5",
+        "%train: --amsgrad, --momentum: sgd (cg.optim.SGD) has no such setting; it takes none of these settings. --amsgrad goes with --optimizer adam, adamw; --momentum goes with --optimizer momentum, rmsprop",
+    ),
+    (
+        "%train loss --data X,Y --optimizer momentum:0.1 --momentum 1.5 --nesterov",
+        "%train: --momentum 1.5: Momentum: momentum must be in [0, 1), got 1.5",
+    ),
+    (
+        "%train loss --data X,Y --optimizer adamw --weight-decay -0.1",
+        "%train: --weight-decay -0.1: AdamW: weight_decay must be a finite number, 0 or more, got -0.1",
+    ),
+    ("%train loss --data X,Y --beta2 high", "%train: argument --beta2: expected a number, got 'high'"),
+    (  # torch's and a misspelt flag's name: the ones meant
+        "%train loss --data X,Y --betas 0.9,0.99",
+        "%train: unrecognized arguments: --betas 0.9,0.99 (--betas: did you mean --beta1 or --beta2?)",
+    ),
+    (
+        "%train loss --data X,Y --weight_decay=0.1 --stesp 3",
+        "%train: unrecognized arguments: --weight_decay=0.1 --stesp 3 (--weight_decay: did you mean --weight-decay?; --stesp: did you mean --steps?)",
+    ),
     (
         "%train loss --data X,Y",
         "%train: no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, or bind a cg.Cluster to `cluster`",
@@ -352,3 +377,10 @@ def test_every_magic_has_help(shell: InteractiveShell, capsys: pytest.CaptureFix
 def test_optimizer_specs(spec: str, kind: type, rate: float) -> None:
     opt = optimizer(spec)
     assert (type(opt), opt.learning_rate) == (kind, rate)
+
+
+def test_optimizer_settings_are_cg_optims_keywords() -> None:
+    opt = optimizer("momentum:0.1", {"momentum": 0.5, "nesterov": True, "amsgrad": None})  # None: not given
+    assert repr(opt) == repr(cg.optim.Momentum(0.1, momentum=0.5, nesterov=True))
+    opt = optimizer("adamw", {"beta1": 0.8, "beta2": 0.99, "weight_decay": 0.1, "amsgrad": True})
+    assert repr(opt) == repr(cg.optim.AdamW(1e-3, beta1=0.8, beta2=0.99, weight_decay=0.1, amsgrad=True))
