@@ -23,6 +23,16 @@ gradient, and its own gradient is exactly zero. All of it is built from the
 existing ops (``Less``, ``Where``, ``Gather``), so it exports to ONNX as it
 runs.
 
+**Directions.** ``direction="reverse"`` runs the steps from the last to the
+first; ``"bidirectional"`` runs both, each with its own variables (the
+reverse direction's in the ``backward`` scope inside the layer's), and
+concatenates them on the last axis, forward first: the outputs are (batch,
+time, 2 units), the states (batch, 2 units), and an ``initial_state`` is laid
+out the same way. With lengths, the reverse direction starts at each
+sequence's last valid step (its padding is skipped, not run through), as
+PyTorch's packed sequences and ONNX's ``sequence_lens`` do; its state is the
+one after step 0. One ``step`` function per cell serves both directions.
+
 Under a mixed dtype policy (``cellgraph/precision.py``) the variables are
 float32 and the gates and states are computed in the policy's half dtype, as
 in ``torch.autocast``. Without a policy a half input is cast to float32.
@@ -31,6 +41,7 @@ in ``torch.autocast``. Without a policy a half input is cast to float32.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -45,9 +56,12 @@ from cellgraph.sequence_layers import _sequence_check
 
 Initializer = Callable[..., object]
 LENGTH_DTYPES = ("int32", "int64")
+DIRECTIONS = ("forward", "reverse", "bidirectional")
 State = tuple[Tensor, ...]
 # One step of a cell: (the input's projection at step t, the state or None for zeros) -> the new state, h first.
 Step = Callable[[Tensor, "State | None"], State]
+# A cell for one direction: makes its variables in the current name scope; the input's projection and its step.
+Cell = Callable[[Tensor], tuple[Tensor, Step]]
 
 
 def lstm(
@@ -57,6 +71,7 @@ def lstm(
     lengths: Tensor | None = None,
     mask: Tensor | None = None,
     name: str = "lstm",
+    direction: str = "forward",
 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """A long short-term memory layer over (batch, time, features) ``x``, unrolled over its known ``time``.
 
@@ -78,7 +93,10 @@ def lstm(
     ``(h, c)`` is each sequence's state after its last valid step, as
     PyTorch's ``pack_padded_sequence`` gives (module docstring). A length
     outside [0, time] fails when the graph runs, naming the layer's
-    ``lengths_in_0_to_<time>`` node.
+    ``lengths_in_0_to_<time>`` node. ``direction`` is ``"forward"``,
+    ``"reverse"`` or ``"bidirectional"`` (outputs, states and initial state
+    2 ``units`` wide, forward then reverse; the reverse direction's variables
+    are ``<name>/backward/...``, PyTorch's ``..._l0_reverse``).
 
     Examples
     --------
@@ -98,20 +116,22 @@ def lstm(
     ...     x = cg.placeholder((None, 4, 2), name="padded")
     ...     n = cg.placeholder((None,), "int32", name="lengths")
     ...     outputs, (h, c) = cg.layers.lstm(x, 3, lengths=n)
+    ...     both, (hb, cb) = cg.layers.lstm(x, 3, lengths=n, direction="bidirectional", name="bi")
     >>> out, last = cg.Session(g).run([outputs, h], {x: np.ones((2, 4, 2), np.float32), n: [3, 1]})
     >>> bool(np.all(out[0, 3:] == 0) and np.all(out[1, 1:] == 0)), np.array_equal(last, out[[0, 1], [2, 0]])
     (True, True)
+    >>> both.shape, hb.shape, g.node("bi/backward/kernel").output(0).shape
+    ((None, 4, 6), (None, 6), (2, 12))
     """
     features, kept, compute = _checked_input(x, units, "lstm", name)
+    width = units * _check_direction(direction, "lstm", name)
     if initial_state is not None:
         for what, state in zip(("h0", "c0"), initial_state):
-            _check_state(state, what, x, units, compute, "lstm", name)
+            _check_state(state, what, x, width, compute, "lstm", name)
     _check_lengths_and_mask(x, lengths, mask, "lstm", name)
     u = units
-    with x.graph.atomic(), name_scope(name):
-        x = to_compute(x, compute, name=f"input_{compute}")
-        valid = _valid_steps(x, lengths, mask)
-        x = _zero_padding(x, valid)
+
+    def cell(x: Tensor) -> tuple[Tensor, Step]:
         kernel = variable(initializers.glorot_uniform, shape=(features, 4 * u), dtype=kept, name="kernel")
         recurrent = variable(initializers.glorot_uniform, shape=(u, 4 * u), dtype=kept, name="recurrent_kernel")
         bias = variable(_forget_bias(u), shape=(4 * u,), dtype=kept, name="bias")
@@ -128,10 +148,16 @@ def lstm(
             c = i * g if state is None else f * state[1] + i * g
             return o * nn.tanh(c), c
 
+        return projected, step
+
+    with x.graph.atomic(), name_scope(name):
+        x = to_compute(x, compute, name=f"input_{compute}")
+        valid = valid_steps(x, lengths, mask)
+        x = zero_padding(x, valid)
         start = None
         if initial_state is not None:
             start = tuple(to_compute(s, compute, name=f"{w}_{compute}") for w, s in zip(("h0", "c0"), initial_state))
-        sequence, (h, c) = _unroll(projected, step, start, valid)
+        sequence, (h, c) = unroll_directions(x, cell, direction, start, valid, units)
         return sequence, (h, c)
 
 
@@ -142,6 +168,7 @@ def gru(
     lengths: Tensor | None = None,
     mask: Tensor | None = None,
     name: str = "gru",
+    direction: str = "forward",
 ) -> tuple[Tensor, Tensor]:
     """A gated recurrent unit layer over (batch, time, features) ``x``, unrolled over its known ``time``.
 
@@ -162,9 +189,9 @@ def gru(
     is ``kernel.T`` with the first two blocks of rows swapped, and so on for
     ``weight_hh_l0``, ``bias_ih_l0`` and ``bias_hh_l0``. The state starts at
     zeros unless ``initial_state`` gives ``h0`` (batch, ``units``).
-    ``lengths`` and ``mask`` work as ``lstm``'s: a step that does not count
-    keeps the state and outputs zeros; ``h`` is each sequence's state after
-    its last valid step.
+    ``lengths``, ``mask`` and ``direction`` work as ``lstm``'s: a step that
+    does not count keeps the state and outputs zeros; ``h`` is each
+    sequence's state after its last valid step.
 
     Examples
     --------
@@ -183,14 +210,13 @@ def gru(
     (True, True)
     """
     features, kept, compute = _checked_input(x, units, "gru", name)
+    width = units * _check_direction(direction, "gru", name)
     if initial_state is not None:
-        _check_state(initial_state, "h0", x, units, compute, "gru", name)
+        _check_state(initial_state, "h0", x, width, compute, "gru", name)
     _check_lengths_and_mask(x, lengths, mask, "gru", name)
     u = units
-    with x.graph.atomic(), name_scope(name):
-        x = to_compute(x, compute, name=f"input_{compute}")
-        valid = _valid_steps(x, lengths, mask)
-        x = _zero_padding(x, valid)
+
+    def cell(x: Tensor) -> tuple[Tensor, Step]:
         kernel = variable(initializers.glorot_uniform, shape=(features, 3 * u), dtype=kept, name="kernel")
         recurrent = variable(initializers.glorot_uniform, shape=(u, 3 * u), dtype=kept, name="recurrent_kernel")
         bias = variable(initializers.zeros, shape=(2, 3 * u), dtype=kept, name="bias")
@@ -207,8 +233,14 @@ def gru(
             n = nn.tanh(_gate(xp, 2, u) + r * _gate(hp, 2, u))
             return ((1.0 - z) * n if state is None else (1.0 - z) * n + z * state[0],)
 
+        return projected, step
+
+    with x.graph.atomic(), name_scope(name):
+        x = to_compute(x, compute, name=f"input_{compute}")
+        valid = valid_steps(x, lengths, mask)
+        x = zero_padding(x, valid)
         start = None if initial_state is None else (to_compute(initial_state, compute, name=f"h0_{compute}"),)
-        sequence, (h,) = _unroll(projected, step, start, valid)
+        sequence, (h,) = unroll_directions(x, cell, direction, start, valid, units)
         return sequence, h
 
 
@@ -226,6 +258,15 @@ def _checked_input(x: Tensor, units: int, layer: str, name: str) -> tuple[int, s
 def _check_units(units: int, layer: str, name: str) -> None:
     if isinstance(units, bool) or not isinstance(units, int) or units < 1:
         raise ShapeError(f"{layer} layer {name!r}: units must be a positive int, got {units!r}")
+
+
+def _check_direction(direction: object, layer: str, name: str) -> int:
+    """The number of directions ``direction`` runs (1 or 2)."""
+    if direction not in DIRECTIONS:
+        raise ValueError(
+            f"{layer} layer {name!r}: direction must be one of {', '.join(map(repr, DIRECTIONS))}, got {direction!r}"
+        )
+    return 2 if direction == "bidirectional" else 1
 
 
 def _check_state(state: Tensor, what: str, x: Tensor, units: int, compute: str, layer: str, name: str) -> None:
@@ -279,7 +320,7 @@ def _check_lengths_and_mask(x: Tensor, lengths: object, mask: object, layer: str
 
 
 # ------------------------------------------------------------------ the unrolled steps
-def _valid_steps(x: Tensor, lengths: Tensor | None, mask: Tensor | None) -> Tensor | None:
+def valid_steps(x: Tensor, lengths: Tensor | None, mask: Tensor | None) -> Tensor | None:
     """Bool (batch, time): the steps that count, from ``lengths`` and ``mask`` (None when neither is given)."""
     time = x.shape[1]
     assert time is not None
@@ -298,7 +339,7 @@ def _valid_steps(x: Tensor, lengths: Tensor | None, mask: Tensor | None) -> Tens
     return valid
 
 
-def _zero_padding(x: Tensor, valid: Tensor | None) -> Tensor:
+def zero_padding(x: Tensor, valid: Tensor | None) -> Tensor:
     """``x`` with zeros at the steps that do not count: padding (NaN too) never reaches a product or gradient."""
     if valid is None:
         return x
@@ -310,16 +351,20 @@ def _gate(z: Tensor, k: int, units: int) -> Tensor:
     return array_slice.getitem(z, (Ellipsis, slice(k * units, (k + 1) * units)))
 
 
-def _unroll(projected: Tensor, step: Step, state: State | None, valid: Tensor | None) -> tuple[Tensor, State]:
+def unroll(
+    projected: Tensor, step: Step, state: State | None, valid: Tensor | None, reverse: bool = False
+) -> tuple[Tensor, State]:
     """Run ``step`` at every step of ``projected`` (batch, time, ...); the outputs (h at every step) and the state.
 
     Where ``valid`` says a step does not count, the state is carried (zeros before the first real one) and the
-    output is zeros; both go through ``Where``, so no gradient reaches what that step computed.
+    output is zeros; both go through ``Where``, so no gradient reaches what that step computed. ``reverse`` runs
+    from the last step to the first (the outputs stay in time order): the padding after a sequence's length is
+    then carried over before its first real step, so each sequence starts at its last valid step.
     """
     time = projected.shape[1]
     assert time is not None
-    outputs = []
-    for t in range(time):
+    outputs: dict[int, Tensor] = {}
+    for t in range(time - 1, -1, -1) if reverse else range(time):
         new = step(array_slice.getitem(projected, (slice(None), t), name=f"step_{t}"), state)
         out = new[0]
         if valid is not None:
@@ -328,10 +373,37 @@ def _unroll(projected: Tensor, step: Step, state: State | None, valid: Tensor | 
             old: tuple[Tensor | float, ...] = state if state is not None else (0.0,) * len(new)
             new = tuple(math_unary.where(keep, n, o, name=f"state{i}_{t}") for i, (n, o) in enumerate(zip(new, old)))
         state = new
-        outputs.append(array.expand_dims(out, 1))
+        outputs[t] = array.expand_dims(out, 1)
     assert state is not None  # time >= 1: the layers check it
-    sequence = array.concat(outputs, axis=1, name="outputs") if len(outputs) > 1 else outputs[0]
+    ordered = [outputs[t] for t in range(time)]
+    sequence = array.concat(ordered, axis=1, name="outputs") if len(ordered) > 1 else ordered[0]
     return sequence, state
+
+
+def unroll_directions(
+    x: Tensor, cell: Cell, direction: str, state: State | None, valid: Tensor | None, units: int
+) -> tuple[Tensor, State]:
+    """``cell`` over ``x`` in ``direction``: one pass, or a forward and a reverse one (its variables in a
+    ``backward`` scope) joined on the last axis, forward first. A bidirectional ``state`` is 2 ``units`` wide."""
+    reverses = [False, True] if direction == "bidirectional" else [direction == "reverse"]
+    if len(reverses) == 1:
+        projected, step = cell(x)
+        return unroll(projected, step, state, valid, reverses[0])
+    halves: list[State | None] = [None, None]
+    if state is not None:
+        halves = [tuple(_gate(s, k, units) for s in state) for k in (0, 1)]
+    passes = []
+    for reverse, half in zip(reverses, halves):
+        with name_scope("backward") if reverse else nullcontext():
+            projected, step = cell(x)
+            passes.append(unroll(projected, step, half, valid, reverse))
+    (forward, forward_state), (backward, backward_state) = passes
+    sequence = array.concat([forward, backward], axis=2, name="bidirectional_outputs")
+    states = tuple(
+        array.concat([f, b], axis=1, name=f"bidirectional_state{i}")
+        for i, (f, b) in enumerate(zip(forward_state, backward_state))
+    )
+    return sequence, states
 
 
 def _forget_bias(units: int) -> Initializer:
@@ -343,4 +415,4 @@ def _forget_bias(units: int) -> Initializer:
     return init
 
 
-__all__ = ["gru", "lstm"]
+__all__ = ["DIRECTIONS", "gru", "lstm", "unroll", "unroll_directions", "valid_steps", "zero_padding"]

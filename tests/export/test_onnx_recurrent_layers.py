@@ -1,5 +1,5 @@
 """``cg.layers.gru`` and ``cg.layers.lstm``, with and without variable lengths, exported to ONNX and run in ONNX
-Runtime. The layers are unrolled into the graph's own ops (the lengths into Less, Where and Gather), so the
+Runtime, in one direction or both. The layers are unrolled into the graph's own ops (the lengths into Less, Where and Gather), so the
 export writes those ops, not ONNX's GRU/LSTM nodes with ``sequence_lens``; the lengths stay a graph input."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ B, T, F, U = 4, 5, 3, 6
 LENGTHS = np.array([5, 1, 3, 0], np.int32)
 
 
-def _model(kind: str, form: str) -> tuple[cg.Graph, list[cg.Tensor], list[cg.Tensor]]:
+def _model(kind: str, form: str, direction: str = "forward") -> tuple[cg.Graph, list[cg.Tensor], list[cg.Tensor]]:
     g = cg.Graph()
     with g.as_default():
         x = cg.placeholder((None, T, F), name="x")
@@ -27,10 +27,10 @@ def _model(kind: str, form: str) -> tuple[cg.Graph, list[cg.Tensor], list[cg.Ten
             given = {"mask": cg.placeholder((None, T), "bool", name="mask")}
         inputs += list(given.values())
         if kind == "gru":
-            outputs, h = cg.layers.gru(x, U, **given)
+            outputs, h = cg.layers.gru(x, U, **given, direction=direction)
             states = [h]
         else:
-            outputs, (h, c) = cg.layers.lstm(x, U, **given)
+            outputs, (h, c) = cg.layers.lstm(x, U, **given, direction=direction)
             states = [h, c]
         logits = cg.layers.dense(states[0], 2, name="logits")
     return g, inputs, [outputs, *states, logits]
@@ -45,16 +45,18 @@ def _feeds(form: str) -> list[np.ndarray]:
     return [x]
 
 
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 @pytest.mark.parametrize("form", ["plain", "lengths", "mask"])
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_a_recurrent_layer_exports_and_runs_in_onnx_runtime_as_in_cellgraph(
-    tmp_path: Path, kind: str, form: str
+    tmp_path: Path, kind: str, form: str, direction: str
 ) -> None:
-    g, inputs, outputs = _model(kind, form)
+    g, inputs, outputs = _model(kind, form, direction)
     sess = cg.Session(g)
     # Nonzero biases, so that the GRU's recurrent bias inside the reset product is exercised.
-    bias = g.node(f"{kind}/bias").output(0)
-    sess.variables.load(bias.node, np.random.default_rng(1).normal(size=bias.shape).astype(np.float32))
+    for scope in [kind] + ([f"{kind}/backward"] if direction == "bidirectional" else []):
+        bias = g.node(f"{scope}/bias").output(0)
+        sess.variables.load(bias.node, np.random.default_rng(1).normal(size=bias.shape).astype(np.float32))
     path = tmp_path / f"{kind}.onnx"
     cg.onnx.export(path, inputs, outputs, sess)
     feeds = _feeds(form)
