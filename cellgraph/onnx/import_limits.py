@@ -375,9 +375,23 @@ def _recurrent(gates: int) -> Limit:
                 f"attribute 'hidden_size' is {hidden}, but input 1 ('W') has shape {tuple(w)}: ONNX's {n.op} "
                 f"needs its dim 1 to be {gates} x hidden_size"
             )
-        return None
+        return _sequence_lens(n)
 
     return limit
+
+
+def _sequence_lens(n: NodeInfo) -> str | None:
+    """A known ``sequence_lens`` must lie in [0, seq_length]: ONNX Runtime refuses any other when it runs."""
+    lengths, x = n.static_value(4), n.shape(0)
+    if lengths is None or x is None or len(x) != 3 or not lengths.size:
+        return None
+    seq = x[1] if n.attrs.get("layout") else x[0]
+    if seq is not None and (int(lengths.min()) < 0 or int(lengths.max()) > seq):
+        return (
+            f"input 4 ('sequence_lens') is {lengths.tolist()}: ONNX's {n.op} needs each in [0, {seq}], "
+            "the input's sequence length"
+        )
+    return None
 
 
 _PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")

@@ -10,9 +10,13 @@ gate (``linear_before_reset``), RNN's one gate. The outputs are ONNX's: Y
 with every step's hidden state, Y_h (and LSTM's Y_c) with the last, in
 either ``layout``.
 
-What is refused, naming it: activations other than the defaults (sigmoid and
-tanh), ``clip``, LSTM's ``input_forget``, and a ``sequence_lens`` that is not
-the full length for every row.
+``sequence_lens`` (known or fed) works as the layers' ``lengths=``
+(``cellgraph/recurrent.py``'s ``unroll``, the one loop of both): past a row's
+length Y is zeros and the state is kept, the reverse direction starts at the
+row's last valid step, and Y_h/Y_c are each row's state there (zeros for a
+zero length, as ONNX Runtime gives). What is refused, naming it: activations
+other than the defaults (sigmoid and tanh), ``clip``, LSTM's
+``input_forget``, and a known ``sequence_lens`` outside [0, seq_length].
 
 Examples
 --------
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
+from cellgraph.recurrent import State, Step, unroll, valid_steps, zero_padding
 
 from .common import Build, Check, ImportRow, as_text
 from .import_wrappers import in_float32
@@ -66,56 +71,72 @@ def _row_of(t: Tensor, d: int) -> Tensor:
 
 
 def _recurrent(kind: str) -> Build:
-    gates = GATES[kind]
-
     def build(b: Builder, n: NodeInfo) -> list[Tensor]:
         x, w, r, bias = _input(b, n, 0), _input(b, n, 1), _input(b, n, 2), _input(b, n, 3)
         assert x is not None and w is not None and r is not None
+        lengths = _input(b, n, 4)
         h_start, c_start = _input(b, n, 5), _input(b, n, 6) if kind == "LSTM" else None
         peepholes = _input(b, n, 7) if kind == "LSTM" else None
         hidden, batchwise = int(n.attrs["hidden_size"]), bool(n.attrs["layout"])
-        if batchwise:  # (batch, seq, input) and states (batch, num_directions, hidden): ONNX's layout 1
-            x = cg.transpose(x, (1, 0, 2))
+        if not batchwise:  # (seq, batch, input) and states (num_directions, batch, hidden): ONNX's layout 0
+            x = cg.transpose(x, (1, 0, 2))  # batch first, as the layers' steps take it
+        if batchwise:  # states (batch, num_directions, hidden): ONNX's layout 1
             h_start = cg.transpose(h_start, (1, 0, 2)) if h_start is not None else None
             c_start = cg.transpose(c_start, (1, 0, 2)) if c_start is not None else None
-        steps = cg.unstack(x, num=x.shape[0], axis=0)
+        # sequence_lens as the layers' lengths=: past its length a row outputs zeros and keeps its state, and the
+        # reverse direction starts at its last valid step (ONNX's semantics, and ONNX Runtime's).
+        valid = valid_steps(x, lengths, None) if lengths is not None else None
+        x = zero_padding(x, valid)
         ys, last_h, last_c = [], [], []
         for d, direction in enumerate(_directions(n)):
             w_t, r_t = cg.transpose(_row_of(w, d), (1, 0)), cg.transpose(_row_of(r, d), (1, 0))
             biases = cg.split(_row_of(bias, d), 2, axis=0) if bias is not None else None
-            first = cg.matmul(steps[0], w_t)
-            zeros = cg.zeros_like(cg.slice(first, [0, 0], [-1, hidden]))  # (batch, hidden), the batch as it runs
+            projected = cg.matmul(x, w_t)  # (batch, seq, gates x hidden): every step's input share at once
+            if biases is not None:
+                projected = projected + biases[0]
+            zeros = cg.zeros_like(cg.slice(projected, [0, 0, 0], [-1, 1, hidden]))[:, 0]  # the batch as it runs
             h = _row_of(h_start, d) if h_start is not None else zeros
             c = _row_of(c_start, d) if c_start is not None else zeros
             p = cg.split(_row_of(peepholes, d), 3, axis=0) if peepholes is not None else None
-            order = range(len(steps)) if direction == "forward" else range(len(steps) - 1, -1, -1)
-            # GRU's recurrence weights and biases by gate, split once for every step.
-            r_gates = cg.split(r_t, 3, axis=1) if kind == "GRU" else []
-            rb_gates = cg.split(biases[1], 3, axis=0) if kind == "GRU" and biases is not None else [None] * 3
-            outputs = []
-            for t in order:
-                from_x = first if t == 0 else cg.matmul(steps[t], w_t)
-                if biases is not None:
-                    from_x = from_x + biases[0]
-                if kind == "GRU":
-                    h = _gru_step(from_x, h, r_gates, rb_gates, n)
-                else:
-                    from_h = cg.matmul(h, r_t)
-                    pre = from_x + from_h if biases is None else from_x + from_h + biases[1]
-                    if kind == "RNN":
-                        h = cg.tanh(pre)
-                    else:
-                        h, c = _lstm_step(cg.split(pre, gates, axis=1), c, p)
-                outputs.append(h)
-            ys.append(cg.stack(outputs if direction == "forward" else outputs[::-1], axis=0))  # in time order
-            last_h.append(h)
-            last_c.append(c)
-        y, y_h, y_c = cg.stack(ys, axis=1), cg.stack(last_h, axis=0), cg.stack(last_c, axis=0)
-        if batchwise:
-            y, y_h, y_c = cg.transpose(y, (2, 0, 1, 3)), cg.transpose(y_h, (1, 0, 2)), cg.transpose(y_c, (1, 0, 2))
+            step = _step(kind, n, r_t, biases[1] if biases is not None else None, p)
+            start = (h, c) if kind == "LSTM" else (h,)
+            y, state = unroll(projected, step, start, valid, reverse=direction == "reverse")
+            if lengths is not None:
+                # ONNX Runtime's Y_h and Y_c of a zero-length row are zeros, its initial state given or not (the
+                # spec is silent; the layers keep the initial state there, as a state carried over no step).
+                counted = cg.expand_dims(cg.greater(lengths, cg.zeros_like(lengths)), 1)
+                state = tuple(cg.where(counted, s, cg.zeros_like(s)) for s in state)
+            ys.append(y)  # (batch, seq, hidden), in time order
+            last_h.append(state[0])
+            last_c.append(state[-1])
+        y, y_h, y_c = cg.stack(ys, axis=0), cg.stack(last_h, axis=0), cg.stack(last_c, axis=0)
+        if batchwise:  # Y (batch, seq, num_directions, hidden), the states (batch, num_directions, hidden)
+            y, y_h, y_c = cg.transpose(y, (1, 2, 0, 3)), cg.transpose(y_h, (1, 0, 2)), cg.transpose(y_c, (1, 0, 2))
+        else:  # Y (seq, num_directions, batch, hidden)
+            y = cg.transpose(y, (2, 0, 1, 3))
         return [y, y_h, y_c] if kind == "LSTM" else [y, y_h]
 
     return build
+
+
+def _step(kind: str, n: NodeInfo, r_t: Tensor, r_bias: Tensor | None, p: list[Tensor] | None) -> Step:
+    """One direction's step of a ``kind`` node, from its recurrence weights (hidden, gates x hidden), recurrence
+    bias and (LSTM) peepholes: the input's share of the step comes in, the new state (h, and LSTM's c) goes out."""
+    # GRU's recurrence weights and biases by gate, split once for every step.
+    r_gates = cg.split(r_t, 3, axis=1) if kind == "GRU" else []
+    rb_gates = cg.split(r_bias, 3, axis=0) if kind == "GRU" and r_bias is not None else [None] * 3
+
+    def step(from_x: Tensor, state: State | None) -> State:
+        assert state is not None  # every direction starts from a tensor: zeros or the node's own
+        if kind == "GRU":
+            return (_gru_step(from_x, state[0], r_gates, rb_gates, n),)
+        pre = from_x + cg.matmul(state[0], r_t)
+        pre = pre if r_bias is None else pre + r_bias
+        if kind == "RNN":
+            return (cg.tanh(pre),)
+        return _lstm_step(cg.split(pre, GATES[kind], axis=1), state[1], p)
+
+    return step
 
 
 def _lstm_step(pre: list[Tensor], c: Tensor, p: list[Tensor] | None) -> tuple[Tensor, Tensor]:
@@ -170,9 +191,6 @@ def _check(kind: str) -> Check:
                 return f"{kind} with attribute {attr!r}"
         if kind == "LSTM" and n.attrs["input_forget"]:
             return "LSTM with input_forget=1 (coupled input and forget gates)"
-        lengths = n.static_value(4)
-        if lengths is not None and any(int(v) != seq for v in lengths):
-            return f"{kind} with sequence_lens {lengths.tolist()} shorter than the sequence ({seq})"
         return None
 
     return check
@@ -187,9 +205,9 @@ _COMMON = {
 # A half-float node computes in float32 and rounds its outputs once, as ONNX Runtime does: rounded after each
 # of its steps' ops, float16 drifted a few units in the last place from it over three steps.
 RECURRENT: dict[str, ImportRow] = {
-    "RNN":  ImportRow(in_float32(_recurrent("RNN")), dict(_COMMON), (4,), _check("RNN"), since=7),
-    "GRU":  ImportRow(in_float32(_recurrent("GRU")), {**_COMMON, "linear_before_reset": 0}, (4,), _check("GRU"),
+    "RNN":  ImportRow(in_float32(_recurrent("RNN")), dict(_COMMON), (), _check("RNN"), since=7),
+    "GRU":  ImportRow(in_float32(_recurrent("GRU")), {**_COMMON, "linear_before_reset": 0}, (), _check("GRU"),
                       since=7),
-    "LSTM": ImportRow(in_float32(_recurrent("LSTM")), {**_COMMON, "input_forget": 0}, (4,), _check("LSTM"),
+    "LSTM": ImportRow(in_float32(_recurrent("LSTM")), {**_COMMON, "input_forget": 0}, (), _check("LSTM"),
                       since=7),
 }  # fmt: skip

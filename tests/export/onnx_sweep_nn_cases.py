@@ -85,8 +85,8 @@ def global_pools(rng: np.random.Generator) -> Cases:
 
 def recurrent(rng: np.random.Generator) -> Cases:
     """RNN, GRU and LSTM, each version and float dtype (float32, float16): every direction, weights stored or fed, with and
-    without bias and initial state, GRU's two reset placements, LSTM's peepholes. (Layout 1 is left to
-    tests/export/test_onnx_recurrent.py: ONNX Runtime's CPU kernels refuse it.)"""
+    without bias and initial state, with a ragged sequence_lens, GRU's two reset placements, LSTM's peepholes.
+    (Layout 1 is left to tests/export/test_onnx_recurrent.py: ONNX Runtime's CPU kernels refuse it.)"""
     gates = {"RNN": 1, "GRU": 3, "LSTM": 4}
     hidden, features, steps, batch = 3, 4, 3, 2
     for op, g in gates.items():
@@ -111,6 +111,9 @@ def recurrent(rng: np.random.Generator) -> Cases:
                         tol["atol"] = 1e-6
                     yield Case(op, version, [x, Const(w), Const(r)], attrs, outputs=outputs, **tol)
                     yield Case(op, version, [x, w, r, *extra], attrs, outputs=outputs, **tol)
+                    # A ragged sequence_lens: the second row's one step (the reverse pass starts there).
+                    ragged = [extra[0], np.array([steps, 1], np.int32), *extra[2:]]
+                    yield Case(op, version, [x, w, r, *ragged], attrs, outputs=outputs, **tol)
                     if op == "GRU":
                         reset = {**attrs, "linear_before_reset": 1}
                         yield Case(op, version, [x, w, r, *extra], reset, outputs=outputs, **tol)

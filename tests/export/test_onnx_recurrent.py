@@ -92,11 +92,51 @@ def test_a_recurrent_option_cellgraph_does_not_import_is_refused_naming_it(model
     assert words in str(info.value)
 
 
-def test_sequence_lens_shorter_than_the_sequence_are_refused() -> None:
+def _with_lengths(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its node's sequence_lens fed as an int32 graph input, ``lens`` (batch,)."""
+    node = model.graph.node[0]
+    while len(node.input) < 5:
+        node.input.append("")
+    node.input[4] = "lens"
+    model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, ["batch"]))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("lengths", [[5, 2], [1, 0], [3, 5]])
+def test_a_bidirectional_node_with_ragged_sequence_lens_matches_onnx_runtime(
+    tmp_path: Path, kind: str, lengths: list[int]
+) -> None:
+    """Every input given (initial states, peepholes) and a run-time sequence_lens: Y is zero past each row's
+    length, Y_h (and Y_c) are each row's state at its last valid step, the reverse direction's after step 0
+    having started at that row's last valid step; a zero length's Y_h and Y_c are zeros there."""
+    path = tmp_path / f"{kind}.onnx"
+    onnx.save(_with_lengths(_model(kind, linear_before_reset=1) if kind == "GRU" else _model(kind)), str(path))
+    imported = import_model(path)
+    x = np.random.default_rng(8).normal(size=(STEPS, 2, FEATURES)).astype(np.float32)
+    x[np.arange(STEPS)[:, None] >= np.array(lengths)[None, :]] = 1e3  # padding ONNX Runtime never reads
+    feeds = {"x": x, "lens": np.array(lengths, np.int32)}
+    runtime = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = runtime.run(None, feeds)
+    got = imported(x, feeds["lens"])
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    padded = np.arange(STEPS)[:, None] >= np.array(lengths)[None, :]  # (seq, batch)
+    assert np.all(got[0].transpose(0, 2, 1, 3)[padded] == 0)  # Y is (seq, num_directions, batch, hidden)
+
+
+def test_a_known_sequence_lens_outside_the_sequence_is_refused_naming_the_range() -> None:
     model = _model("RNN", inputs=5)
     model.graph.node[0].input[4] = "lens"
-    model.graph.initializer.append(numpy_helper.from_array(np.array([STEPS, 2], np.int32), "lens"))
-    with pytest.raises(OnnxError, match=r"RNN with sequence_lens \[5, 2\] shorter than the sequence \(5\)"):
+    model.graph.initializer.append(numpy_helper.from_array(np.array([STEPS + 1, 2], np.int32), "lens"))
+    with pytest.raises(OnnxError) as info:
         import_model(model)
-    model.graph.initializer[-1].CopyFrom(numpy_helper.from_array(np.array([STEPS, STEPS], np.int32), "lens"))
-    assert import_model(model)(np.zeros((STEPS, 2, FEATURES), np.float32))[0].shape == (STEPS, 2, 2, HIDDEN)
+    assert (
+        f"input 4 ('sequence_lens') is [6, 2]: ONNX's RNN needs each in [0, {STEPS}], the input's sequence length"
+        in (str(info.value))
+    )
+    # A known ragged one imports as a fed one does.
+    model.graph.initializer[-1].CopyFrom(numpy_helper.from_array(np.array([STEPS, 2], np.int32), "lens"))
+    y = import_model(model)(np.ones((STEPS, 2, FEATURES), np.float32))[0]
+    assert y.shape == (STEPS, 2, 2, HIDDEN) and np.all(y[2:, :, 1] == 0) and np.all(y[:2, :, 1] != 0)
