@@ -32,9 +32,12 @@ import html
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Protocol
 
+import anywidget
 import ipywidgets as widgets
+import traitlets
 
 from .kernel_loop import Throttle, Ticker, kernel_loop
 from .training_monitor_data import MetricSeries, format_bytes, stragglers
@@ -71,6 +74,15 @@ class MonitoredJob(Protocol):
     def stop(self, timeout: float = ...) -> Any: ...
 
     def scale(self, n: int) -> Any: ...
+
+
+class MonitorTitle(anywidget.AnyWidget):
+    """The monitor's header line (``value``, HTML); once its kernel is gone (restarted, shut down) the page shows
+    ``gone`` instead, so that a job last seen running does not stay "running" on a page no kernel updates."""
+
+    _esm = Path(__file__).with_name("training_monitor_title.js")
+    value = traitlets.Unicode("").tag(sync=True)
+    gone = traitlets.Unicode("").tag(sync=True)
 
 
 class TrainingMonitor(widgets.VBox):
@@ -127,7 +139,7 @@ class TrainingMonitor(widgets.VBox):
 
     # ------------------------------------------------------------------ layout
     def _build(self) -> list[widgets.Widget]:
-        self.title = widgets.HTML()
+        self.title = MonitorTitle()
         self.progress = widgets.IntProgress(min=0, max=max(self.job.steps, 1), layout={"width": "40%"})
         self.progress_label = widgets.HTML()
         self.loss = CurveFigure("loss", "loss", log_option=True)
@@ -230,7 +242,13 @@ class TrainingMonitor(widgets.VBox):
         running = status == "running"
         replica_set = self.series.replica_set(self.job.replicas, running)
         replicas = replica_set.describe() if running else f"{self.job.replicas} replica(s)"  # none trains now
-        self.title.value = f"<b>Job {html.escape(self.job.job_id)}</b> · {status} · {replicas}"
+        job = f"<b>Job {html.escape(self.job.job_id)}</b>"
+        with self.title.hold_sync():
+            self.title.value = f"{job} · {status} · {replicas}"
+            self.title.gone = (
+                f"{job} · no longer followed: the notebook's kernel restarted or stopped, so nothing here updates "
+                f"(last seen {status} · {replicas})"
+            )
         with self.progress.hold_sync():
             self.progress.value = min(progress.step, self.progress.max)
             self.progress.bar_style = STATUS_STYLE.get(status, "")

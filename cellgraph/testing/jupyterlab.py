@@ -231,6 +231,20 @@ def wait_ran(page: Any, index: int, timeout_ms: int = STEP_TIMEOUT_MS) -> int:
         time.sleep(0.1)
 
 
+def restart_kernel(page: Any, lab: Lab) -> None:
+    """Kernel > Restart Kernel…, confirmed in its dialog, as a person does; until the new kernel is idle."""
+    page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Restart Kernel…").first.click()
+    page.locator(".jp-Dialog-button", has_text="Restart").click()
+    # The old kernel reads idle until the restart begins: wait to see it begin (a short wait, then go on).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if any(k.get("execution_state") in ("restarting", "starting") for k in kernels(lab)):
+            break
+        time.sleep(0.1)
+    wait_kernel(lab)
+
+
 def open_notebook(page: Any, lab: Lab, notebook: str) -> None:
     """Open ``notebook`` in JupyterLab and wait until its kernel is connected and idle."""
     page.goto(lab.page_url(notebook), timeout=STEP_TIMEOUT_MS)

@@ -299,7 +299,7 @@ def drive(
         run(page, index)
     run(page, train)
     monitor = cell(page, train).locator(".jp-OutputArea-output", has=page.locator(".bqplot")).first
-    title = monitor.locator(".widget-html-content").first
+    title = monitor.locator(".cg-monitor-title")
     wait_for_text(title, r"^Job job-\w+ · running · 2 replica\(s\)", "the monitor's title while the job trains")
     note_processes()
 

@@ -7,7 +7,8 @@ chart keeps updating, no "invalid format" in the console, a log scale), a scale
 to three replicas (the header and the charts agree), a straggler, a scale-down
 and Stop (no replica that left is red), an hour of metrics (at least 200 points
 and the latest), and a flood of checkpoints (one line; the others in view).
-Titles and keys sit above the figures, out of the curves' and toolbar's way.
+Titles and keys sit above the figures, out of the curves' and toolbar's way. After Kernel > Restart Kernel, each
+monitor's header says its job is no longer followed (a running one said "running" on).
 
 Screenshots go to ``$CELLGRAPH_TEST_ARTIFACTS/browser`` (else ``test-artifacts/browser``): ``monitor_*.png``.
 """
@@ -28,6 +29,7 @@ from cellgraph.testing.jupyterlab import (
     chromium_path,
     jupyter_lab,
     open_notebook,
+    restart_kernel,
     run_cell,
     shutdown_kernels,
     until,
@@ -141,7 +143,7 @@ def check(page: Any, lab: Any, shots: Path, console: list[str]) -> None:
     figures = monitor.locator(".bqplot.figure")
     figures.nth(3).wait_for(timeout=STEP_TIMEOUT_MS)
     loss, rates = figures.nth(0), figures.nth(2)
-    title = monitor.locator(".widget-html-content").first
+    title = monitor.locator(".cg-monitor-title")
 
     # Item 6: y-axis numbers near 0.002, told apart; the chart keeps updating; no bad format in the console.
     until(lambda: min(loss.evaluate(LINE_POINTS) or [0]) >= 40, "40 points per loss line")
@@ -215,3 +217,16 @@ def check(page: Any, lab: Any, shots: Path, console: list[str]) -> None:
     ]
     assert lines.is_visible() and "ckpt-" not in lines.inner_text()
     long.screenshot(path=str(shots / "monitor_long_job_and_checkpoints.png"))
+
+    # A kernel restart: the page's widgets stay drawn as last synced. The running job's header said "running" on;
+    # now both headers say that nothing follows their job any more, and what each was when last seen.
+    long_title = long.locator(".cg-monitor-title")
+    assert " · running · 1 replica(s)" in long_title.inner_text()
+    restart_kernel(page, lab)
+    until(lambda: long_title.get_attribute("data-kernel") == "gone", "the running job's header after a restart")
+    assert long_title.inner_text() == (
+        "Job job-long · no longer followed: the notebook's kernel restarted or stopped, so nothing here updates "
+        "(last seen running · 1 replica(s): 1 training)"
+    )
+    assert re.search(r"no longer followed: .* \(last seen stopped · 2 replica\(s\)\)$", title.inner_text())
+    long.screenshot(path=str(shots / "monitor_after_kernel_restart.png"))
