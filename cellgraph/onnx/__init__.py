@@ -50,12 +50,13 @@ def export(
     outputs: Tensor | Sequence[Tensor],
     source: Any,
     opset: int = 17,
+    bfloat16: str = "float32",
 ) -> Any:
     """Write the ONNX model of ``outputs`` fed by ``inputs``, with ``source``'s trained values; see ``exporter.export``."""
     _need_onnx()
     from .exporter import export as run
 
-    return run(path, inputs, outputs, source, opset)
+    return run(path, inputs, outputs, source, opset, bfloat16)
 
 
 def import_model(

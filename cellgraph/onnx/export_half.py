@@ -111,10 +111,23 @@ def _in_float32(
     return [*before, rewritten, *after]
 
 
+def _reads_bfloat16(node: onnx.NodeProto, types: Mapping[str, int]) -> bool:
+    """Whether a node other than a Cast reads a bfloat16 value (input or tensor attribute)."""
+    if node.op_type == "Cast":  # the one op ONNX Runtime's CPU provider runs in bfloat16
+        return False
+    codes = [types.get(name) for name in node.input if name] + _half_attrs(node)
+    return TensorProto.BFLOAT16 in codes
+
+
 def float32_for_half(
-    nodes: Sequence[onnx.NodeProto], types: Mapping[str, int], opset: int, fresh: Callable[[str], str]
+    nodes: Sequence[onnx.NodeProto],
+    types: Mapping[str, int],
+    opset: int,
+    fresh: Callable[[str], str],
+    keep_bfloat16: bool = True,
 ) -> list[onnx.NodeProto]:
-    """``nodes`` with each one whose schema (at ``opset``) refuses a half input computed in float32 between Casts.
+    """``nodes`` with each one whose schema (at ``opset``) refuses a half input computed in float32 between Casts,
+    and, unless ``keep_bfloat16``, each one that reads bfloat16 at all (Casts excepted).
 
     ``types`` gives the element type of the graph's inputs and initializers; the
     nodes' own outputs are typed as the walk goes, in order.
@@ -123,7 +136,7 @@ def float32_for_half(
     out: list[onnx.NodeProto] = []
     for node in nodes:
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
-        if _refuses_half(schema, node, known):
+        if _refuses_half(schema, node, known) or (not keep_bfloat16 and _reads_bfloat16(node, known)):
             out.extend(_in_float32(node, schema, known, fresh))
         else:
             known.update(_infer(schema, node, known))

@@ -6,7 +6,10 @@ initializers named after their nodes; placeholders become graph inputs whose
 unknown dims stay dynamic (``batch`` for the first). Every op is translated by
 its row in ``export_ops.EXPORTERS``; a node whose ONNX op has no float16 or
 bfloat16 in the opset is computed in float32 between Casts, as cellgraph
-computes it (``export_half``); the model is checked with
+computes it (``export_half``), and by default so is every op that reads
+bfloat16, so that ONNX Runtime's CPU provider (no bfloat16 kernels) runs a
+model made under ``mixed_bfloat16`` (``bfloat16="keep"`` keeps bfloat16 where
+the opset has it, for a runtime with such kernels); the model is checked with
 ``onnx.checker`` (with shape inference) before it is written.
 """
 
@@ -81,12 +84,25 @@ def _value_info(name: str, t: Tensor) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, DTYPE_TO_ONNX[t.dtype], dims)
 
 
+BFLOAT16_CHOICES = ("float32", "keep")
+
+
 def to_onnx(
-    inputs: Tensor | Sequence[Tensor], outputs: Tensor | Sequence[Tensor], source: Source, opset: int = MIN_OPSET
+    inputs: Tensor | Sequence[Tensor],
+    outputs: Tensor | Sequence[Tensor],
+    source: Source,
+    opset: int = MIN_OPSET,
+    bfloat16: str = "float32",
 ) -> onnx.ModelProto:
     """The checked ONNX model of ``outputs`` fed by ``inputs``, with ``source``'s trained values."""
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise OnnxError(f"opset {opset} is not one this exporter writes: choose {MIN_OPSET} to {MAX_OPSET}")
+    if bfloat16 not in BFLOAT16_CHOICES:
+        raise OnnxError(
+            f"bfloat16={bfloat16!r} is not a choice: 'float32' computes each op that reads bfloat16 in float32 "
+            "between Casts (ONNX Runtime's CPU provider has no bfloat16 kernels), 'keep' keeps bfloat16 where "
+            "the opset has it (for a runtime with bfloat16 kernels)"
+        )
     model = inference_graph(inputs, outputs)
     graph = model.graph
     # Every op must have a row before anything is translated: one clear error, nothing half-built.
@@ -116,7 +132,7 @@ def to_onnx(
     types = {v.name: v.type.tensor_type.elem_type for v in graph_inputs}
     types.update({t.name: t.data_type for t in emitter.initializers})
     if any(code in HALF for code in types.values()) or any(is_half(t.dtype) for n in graph.nodes for t in n.outputs):
-        nodes = float32_for_half(nodes, types, opset, emitter.fresh)
+        nodes = float32_for_half(nodes, types, opset, emitter.fresh, keep_bfloat16=bfloat16 == "keep")
     onnx_graph = helper.make_graph(nodes, "cellgraph", graph_inputs, graph_outputs, emitter.initializers)
     result = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)], producer_name=PRODUCER)
     try:
@@ -132,12 +148,18 @@ def export(
     outputs: Tensor | Sequence[Tensor],
     source: Source,
     opset: int = MIN_OPSET,
+    bfloat16: str = "float32",
 ) -> onnx.ModelProto:
     """Write the ONNX model of ``outputs`` fed by ``inputs`` to ``path``; return it.
 
     ``source`` gives the variables' values (a ``Session``, a ``Job``, a
     checkpoint folder or a mapping). Raises ``OnnxError`` naming the op and
     node when an op has no ONNX equivalent; nothing is written then.
+    ``bfloat16``: ``"float32"`` (the default) computes each op that reads
+    bfloat16 (a ``mixed_bfloat16`` model's) in float32 between Casts, as
+    cellgraph does, so that ONNX Runtime's CPU provider, which has no
+    bfloat16 kernels, runs it; ``"keep"`` keeps bfloat16 wherever the opset
+    has it, for a runtime that has bfloat16 kernels.
 
     Examples
     --------
@@ -152,7 +174,7 @@ def export(
     >>> [o.name for o in model.graph.output]
     ['probs']
     """
-    model = to_onnx(inputs, outputs, source, opset)
+    model = to_onnx(inputs, outputs, source, opset, bfloat16)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return model
