@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from cellgraph.dataflow.errors import ShapeError
 from cellgraph.dataflow.graph import Tensor
-from cellgraph.dataflow.ops import math, reductions
+from cellgraph.dataflow.ops import array, math, reductions
+from cellgraph.dataflow.ops.base import as_tensor, fits
+from cellgraph.dataflow.shapes import fmt
 
 
 def accuracy(logits: Tensor, labels: Tensor, name: str = "accuracy") -> Tensor:
     """Fraction of rows whose largest logit is at the label (a tie counts for its first class), as float32.
+
+    ``labels`` holds one class index per row of ``logits`` (..., C): shape ``logits.shape[:-1]``, or that with
+    a trailing 1 (a ``(batch, 1)`` column, read as ``(batch,)`` as Keras's ``sparse_categorical_accuracy``
+    reads it). Any other shape is a ShapeError: compared as they stand, (batch,) predictions and (batch, 1)
+    labels broadcast to a (batch, batch) table of every prediction against every label, and its mean is no
+    accuracy. The labels' size must be the predictions' when the graph runs too.
 
     Examples
     --------
@@ -19,7 +28,19 @@ def accuracy(logits: Tensor, labels: Tensor, name: str = "accuracy") -> Tensor:
     >>> float(cg.Session(g).run(acc))
     0.5
     """
-    hits = math.equal(reductions.argmax(logits, axis=-1), math.cast(labels, "int32"))
+    labels = as_tensor(labels)
+    predicted = reductions.argmax(logits, axis=-1)
+    rows = logits.shape[:-1]
+    column = len(labels.shape) == len(logits.shape) and labels.shape[-1] in (1, None)
+    if not (fits(labels.shape, rows) or (column and fits(labels.shape[:-1], rows))):
+        raise ShapeError(
+            f"accuracy {name!r}: labels have shape {fmt(labels.shape)} but logits {fmt(logits.shape)} need one "
+            f"class index per row: shape {fmt(rows)} (or {fmt((*rows, 1))})"
+        )
+    # Reshaped to the predictions' run-time shape: a (batch, 1) column becomes (batch,), and labels of another
+    # size fail the run instead of broadcasting against the predictions.
+    wanted = array.reshape_like(math.cast(labels, "int32"), predicted, name=f"{name}_labels")
+    hits = math.equal(predicted, wanted)
     return math.reduce_mean(math.cast(hits, "float32"), name=name)
 
 

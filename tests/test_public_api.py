@@ -254,6 +254,36 @@ def test_accuracy_counts_a_tie_for_its_first_class() -> None:
     assert (float(first), float(later)) == (1.0, 0.0)
 
 
+def test_accuracy_reads_a_column_of_labels_as_one_label_per_row() -> None:
+    """(batch, 1) labels, as a Keras user feeds them: compared as they stood, (batch,) predictions against a
+    (batch, 1) column broadcast to a (batch, batch) table, and its mean (5/9 here) was returned as the accuracy."""
+    g = cg.Graph()
+    with g.as_default():
+        logits = cg.placeholder((None, 2), name="logits")
+        column = cg.placeholder((None, 1), "int64", name="column")
+        acc = cg.metrics.accuracy(logits, column)
+    got = cg.Session(g).run(acc, {logits: np.eye(2, dtype=np.float32)[[1, 0, 1]], column: [[1], [0], [1]]})
+    assert float(got) == 1.0
+
+
+def test_accuracy_refuses_labels_that_are_not_one_per_row() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        logits = cg.constant(np.zeros((4, 2), np.float32))
+        for labels in (np.zeros(3, np.int32), np.zeros((4, 2), np.int32)):
+            with pytest.raises(cg.ShapeError) as err:
+                cg.metrics.accuracy(logits, cg.constant(labels))
+            assert str(err.value) == (
+                f"accuracy 'accuracy': labels have shape {labels.shape} but logits (4, 2) need one class index per "
+                "row: shape (4,) (or (4, 1))"
+            )
+        fed = cg.placeholder((None,), "int32", name="fed")
+        acc = cg.metrics.accuracy(cg.placeholder((None, 2), name="scores"), fed, name="acc")
+    # One label fed for three rows broadcast against all three before; now the run fails, naming the node.
+    with pytest.raises(cg.ExecutionError, match="ReshapeLike 'acc_labels'.*cannot reshape array of size 1 into"):
+        cg.Session(g).run(acc, {"scores:0": np.zeros((3, 2), np.float32), fed: [1]})
+
+
 def test_a_misspelled_name_is_answered_with_the_nearest_ones() -> None:
     with pytest.raises(AttributeError) as err:
         cg.reduce_men  # noqa: B018
