@@ -16,6 +16,7 @@ from cellgraph.dataflow.errors import CellgraphError
 
 from .arguments import MagicFormatter, count, parse, positive_float, positive_int, ps_count, usage_error
 from .display import show_as
+from .interrupted import InterruptibleStart
 
 if TYPE_CHECKING:
     import argparse
@@ -115,12 +116,22 @@ class ClusterMagics(Magics):
         from cellgraph.cluster.cluster import Cluster
 
         options = {"workers": args.workers or 2, "ps": 1 if args.ps is None else args.ps}
-        try:
-            cluster = Cluster.local(
-                **options, threads_per_worker=args.threads or 1, gpus=args.gpus, timeout=args.timeout
+        with InterruptibleStart() as start:
+            try:
+                cluster = Cluster.local(
+                    **options, threads_per_worker=args.threads or 1, gpus=args.gpus, timeout=args.timeout
+                )
+            except CellgraphError as err:
+                raise UsageError(f"%cluster up: {err}") from None
+            except KeyboardInterrupt:  # Kernel > Interrupt: Cluster.local closed what it had started
+                interrupted = True
+            else:
+                interrupted = False
+        if interrupted:
+            raise UsageError(
+                f"%cluster up: interrupted while the local cluster started: its scheduler is closed and "
+                f"{start.cleanup()}; nothing of it is left running (%cluster up starts one again)"
             )
-        except CellgraphError as err:
-            raise UsageError(f"%cluster up: {err}") from None
         self._adopt(cluster)
 
     def _connect(self, args: argparse.Namespace) -> None:
