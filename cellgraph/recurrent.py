@@ -31,7 +31,9 @@ time, 2 units), the states (batch, 2 units), and an ``initial_state`` is laid
 out the same way. With lengths, the reverse direction starts at each
 sequence's last valid step (its padding is skipped, not run through), as
 PyTorch's packed sequences and ONNX's ``sequence_lens`` do; its state is the
-one after step 0. One ``step`` function per cell serves both directions.
+one after step 0. A mask's masked steps are skipped by both directions, as
+if taken out of the sequence. One ``step`` function per cell serves both
+directions.
 
 Under a mixed dtype policy (``cellgraph/precision.py``) the variables are
 float32 and the gates and states are computed in the policy's half dtype, as

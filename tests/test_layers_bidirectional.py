@@ -178,3 +178,36 @@ def test_direction_errors_name_the_layer(call: Any, words: str) -> None:
     with g.as_default(), pytest.raises((ValueError, cg.ShapeError)) as info:
         call(cg.placeholder((None, T, F), name="x"))
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_a_mask_with_holes_is_skipped_by_both_directions(kind: str) -> None:
+    """A masked step is skipped, not run: each direction gives what it gives over the sequence with the masked
+    steps taken out (as lengths), the outputs back at their steps and zeros at the masked ones."""
+    rng = np.random.default_rng(6)
+    mask = rng.random((B, T)) < 0.6
+    mask[0], mask[1] = True, False  # a full row and an empty one
+    x_value = rng.normal(size=(B, T, F))
+    counts = mask.sum(1).astype(np.int32)
+    compact = np.zeros_like(x_value)
+    for b in range(B):
+        compact[b, : counts[b]] = x_value[b, mask[b]]
+    runs = []
+    for given in ({"mask": mask}, {"lengths": counts}):
+        g = cg.Graph()
+        with g.as_default():
+            x = cg.placeholder((None, T, F), "float64", name="x")
+            feed = {k: cg.constant(v) for k, v in given.items()}
+            layer = cg.layers.lstm if kind == "lstm" else cg.layers.gru
+            outputs, state = layer(x, U, name="rnn", direction="bidirectional", **feed)  # type: ignore[operator]
+        sess = cg.Session(g)
+        for v in sorted((nd for nd in g.nodes if nd.op == "Variable"), key=lambda nd: nd.name):
+            sess.variables.load(v, np.random.default_rng(len(v.name)).normal(0, 0.5, v.output(0).shape))
+        states = list(state) if kind == "lstm" else [state]
+        runs.append(sess.run([outputs, *states], {x: x_value if "mask" in given else compact}))
+    (masked, *masked_states), (packed, *packed_states) = runs
+    for b in range(B):
+        np.testing.assert_allclose(masked[b, mask[b]], packed[b, : counts[b]], rtol=1e-12, atol=1e-12)
+        assert np.all(masked[b, ~mask[b]] == 0)
+    for m, p in zip(masked_states, packed_states, strict=True):
+        np.testing.assert_allclose(m, p, rtol=1e-12, atol=1e-12)
