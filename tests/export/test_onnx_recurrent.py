@@ -140,3 +140,18 @@ def test_a_known_sequence_lens_outside_the_sequence_is_refused_naming_the_range(
     model.graph.initializer[-1].CopyFrom(numpy_helper.from_array(np.array([STEPS, 2], np.int32), "lens"))
     y = import_model(model)(np.ones((STEPS, 2, FEATURES), np.float32))[0]
     assert y.shape == (STEPS, 2, 2, HIDDEN) and np.all(y[2:, :, 1] == 0) and np.all(y[:2, :, 1] != 0)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_sequence_lens_in_the_batchwise_layout_gives_the_time_major_layouts_outputs(kind: str) -> None:
+    """ONNX Runtime's CPU kernels refuse layout=1 (and ONNX's reference reads no sequence_lens): the batchwise
+    import with a ragged sequence_lens must give the time-major one's outputs, transposed."""
+    lengths = np.array([2, 5], np.int32)
+    x = np.random.default_rng(9).normal(size=(STEPS, 2, FEATURES)).astype(np.float32)
+    # No initial states: their layouts differ too, and are checked without lengths above.
+    time_major = import_model(_with_lengths(_model(kind, inputs=5)))(x, lengths)
+    batchwise = import_model(_with_lengths(_model(kind, layout=1, inputs=5)))
+    got = batchwise(x.transpose(1, 0, 2), lengths)
+    np.testing.assert_allclose(got[0], time_major[0].transpose(2, 0, 1, 3), rtol=1e-6, atol=1e-6)
+    for g, w in zip(got[1:], time_major[1:], strict=True):
+        np.testing.assert_allclose(g, w.transpose(1, 0, 2), rtol=1e-6, atol=1e-6)
