@@ -139,6 +139,13 @@ class GraphMagics(Magics):
             return
         graph, what = self._graph(args.name, self.placement)
         if len(graph) == 0:
+            named = sorted(name for name, g in self.ext.graphs.items() if len(g))
+            if args.name is None and named:  # the cells built into %%graph NAME, not into the default graph
+                raise usage_error(
+                    self.placement,
+                    f"the default graph has no nodes: your cells built into the named graph(s) {', '.join(named)}; "
+                    f"name one, e.g. %placement {named[0]}",
+                )
             raise usage_error(self.placement, f"{what} has no nodes yet: build it in a cell first")
         job = self._running_job(graph)
         if job is not None:

@@ -337,6 +337,14 @@ def test_placement_refuses_what_it_cannot_place(
     usage = "usage: %placement [-h] [--strategy {greedy,round_robin}] [GRAPH]\n(see %placement --help)\n"
     err = refused(shell, capsys, "%placement")
     assert err == f"UsageError: %placement: the default graph has no nodes yet: build it in a cell first\n{usage}"
+    # The cells built into a named graph: 'build it in a cell first' read as if they had built nothing.
+    ok(shell, "import cellgraph as cg")
+    ok(shell, "%%graph enc --no-show\nz = cg.placeholder((None, 2), name='z')")
+    err = refused(shell, capsys, "%placement")
+    assert err == (
+        "UsageError: %placement: the default graph has no nodes: your cells built into the named graph(s) enc; "
+        f"name one, e.g. %placement enc\n{usage}"
+    )
     ok(shell, MODEL)
     err = refused(shell, capsys, "%placement")
     assert err == (
@@ -345,8 +353,7 @@ def test_placement_refuses_what_it_cannot_place(
     )
     err = refused(shell, capsys, "%placement encoder")
     assert err == (
-        "UsageError: %placement: no graph named 'encoder'; named graphs: none yet (a %%graph NAME cell makes one)\n"
-        + usage
+        "UsageError: %placement: no graph named 'encoder'; named graphs: enc (a %%graph NAME cell makes one)\n" + usage
     )
     err = refused(shell, capsys, "%placement --strategy random")
     assert "%placement: argument --strategy: invalid choice: 'random' (choose from 'greedy', 'round_robin')" in err
