@@ -123,6 +123,8 @@ class TrainMagics(Magics):
         workers = len(ask_cluster("%train", cluster, cluster.training_workers))
         if not workers:  # its workers died or left, or none started yet: say so, not "pass replicas=0"
             raise usage_error(self.train, _no_training_workers(cluster))
+        if args.replicas is not None and args.replicas > workers:  # in the magic's words, not cg.train's keywords
+            raise usage_error(self.train, _too_few_workers(cluster, args.replicas, workers))
         replicas = args.replicas or workers
         try:
             job = train(
@@ -192,6 +194,14 @@ def resume_point(path: str, shards: int) -> tuple[Path, str]:
             f"(complete ones in {str(root)!r}: {', '.join(sorted(complete)) or 'none'})"
         )
     return root, name
+
+
+def _too_few_workers(cluster: Cluster, replicas: int, workers: int) -> str:
+    """What to do when ``--replicas`` asks for more replicas than the cluster has training workers."""
+    need = f"--replicas {replicas} needs {replicas} training workers and the cluster has {workers}: give --replicas {workers} (or leave it out: one per training worker)"
+    if cluster.kind == "local":
+        return f"{need}, or run %cluster scale {replicas} first"
+    return f"{need}, or start {replicas - workers} more with 'dask worker {cluster.scheduler_address} --resources worker=1'"
 
 
 def _no_training_workers(cluster: Cluster) -> str:

@@ -76,6 +76,13 @@ def test_cluster_up_binds_a_local_cluster(
     err = refused(notebook, capsys, "%cluster up --workers 3")
     assert f"%cluster: a cluster is up already ({cluster.scheduler_address}): %cluster down first" in err
     assert notebook.user_ns["cluster"] is cluster and len(cluster.training_workers()) == 2
+    # More replicas than training workers, in the magic's words (cg.train's said 'pass replicas=2').
+    err = refused(notebook, capsys, f"%train loss {DATA} --replicas 3 --no-show")
+    assert err.startswith(
+        "UsageError: %train: --replicas 3 needs 3 training workers and the cluster has 2: give --replicas 2 (or leave "
+        "it out: one per training worker), or run %cluster scale 3 first\n"
+    ), err
+    assert "job" not in notebook.user_ns
 
 
 @pytest.mark.slow
