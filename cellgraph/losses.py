@@ -62,13 +62,6 @@ def _dtype_of(value: TensorLike) -> str | None:
     return value.dtype if isinstance(value, Tensor) else None
 
 
-def _widened(value: TensorLike, what: str) -> TensorLike:
-    """A half tensor cast to float32; anything else as it is."""
-    if isinstance(value, Tensor) and is_half(value.dtype):
-        return math.cast(value, "float32", name=f"{what}_float32")
-    return value
-
-
 def _same_shape(loss: str, what: str, a: Tensor, b: Tensor, other: str) -> None:
     if not fits(a.shape, b.shape):
         raise ShapeError(f"{loss}: {what} has shape {fmt(a.shape)} but {other} has {fmt(b.shape)}; they must match")
@@ -236,6 +229,10 @@ def mean_squared_error(
 ) -> Tensor:
     """``(predictions - targets) ** 2`` over every element, reduced (by default the mean).
 
+    ``targets`` has the predictions' shape, as every loss here asks: a (batch, 1) prediction against
+    (batch,) targets would broadcast to a (batch, batch) table of every prediction against every target
+    (PyTorch's ``mse_loss`` warns of that and goes on), so it is a ShapeError.
+
     Examples
     --------
     >>> import cellgraph as cg
@@ -245,10 +242,14 @@ def mean_squared_error(
     >>> float(cg.Session(g).run(loss))  # (0 + 4 + 9) / 3
     4.333333492279053
     """
-    _check_reduction("mean_squared_error", reduction)
+    where = "mean_squared_error"
+    _check_reduction(where, reduction)
     graph = graph_of([predictions, targets])
     with graph.as_default(), graph.atomic():
-        p, t = (_widened(v, what) for v, what in ((predictions, "predictions"), (targets, "targets")))
+        given = _dtype_of(predictions)
+        p = _float_input(where, "predictions", predictions)
+        t = _float_input(where, "targets", targets, p.dtype, given)
+        _same_shape(where, "targets", t, p, "predictions")
         return _reduce(math.square(p - t), reduction, name)
 
 

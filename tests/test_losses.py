@@ -100,6 +100,11 @@ ERRORS = [
      "huber: delta must be a finite number more than 0, got 0.0"),
     (lambda: cg.losses.huber(F32, np.zeros((4, 2), np.float32)), ShapeError,
      "huber: targets has shape (4, 2) but predictions has (4, 3); they must match"),
+    # Broadcast, a (4, 1) column against (4,) targets was a (4, 4) table whose mean was returned as the loss.
+    (lambda: cg.losses.mean_squared_error(cg.placeholder((None, 1)), cg.placeholder((None,))), ShapeError,
+     "mean_squared_error: targets has shape (None,) but predictions has (None, 1); they must match"),
+    (lambda: cg.losses.mean_squared_error(cg.constant([1, 2]), cg.constant([1, 2])), DTypeError,
+     "mean_squared_error: predictions must be a float tensor, got int32"),
     (lambda: cg.losses.sparse_softmax_cross_entropy(F32, cg.constant([0.0, 1.0, 2.0, 0.0])), DTypeError,
      "sparse_softmax_cross_entropy: labels must be int32 or int64 class indices, got float32"),
     (lambda: cg.losses.sparse_softmax_cross_entropy(F32, cg.constant([0, 1, 2])), ShapeError,
