@@ -151,6 +151,9 @@ def _meant(parser: argparse.ArgumentParser, tokens: list[str], error: str) -> st
         return ""
     options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
     hints = []
+    for before, token in zip(tokens, tokens[1:], strict=False):
+        if before.endswith(",") and not token.startswith("-"):  # --data x_train, y_train: two words to argparse
+            hints.append(f"'{before} {token}': a list takes no spaces, write {before}{token}")
     for token in tokens:
         flag = token.partition("=")[0]
         if flag.startswith("--") and flag not in options and flag in error:

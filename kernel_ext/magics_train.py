@@ -150,6 +150,9 @@ class TrainMagics(Magics):
             if args.data is None:
                 raise LookupError("--data is missing: name the training arrays, e.g. --data x_train,y_train")
             names = [name.strip() for name in args.data.split(",")]
+            if "" in names:  # --data x_train, (a space after the comma ended the word)
+                raise LookupError(f"--data {args.data!r} has an empty name: write the names without spaces, e.g. "
+                                  "--data x_train,y_train")  # fmt: skip
             values = [lookup(ns, name, "--data") for name in names]
             opt = optimizer(args.optimizer, {name: getattr(args, name) for name in OPTIMIZER_SETTINGS})
         except (LookupError, ValueError) as err:

@@ -101,6 +101,14 @@ TRAIN_CASES = [
         "%train loss --data X,Y --weight_decay=0.1 --stesp 3",
         "%train: unrecognized arguments: --weight_decay=0.1 --stesp 3 (--weight_decay: did you mean --weight-decay?; --stesp: did you mean --steps?)",
     ),
+    (  # a space after a comma, as in Python: argparse read two words, and the LOSS given twice
+        "%train loss --data X, Y",
+        "%train: unrecognized arguments: Y ('X, Y': a list takes no spaces, write X,Y)",
+    ),
+    (
+        "%train loss --data X,",
+        "%train: --data 'X,' has an empty name: write the names without spaces, e.g. --data x_train,y_train",
+    ),
     (
         "%train loss --data X,Y",
         "%train: no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, or bind a cg.Cluster to `cluster`",
