@@ -105,8 +105,10 @@ def multi_head_attention(
     projections (``kernel`` and ``bias`` each). ``mask``, a bool tensor, says
     which keys each query may attend to (true: may): (batch, t_q, t_k) as
     Keras's ``attention_mask`` is, the same for every head; (t_q, t_k) for
-    every sequence of the batch; (t_k,) for every query; or, of rank 4, any shape that broadcasts to
-    (batch, num_heads, t_q, t_k). PyTorch's ``attn_mask`` is its negation.
+    every sequence of the batch (its t_q known: a (None, t_k) mask is refused, as it is most likely a
+    padding mask of each sequence's keys, which is given as (batch, 1, t_k)); (t_k,) for every query; or,
+    of rank 4, any shape that broadcasts to (batch, num_heads, t_q, t_k). PyTorch's ``attn_mask`` and
+    ``key_padding_mask`` are its negation.
     Returns (batch, t_q, d).
 
     Examples
@@ -183,6 +185,15 @@ def _check_mask(mask: Tensor, scores: tuple[int, int, int], name: str) -> None:
             f"multi_head_attention layer {name!r}: mask of shape {fmt(dims)} has rank {len(dims)}; give "
             f"(batch, t_q, t_k) = {fmt((None, t_q, t_k))}, (t_q, t_k), (t_k,), or a rank-4 mask that broadcasts to "
             f"(batch, num_heads, t_q, t_k) = {fmt((None, heads, t_q, t_k))}"
+        )
+    if len(dims) == 2 and dims[0] is None:
+        # A (None, t_k) mask is most likely each sequence's padding, (batch, t_k): read as (t_q, t_k), row b
+        # masked query b of every sequence, without a word when the batch had t_q sequences.
+        raise ShapeError(
+            f"multi_head_attention layer {name!r}: mask of shape {fmt(dims)} would be read as (t_q, t_k) = "
+            f"{fmt(full)}, one mask for every sequence, but its first axis is unknown; give t_q = {t_q} there, "
+            f"or give a mask of each sequence's keys (batch, t_k) as (batch, 1, t_k) = {fmt((None, 1, t_k))} "
+            "(true where a key may be attended: PyTorch's key_padding_mask negated)"
         )
     if not all(m is None or m == 1 or s is None or m == s for m, s in zip(dims, full)):
         names = {1: "(t_k,)", 2: "(t_q, t_k)", 3: "(batch, t_q, t_k)", 4: "(batch, num_heads, t_q, t_k)"}[len(dims)]

@@ -201,6 +201,13 @@ def test_multi_head_attention_errors_name_the_layer() -> None:
             cg.layers.multi_head_attention(x, mask=ph(5, 5, name="fmask"))
         with raises(cg.ShapeError, "mask of shape (4, 5) does not fit the scores' (t_q, t_k) = (5, 5)"):
             cg.layers.multi_head_attention(x, mask=ph(4, 5, dtype="bool", name="bmask"))
+        # A padding mask (batch, t_k) was read as (t_q, t_k): with t_q sequences in the batch, row b masked query b
+        # of every sequence without a word.
+        with raises(cg.ShapeError, "mask of shape (None, 5) would be read as (t_q, t_k) = (5, 5), one mask for every "
+                    "sequence, but its first axis is unknown; give t_q = 5 there, or give a mask of each sequence's "
+                    "keys (batch, t_k) as (batch, 1, t_k) = (None, 1, 5) (true where a key may be attended: "
+                    "PyTorch's key_padding_mask negated)"):  # fmt: skip
+            cg.layers.multi_head_attention(x, mask=ph(None, 5, dtype="bool", name="pmask"))
         with raises(cg.ShapeError, "mask of shape (None, 5, 4) does not fit the scores' (batch, t_q, t_k) = "
                     "(None, 5, 5)"):  # fmt: skip
             cg.layers.multi_head_attention(x, mask=ph(None, 5, 4, dtype="bool", name="kmask"))
