@@ -381,8 +381,22 @@ def _recurrent(gates: int) -> Limit:
 
 
 def _sequence_lens(n: NodeInfo) -> str | None:
-    """A known ``sequence_lens`` must lie in [0, seq_length]: ONNX Runtime refuses any other when it runs."""
-    lengths, x = n.static_value(4), n.shape(0)
+    """``sequence_lens`` is integers of shape (batch_size,), and a known one lies in [0, seq_length]: ONNX Runtime
+    refuses any other when it runs (the unrolled steps failed to build naming none of it, or broadcast one length
+    over every row)."""
+    code, shape, x = n.elem_type(4), n.shape(4), n.shape(0)
+    if code is not None and code not in (onnx.TensorProto.INT32, onnx.TensorProto.INT64):
+        return f"input 4 ('sequence_lens') is {n.dtype_name(code)}: ONNX's {n.op} needs int32 lengths, one per row"
+    if shape is not None and len(shape) != 1:
+        return f"input 4 ('sequence_lens') has shape {shape}: ONNX's {n.op} needs shape (batch_size,), one per row"
+    if shape is not None and x is not None and len(x) == 3:
+        batch = x[0] if n.attrs.get("layout") else x[1]
+        if batch is not None and shape[0] is not None and shape[0] != batch:
+            return (
+                f"input 4 ('sequence_lens') has shape {shape}, but input 0 ('X') has shape {x}: ONNX's {n.op} "
+                f"needs one length per row, shape ({batch},)"
+            )
+    lengths = n.static_value(4)
     if lengths is None or x is None or len(x) != 3 or not lengths.size:
         return None
     seq = x[1] if n.attrs.get("layout") else x[0]

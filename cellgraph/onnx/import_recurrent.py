@@ -16,7 +16,8 @@ length Y is zeros and the state is kept, the reverse direction starts at the
 row's last valid step, and Y_h/Y_c are each row's state there (zeros for a
 zero length, as ONNX Runtime gives). What is refused, naming it: activations
 other than the defaults (sigmoid and tanh), ``clip``, LSTM's
-``input_forget``, and a known ``sequence_lens`` outside [0, seq_length].
+``input_forget``, a ``sequence_lens`` not integers of shape (batch_size,), and a known
+one outside [0, seq_length]; a fed one of another size than the batch fails the run naming it.
 
 Examples
 --------
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
+from cellgraph.dataflow.ops.array import reshape_like
 from cellgraph.recurrent import State, Step, unroll, valid_steps, zero_padding
 
 from .common import Build, Check, ImportRow, as_text
@@ -85,6 +87,11 @@ def _recurrent(kind: str) -> Build:
             c_start = cg.transpose(c_start, (1, 0, 2)) if c_start is not None else None
         # sequence_lens as the layers' lengths=: past its length a row outputs zeros and keeps its state, and the
         # reverse direction starts at its last valid step (ONNX's semantics, and ONNX Runtime's).
+        if lengths is not None:
+            # A fed sequence_lens of another size than the batch fails the run here, naming it; unchecked, one
+            # length broadcast over every row, and another size failed later naming an op of the steps.
+            rows = cg.slice(x, [0, 0, 0], [-1, 1, 1])[:, 0, 0]  # (batch,): x's batch as it runs
+            lengths = reshape_like(lengths, rows, name="sequence_lens_needs_one_length_per_batch_row")
         valid = valid_steps(x, lengths, None) if lengths is not None else None
         x = zero_padding(x, valid)
         ys, last_h, last_c = [], [], []

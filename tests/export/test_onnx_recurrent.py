@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from cellgraph import ExecutionError
 from cellgraph.onnx import OnnxError, import_model
 
 onnxruntime = pytest.importorskip("onnxruntime")
@@ -155,3 +156,41 @@ def test_sequence_lens_in_the_batchwise_layout_gives_the_time_major_layouts_outp
     np.testing.assert_allclose(got[0], time_major[0].transpose(2, 0, 1, 3), rtol=1e-6, atol=1e-6)
     for g, w in zip(got[1:], time_major[1:], strict=True):
         np.testing.assert_allclose(g, w.transpose(1, 0, 2), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("elem_type", "dims", "words"),
+    [
+        (
+            TensorProto.FLOAT,
+            ["batch"],
+            "input 4 ('sequence_lens') is FLOAT: ONNX's RNN needs int32 lengths, one per row",
+        ),
+        (TensorProto.INT32, ["batch", 1], "input 4 ('sequence_lens') has shape (None, 1): ONNX's RNN needs shape"),
+        (TensorProto.INT32, [], "input 4 ('sequence_lens') has shape (): ONNX's RNN needs shape (batch_size,)"),
+        (TensorProto.INT32, [3], "input 4 ('sequence_lens') has shape (3,), but input 0 ('X') has shape (5, 2, 4)"),
+    ],
+)
+def test_a_fed_sequence_lens_of_another_type_or_rank_is_refused_naming_input_4(
+    elem_type: int, dims: list[Any], words: str
+) -> None:
+    """Before, these failed to build naming an op of the unrolled steps (a Gather, an ExpandDims, a Where)."""
+    model = _with_lengths(_model("RNN", inputs=5, dims=[STEPS, 2, FEATURES]))
+    model.graph.input[-1].CopyFrom(helper.make_tensor_value_info("lens", elem_type, dims))
+    with pytest.raises(OnnxError) as info:
+        import_model(model)
+    assert words in str(info.value) and "RNN node 'cell'" in str(info.value)
+
+
+@pytest.mark.parametrize("lengths", [[2], [2, 3, 1]])
+def test_a_fed_sequence_lens_with_one_length_per_row_too_few_or_many_fails_the_run_naming_it(
+    lengths: list[int],
+) -> None:
+    """One length for a batch of 2 ran, broadcast over both rows, without a word; three failed naming a Where."""
+    imported = import_model(_with_lengths(_model("RNN", inputs=5)))
+    x = np.ones((STEPS, 2, FEATURES), np.float32)
+    with pytest.raises(ExecutionError) as info:
+        imported(x, np.array(lengths, np.int32))
+    assert "ReshapeLike 'sequence_lens_needs_one_length_per_batch_row'" in str(info.value)
+    assert f"cannot reshape array of size {len(lengths)} into shape (2,)" in str(info.value)
+    assert imported(x, np.array([2, 3], np.int32))[0].shape == (STEPS, 2, 2, HIDDEN)  # the model still runs
