@@ -88,6 +88,11 @@ class MagicFormatter(argparse.RawDescriptionHelpFormatter):
         name = prog if prog.startswith("%") else "%" + prog
         super().__init__(name, indent_increment, max_help_position, width or USAGE_WIDTH)
 
+    def _format_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any) -> str:
+        # %train's optimizer settings would double its usage (printed with each refusal): --help lists them.
+        shown = [action for action in actions if action.dest not in OPTIMIZER_SETTINGS]
+        return super()._format_usage(usage, shown, groups, prefix)
+
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         # A docstring's first line has no indentation, the others have the method's: cleandoc takes both off.
         return super()._fill_text(inspect.cleandoc(text), width, indent)

@@ -156,7 +156,7 @@ class GraphMagics(Magics):
             return
         cluster = self.ext.current_cluster()
         if cluster is None:
-            raise usage_error(self.placement, NO_CLUSTER)
+            raise UsageError(f"%placement: {NO_CLUSTER}")  # the arguments are fine: no usage
         devices = ask_cluster("%placement", cluster, cluster.devices)
         if cluster.ps_placement == "colocated":
             # A colocated job runs a shard in each training worker: a ps task each, as cg.train places them.

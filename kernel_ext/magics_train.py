@@ -94,7 +94,7 @@ class TrainMagics(Magics):
         loss, data, opt = self._resolve(args)
         cluster = self.ext.current_cluster()
         if cluster is None:
-            raise usage_error(self.train, NO_CLUSTER)
+            raise UsageError(f"%train: {NO_CLUSTER}")  # the arguments are fine: no usage
         for running in self.ext.jobs:
             if running.cluster is cluster and running.status in ("starting", "running"):
                 # Re-running its cell cleared the job's monitor from the cell: it is shown again, and the

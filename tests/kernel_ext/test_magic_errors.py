@@ -109,10 +109,6 @@ TRAIN_CASES = [
         "%train loss --data X,",
         "%train: --data 'X,' has an empty name: write the names without spaces, e.g. --data x_train,y_train",
     ),
-    (
-        "%train loss --data X,Y",
-        "%train: no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, or bind a cg.Cluster to `cluster`",
-    ),
     ("%train loss --data 'X,Y", '%train: cannot split the arguments "loss --data \'X,Y": No closing quotation'),
 ]
 
@@ -128,6 +124,30 @@ def test_train_refuses_bad_arguments(
     assert TRAIN_USAGE in err and err.endswith("(see %train --help)\n")
     assert user_values(shell) == before and "job" not in shell.user_ns
     assert extension_of(shell).jobs == [] and shown == []
+
+
+def test_train_and_placement_without_a_cluster_say_so_without_their_usage(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], shown: list[Any]
+) -> None:
+    # The arguments are fine: the usage (9 lines for %train) buried the one line that says what to do.
+    ok(shell, MODEL)
+    for line in ("%train loss --data X,Y", "%placement"):
+        err = refused(shell, capsys, line)
+        assert err == (
+            f"UsageError: {line.split()[0]}: no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, or "
+            "bind a cg.Cluster to `cluster`\n"
+        )
+    assert "job" not in shell.user_ns and shown == []
+
+
+def test_train_usage_leaves_the_optimizer_settings_to_help(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = refused(shell, capsys, "%train loss --data X,Y --bogus 1")
+    usage = err[err.index("usage:") :]
+    assert "--nesterov" not in usage and "--resume-from DIR] [--no-show]" in usage and len(usage.splitlines()) <= 7
+    ok(shell, "%train --help")
+    assert "optimizer settings:" in capsys.readouterr().out
 
 
 CLUSTER_USAGE = "usage: %cluster [-h] [--workers WORKERS] [--ps PS] [--gpus GPUS] [--threads THREADS]"
@@ -357,7 +377,7 @@ def test_placement_refuses_what_it_cannot_place(
     err = refused(shell, capsys, "%placement")
     assert err == (
         "UsageError: %placement: no cluster is up: run %cluster up (or %cluster connect ADDRESS) first, "
-        f"or bind a cg.Cluster to `cluster`\n{usage}"
+        "or bind a cg.Cluster to `cluster`\n"
     )
     err = refused(shell, capsys, "%placement encoder")
     assert err == (
