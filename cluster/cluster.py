@@ -281,6 +281,21 @@ class Cluster(WorkerRoles, ParameterServerHosting):
         """Whether ``close()`` was called."""
         return self._closed
 
+    def scheduler_gone(self) -> str | None:
+        """Why this cluster's Dask scheduler is gone, in words naming its address; None while it is connected (and
+        for a cluster closed here: that one was let go, not lost).
+
+        Dask's client leaves ``running`` when it loses its scheduler (``connecting`` while it tries again, then
+        ``closed``), and cancels every task it holds at that moment: a job's replicas are gone with it.
+        """
+        status = str(getattr(self.client, "status", "running"))
+        if self._closed or status in ("running", "newly-created"):
+            return None
+        return (
+            f"the Dask scheduler at {self.scheduler_address} is gone (Dask's client lost its connection to it and is "
+            f"{status!r})"
+        )
+
     def close(self, timeout: float = 30.0) -> None:
         """Stop the parameter servers started here, then the client and the LocalCluster if this object started them.
 

@@ -33,6 +33,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import tempfile
 import threading
 import time
@@ -53,6 +54,7 @@ from cellgraph.dataflow.session import Session, feed_tensor
 from cellgraph.dataflow.switch_fold import is_training_switch
 
 from .cluster import CALL_TIMEOUT_S, Cluster
+from .errors import ParameterServerError
 from .job_compile import compile_beside
 from .job_spec import JobSpec, PsPlacement, optimizer_config
 from .job_state import JobState, Status
@@ -78,7 +80,7 @@ def train(
     *,
     cluster: Cluster,
     optimizer: Optimizer | OptimizerConfig | None = None,
-    replicas: int = 2,
+    replicas: int | None = None,
     batch_size: int = 64,
     steps: int = 1000,
     mode: Literal["sync", "async"] = "sync",
@@ -95,7 +97,8 @@ def train(
     ps_placement: PsPlacement | None = None,
     gpu: bool | None = None,
 ) -> Job:
-    """Train ``loss`` on ``cluster`` with ``replicas`` replicas; return the ``Job`` at once, while it starts.
+    """Train ``loss`` on ``cluster`` with ``replicas`` replicas (by default one per training worker); return the
+    ``Job`` at once, while it starts.
 
     Everything is checked before anything starts (``JobSpec.build``): a bad
     argument, or data whose graph, shape or dtype does not fit its
@@ -119,6 +122,11 @@ def train(
     cluster
         A ``cg.Cluster``; replicas run on its training workers, the
         parameter servers in its PS workers.
+    replicas
+        How many replicas train, each on a training worker of its own: by
+        default (``None``) one per training worker the cluster has now, as
+        ``%train`` does. A cluster without any training worker is refused,
+        saying how many workers it has.
     mode, replicas_to_aggregate, max_staleness
         ``"sync"``: each step averages the first ``replicas_to_aggregate``
         gradients (default: all replicas; fewer leaves backup workers), all
@@ -227,6 +235,7 @@ class Job:
         self._supervisor.place()
         cluster.on_close(job_id, self.close)
         self._closing = threading.Event()
+        self._read = (0, -math.inf)  # global_step()'s last reading, and when (monotonic)
         self._state.starting = True
         self._start_thread = threading.Thread(target=self._start, name=f"cellgraph-{job_id}-start", daemon=True)
         self._start_thread.start()
@@ -243,6 +252,9 @@ class Job:
                 state.event("the job was closed while it started: nothing of it runs")
             else:
                 words = str(err) if isinstance(err, CellgraphError) else f"{type(err).__name__}: {err}"
+                # A scheduler lost under the start fails its calls with Dask's errors (an AttributeError of its
+                # closed client among them): the cause, in words.
+                words = self.cluster.scheduler_gone() or words
                 state.error = TrainingError(f"job {self.job_id} could not start: {words}")
                 state.event(str(state.error))
             self.cluster.forget_on_close(self.job_id)
@@ -302,9 +314,26 @@ class Job:
         return self._state.status
 
     def global_step(self) -> int:
-        """The parameter servers' global step (the lowest over the shards); waits for a start under way."""
+        """The parameter servers' global step (the lowest over the shards); waits for a start under way.
+
+        While a parameter server is lost and restarting, or does not answer (gone with its worker or its
+        cluster), the step the job last read: as in Ray's or Horovod's elastic jobs, asking how far the job got
+        does not fail while it recovers, and ``job.events`` says what happened to the server (a restored
+        server goes on from its checkpoint's step, which the next call returns). ``TrainingError`` once the job
+        is closed.
+        """
         self._started(self._start_deadline(), "job.global_step()")
-        return self._state.global_step()
+        state = self._state
+        if not state.recovering:  # else the servers' calls would wait up to timeout_s for the one restarting
+            try:
+                step = state.global_step()
+            except ParameterServerError:
+                pass  # before, the raw error of the restarting server ('did not answer Stats after 5 attempt(s)')
+            else:
+                self._read = (step, time.monotonic())
+                return step
+        # The newer of this handle's last reading and the supervisor's (a restored step may be lower).
+        return self._read[0] if self._read[1] > state.step_time else state.step
 
     def ps_stats(self) -> list[dict[str, Any]]:
         """Each parameter-server shard's counters, in shard order, as plain dicts (for tables and widgets).
@@ -393,7 +422,7 @@ class Job:
             failure = state.failure(i)
             if failure is not None:
                 raise TrainingError(f"replica {i} of job {self.job_id} failed on {failure.worker}: {failure.error}")
-            if future.status in ("error", "cancelled"):
+            if future.status in ("error", "cancelled") and i not in state.abandoned:  # abandoned: hung at the end
                 raise TrainingError(f"replica {i} of job {self.job_id} failed: {future.exception()}")
         return self
 

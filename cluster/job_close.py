@@ -52,7 +52,9 @@ def close_job(state: JobState, thread: threading.Thread | None) -> None:
     state.closed.set()
     cluster = state.cluster
     client, name = cluster.client, ps_variable(state.job_id)
-    live = not cluster.closed  # a closed cluster took the tasks and the servers with it
+    # A closed cluster took the tasks and the servers with it; a lost scheduler cannot be asked anything (Dask's
+    # client raised ClosedClientError from cancel, out of job.close()).
+    live = not cluster.closed and cluster.scheduler_gone() is None
     if live and not all(f.done() for f in state.futures):
         let_replicas_end(state)
     # The thread ends at its next look; waited for (not forever) so that it cannot take the cancelled tasks

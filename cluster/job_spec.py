@@ -94,7 +94,7 @@ class JobSpec:
         *,
         cluster: Cluster,
         optimizer: Optimizer | OptimizerConfig | None,
-        replicas: int,
+        replicas: int | None,
         batch_size: int,
         steps: int,
         mode: Mode,
@@ -114,6 +114,12 @@ class JobSpec:
             raise TrainingError(
                 "cg.train needs an open cluster: cluster=cg.Cluster.local() (or Cluster.connect(address))"
             )
+        workers = cluster.training_workers()
+        if not workers and (replicas is None or (_is_int(replicas) and replicas >= 1)):
+            # Not "pass replicas=0" (as before): no number of replicas can train there.
+            raise TrainingError(f"cg.train: {no_training_worker(cluster, replicas)}")
+        if replicas is None:
+            replicas = len(workers)  # the default: one per training worker, as %train
         problems = _argument_problems(
             replicas=replicas, batch_size=batch_size, steps=steps, mode=mode,
             replicas_to_aggregate=replicas_to_aggregate, max_staleness=max_staleness,
@@ -121,7 +127,6 @@ class JobSpec:
             nonfinite=nonfinite, seed=seed, metrics_interval_s=metrics_interval_s, timeout_s=timeout_s,
         )  # fmt: skip
         if not problems:
-            workers = cluster.training_workers()
             if replicas > len(workers):
                 problems.append(
                     f"{replicas} replicas need {replicas} training workers and the cluster has {len(workers)}: "
@@ -213,6 +218,22 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def no_training_worker(cluster: Cluster, replicas: int | None) -> str:
+    """Why a job cannot train on ``cluster``, which has no training worker now: how many workers it has, and
+    how to start one."""
+    ps = len(cluster.ps_workers())
+    asked = f"{replicas} replica(s) need" if replicas is not None else "a replica needs"
+    start = (
+        "start the cluster with Cluster.local(workers=1) or more"
+        if cluster.kind == "local"
+        else f"start one with dask worker {cluster.scheduler_address} --resources worker=1"
+    )
+    return (
+        f"the cluster at {cluster.scheduler_address} has no training worker (0 training workers and {ps} "
+        f"parameter-server worker(s), which never train): {asked} a Dask worker without the 'ps' resource; {start}"
+    )
 
 
 def _argument_problems(

@@ -62,6 +62,9 @@ class JobState:
     shards: list[list[Any]] = field(default_factory=list, repr=False)
     specs: list[ReplicaSpec] = field(default_factory=list, repr=False)
     removed: set[int] = field(default_factory=set)  # replicas job.scale told to leave
+    # Replicas that did not end once the job had reached its last step (hung): their tasks cancelled, the job ended
+    # without them (ReplicaSet.abandon_hung).
+    abandoned: set[int] = field(default_factory=set)
     stopping: bool = False
     starting: bool = False  # the job's start thread runs (Job._start): servers, model, replicas
     compiling: str = ""  # while job_compile compiles the step here: 'compiling kernels 12 (conv.im2col)'
@@ -73,6 +76,7 @@ class JobState:
     step: int = 0
     step_time: float = field(default_factory=time.monotonic)
     step_rate: float = 0.0
+    recovering: bool = False  # the supervisor waits for a lost parameter server's restart (ps_recovery)
     k_unsent: str | None = None  # why set_replicas_to_aggregate's k has not yet reached every server, if so
     _failures: dict[str, ReplicaFailure | None] = field(default_factory=dict, repr=False)
 
@@ -80,6 +84,31 @@ class JobState:
         """Add a line to ``job.events``, stamped with the time of day."""
         with self.lock:
             self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
+
+    def scheduler_lost(self) -> bool:
+        """Whether the cluster's Dask scheduler is gone; if so, the job has failed saying so (once).
+
+        Dask's client cancels every task it holds when it loses its scheduler, and nothing the job would ask of the
+        cluster can be answered: the job fails at once. Before, it took the cancelled tasks for replicas lost with
+        their workers, waited for idle ones, and failed at its deadline on an ``AttributeError`` of Dask's.
+        """
+        from .training_graph import TrainingError
+
+        gone = self.cluster.scheduler_gone()
+        if gone is None:
+            return False
+        if self.error is None:
+            again = (
+                f"cg.train(..., resume_from={self.restore_point!r}) goes on from its last checkpoint"
+                if self.restore_point
+                else "cg.train(...) starts it again"
+            )
+            self.error = TrainingError(
+                f"job {self.job_id} has failed: {gone}, and the job's replica tasks with it. Is the scheduler still "
+                f"running? Once it and its workers are back, join it again (Cluster.connect) and {again}"
+            )
+            self.event(str(self.error))
+        return True
 
     def failure(self, i: int) -> ReplicaFailure | None:
         """Replica ``i``'s own error, if its task ended with one (``job_tasks.ReplicaFailure``)."""
@@ -99,7 +128,9 @@ class JobState:
         """Whether every replica has ended; one whose task was lost with its worker will run again, unless the job
         is stopping, has failed or is closed."""
         settled = self.stopping or self.error is not None or self.closed.is_set()
-        return all(f.done() and (settled or f.status != "cancelled") for f in self.futures)
+        return all(
+            f.done() and (settled or f.status != "cancelled" or i in self.abandoned) for i, f in enumerate(self.futures)
+        )
 
     @property
     def status(self) -> Status:

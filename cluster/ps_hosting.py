@@ -46,6 +46,9 @@ class ParameterServerHosting:
     def _run(self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any) -> dict[str, T]:
         raise NotImplementedError  # WorkerRoles's (worker_roles.py), the other part of Cluster
 
+    def scheduler_gone(self) -> str | None:
+        raise NotImplementedError  # Cluster's own (cluster.py)
+
     def start_parameter_servers(
         self,
         job_id: str,
@@ -168,6 +171,9 @@ class ParameterServerHosting:
                 seen = f"{type(err).__name__}: {err}"
             if cancel is not None and cancel.is_set():
                 raise ClusterError(f"job '{job_id}' was closed while it waited for its parameter servers ({seen})")
+            lost = self.scheduler_gone()
+            if lost is not None:  # nothing restarts a worker now: say so at once, not at the deadline
+                raise ClusterError(f"job '{job_id}' waited for its parameter servers, and {lost}")
             if time.monotonic() > deadline:
                 raise ClusterError(
                     f"job '{job_id}' needs {wanted} parameter server(s) in place of {', '.join(sorted(gone)) or 'none'}"

@@ -238,6 +238,9 @@ class TrainingLoop:
                     )
             except ParameterServerError as waited:
                 err = waited
+        # The job hears the last step this replica reached before it waits for the servers: a restarted server's
+        # event counts the steps lost from it (the job's own look at the servers may be a second or more behind).
+        self.meter.flush()
         raise _Restart(self.link.rejoin(err, step, self.stop))
 
     def _settle_last(self) -> None:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .calls import call_with_deadline
 from .job_spec import shard_rows
 from .job_state import JobState, lost_with_worker
 from .job_tasks import ps_variable, replica_stop_name, replica_task
@@ -54,6 +55,7 @@ class ReplicaSet:
         self._pending_k: tuple[int, set[int]] | None = None  # see apply_pending_k
         # Replica tasks that said they started (Dask's event thread appends; the supervisor's thread says so).
         self._started: list[tuple[int, str]] = []
+        self._last_step_at: float | None = None  # when the job was first seen at its last step (monotonic)
 
     def submit(self, i: int, worker: str) -> Any:
         """Send replica ``i``'s shard to ``worker`` and submit its task there (elsewhere if it is gone).
@@ -136,8 +138,10 @@ class ReplicaSet:
         for i, future in enumerate(state.futures):
             if state.closed.is_set():
                 return True  # close() cancels every replica's task: those are not lost, and not replaced
-            if i in state.removed or not lost_with_worker(future):
+            if i in state.removed or i in state.abandoned or not lost_with_worker(future):
                 continue
+            if state.cluster.scheduler_gone() is not None:
+                return True  # Dask cancelled every task as it lost its scheduler: the supervisor fails the job
             attempt = self._resubmits.get(i, 0) + 1
             if attempt > MAX_RESUBMITS:
                 state.error = TrainingError(
@@ -211,6 +215,41 @@ class ReplicaSet:
             if j != i and to in load and not future.done() and future.key not in placed:
                 load[to] += 1
         return load
+
+    # ------------------------------------------------------------------ hung replicas at the end
+    def abandon_hung(self) -> None:
+        """Once the job has been at its last step for ``timeout_s``, cancel the replicas still running and end
+        without them, saying which and where.
+
+        Every replica that still runs gets an answer within ``timeout_s`` that the last step is taken, and ends:
+        one that has not is hung (a stopped worker, a swapping machine), typically a backup worker whose gradients
+        the steps did not need. Before, the job stayed ``running`` for as long as it hung (for ever, for a worker
+        stopped for good), the trained variables long done.
+        """
+        state = self.state
+        if state.step < state.spec.steps or state.stopping or state.error is not None or state.closed.is_set():
+            self._last_step_at = None
+            return
+        now = time.monotonic()
+        if self._last_step_at is None:
+            self._last_step_at = now
+        hung = [i for i in state.active_replicas() if i not in state.abandoned and not state.futures[i].done()]
+        if not hung or now - self._last_step_at < state.spec.timeout_s:
+            return
+        client = state.cluster.client
+        futures = [state.futures[i] for i in hung]
+        try:
+            call_with_deadline(lambda: client.cancel(futures), f"cancel job {state.job_id}'s hung replicas")
+        except Exception as err:  # noqa: BLE001 - the scheduler busy: the next look tries again
+            state.event(f"could not cancel hung replica(s) {', '.join(map(str, hung))} ({err}); the job tries again")
+            return
+        state.abandoned.update(hung)
+        where = ", ".join(f"replica {i} on {self.watch.describe(self.watch.replica_at.get(i, '?'))}" for i in hung)
+        state.event(
+            f"the job reached its last step ({state.step}) and {where} did not end within timeout_s="
+            f"{state.spec.timeout_s:g} s: a stopped or hung worker; the job abandons it (its task cancelled) and "
+            "ends without it"
+        )
 
     # ------------------------------------------------------------------ job.scale
     def remove(self, leaving: Sequence[int], k: int) -> None:

@@ -31,7 +31,7 @@ from cellgraph.dataflow.errors import CellgraphError
 
 from .errors import ParameterServerError
 from .job_close import CLOSE_ERRORS, WATCHER_JOIN_S, close_job
-from .job_spec import shard_rows
+from .job_spec import no_training_worker, shard_rows
 from .job_state import JobState, lost_with_worker
 from .job_tasks import replicas_topic, worker_log_topic
 from .placed_training import PlacedTraining, place_training
@@ -124,7 +124,7 @@ class Supervisor:
         state, spec = self.state, self.state.spec
         client = state.cluster.client
         placed = self.place()
-        workers = state.cluster.training_workers()[: spec.replicas]
+        workers = self._training_workers()
         # Colocated: shard i in replica i's worker.
         hosts = workers if spec.ps_placement == "colocated" else None
         # A server the placement gave nothing (a one-variable model on two ps tasks) is not part of the job: it
@@ -178,6 +178,43 @@ class Supervisor:
         self.thread = threading.Thread(target=self._run, name=f"cellgraph-{state.job_id}-watch", daemon=True)
         self.thread.start()
 
+    def _training_workers(self) -> list[str]:
+        """The training workers the replicas start on, one each; when the cluster has fewer now than ``cg.train``
+        counted (lost since), the job says so and waits up to ``timeout_s`` for them, then fails saying how many
+        there are. Before, it started only as many replicas as there were workers, without a word: a sync step
+        then waited for gradients that no replica would send, and a cluster without any finished at step 0."""
+        state, spec = self.state, self.state.spec
+        cluster = state.cluster
+        workers = cluster.training_workers()
+        if len(workers) >= spec.replicas:
+            return workers[: spec.replicas]
+        deadline = time.monotonic() + spec.timeout_s
+        state.event(
+            f"the job waits for training workers: its {spec.replicas} replica(s) need {spec.replicas} and the cluster "
+            f"at {cluster.scheduler_address} has {len(workers)} now; it waits up to {spec.timeout_s:g} s for them "
+            "to join, then fails"
+        )
+        while len(workers) < spec.replicas:
+            if time.monotonic() > deadline:
+                have = (
+                    no_training_worker(cluster, spec.replicas)
+                    if not workers
+                    else (
+                        f"the cluster at {cluster.scheduler_address} has {len(workers)} training worker(s): pass "
+                        f"replicas={len(workers)}, or add a training worker"
+                    )
+                )
+                raise TrainingError(
+                    f"its {spec.replicas} replica(s) need {spec.replicas} training worker(s), and none more joined "
+                    f"within timeout_s={spec.timeout_s:g} s: {have}"
+                )
+            if state.stopping or state.cluster.closed:  # closed while it waits (job.close() sets stopping)
+                raise TrainingError("it was closed while it waited for training workers")
+            time.sleep(WORKERS_POLL_S)
+            workers = cluster.training_workers()
+        state.event(f"training workers joined: {len(workers)} now")
+        return workers[: spec.replicas]
+
     def on_metrics(self, event: tuple[float, dict[str, Any]]) -> None:
         """Dask's callback for a replica's metrics message."""
         _, message = event
@@ -209,7 +246,7 @@ class Supervisor:
         try:
             self._watch()
         except Exception as err:  # noqa: BLE001 - a supervisor never dies of one: see the module's docstring
-            if state.closed.is_set() or state.cluster.closed:
+            if state.closed.is_set() or state.cluster.closed or state.scheduler_lost():
                 return
             state.error = TrainingError(f"job {state.job_id}: its supervisor failed: {type(err).__name__}: {err}")
             state.event(str(state.error))
@@ -223,6 +260,8 @@ class Supervisor:
         while not state.closed.is_set():
             if state.cluster.closed:
                 return  # closed under the job: its tasks and servers went with it
+            if state.scheduler_lost():
+                return  # the job has failed, saying so: Dask cancelled its tasks, and nothing can be asked of it
             if time.monotonic() >= next_look:
                 self.watch.look()
                 next_look = time.monotonic() + WORKERS_POLL_S
@@ -237,6 +276,8 @@ class Supervisor:
                 # replicas, once they have all registered.
                 self.replicas.apply_pending_k(self.steps.read())
                 state.resend_replicas_to_aggregate()  # a k the servers did not answer (a server restarting)
+                self.replicas.abandon_hung()
+                done = state.ended()
             except ParameterServerError as err:
                 if done:
                     self._finish()
@@ -292,7 +333,11 @@ class Supervisor:
         if state.error is None:
             self._note_failures()
         if state.error is None:
-            failed = [f for f in state.futures if f.status in ("error", "cancelled")]
+            failed = [
+                f
+                for i, f in enumerate(state.futures)
+                if f.status in ("error", "cancelled") and i not in state.abandoned
+            ]
             if failed:
                 state.error = (
                     failed[0].exception() if failed[0].status == "error" else TrainingError("its task was cancelled")
