@@ -157,6 +157,32 @@ def _cpu_kernel(node: Node, ctx: KernelContext) -> Any:
     return run
 
 
+def _gradient_of_the_variables_shape(factory: Any) -> Any:
+    """``factory``'s kernel, refusing a gradient whose run-time shape is not the variable's.
+
+    The shape rule lets a gradient of unknown dims through (a reduction's output, a fed placeholder); each
+    kernel reads one gradient element per variable element, so a (1,) gradient for a (3,) variable updated
+    the first element and read past the gradient's end for the others (garbage, NaN) without a word.
+    """
+
+    def bind(node: Node, ctx: KernelContext) -> Any:
+        run = factory(node, ctx)
+        variable = node.inputs[0].node.name
+
+        def checked(*arrays: Any) -> Any:
+            var, grad = arrays[0], arrays[-1]
+            if tuple(grad.shape) != tuple(var.shape):
+                raise ValueError(
+                    f"the gradient has shape {fmt(tuple(grad.shape))} but the variable {variable!r} has "
+                    f"{fmt(tuple(var.shape))}; an update needs one gradient element per element of the variable"
+                )
+            return run(*arrays)
+
+        return checked
+
+    return bind
+
+
 # op -> (NumPy reference, CUDA kernel factory in kernels/cuda/training.py)
 _KERNELS: dict[str, tuple[Any, str]] = {
     "ApplyGradientDescent": (_ref_sgd,      "sgd_op"),
@@ -176,7 +202,9 @@ for _kind in kinds():
     _BY_OP[_def.op] = _def
     register_op(OpDef(
         name=_def.op, family=FAMILY, infer=_infer_apply, reference=_ref, grad=not_differentiable,
-        kernels={"cpu": _cpu_kernel, "cuda": cuda_kernel("training", _cuda)}, stateful=True, view=True,
+        kernels={"cpu": _gradient_of_the_variables_shape(_cpu_kernel),
+                 "cuda": _gradient_of_the_variables_shape(cuda_kernel("training", _cuda))},
+        stateful=True, view=True,
     ))  # fmt: skip
 
 

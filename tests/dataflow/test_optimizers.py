@@ -334,3 +334,31 @@ def test_clip_by_global_norm_refusals_name_the_problem(make, error: type, messag
         with pytest.raises(error, match=f"^{message}$"):
             cg.optim.clip_by_global_norm(tensors, norm)
         assert g.nodes == before
+
+
+@pytest.mark.parametrize(
+    "kind", ["SGD", "Momentum", "Adam", "AdamW", "RMSProp", "Adagrad", "Adamax", "Nadam", "Adadelta"]
+)
+def test_a_gradient_of_another_run_time_shape_fails_the_update_and_changes_nothing(kind: str) -> None:
+    """A gradient of unknown dims passes the shape rule; fed a (1,) gradient for a (3,) variable, every kernel
+    updated the first element and read past the gradient's end for the others (-6.9e-311 for SGD, NaN for
+    Adadelta) without a word."""
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(np.zeros(3), dtype="float64", name="w")
+        x = cg.placeholder((None, None), "float64", name="x")
+        make = getattr(cg.optim, kind)
+        optimizer = make(0.1, 0.9) if kind == "Momentum" else make(0.1)
+        train = optimizer.apply_gradients([(cg.reduce_sum(x, 0), w)])
+    sess = cg.Session(g)
+    before = sess.variable_values()
+    with pytest.raises(cg.ExecutionError) as err:
+        sess.run(train, {x: np.ones((2, 1))})
+    assert (
+        "failed while running: ValueError: the gradient has shape (1,) but the variable 'w' has (3,); an update "
+        "needs one gradient element per element of the variable"
+    ) in str(err.value)
+    after = sess.variable_values()
+    assert all(np.array_equal(after[name], value) for name, value in before.items())
+    sess.run(train, {x: np.ones((2, 3))})  # the right shape still trains
+    assert np.all(sess.run(w) < 0)
