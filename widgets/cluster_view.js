@@ -84,11 +84,29 @@ function table(workers) {
   return t;
 }
 
-function draw(model, el) {
+// What the view says once its kernel is gone (restarted or shut down): the page keeps the widgets drawn as
+// last synced, and a list of workers would read as a cluster still up.
+function goneWords(model) {
+  const after = model.get("kind").startsWith("local")
+    ? "a local cluster closes with the kernel that started it: %cluster up starts another"
+    : `the cluster at ${model.get("scheduler")} keeps running: %cluster connect ${model.get("scheduler")} joins it again`;
+  return `the notebook's kernel restarted or stopped, so this view no longer follows the cluster (as last seen below); ${after}`;
+}
+
+function draw(model, el, gone) {
   el.replaceChildren();
   const root = document.createElement("div");
   root.className = "cellgraph-cluster-view";
+  root.dataset.kernel = gone ? "gone" : "live";
   root.appendChild(header(model));
+  if (gone) {
+    root.querySelector(".cellgraph-refresh").disabled = true;
+    const p = document.createElement("div");
+    p.className = "cellgraph-kernel-gone";
+    p.style.color = "#e15759";
+    p.textContent = goneWords(model);
+    root.appendChild(p);
+  }
   const error = model.get("error");
   if (error) {
     const p = document.createElement("div");
@@ -110,12 +128,20 @@ function draw(model, el) {
 }
 
 function render({ model, el }) {
-  const redraw = () => draw(model, el);
+  // A restart disconnects every model of the old kernel (comm_live goes false, once): see goneWords.
+  let gone = el.closest(".jupyter-widgets-disconnected") !== null;
+  const redraw = () => draw(model, el, gone);
+  const lost = () => {
+    gone = true;
+    redraw();
+  };
   const names = ["scheduler", "kind", "dashboard_link", "workers", "devices", "closed", "error", "note"];
   for (const name of names) model.on(`change:${name}`, redraw);
+  model.on("comm_live_update", lost);
   redraw();
   return () => {
     for (const name of names) model.off(`change:${name}`, redraw);
+    model.off("comm_live_update", lost);
   };
 }
 

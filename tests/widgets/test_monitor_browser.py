@@ -8,7 +8,8 @@ to three replicas (the header and the charts agree), a straggler, a scale-down
 and Stop (no replica that left is red), an hour of metrics (at least 200 points
 and the latest), and a flood of checkpoints (one line; the others in view).
 Titles and keys sit above the figures, out of the curves' and toolbar's way. After Kernel > Restart Kernel, each
-monitor's header says its job is no longer followed (a running one said "running" on).
+monitor's header says its job is no longer followed (a running one said "running" on), and a ClusterView that it
+no longer follows the cluster (it listed the workers of a cluster closed with the kernel).
 
 Screenshots go to ``$CELLGRAPH_TEST_ARTIFACTS/browser`` (else ``test-artifacts/browser``): ``monitor_*.png``.
 """
@@ -82,6 +83,8 @@ for i in range(1, 301):
                at=f"12:{i // 3 // 60:02d}:{i // 3 % 60:02d}")
 long.event("replica 1 failed: ValueError: boom", at="12:01:41")
 TrainingMonitor(long, interval=0.2)""",
+    # 8: a local cluster, shown: after a restart its view must not read as a cluster still up.
+    "%load_ext cellgraph\n%cluster up --workers 1 --ps 0",
 ]
 
 # The points of each line of a figure (not the legend's), and the tick labels of its y axis (the second axis).
@@ -222,6 +225,8 @@ def check(page: Any, lab: Any, shots: Path, console: list[str]) -> None:
     # now both headers say that nothing follows their job any more, and what each was when last seen.
     long_title = long.locator(".cg-monitor-title")
     assert " · running · 1 replica(s)" in long_title.inner_text()
+    view = run(page, 8).locator(".cellgraph-cluster-view")
+    until(lambda: view.locator("tr[data-address]").count() == 1, "the cluster's worker in its view")
     restart_kernel(page, lab)
     until(lambda: long_title.get_attribute("data-kernel") == "gone", "the running job's header after a restart")
     assert long_title.inner_text() == (
@@ -230,3 +235,9 @@ def check(page: Any, lab: Any, shots: Path, console: list[str]) -> None:
     )
     assert re.search(r"no longer followed: .* \(last seen stopped · 2 replica\(s\)\)$", title.inner_text())
     long.screenshot(path=str(shots / "monitor_after_kernel_restart.png"))
+    until(lambda: view.get_attribute("data-kernel") == "gone", "the cluster's view after a restart")
+    assert view.locator(".cellgraph-kernel-gone").inner_text() == (
+        "the notebook's kernel restarted or stopped, so this view no longer follows the cluster (as last seen "
+        "below); a local cluster closes with the kernel that started it: %cluster up starts another"
+    )
+    assert view.locator(".cellgraph-refresh").is_disabled()
