@@ -180,9 +180,20 @@ class ClusterMagics(Magics):
         cluster = self.ext.current_cluster()
         assert cluster is not None  # _check made sure
         before = len(cluster.training_workers())
-        try:
-            cluster.scale(n, timeout)
-        except CellgraphError as err:
-            raise UsageError(f"%cluster {err}") from None
+        with InterruptibleStart():  # its workers start as %cluster up's do: quiet if interrupted
+            try:
+                cluster.scale(n, timeout)
+            except CellgraphError as err:
+                raise UsageError(f"%cluster {err}") from None
+            except KeyboardInterrupt:
+                interrupted = True
+            else:
+                interrupted = False
+        if interrupted:  # the workers that joined stay; those still starting were stopped by the scale
+            now = len(cluster.training_workers())
+            raise UsageError(
+                f"%cluster scale: interrupted while the training workers went from {before} to {n}: the cluster has "
+                f"{now} now (%cluster scale {n} asks again)"
+            )
         print(f"training workers: {before} -> {n}")
         show_as("cluster_view", "ClusterView", cluster)

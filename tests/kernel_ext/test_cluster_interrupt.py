@@ -1,4 +1,4 @@
-"""Kernel > Interrupt while ``%cluster up`` starts its workers: one line in the cell, and nothing left running.
+"""Kernel > Interrupt while ``%cluster up`` (or ``scale``) starts workers: one line in the cell, nothing left running.
 
 A real kernel, driven through ``jupyter_client`` as JupyterLab drives one; its
 interrupt is JupyterLab's (SIGINT to the kernel's process group, which holds
@@ -88,7 +88,7 @@ def listening(process: psutil.Process) -> set[int]:
     return {c.laddr.port for c in process.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
 
 
-def test_interrupting_cluster_up_says_so_in_one_line_and_leaves_nothing_running(kernel: Kernel) -> None:
+def test_interrupting_cluster_up_or_scale_says_so_in_one_line_and_leaves_nothing_running(kernel: Kernel) -> None:
     status, out = kernel.run("%load_ext cellgraph\nimport os\nprint(os.getpid())")
     assert status == "ok"
     process = psutil.Process(int(out[-1].split()[-1]))
@@ -112,6 +112,17 @@ def test_interrupting_cluster_up_says_so_in_one_line_and_leaves_nothing_running(
     # And %cluster up starts one again.
     status, out = kernel.run("%cluster up --workers 1 --ps 1\nprint(len(cluster.training_workers()))")
     assert status == "ok" and out[-1] == "1\n", out
+
+    # %cluster scale starts workers too: interrupted once one more runs, it says so in one line as well.
+    started = len(workers_of(process))
+    status, out = kernel.run("%cluster scale 3", interrupt_when=lambda: len(workers_of(process)) > started)
+    assert status == "error"
+    text = "".join(out)
+    assert re.fullmatch(
+        r"UsageError: %cluster scale: interrupted while the training workers went from 1 to 3: the cluster has "
+        r"[1-3] now \(%cluster scale 3 asks again\)\n",
+        text,
+    ), text
     status, out = kernel.run("%cluster down")
     assert status == "ok" and out[-1].startswith("closed the cluster at tcp://127.0.0.1:"), out
     assert workers_of(process) == []
