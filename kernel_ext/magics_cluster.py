@@ -104,13 +104,17 @@ class ClusterMagics(Magics):
                 )
         elif args.action != "connect" and args.value is not None:
             raise usage_error(self.cluster, f"{args.action} takes no {args.value!r}")
+        # The two refusals below are about the notebook's state, not the arguments: no usage with them.
         current = self.ext.current_cluster()
         if args.action in ("up", "connect") and current is not None:
-            raise usage_error(
-                self.cluster, f"a cluster is up already ({current.scheduler_address}): %cluster down first"
+            # Most often the cell that started it, run again: that cleared its view from the cell, shown again here.
+            show_as("cluster_view", "ClusterView", current)
+            raise UsageError(
+                f"%cluster {args.action}: a cluster is up already ({current.scheduler_address}, shown above): "
+                "%cluster down first"
             )
         if args.action == "scale" and current is None:
-            raise usage_error(self.cluster, "no cluster is up to scale: %cluster up first")
+            raise UsageError("%cluster scale: no cluster is up to scale: %cluster up first")
 
     def _up(self, args: argparse.Namespace) -> None:
         from cellgraph.cluster.cluster import Cluster

@@ -74,7 +74,12 @@ def test_cluster_up_binds_a_local_cluster(
     assert len(shown) == 1
     assert_shown_as(shown[0], "ClusterView", cluster)
     err = refused(notebook, capsys, "%cluster up --workers 3")
-    assert f"%cluster: a cluster is up already ({cluster.scheduler_address}): %cluster down first" in err
+    assert err == (
+        f"UsageError: %cluster up: a cluster is up already ({cluster.scheduler_address}, shown above): %cluster down "
+        "first\n"
+    )
+    assert len(shown) == 2
+    assert_shown_as(shown[1], "ClusterView", cluster)  # the re-run cell's view, cleared by the re-run
     assert notebook.user_ns["cluster"] is cluster and len(cluster.training_workers()) == 2
     # More replicas than training workers, in the magic's words (cg.train's said 'pass replicas=2').
     err = refused(notebook, capsys, f"%train loss {DATA} --replicas 3 --no-show")
