@@ -200,6 +200,29 @@ def check_fits(ctx: InferContext, what: str, spec: TensorSpec, expected: Shape) 
         raise ctx.shape_error(f"{what} has shape {fmt(spec.shape)}, expected {fmt(expected)}")
 
 
+def shapes_checked(factory: Any, problem: Callable[..., str | None]) -> Any:
+    """``factory``'s kernel, first asking ``problem(node, *inputs)`` about the inputs' run-time shapes.
+
+    A shape rule lets unknown dims through; a kernel that reads one input by another's shape (a gamma per
+    normalized element, a gradient per variable element) then reads past the end of a shorter one, and
+    returns what memory held there without a word. ``problem`` gives the words of a mismatch (the run fails
+    with them, naming the node) or None.
+    """
+
+    def bind(node: Node, ctx: Any) -> Any:
+        run = factory(node, ctx)
+
+        def checked(*arrays: Any) -> Any:
+            words = problem(node, *arrays)
+            if words is not None:
+                raise ValueError(words)
+            return run(*arrays)
+
+        return checked
+
+    return bind
+
+
 def merge_shapes(a: Shape, b: Shape) -> Shape:
     """Two fitting shapes as one, each unknown dim taken from the other side."""
     return tuple(x if x is not None else y for x, y in zip(a, b))

@@ -31,6 +31,7 @@ from .base import (
     infer_float_unary,
     merge_shapes,
     require_float,
+    shapes_checked,
 )
 from .math import MAX_EXPR, broadcast_like, exp, reduce_sum
 
@@ -248,6 +249,17 @@ def _xent_kernel(node: Node, ctx: KernelContext) -> Any:
     return run
 
 
+def _labels_problem(node: Node, logits: Any, labels: Any) -> str | None:
+    """One label per row at run time too: the kernel reads labels by the logits' rows, so 5 labels for 3 rows
+    lost the last 2 without a word (and 1 label for 3 read past its end)."""
+    if labels.shape[0] == logits.shape[0]:
+        return None
+    return (
+        f"logits have {logits.shape[0]} rows but labels have {labels.shape[0]}: {fmt(tuple(logits.shape))} and "
+        f"{fmt(tuple(labels.shape))}"
+    )
+
+
 def _grad_xent(node: Node, dys: Dys) -> Grads:
     """d loss / d logits is the backprop output; the backprop output's own
     gradient (for second derivatives) is the softmax's."""
@@ -266,7 +278,8 @@ def _grad_xent(node: Node, dys: Dys) -> Grads:
 register_op(OpDef(
     name="SparseSoftmaxCrossEntropyWithLogits", family=FAMILY, infer=_infer_xent,
     reference=_ref_xent, grad=_grad_xent,
-    kernels={"cpu": _xent_kernel, "cuda": cuda_kernel("nn", "sparse_softmax_xent_op")},
+    kernels={"cpu": shapes_checked(_xent_kernel, _labels_problem),
+             "cuda": shapes_checked(cuda_kernel("nn", "sparse_softmax_xent_op"), _labels_problem)},
 ))  # fmt: skip
 
 

@@ -49,7 +49,7 @@ from ..kernels.cpu import normalization as kernels
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, OpDef, TensorSpec, register_op
 from ..shapes import fmt
-from .base import TensorLike, apply, apply_node, as_tensor, check_fits, require_float
+from .base import TensorLike, apply, apply_node, as_tensor, check_fits, require_float, shapes_checked
 from .math import broadcast_like, cast, reduce_mean, reduce_sum, square, zeros_like
 from .math_unary import rsqrt, where
 from .state import identity
@@ -173,14 +173,32 @@ def _kernel(fn: Any) -> Any:
     return lambda node, ctx: lambda *xs: fn(*xs, node.attrs["epsilon"], node.attrs["begin_axis"])
 
 
+def _per_element_problem(node: Node, *arrays: Any) -> str | None:
+    """LayerNorm's (x, gamma, beta) and LayerNormGrad's (dy, x, gamma) at run time: the shape rule lets unknown
+    dims through, and the kernels read gamma and beta by x's normalized shape (a (1,) gamma for 3 features gave
+    what memory held past it, 3.7e-322, without a word)."""
+    names = ("x", "gamma", "beta") if node.op == "LayerNorm" else ("dy", "x", "gamma")
+    given = dict(zip(names, (tuple(a.shape) for a in arrays)))
+    x = given["x"]
+    if given.get("dy", x) != x:
+        return f"dy has shape {fmt(given['dy'])} but x has {fmt(x)}"
+    normalized = x[node.attrs["begin_axis"] :]
+    for what in ("gamma", "beta"):
+        if what in given and given[what] != normalized:
+            return f"{what} has shape {fmt(given[what])} but x {fmt(x)} is normalized over {fmt(normalized)}"
+    return None
+
+
 register_op(OpDef(
     name="LayerNorm", family=FAMILY, infer=_infer_layer_norm, reference=_ref_layer_norm, grad=_grad_layer_norm,
-    kernels={"cpu": _kernel(kernels.layer_norm), "cuda": cuda_kernel("normalization", "layer_norm_op")},
+    kernels={"cpu": shapes_checked(_kernel(kernels.layer_norm), _per_element_problem),
+             "cuda": shapes_checked(cuda_kernel("normalization", "layer_norm_op"), _per_element_problem)},
 ))  # fmt: skip
 register_op(OpDef(
     name="LayerNormGrad", family=FAMILY, infer=_infer_layer_norm_grad, reference=_ref_layer_norm_grad,
     grad=_differentiated_by_composite(_layer_norm_grad_math),
-    kernels={"cpu": _kernel(kernels.layer_norm_grad), "cuda": cuda_kernel("normalization", "layer_norm_grad_op")},
+    kernels={"cpu": shapes_checked(_kernel(kernels.layer_norm_grad), _per_element_problem),
+             "cuda": shapes_checked(cuda_kernel("normalization", "layer_norm_grad_op"), _per_element_problem)},
 ))  # fmt: skip
 
 
@@ -297,15 +315,31 @@ def _bn_kernel(fn: Any) -> Any:
     return lambda node, ctx: lambda *xs: fn(*xs, node.attrs["epsilon"], node.attrs["channel_axis"])
 
 
+def _per_channel_problem(node: Node, *arrays: Any) -> str | None:
+    """FusedBatchNorm's (x, gamma, beta) and BatchNormGrad's (dy, x, gamma, mean, variance) at run time: the
+    kernels read each per-channel input by x's channel count (a (1,) gamma for 3 channels gave garbage)."""
+    names = ("x", "gamma", "beta") if node.op == "FusedBatchNorm" else ("dy", "x", "gamma", "mean", "variance")
+    given = dict(zip(names, (tuple(a.shape) for a in arrays)))
+    x = given["x"]
+    if given.get("dy", x) != x:
+        return f"dy has shape {fmt(given['dy'])} but x has {fmt(x)}"
+    channels = (x[node.attrs["channel_axis"]],)
+    for what in names:
+        if what not in ("x", "dy") and given[what] != channels:
+            return f"{what} has shape {fmt(given[what])} but x {fmt(x)} has {channels[0]} channels"
+    return None
+
+
 register_op(OpDef(
     name="FusedBatchNorm", family=FAMILY, infer=_infer_batch_norm, reference=_ref_batch_norm, grad=_grad_batch_norm,
-    kernels={"cpu": _bn_kernel(kernels.batch_norm_training),
-             "cuda": cuda_kernel("normalization", "batch_norm_training_op")},
+    kernels={"cpu": shapes_checked(_bn_kernel(kernels.batch_norm_training), _per_channel_problem),
+             "cuda": shapes_checked(cuda_kernel("normalization", "batch_norm_training_op"), _per_channel_problem)},
 ))  # fmt: skip
 register_op(OpDef(
     name="BatchNormGrad", family=FAMILY, infer=_infer_batch_norm_grad, reference=_ref_batch_norm_grad,
     grad=_differentiated_by_composite(_batch_norm_grad_math),
-    kernels={"cpu": _bn_kernel(kernels.batch_norm_grad), "cuda": cuda_kernel("normalization", "batch_norm_grad_op")},
+    kernels={"cpu": shapes_checked(_bn_kernel(kernels.batch_norm_grad), _per_channel_problem),
+             "cuda": shapes_checked(cuda_kernel("normalization", "batch_norm_grad_op"), _per_channel_problem)},
 ))  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op
 from ..optimizer_registry import OPTIMIZER_KINDS, OptimizerDef, Slot, Value, kinds
 from ..shapes import fmt
-from .base import apply
+from .base import apply, shapes_checked
 
 FAMILY = "training"
 
@@ -157,30 +157,17 @@ def _cpu_kernel(node: Node, ctx: KernelContext) -> Any:
     return run
 
 
-def _gradient_of_the_variables_shape(factory: Any) -> Any:
-    """``factory``'s kernel, refusing a gradient whose run-time shape is not the variable's.
-
-    The shape rule lets a gradient of unknown dims through (a reduction's output, a fed placeholder); each
-    kernel reads one gradient element per variable element, so a (1,) gradient for a (3,) variable updated
-    the first element and read past the gradient's end for the others (garbage, NaN) without a word.
-    """
-
-    def bind(node: Node, ctx: KernelContext) -> Any:
-        run = factory(node, ctx)
-        variable = node.inputs[0].node.name
-
-        def checked(*arrays: Any) -> Any:
-            var, grad = arrays[0], arrays[-1]
-            if tuple(grad.shape) != tuple(var.shape):
-                raise ValueError(
-                    f"the gradient has shape {fmt(tuple(grad.shape))} but the variable {variable!r} has "
-                    f"{fmt(tuple(var.shape))}; an update needs one gradient element per element of the variable"
-                )
-            return run(*arrays)
-
-        return checked
-
-    return bind
+def _gradient_problem(node: Node, var: Any, *rest: Any) -> str | None:
+    """A gradient of unknown dims passes the shape rule (a reduction's output, a fed one); each kernel reads one
+    gradient element per variable element, so a (1,) gradient for a (3,) variable moved the first element and read
+    past the gradient's end for the others (garbage, NaN) without a word."""
+    grad = rest[-1]
+    if tuple(grad.shape) == tuple(var.shape):
+        return None
+    return (
+        f"the gradient has shape {fmt(tuple(grad.shape))} but the variable {node.inputs[0].node.name!r} has "
+        f"{fmt(tuple(var.shape))}; an update needs one gradient element per element of the variable"
+    )
 
 
 # op -> (NumPy reference, CUDA kernel factory in kernels/cuda/training.py)
@@ -202,8 +189,8 @@ for _kind in kinds():
     _BY_OP[_def.op] = _def
     register_op(OpDef(
         name=_def.op, family=FAMILY, infer=_infer_apply, reference=_ref, grad=not_differentiable,
-        kernels={"cpu": _gradient_of_the_variables_shape(_cpu_kernel),
-                 "cuda": _gradient_of_the_variables_shape(cuda_kernel("training", _cuda))},
+        kernels={"cpu": shapes_checked(_cpu_kernel, _gradient_problem),
+                 "cuda": shapes_checked(cuda_kernel("training", _cuda), _gradient_problem)},
         stateful=True, view=True,
     ))  # fmt: skip
 

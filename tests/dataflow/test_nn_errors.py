@@ -242,3 +242,17 @@ def test_dropout_rate_outside_zero_one(rate: Any) -> None:
 def test_dropout_needs_floats() -> None:
     with raises(cg.DTypeError, "Dropout 'dropout' (test_nn_errors.py"):
         cg.dropout(ph(3, dtype="int32"), 0.5)
+
+
+@pytest.mark.parametrize("fed", [1, 5], ids=["fewer", "more"])
+def test_labels_fed_for_another_number_of_rows_fail_the_run(fed: int) -> None:
+    """The shape rule lets (None,) labels meet (None, C) logits; fed 5 labels for 3 rows, the kernel read the
+    first 3 and returned their loss without a word (1 label for 3 rows read past its end)."""
+    logits = ph(None, 4, dtype="float64", name="logits")
+    labels = ph(None, dtype="int32", name="labels")
+    loss = cg.sparse_softmax_cross_entropy(logits, labels)
+    with pytest.raises(cg.ExecutionError) as err:
+        cg.Session(cg.get_default_graph()).run(loss, {logits: np.zeros((3, 4)), labels: np.zeros(fed, np.int32)})
+    assert (f"failed while running: ValueError: logits have 3 rows but labels have {fed}: (3, 4) and ({fed},)") in str(
+        err.value
+    )

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 import cellgraph as cg
+from cellgraph.dataflow.ops.base import apply_node
+from cellgraph.dataflow.ops.normalization import fused_batch_norm
 
 from .errors_helpers import ph, raises
 
@@ -211,3 +213,42 @@ def test_normalization_layers_need_known_sizes_and_add_nothing_when_refused(buil
     with raises(cg.ShapeError, words):
         build(x)
     assert len(cg.get_default_graph().nodes) == before
+
+
+# ---------------------------------------------------------------------- run-time shapes
+def _layer_norm_grad(dy, x, gamma):  # noqa: ANN001, ANN202
+    return apply_node("LayerNormGrad", [dy, x, gamma], {"axis": -1, "begin_axis": 1, "epsilon": 1e-3}).output(0)
+
+
+def _batch_norm_grad(dy, x, gamma, mean, var):  # noqa: ANN001, ANN202
+    return apply_node(
+        "BatchNormGrad", [dy, x, gamma, mean, var], {"axis": 1, "channel_axis": 1, "epsilon": 1e-3}
+    ).output(0)
+
+
+RUN_TIME_SHAPES = [
+    ("layer_norm", lambda x, g, b: cg.layer_norm(x, g, b), [(2, 3), (1,), (3,)],
+     "LayerNorm 'layer_norm'", "gamma has shape (1,) but x (2, 3) is normalized over (3,)"),
+    ("layer_norm-beta", lambda x, g, b: cg.layer_norm(x, g, b), [(2, 3), (3,), (4,)],
+     "LayerNorm 'layer_norm'", "beta has shape (4,) but x (2, 3) is normalized over (3,)"),
+    ("layer_norm_grad", _layer_norm_grad, [(2, 3), (2, 3), (2,)],
+     "LayerNormGrad", "gamma has shape (2,) but x (2, 3) is normalized over (3,)"),
+    ("layer_norm_grad-dy", _layer_norm_grad, [(1, 3), (2, 3), (3,)],
+     "LayerNormGrad", "dy has shape (1, 3) but x has (2, 3)"),
+    ("batch_norm", lambda x, g, b: fused_batch_norm(x, g, b)[0], [(4, 3), (1,), (3,)],
+     "FusedBatchNorm", "gamma has shape (1,) but x (4, 3) has 3 channels"),
+    ("batch_norm_grad", _batch_norm_grad, [(4, 3), (4, 3), (3,), (3,), (2,)],
+     "BatchNormGrad", "variance has shape (2,) but x (4, 3) has 3 channels"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("build", "shapes", "node", "words"), [r[1:] for r in RUN_TIME_SHAPES],
+                         ids=[r[0] for r in RUN_TIME_SHAPES])  # fmt: skip
+def test_a_per_channel_input_of_another_run_time_shape_fails_the_run(build, shapes, node, words) -> None:  # noqa: ANN001
+    """Unknown dims pass the shape rules, and the kernels read gamma, beta and the statistics by x's shape: a
+    (1,) gamma for 3 features gave what memory held past its end (3.7e-322) without a word."""
+    feeds = {ph(*(None,) * len(s), dtype="float64", name=f"in{i}"): np.ones(s) for i, s in enumerate(shapes)}
+    out = build(*feeds)
+    with pytest.raises(cg.ExecutionError) as err:
+        _run(out, feeds)
+    assert node in str(err.value) and f"failed while running: ValueError: {words}" in str(err.value)
