@@ -15,6 +15,7 @@ from .dtypes import is_float
 from .errors import GradientError
 from .graph import Node, Tensor
 from .opdef import not_differentiable
+from .ops.array import reshape_like
 from .ops.base import graph_of
 from .ops.math import add, ones_like, sum_to_shape_of
 from .shapes import fmt
@@ -51,8 +52,8 @@ def gradients(
     order = _between(ys, xs)
     pending: dict[tuple[int, int], list[Tensor]] = {}
     with graph.name_scope("gradients"):
-        for y, gy in zip(ys, grad_ys):
-            pending.setdefault(_key(y), []).append(gy if gy is not None else ones_like(y))
+        for k, (y, gy) in enumerate(zip(ys, grad_ys)):
+            pending.setdefault(_key(y), []).append(ones_like(y) if gy is None else _seed(k, y, gy))
         for node in reversed(order):
             dys = [_total(pending.get((id(node), i), [])) for i in range(len(node.specs))]
             for i, total in enumerate(dys):  # sum fan-out once; xs read the sum later
@@ -113,6 +114,23 @@ def _total(parts: list[Tensor]) -> Tensor | None:
     for part in parts[1:]:
         total = add(total, part, name="accumulate_grad")
     return total
+
+
+def _seed(k: int, y: Tensor, gy: Tensor) -> Tensor:
+    """``grad_ys[k]``, which must have ``y``'s shape when the graph runs too.
+
+    A seed of another shape went into the gradient rules as it was: broadcast by some (a (1,) seed for a (3,)
+    sigmoid gave the same slope three times when fused) and read as given by others (the unfused SigmoidGrad
+    returned a (1,) gradient for the (3,) input), without a word; torch's ``backward(gradient)`` refuses it.
+    """
+    if not (len(gy.shape) == len(y.shape) and all(a is None or b is None or a == b for a, b in zip(gy.shape, y.shape))):
+        raise GradientError(
+            f"grad_ys[{k}] ({gy.name!r}) has shape {fmt(gy.shape)} but ys[{k}] ({y.name!r}) has {fmt(y.shape)}"
+        )
+    if gy.shape == y.shape and None not in y.shape:
+        return gy
+    # Fails the run, naming this node, when the fed seed's size differs from y's.
+    return reshape_like(gy, y, name="grad_ys_in_the_shape_of_ys")
 
 
 def _check(node: Node, i: int, x: Tensor, gx: Tensor) -> None:

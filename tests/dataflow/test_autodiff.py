@@ -171,3 +171,24 @@ def test_the_second_derivative_of_a_mean_over_an_empty_batch_is_zero() -> None:
     sess = cg.Session(g)
     np.testing.assert_array_equal(sess.run(du, {x: np.zeros((0, 4)), u: np.ones(4)}), np.zeros(4))
     np.testing.assert_allclose(sess.run(du, {x: np.zeros((5, 4)), u: np.ones(4)}), np.ones(4))
+
+
+def test_a_seed_must_have_its_ys_shape_when_built_and_when_run() -> None:
+    """grad_ys of another shape went into the rules as given: fed (1,) for a (3,) sigmoid, the fused run broadcast
+    it and the unfused one returned a (1,) gradient for the (3,) input, both without a word."""
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None,), "float64", name="x")
+        y = cg.sigmoid(x)
+        seed = cg.placeholder((None,), "float64", name="seed")
+        [dx] = cg.gradients(y, [x], grad_ys=[seed])
+        with pytest.raises(cg.GradientError) as err:
+            cg.gradients(y, [x], grad_ys=[cg.placeholder((None, 1), "float64", name="column")])
+    assert str(err.value) == "grad_ys[0] ('column:0') has shape (None, 1) but ys[0] ('sigmoid:0') has (None,)"
+    xs = np.array([0.1, 0.2, 0.3])
+    for fuse in (True, False):
+        sess = cg.Session(g, fuse=fuse)
+        with pytest.raises(cg.ExecutionError, match="ReshapeLike 'gradients/grad_ys_in_the_shape_of_ys'.*size 1 into"):
+            sess.run(dx, {x: xs, seed: np.ones(1)})
+        slope = 1 / (1 + np.exp(-xs)) * (1 - 1 / (1 + np.exp(-xs)))
+        np.testing.assert_allclose(sess.run(dx, {x: xs, seed: np.full(3, 2.0)}), 2 * slope, rtol=1e-12)
