@@ -25,7 +25,7 @@ LOCAL_EPOCHS = {"mlp": 40, "inception": 30, "resnet": 20, "inception_v3": 30, "t
 TARGETS = {"mlp": 0.97, "inception": 0.98, "resnet": 0.97, "inception_v3": 0.97, "transformer": 0.97, "lstm": 0.97}
 MODELS = sorted(LOCAL_EPOCHS)
 LOCAL_DEFAULT = ["mlp", "inception"]  # what a plain ``demo --local`` trains: the two quickest
-TRAINING_ROWS = 1437  # the digits split's training images (examples/digits.py), for checking --batch-size early
+TRAINING_ROWS = 1438  # the digits split's training images (examples/digits.py), for checking --batch-size early
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,7 +54,17 @@ def _demo(args: argparse.Namespace) -> int:
     if args.model is not None and args.models is not None:
         args.parser.error("--model and --models both choose what to train: give one")
     if args.local:
+        if args.batch_size is not None and args.batch_size > TRAINING_ROWS:
+            args.parser.error(
+                f"--batch-size {args.batch_size} is larger than the training set ({TRAINING_ROWS} images): "
+                "no step would run"
+            )
         return _demo_local(args)
+    if args.batch_size is not None:
+        args.parser.error(
+            "--batch-size sets the single-process run's rows per step: add --local (cellgraph train --batch-size "
+            "sets the cluster's)"
+        )
     if args.models is not None or args.epochs is not None:
         args.parser.error(
             "--models and --epochs choose the single-process run: add --local "
@@ -76,7 +86,8 @@ def _demo_local(args: argparse.Namespace) -> int:
     for name in [args.model] if args.model else args.models or LOCAL_DEFAULT:
         model = models.MODELS[name]()
         epochs = args.epochs or LOCAL_EPOCHS[name]
-        result = fit(model, data, epochs=epochs, batch_size=args.batch_size, progress=not args.no_progress)
+        batch_size = args.batch_size or 64
+        result = fit(model, data, epochs=epochs, batch_size=batch_size, progress=not args.no_progress)
         met = result.test_accuracy >= TARGETS[name]
         if not met:
             failed.append(name)
@@ -186,8 +197,13 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
         "--model", choices=MODELS, default=None, help="the model to train (default: the mini-Inception on the cluster)"
     )
     demo.add_argument("--models", nargs="+", choices=MODELS, default=None, help="with --local: models to train")
-    demo.add_argument("--epochs", type=int, default=None, help="with --local: epochs per model (default: per model)")
-    demo.add_argument("--batch-size", type=int, default=64, help="with --local: rows per step")
+    # Positive, as cellgraph train's: --batch-size 0 ended in a traceback, and a negative one or one above the
+    # training rows (or --epochs -1) trained 0 (or -22) steps and printed a test accuracy as if it had trained.
+    positive_int = _positive(int)
+    demo.add_argument(
+        "--epochs", type=positive_int, default=None, help="with --local: epochs per model (default: per model)"
+    )
+    demo.add_argument("--batch-size", type=positive_int, default=None, help="with --local: rows per step (default 64)")
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
     demo.add_argument("--check", action="store_true", help="exit 1 when an accuracy target is missed")
     demo.set_defaults(run=_demo, parser=demo)

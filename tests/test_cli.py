@@ -85,3 +85,29 @@ def test_a_learning_rate_that_is_not_a_finite_number_exits_2_with_one_line(
     err = capsys.readouterr().err
     assert f"cellgraph train: error: argument --lr: expected a positive float, got {rate!r}" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--local", "--batch-size", "0"], "argument --batch-size: expected a positive int, got '0'"),
+        (["--local", "--batch-size", "-5"], "argument --batch-size: expected a positive int, got '-5'"),
+        (["--local", "--epochs", "-1"], "argument --epochs: expected a positive int, got '-1'"),
+        (["--local", "--epochs", "0"], "argument --epochs: expected a positive int, got '0'"),
+        (
+            ["--local", "--batch-size", "100000"],
+            "--batch-size 100000 is larger than the training set (1438 images): no step would run",
+        ),
+        (["--batch-size", "3"], "--batch-size sets the single-process run's rows per step: add --local"),
+    ],
+)
+def test_demo_refuses_a_batch_size_or_epochs_that_would_train_no_step(
+    args: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: --batch-size 0 ended in a traceback; -5, 100000 and --epochs -1 trained 0 (or -22) steps and printed
+    a test accuracy with exit 0; --epochs 0 trained the default epochs; --batch-size without --local was ignored."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["demo", "--models", "mlp", "--no-progress", *args])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"cellgraph demo: error: {words}" in err and err.count("\n") == 1

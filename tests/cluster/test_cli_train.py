@@ -151,7 +151,7 @@ def test_an_unreachable_scheduler_fails_naming_it_and_the_reason() -> None:
         (["--replicas", "3"], "--replicas 3 needs 3 training workers and --workers is 2: raise --workers"),
         (["--mode", "async", "--replicas-to-aggregate", "1"], "--replicas-to-aggregate is for --mode sync"),
         (["--replicas-to-aggregate", "3"], "--replicas-to-aggregate 3 is more than the 2 replicas"),
-        (["--batch-size", "1000"], "--batch-size 1000 is larger than a replica's shard (718 rows"),
+        (["--batch-size", "1000"], "--batch-size 1000 is larger than a replica's shard (719 rows"),
         (["--steps", "0"], "argument --steps: expected a positive int, got '0'"),
         (["--lr", "fast"], "argument --lr: expected a positive float, got 'fast'"),
         (["--scheduler", "nonsense"], "'nonsense' is not a scheduler address (missing port number"),
