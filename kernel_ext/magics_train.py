@@ -4,6 +4,7 @@ and the optimizer's settings (``--momentum 0.95 --nesterov``, ``--weight-decay 0
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +93,12 @@ class TrainMagics(Magics):
         if args is None:
             return
         loss, data, opt = self._resolve(args)
+        if args.max_staleness is not None and args.mode == "sync":  # cg.train would ignore it without a word
+            raise usage_error(
+                self.train,
+                "--max-staleness bounds how stale an applied gradient may be in --mode async; a sync step drops "
+                "every late gradient anyway: add --mode async, or leave --max-staleness out",
+            )
         cluster = self.ext.current_cluster()
         if cluster is None:
             raise UsageError(f"%train: {NO_CLUSTER}")  # the arguments are fine: no usage
@@ -134,7 +141,7 @@ class TrainMagics(Magics):
                 checkpoint_every=args.checkpoint_every, checkpoint_dir=checkpoint_dir, resume_from=resume_from,
             )  # fmt: skip
         except CellgraphError as err:  # cg.train checks everything it can before it starts anything
-            raise UsageError(f"%train: {err}") from None
+            raise UsageError(f"%train: {in_flags(str(err))}") from None
         self.ext.jobs.append(job)
         assert self.shell is not None
         self.shell.user_ns["job"] = job
@@ -162,6 +169,27 @@ class TrainMagics(Magics):
         # One name may hold all the data: a tuple of arrays, or a dict {placeholder: array}.
         data = values[0] if len(values) == 1 and isinstance(values[0], tuple | dict) else tuple(values)
         return loss, data, opt
+
+
+# cg.train's keywords in its messages, as %train's flags: the user typed flags, and cannot pass a keyword.
+FLAG_WORDS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
+    (re.compile(r"^cg\.train: "), ""),
+    (re.compile(r"\bbatch_size<=(\d+)"), r"--batch-size \1 or less"),
+    (re.compile(r"\bmode='(sync|async)'"), r"--mode \1"),
+    (re.compile(r"\b(replicas_to_aggregate|batch_size|max_staleness|checkpoint_every|checkpoint_dir|resume_from)\b"),
+     lambda m: "--" + m.group(1).replace("_", "-")),
+]  # fmt: skip
+
+
+def in_flags(message: str) -> str:
+    """A ``cg.train`` message in ``%train``'s words: ``batch_size<=719`` is ``--batch-size 719 or less``.
+
+    >>> in_flags("cg.train: replicas_to_aggregate is for mode='sync' (async mode applies every gradient on arrival)")
+    '--replicas-to-aggregate is for --mode sync (async mode applies every gradient on arrival)'
+    """
+    for pattern, words in FLAG_WORDS:
+        message = pattern.sub(words, message)
+    return message
 
 
 CHECKPOINT_NAME = re.compile(r"ckpt-[0-9]{10}")  # a checkpoint's folder, as the parameter servers name it

@@ -91,7 +91,6 @@ NO_EXAMPLES = {
     "cellgraph.kernel_ext.extension",
     "cellgraph.kernel_ext.magics_cluster",
     "cellgraph.kernel_ext.magics_graph",
-    "cellgraph.kernel_ext.magics_train",
 }
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

@@ -87,6 +87,16 @@ def test_cluster_up_binds_a_local_cluster(
         "UsageError: %train: --replicas 3 needs 3 training workers and the cluster has 2: give --replicas 2 (or leave "
         "it out: one per training worker), or run %cluster scale 3 first\n"
     ), err
+    # cg.train's refusals in the magic's flags: it said 'pass batch_size<=719', a keyword %train cannot take.
+    for line, words in [
+        ("--batch-size 5000", "--batch-size 5000 is larger than a replica's shard (719 rows: 1438 over 2 replicas): "
+                              "pass --batch-size 719 or less, or fewer replicas"),
+        ("--replicas-to-aggregate 3", "--replicas-to-aggregate must be between 1 and replicas (2), got 3"),
+        ("--mode async --replicas-to-aggregate 1", "--replicas-to-aggregate is for --mode sync (async mode applies "
+                                                   "every gradient on arrival), got 1"),
+    ]:  # fmt: skip
+        err = refused(notebook, capsys, f"%train loss {DATA} {line} --no-show")
+        assert err == f"UsageError: %train: {words}\n", err
     assert "job" not in notebook.user_ns
 
 

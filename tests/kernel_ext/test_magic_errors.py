@@ -101,6 +101,10 @@ TRAIN_CASES = [
         "%train loss --data X,Y --weight_decay=0.1 --stesp 3",
         "%train: unrecognized arguments: --weight_decay=0.1 --stesp 3 (--weight_decay: did you mean --weight-decay?; --stesp: did you mean --steps?)",
     ),
+    (  # cg.train ignores it in sync mode (the default): a flag given for nothing
+        "%train loss --data X,Y --max-staleness 2",
+        "%train: --max-staleness bounds how stale an applied gradient may be in --mode async; a sync step drops every late gradient anyway: add --mode async, or leave --max-staleness out",
+    ),
     (  # a space after a comma, as in Python: argparse read two words, and the LOSS given twice
         "%train loss --data X, Y",
         "%train: unrecognized arguments: Y ('X, Y': a list takes no spaces, write X,Y)",
