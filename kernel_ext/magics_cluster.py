@@ -151,6 +151,11 @@ class ClusterMagics(Magics):
             cluster = Cluster.connect(args.value, timeout=args.timeout)
         except CellgraphError as err:
             raise UsageError(f"%cluster connect: {err}") from None
+        except KeyboardInterrupt:  # Kernel > Interrupt while the scheduler keeps silent: the wait's frames say nothing
+            raise UsageError(
+                f"%cluster connect: interrupted while waiting for the Dask scheduler at {args.value} to answer; not "
+                f"connected (--timeout {args.timeout:g} s gives up by itself)"
+            ) from None
         self._adopt(cluster)
 
     def _adopt(self, cluster: Cluster) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import re
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -126,3 +127,22 @@ def test_interrupting_cluster_up_or_scale_says_so_in_one_line_and_leaves_nothing
     status, out = kernel.run("%cluster down")
     assert status == "ok" and out[-1].startswith("closed the cluster at tcp://127.0.0.1:"), out
     assert workers_of(process) == []
+
+
+def test_interrupting_cluster_connect_to_a_silent_port_says_so_in_one_line(kernel: Kernel) -> None:
+    # A port that takes the connection and never speaks Dask: the wait lasts --timeout, unless interrupted.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        assert kernel.run("%load_ext cellgraph")[0] == "ok"
+        started = time.monotonic()
+        status, out = kernel.run(
+            f"%cluster connect {address} --timeout 60", interrupt_when=lambda: time.monotonic() > started + 2
+        )
+    assert status == "error"
+    assert "".join(out) == (
+        f"UsageError: %cluster connect: interrupted while waiting for the Dask scheduler at {address} to answer; not "
+        "connected (--timeout 60 s gives up by itself)\n"
+    )
+    assert kernel.run("print('cluster' in dir())") == ("ok", ["False\n"])
