@@ -62,9 +62,16 @@ def _dtype_of(value: TensorLike) -> str | None:
     return value.dtype if isinstance(value, Tensor) else None
 
 
-def _same_shape(loss: str, what: str, a: Tensor, b: Tensor, other: str) -> None:
+def _same_shape(loss: str, what: str, a: Tensor, b: Tensor, other: str) -> Tensor:
+    """``a``, which must have ``b``'s shape: a ShapeError when the graph is built, and a failed run when a fed
+    size differs (``a`` reshaped to ``b``'s run-time shape). Targets fed for 1 example against 3 predictions
+    broadcast before, and the loss of every prediction against that one target was returned without a word
+    (PyTorch's binary_cross_entropy_with_logits and cross_entropy refuse it)."""
     if not fits(a.shape, b.shape):
         raise ShapeError(f"{loss}: {what} has shape {fmt(a.shape)} but {other} has {fmt(b.shape)}; they must match")
+    if a.shape == b.shape and None not in a.shape:
+        return a
+    return array.reshape_like(a, b, name=f"{what}_in_the_shape_of_{other}")
 
 
 def _reduce(per: Tensor, reduction: str, name: str) -> Tensor:
@@ -101,7 +108,7 @@ def sigmoid_cross_entropy_with_logits(
         given = _dtype_of(logits)
         x = _float_input(where, "logits", logits)
         z = _float_input(where, "labels", labels, x.dtype, given)
-        _same_shape(where, "labels", z, x, "logits")
+        z = _same_shape(where, "labels", z, x, "logits")
         per = activations.softplus(x) - x * z
         return _reduce(per, reduction, name)
 
@@ -141,7 +148,7 @@ def softmax_cross_entropy_with_logits(
                 raise ShapeError(
                     f"{where}: labels have {n} classes but logits have {m}: {fmt(z.shape)} and {fmt(x.shape)}"
                 )
-        _same_shape(where, "labels", z, x, "logits")
+        z = _same_shape(where, "labels", z, x, "logits")
         per = math.neg(math.reduce_sum(z * nn.log_softmax(x, axis), axis))
         return _reduce(per, reduction, name)
 
@@ -191,7 +198,7 @@ def sparse_softmax_cross_entropy(
             )
         w = None if weights is None else _float_input(where, "weights", weights, x.dtype, given)
         if w is not None:
-            _same_shape(where, "weights", w, y, "labels")
+            w = _same_shape(where, "weights", w, y, "labels")
         if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
             raise ValueError(f"{where}: ignore_index must be an int or None, got {ignore_index!r}")
         classes = x.shape[-1]
@@ -249,7 +256,7 @@ def mean_squared_error(
         given = _dtype_of(predictions)
         p = _float_input(where, "predictions", predictions)
         t = _float_input(where, "targets", targets, p.dtype, given)
-        _same_shape(where, "targets", t, p, "predictions")
+        t = _same_shape(where, "targets", t, p, "predictions")
         return _reduce(math.square(p - t), reduction, name)
 
 
@@ -283,7 +290,7 @@ def huber(
         given = _dtype_of(predictions)
         p = _float_input(where, "predictions", predictions)
         t = _float_input(where, "targets", targets, p.dtype, given)
-        _same_shape(where, "targets", t, p, "predictions")
+        t = _same_shape(where, "targets", t, p, "predictions")
         size = math_unary.abs(p - t)
         q = math.minimum(size, float(delta))
         per = math.square(q) * 0.5 + (size - q) * float(delta)

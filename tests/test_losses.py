@@ -146,3 +146,29 @@ def test_bad_arguments_are_named_and_leave_the_graph_unchanged(build, error, wor
     # Constants made on the way (inside the loss) are gone again; the test's own arguments are outside it.
     inside = [n.name for n in g.nodes if n.name not in before and n.op not in ("Const", "Placeholder")]
     assert inside == [], f"{words}: left {inside} behind (graph version {version} -> {g.version})"
+
+
+FED_LOSSES = [
+    ("mse", lambda p, t: cg.losses.mean_squared_error(p, t), "targets_in_the_shape_of_predictions"),
+    ("huber", lambda p, t: cg.losses.huber(p, t), "targets_in_the_shape_of_predictions"),
+    ("sigmoid", lambda p, t: cg.losses.sigmoid_cross_entropy_with_logits(p, t), "labels_in_the_shape_of_logits"),
+    ("softmax", lambda p, t: cg.losses.softmax_cross_entropy_with_logits(p, t), "labels_in_the_shape_of_logits"),
+    ("weights", lambda p, t: cg.losses.sparse_softmax_cross_entropy(p, cg.constant([0, 1, 2]), weights=t[:, 0]),
+     "weights_in_the_shape_of_labels"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("build", "node"), [f[1:] for f in FED_LOSSES], ids=[f[0] for f in FED_LOSSES])
+def test_targets_fed_for_another_batch_fail_the_run(build, node) -> None:  # type: ignore[no-untyped-def]
+    """Placeholders of unknown batch pass the shape check; targets fed for 1 example against 3 predictions
+    broadcast, and the loss of every prediction against that one target came back without a word."""
+    g = cg.Graph()
+    with g.as_default():
+        p = cg.placeholder((None, 3), "float64", name="p")
+        t = cg.placeholder((None, 3), "float64", name="t")
+        loss = build(p, t)
+    sess = cg.Session(g)
+    good = sess.run(loss, {p: np.zeros((3, 3)), t: np.full((3, 3), 0.5)})
+    assert np.isfinite(good)
+    with pytest.raises(cg.ExecutionError, match=f"ReshapeLike '{node}'.*cannot reshape array of size"):
+        sess.run(loss, {p: np.zeros((3, 3)), t: np.full((1, 3), 0.5)})
