@@ -141,10 +141,20 @@ def pow(a: TensorLike, b: TensorLike, name: str = "pow") -> Tensor:  # noqa: A00
 
 
 def maximum(a: TensorLike, b: TensorLike, name: str = "maximum") -> Tensor:
+    """The larger of ``a`` and ``b`` elementwise (broadcast); NaN where either is NaN, as ``torch.maximum``.
+
+    Where they tie, the whole gradient goes to ``a`` (TensorFlow's rule: ``a >= b``); ``torch.maximum``
+    gives each half. So ``maximum(x, 0.0)`` has slope 1 at x = 0, where ``relu`` (and torch's) has 0.
+    """
     return apply("Maximum", binary_inputs(a, b, "Maximum"), name=name)
 
 
 def minimum(a: TensorLike, b: TensorLike, name: str = "minimum") -> Tensor:
+    """The smaller of ``a`` and ``b`` elementwise (broadcast); NaN where either is NaN, as ``torch.minimum``.
+
+    Where they tie, the whole gradient goes to ``a`` (TensorFlow's rule: ``a <= b``); ``torch.minimum``
+    gives each half.
+    """
     return apply("Minimum", binary_inputs(a, b, "Minimum"), name=name)
 
 
@@ -353,7 +363,11 @@ def _reduce(op: str, x: TensorLike, axis: int | Sequence[int] | None, keepdims: 
 def reduce_sum(
     x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False, name: str = "reduce_sum"
 ) -> Tensor:
-    """Sum over ``axis`` (all axes when None)."""
+    """Sum over ``axis`` (all axes when None), in ``x``'s dtype.
+
+    An integer sum wraps round in that dtype, as TensorFlow's does (int32 counts past 2**31 - 1 turn
+    negative); NumPy and torch sum int32 into int64: cast first for a large count.
+    """
     return _reduce("ReduceSum", x, axis, keepdims, name)
 
 
