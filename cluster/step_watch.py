@@ -99,7 +99,8 @@ class StepWatch:
         if step >= state.spec.steps:  # the job's last step is taken: it waits for the replicas to end
             state.event(
                 f"the job reached its last step ({step}) {now - self._moved[1]:.0f} s ago and waits for its "
-                f"replicas to end: {who}; a stopped or hung worker holds the job's end up (a lost one is replaced)"
+                f"replicas to end: {who}; a stopped or hung worker holds the job's end up (a lost one is replaced), "
+                f"until timeout_s={state.spec.timeout_s:g} s after the last step: then the job abandons it"
             )
             return
         state.event(

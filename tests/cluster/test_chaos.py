@@ -184,7 +184,8 @@ def test_a_hung_backup_worker_is_named_as_what_the_end_of_the_job_waits_for(
             os.kill(pid, signal.SIGCONT)
         assert re.search(
             r"the job reached its last step \(150\) \d+ s ago and waits for its replicas to end: replica 1 last heard "
-            r"from [\d.]+ s ago; a stopped or hung worker holds the job's end up \(a lost one is replaced\)",
+            r"from [\d.]+ s ago; a stopped or hung worker holds the job's end up \(a lost one is replaced\), until "
+            r"timeout_s=60 s after the last step: then the job abandons it",
             waits,
         ), waits
         job.wait(TIMEOUT)
