@@ -25,6 +25,7 @@ FORMATS = ("onnx", "saved")
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     from cellgraph.examples.models import MODELS
+    from cellgraph.onnx.common import MAX_OPSET, MIN_OPSET
 
     export = commands.add_parser(
         "export",
@@ -34,7 +35,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     export.add_argument("--model", required=True, choices=sorted(MODELS), help="the model the job trained")
     export.add_argument("--format", required=True, choices=FORMATS, help="onnx: one .onnx file; saved: a folder")
     export.add_argument("-o", "--output", required=True, help="the file (onnx) or folder (saved) to write")
-    export.add_argument("--opset", type=int, default=17, help="with --format onnx: the ONNX opset (17 to 21)")
+    # A choice, so that an opset it does not write is a bad argument (exit 2), not a failed export (exit 1).
+    opsets = range(MIN_OPSET, MAX_OPSET + 1)
+    export.add_argument(
+        "--opset", type=int, choices=opsets, default=MIN_OPSET, metavar=f"{{{MIN_OPSET}..{MAX_OPSET}}}",
+        help=f"with --format onnx: the ONNX opset ({MIN_OPSET} to {MAX_OPSET})",
+    )  # fmt: skip
     export.set_defaults(run=run, parser=export)
 
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -371,3 +373,27 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
 
 
 __all__ = ["INFERENCE_REWRITES", "ExportError", "InferenceGraph", "checkpoint_values", "inference_graph"]
+
+
+def write_atomically(path: Path, data: bytes, what: str) -> None:
+    """``data`` into file ``path`` through a temporary file beside it, renamed over it once whole: a crash or a
+    full disk leaves the old file (or none), never half of one. An ``ExportError`` names ``what`` and ``path``
+    when it cannot be written (a folder there, no permission): these were OSError tracebacks."""
+    if path.is_dir():
+        raise ExportError(f"cannot write {what} to {str(path)!r}: it is a folder; give a file name")
+    above = next((p for p in path.parents if p.exists()), None)  # the folders below it are made
+    if above is not None and not above.is_dir():
+        raise ExportError(f"cannot write {what} to {str(path)!r}: {str(above)!r} is a file, not a folder")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # os.open, not tempfile: its mode is 0o666 less the umask, as a plain open's, not tempfile's 0o600.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise ExportError(f"cannot write {what} to {str(path)!r}: {err.strerror or err}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()

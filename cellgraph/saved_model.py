@@ -40,7 +40,15 @@ from cellgraph.dataflow.graphdef import from_graphdef, to_graphdef, to_tensor_pr
 from cellgraph.dataflow.session import Session
 from cellgraph.protos import graph_pb2
 
-from .inference import ExportError, Source, describe_spec, inference_graph, read_json, trained_values
+from .inference import (
+    ExportError,
+    Source,
+    describe_spec,
+    inference_graph,
+    read_json,
+    trained_values,
+    write_atomically,
+)
 
 FORMAT = "cellgraph-saved-model"
 FORMAT_VERSION = 1
@@ -65,7 +73,9 @@ def save_model(
 
     ``source`` gives the variables' values: a ``Session``, a ``Job`` (the
     parameter servers' current values), a parameter-server checkpoint folder,
-    or a mapping of arrays by variable name. Returns the folder.
+    or a mapping of arrays by variable name. Returns the folder: a new or
+    empty one, or an earlier saved model's (overwritten, each file whole or
+    not at all); a folder holding other files is refused.
     """
     model = inference_graph(inputs, outputs)
     values = trained_values(source, model.graph)
@@ -78,7 +88,7 @@ def save_model(
             # The values live in the safetensors file; the GraphDef keeps the shape and dtype.
             proto.attr["initial_value"].tensor.content = b""
     folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
+    _refuse_other_files(folder)
     signature = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -86,12 +96,38 @@ def save_model(
         "outputs": [describe_spec(t) for t in model.tensors(model.outputs)],
         "variables": sorted(values),
     }
-    (folder / GRAPH_FILE).write_bytes(graphdef.SerializeToString(deterministic=True))
     # Not np.ascontiguousarray: it makes a 0-d array 1-d, and a scalar variable would not load back.
     arrays = {k: np.asarray(v, order="C") for k, v in values.items()}
-    (folder / VARIABLES_FILE).write_bytes(safetensors.numpy.save(arrays, metadata={"format": FORMAT}))
-    (folder / SIGNATURE_FILE).write_text(json.dumps(signature, indent=2) + "\n")
+    files = {
+        GRAPH_FILE: graphdef.SerializeToString(deterministic=True),
+        VARIABLES_FILE: safetensors.numpy.save(arrays, metadata={"format": FORMAT}),
+        SIGNATURE_FILE: (json.dumps(signature, indent=2) + "\n").encode(),
+    }
+    for name, data in files.items():  # each whole or not at all (a crash wrote half a variables file)
+        write_atomically(folder / name, data, f"the saved model's {name}")
     return folder
+
+
+def _refuse_other_files(folder: Path) -> None:
+    """A saved model's folder is new, empty or an older saved model's: written into a checkpoint folder (or any
+    other), its three files mixed with what was there, and a file there ended in a FileExistsError traceback."""
+    if folder.exists() and not folder.is_dir():
+        raise ExportError(f"cannot save a model to {str(folder)!r}: it is a file; a saved model is a folder")
+    if not folder.is_dir():
+        return
+    ours = (GRAPH_FILE, VARIABLES_FILE, SIGNATURE_FILE)
+    # A crashed save's temporary file (write_atomically's '.NAME.PID.HEX.tmp') is no other file.
+    others = sorted(p.name for p in folder.iterdir() if p.name not in ours and not _temporary(p.name))
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise ExportError(
+            f"cannot save a model to folder {str(folder)!r}: it already holds {shown}, which are not a saved "
+            "model's; give a new or empty folder (a saved model's own folder is overwritten)"
+        )
+
+
+def _temporary(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")
 
 
 class LoadedModel:

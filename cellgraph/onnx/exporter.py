@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 from cellgraph.dataflow.dtypes import is_half
 from cellgraph.dataflow.graph import Node, Tensor
 
-from ..inference import Source, inference_graph, trained_values
+from ..inference import Source, inference_graph, trained_values, write_atomically
 from .common import DTYPE_TO_ONNX, MAX_OPSET, MIN_OPSET, OnnxError
 from .export_half import HALF, float32_for_half
 from .export_ops import EXPORTERS
@@ -175,6 +175,5 @@ def export(
     ['probs']
     """
     model = to_onnx(inputs, outputs, source, opset, bfloat16)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    write_atomically(Path(path), model.SerializeToString(), "the ONNX model")
     return model
