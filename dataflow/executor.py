@@ -419,7 +419,10 @@ def schedule(
             state[id(node)] = 1
             stack.append((node, True))
             deps = [t.node for t in (reads(node) if reads else node.inputs) if (id(t.node), t.index) not in fed]
-            deps += controls(node) if controls else node.control_inputs
+            # A fed placeholder waited for by control (an optimizer's gradients_ready, when a gradient is fed)
+            # has its value already: scheduled, its kernel failed the run with "needs a value".
+            waits = controls(node) if controls else node.control_inputs
+            deps += [c for c in waits if not (c.op == "Placeholder" and (id(c), 0) in fed)]
             for dep in reversed(deps):
                 if not state.get(id(dep)):
                     stack.append((dep, False))

@@ -362,3 +362,16 @@ def test_a_gradient_of_another_run_time_shape_fails_the_update_and_changes_nothi
     assert all(np.array_equal(after[name], value) for name, value in before.items())
     sess.run(train, {x: np.ones((2, 3))})  # the right shape still trains
     assert np.all(sess.run(w) < 0)
+
+
+def test_a_fed_gradient_is_applied() -> None:
+    """apply_gradients of a gradient fed from outside (another process's, say): the update waits for its gradients
+    by control, and the fed placeholder was scheduled as a node to run, which failed with 'needs a value'."""
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(np.zeros(3), dtype="float64", name="w")
+        fed = cg.placeholder((3,), "float64", name="fed")
+        train = cg.optim.SGD(0.5).apply_gradients([(fed, w)])
+    sess = cg.Session(g)
+    sess.run(train, {fed: np.array([1.0, 2.0, 3.0])})
+    np.testing.assert_array_equal(sess.run(w), [-0.5, -1.0, -1.5])
