@@ -256,3 +256,28 @@ def test_labels_fed_for_another_number_of_rows_fail_the_run(fed: int) -> None:
     assert (f"failed while running: ValueError: logits have 3 rows but labels have {fed}: (3, 4) and ({fed},)") in str(
         err.value
     )
+
+
+BACKPROP_SHAPES = [
+    ("input-small-dy", cg.conv2d_backprop_input, (1, 4, 4, 1), (2, 2, 1, 1), (1, 2, 2, 1),
+     "out_backprop has shape (1, 2, 2, 1), expected (1, 3, 3, 1)"),
+    ("input-batch", cg.conv2d_backprop_input, (2, 4, 4, 1), (2, 2, 1, 1), (1, 3, 3, 1),
+     "out_backprop has shape (1, 3, 3, 1), expected (2, 3, 3, 1)"),
+    ("filter-large-dy", cg.conv2d_backprop_filter, (1, 4, 4, 1), (2, 2, 1, 1), (1, 4, 4, 1),
+     "out_backprop has shape (1, 4, 4, 1), expected (1, 3, 3, 1)"),
+    ("filter-channels", cg.conv2d_backprop_filter, (1, 4, 4, 2), (2, 2, 1, 1), (1, 3, 3, 1),
+     "input has 2 channels but the filter expects 1: (1, 4, 4, 2) * (2, 2, 1, 1)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("op", "x", "f", "dy", "words"), [b[1:] for b in BACKPROP_SHAPES],
+                         ids=[b[0] for b in BACKPROP_SHAPES])  # fmt: skip
+def test_a_conv_backprop_of_other_run_time_shapes_fails_the_run(op, x, f, dy, words) -> None:  # noqa: ANN001
+    """Unknown dims pass the shape rule, and the kernels read out_backprop by the output input and filter make:
+    a (1, 2, 2, 1) dy for a (1, 3, 3, 1) output gave a gradient from the overlap (and an input of 2 channels a
+    filter gradient of 2) without a word."""
+    feeds = {ph(None, None, None, None, dtype="float64", name=n): np.ones(s) for n, s in zip("xfd", (x, f, dy))}
+    out = op(*feeds, padding="VALID")
+    with pytest.raises(cg.ExecutionError) as err:
+        cg.Session(cg.get_default_graph()).run(out, feeds)
+    assert f"failed while running: ValueError: {words}" in str(err.value)
