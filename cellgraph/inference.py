@@ -344,8 +344,18 @@ def checkpoint_values(directory: str | Path) -> dict[str, np.ndarray]:
         raise ExportError(f"checkpoint folder {str(root)!r} has no checkpoint that all {shards} shards committed")
     name = complete[-1]
     pieces: dict[str, list[tuple[int, np.ndarray]]] = {}
+    jobs: list[str] = []
     for s in range(shards):
         ckpt = read_shard_checkpoint(root, name, s, shards)
+        jobs.append(ckpt.job_id)
+        if ckpt.job_id != jobs[0]:
+            # Two jobs wrote into one folder and one's checkpoint of a step replaced the other's shard: joined,
+            # the pieces made a model neither job trained, without a word.
+            raise ExportError(
+                f"checkpoint {name} in folder {str(root)!r} mixes two jobs' shards: shard 0 is job {jobs[0]!r}'s, "
+                f"shard {s} job {ckpt.job_id!r}'s (two jobs wrote into one checkpoint folder); give each job its "
+                "own checkpoint folder (cg.train(checkpoint_dir=...), cellgraph train --checkpoint-dir)"
+            )
         for spec in ckpt.specs:
             start = spec.rows[0] if spec.rows is not None else 0
             pieces.setdefault(spec.name, []).append((start, ckpt.tensors[spec.name]))

@@ -124,7 +124,9 @@ def test_values_come_from_a_mapping_and_are_checked(tmp_path: Path) -> None:
     assert not (tmp_path / "n").exists()
 
 
-def _write_two_shards(directory: Path, values: dict[str, np.ndarray], step: int) -> None:
+def _write_two_shards(
+    directory: Path, values: dict[str, np.ndarray], step: int, job_id: str = "test", shards: tuple[int, ...] = (0, 1)
+) -> None:
     """A job's checkpoint as two PS shards write it: 'hidden/kernel' split by rows, the rest spread."""
     kernel = values["hidden/kernel"]
     pieces: list[dict[str, tuple[np.ndarray, VariableSpec]]] = [{}, {}]
@@ -135,8 +137,10 @@ def _write_two_shards(directory: Path, values: dict[str, np.ndarray], step: int)
         v = values[name]
         pieces[i % 2][name] = (v, VariableSpec(name, v.dtype, v.shape))
     for shard, held in enumerate(pieces):
+        if shard not in shards:
+            continue
         write_shard_checkpoint(
-            directory, job_id="test", shard=shard, num_shards=2, global_step=step,
+            directory, job_id=job_id, shard=shard, num_shards=2, global_step=step,
             tensors={k: v for k, (v, _) in held.items()}, versions=dict.fromkeys(held, 1),
             specs=[s for _, s in held.values()], optimizer=OptimizerConfig(), training=TrainingConfig(),
         )  # fmt: skip
@@ -155,6 +159,28 @@ def test_values_come_from_a_checkpoint_folder_with_split_variables(tmp_path: Pat
     data = np.ones((2, 4), np.float32)
     h = np.maximum(data @ values["hidden/kernel"] + values["hidden/bias"], 0)
     np.testing.assert_allclose(model(data), h @ values["out/kernel"] + values["out/bias"], rtol=1e-6)
+
+
+def test_a_checkpoint_whose_shards_two_jobs_wrote_is_refused_naming_both(tmp_path: Path) -> None:
+    """Two jobs given one checkpoint folder: the second's shard 0 of step 20 replaced the first's, and the values
+    were the one job's shard 0 joined to the other's shard 1, a model neither trained, without a word."""
+    g, x, _, y = _dropout_model()
+    values = cg.Session(g).variable_values()
+    _write_two_shards(tmp_path / "ckpt", values, step=20, job_id="job-a")
+    _write_two_shards(tmp_path / "ckpt", {k: v + 1.0 for k, v in values.items()}, 20, job_id="job-b", shards=(0,))
+    with pytest.raises(ExportError) as info:
+        checkpoint_values(tmp_path / "ckpt")
+    assert (
+        f"checkpoint ckpt-0000000020 in folder '{tmp_path / 'ckpt'}' mixes two jobs' shards: shard 0 is job "
+        "'job-b''s, shard 1 job 'job-a''s (two jobs wrote into one checkpoint folder); give each job its own "
+        "checkpoint folder"
+    ) in str(info.value)
+    with pytest.raises(ExportError, match="mixes two jobs' shards"):
+        cg.save_model(tmp_path / "m", x, y, tmp_path / "ckpt")
+    assert not (tmp_path / "m").exists()
+    # A job resumed from another's checkpoint writes later steps of its own: the newest is whole, and read.
+    _write_two_shards(tmp_path / "ckpt", values, step=30, job_id="job-b")
+    assert all((checkpoint_values(tmp_path / "ckpt")[k] == values[k]).all() for k in values)
 
 
 def test_a_checkpoint_folder_without_checkpoints_is_refused(tmp_path: Path) -> None:
