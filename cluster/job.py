@@ -33,12 +33,13 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -344,7 +345,8 @@ class Job:
         gradient, ``nonfinite="skip_step"``), ``calls`` (answered calls by RPC name) and ``checkpoints_written``
         (by this server for the job, old ones since deleted included).
         """
-        ps = self._client()
+        with self._servers_answer("job.ps_stats()"):
+            stats = self._client().stats()
         return [
             {
                 "shard": s.shard,
@@ -361,19 +363,48 @@ class Job:
                 "calls": dict(s.calls),
                 "checkpoints_written": s.checkpoints_written,
             }
-            for address, s in zip(self._state.addresses, ps.stats(), strict=True)
+            for address, s in zip(self._state.addresses, stats, strict=True)
         ]
+
+    @contextlib.contextmanager
+    def _servers_answer(self, what: str) -> Iterator[None]:
+        """Around a call to the servers: a job that has failed, or a server that restarts, in the job's words.
+
+        The servers of a job whose scheduler is gone (or whose PS worker was lost for good) answer ``CANCELLED`` or
+        ``UNAVAILABLE``: the job's own error says what happened, where the servers' raw error named only a socket.
+        """
+        state = self._state
+        restarting = TrainingError(
+            f"{what}: a parameter server of job {self.job_id} is restarting (job.events says which); ask again "
+            f"once it is back, within timeout_s={state.spec.timeout_s:g} s"
+        )
+        if state.recovering:  # else the call would wait up to timeout_s for the server that restarts
+            raise restarting
+        try:
+            yield
+        except ParameterServerError as err:
+            if state.error is None and not state.scheduler_lost() and not state.recovering:
+                raise
+            if state.error is not None:
+                raise TrainingError(
+                    f"{state.error}. {what} has nothing to read: the job's parameter servers are gone with it"
+                    f"{self._kept()}"
+                ) from err
+            raise restarting from err
+
+    def _kept(self) -> str:
+        """Where the job's last checkpoint is, for an error that says its servers are gone."""
+        if not self.checkpoints:
+            return ""
+        return (
+            f"; its last checkpoint is {self.checkpoints[-1]} in {self.checkpoint_dir} (cg.save_model, "
+            "cg.onnx.export and %export read values from that folder; cg.train(..., resume_from=) goes on from it)"
+        )
 
     def _client(self) -> ParameterClient:
         self._started(self._start_deadline(), "ask the parameter servers")
         if self._state.ps is None:
-            kept = (
-                f"; its last checkpoint is {self.checkpoints[-1]} in {self.checkpoint_dir} (cg.save_model, "
-                "cg.onnx.export and %export read values from that folder; cg.train(..., resume_from=) goes on from it)"
-                if self.checkpoints
-                else ""
-            )
-            raise TrainingError(f"job {self.job_id} is closed: its parameter servers are gone{kept}")
+            raise TrainingError(f"job {self.job_id} is closed: its parameter servers are gone{self._kept()}")
         return self._state.ps
 
     def metrics_frame(self) -> Any:
@@ -505,7 +536,8 @@ class Job:
     # ------------------------------------------------------------------ results
     def variables(self) -> dict[str, np.ndarray]:
         """The trained values of every variable, from the parameter servers."""
-        return self._client().pull().values
+        with self._servers_answer("job.variables()"):
+            return self._client().pull().values
 
     def evaluate(self, fetches: Any, data: Mapping[Any, Any]) -> Any:
         """Run ``fetches`` of the loss's graph on ``data`` with the current trained variables, in this process,

@@ -17,6 +17,7 @@ import pytest
 from cellgraph.cluster import step_watch, supervisor
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.job import Job
+from cellgraph.cluster.training_graph import TrainingError
 from cellgraph.examples import digits
 
 from .test_faults import TIMEOUT, event_index, kill_worker, local_cluster, start_job, wait_for_event, wait_for_step
@@ -236,6 +237,14 @@ def test_global_step_while_a_server_restarts_is_the_step_last_read_not_its_error
         assert job._state.recovering, job.events  # the job waits for the restart now
         # Before: ParameterServerError 'parameter server ... did not answer Stats after 5 attempt(s) within ...'.
         assert job.global_step() >= before
+        # ps_stats() and variables() have nothing to read meanwhile: the job's words, not the server's raw error.
+        for ask, what in ((job.ps_stats, "job.ps_stats()"), (job.variables, "job.variables()")):
+            with pytest.raises(TrainingError) as asked:
+                ask()
+            assert str(asked.value) == (
+                f"{what}: a parameter server of job {job.job_id} is restarting (job.events says which); ask again "
+                f"once it is back, within timeout_s={TIMEOUT:g} s"
+            )
         restarted = wait_for_event(job, "restarted at")
         restored = int(re.findall(r"at global step (\d+)", restarted)[-1])
         assert job.global_step() >= restored  # the restored server's step, once it answers

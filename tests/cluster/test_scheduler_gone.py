@@ -111,6 +111,12 @@ def test_a_job_whose_scheduler_is_killed_fails_at_once_saying_the_scheduler_is_g
         assert [e for e in job.events if said in e], job.events
         # The step it had reached, not a raw gRPC error of the servers that went with the scheduler.
         assert job.global_step() >= 20
+        # ps_stats() and variables() say the job's error, not the servers' raw CANCELLED or UNAVAILABLE.
+        for ask in (job.ps_stats, job.variables):
+            with pytest.raises(TrainingError) as asked:
+                ask()
+            assert str(asked.value).startswith(f"{said}"), str(asked.value)
+            assert "has nothing to read: the job's parameter servers are gone with it" in str(asked.value)
         job.close()  # quiet: before, Dask's ClosedClientError came out of it
         assert not [e for e in job.events if "AttributeError" in e], job.events
     finally:
