@@ -88,7 +88,9 @@ def trial(cg: Any, data: Any, model: Any, rng: random.Random, steps: int, number
                     f"trial {number}: the job ended ({ending(job)}) without restarting its server:\n"
                     + "\n".join(job.events)
                 )
-            # The job counts from the last step its watcher saw, which may lag the kill: take the larger count.
+            # The job counts from the furthest step it knows the lost server reached (its last look, a shard
+            # that still answers, the replicas' last metrics: 938bdeb), which is at or past step_at_kill read
+            # here before the kill; max() only guards a replica whose last metrics did not get out.
             restored = int(found[0][3])
             lost = max(int(found[0][4]), step_at_kill - restored)
             wait_until(
