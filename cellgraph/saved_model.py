@@ -186,7 +186,31 @@ def load_model(path: str | Path) -> LoadedModel:
     # ValueError: a tensor value whose dims overflow int64 (cannot reshape an empty array into them).
     except (CellgraphError, KeyError, TypeError, ValueError) as err:
         raise ExportError(f"saved model {str(folder)!r} does not rebuild: {err}") from err
+    _check_signature(signature, {"inputs": inputs, "outputs": outputs}, values, folder)
     return LoadedModel(graph, inputs, outputs, signature)
+
+
+def _check_signature(
+    signature: dict[str, Any], tensors: dict[str, list[Tensor]], values: dict[str, np.ndarray], folder: Path
+) -> None:
+    """The signature says what the graph and the variables file hold: one that disagreed loaded without a word,
+    and whoever read it (a server sizing its inputs) was told a dtype, shape or variable the model does not have."""
+    for key, ts in tensors.items():
+        for entry, t in zip(signature[key], ts, strict=True):
+            actual = describe_spec(t)
+            said = {field: entry.get(field, actual[field]) for field in ("dtype", "shape")}
+            if said["dtype"] != actual["dtype"] or said["shape"] != actual["shape"]:
+                raise ExportError(
+                    f"saved model {str(folder)!r}: {SIGNATURE_FILE} says {key[:-1]} {t.name!r} is "
+                    f"{said['dtype']} {json.dumps(said['shape'])[:100]}, but {GRAPH_FILE} makes it "
+                    f"{actual['dtype']} {json.dumps(actual['shape'])}"
+                )
+    listed = signature.get("variables", sorted(values))
+    if listed != sorted(values):
+        raise ExportError(
+            f"saved model {str(folder)!r}: {SIGNATURE_FILE} lists variables {json.dumps(listed)[:200]}, but "
+            f"{VARIABLES_FILE} holds {json.dumps(sorted(values))[:200]}"
+        )
 
 
 def _signature_names(signature: dict[str, Any], key: str, folder: Path) -> list[str]:

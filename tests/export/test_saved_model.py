@@ -8,6 +8,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -365,3 +366,35 @@ def test_a_variables_file_that_does_not_match_the_graph_is_refused_naming_both(t
     with pytest.raises(ExportError, match=r"variable 'out/bias' is float64\(3,\) in variables.safetensors but \(3,\) "
                        r"of another dtype in model.graphdef"):  # fmt: skip
         cg.load_model(folder)
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (
+            lambda s: s["inputs"][0].update(shape=[None, 5]),
+            "signature.json says input 'x:0' is float32 [null, 5], but model.graphdef makes it float32 [null, 4]",
+        ),
+        (
+            lambda s: s["outputs"][0].update(dtype="int8"),
+            "signature.json says output 'out/bias_add:0' is int8 [null, 3], but model.graphdef makes it float32",
+        ),
+        (
+            lambda s: s.update(variables=[*s["variables"], "zz"]),
+            'signature.json lists variables ["hidden/bias", "hidden/kernel", "out/bias", "out/kernel", "zz"], but '
+            'variables.safetensors holds ["hidden/bias", "hidden/kernel", "out/bias", "out/kernel"]',
+        ),
+    ],
+)
+def test_a_signature_that_disagrees_with_the_graph_or_the_variables_is_refused_naming_both(
+    tmp_path: Path, edit: Any, words: str
+) -> None:
+    """Each loaded without a word: a reader of the signature was told a dtype, shape or variable the model lacks."""
+    g, x, _, y = _dropout_model()
+    folder = cg.save_model(tmp_path / "m", x, y, cg.Session(g))
+    signature = json.loads((folder / "signature.json").read_text())
+    edit(signature)
+    (folder / "signature.json").write_text(json.dumps(signature))
+    with pytest.raises(ExportError) as raised:
+        cg.load_model(folder)
+    assert f"saved model {str(folder)!r}: {words}" in str(raised.value)
