@@ -314,6 +314,11 @@ class Job:
         """``starting`` (servers and replicas being started), ``running``, ``finished``, ``failed`` or ``stopped``."""
         return self._state.status
 
+    @property
+    def abandoned(self) -> list[int]:
+        """The replicas hung after the job's last step that it gave up on (their tasks cancelled), in order."""
+        return sorted(self._state.abandoned)
+
     def global_step(self) -> int:
         """The parameter servers' global step (the lowest over the shards); waits for a start under way.
 

@@ -69,6 +69,9 @@ class MonitoredJob(Protocol):
     @property
     def status(self) -> str: ...
 
+    @property
+    def abandoned(self) -> list[int]: ...
+
     def ps_stats(self) -> list[dict[str, Any]]: ...
 
     def stop(self, timeout: float = ...) -> Any: ...
@@ -242,6 +245,10 @@ class TrainingMonitor(widgets.VBox):
         running = status == "running"
         replica_set = self.series.replica_set(self.job.replicas, running)
         replicas = replica_set.describe() if running else f"{self.job.replicas} replica(s)"  # none trains now
+        # A replica hung after the last step that the job gave up on: its last message was not its last, so the
+        # figures alone drew it as one still training (job.events says it).
+        abandoned = _abandoned(self.job.abandoned)
+        replicas += f", {abandoned}" if abandoned else ""
         job = f"<b>Job {html.escape(self.job.job_id)}</b>"
         with self.title.hold_sync():
             self.title.value = f"{job} · {status} · {replicas}"
@@ -265,7 +272,7 @@ class TrainingMonitor(widgets.VBox):
             rates = {r: rates[r] for r in replica_set.training} if running else rates
             slow = stragglers(rates) if running else []
             self.rates.draw(rates, slow, replica_set.starting)
-            self.rates_label.value = _describe_rates(rates, slow, running)
+            self.rates_label.value = _describe_rates(rates, slow, running) + (f"; {abandoned}" if abandoned else "")
         if self._ps is not self._ps_drawn:  # each read of the counters makes a new list
             self._ps_drawn = self._ps
             self.shards.draw(self._ps)
@@ -348,6 +355,13 @@ def _close_boxes(children: Sequence[widgets.Widget]) -> None:
         if isinstance(child, widgets.Box):
             _close_boxes(child.children)
         child.close()
+
+
+def _abandoned(replicas: Sequence[int]) -> str:
+    """``replica 1 abandoned (hung after the last step: its task cancelled)``, or ``""`` for none."""
+    if not replicas:
+        return ""
+    return f"replica {', '.join(map(str, replicas))} abandoned (hung after the last step: its task cancelled)"
 
 
 def _describe_rates(rates: dict[int, float], slow: Sequence[int], running: bool) -> str:

@@ -38,6 +38,7 @@ class RecordedJob:
         self.events: list[str] = []
         self.checkpoints: list[str] = []
         self.status = "running"
+        self.abandoned: list[int] = []  # replicas hung after the last step that the job gave up on
         self._counts: dict[int, int] = {}
 
     def play(

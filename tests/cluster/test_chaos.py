@@ -19,6 +19,7 @@ from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.job import Job
 from cellgraph.cluster.training_graph import TrainingError
 from cellgraph.examples import digits
+from cellgraph.widgets import TrainingMonitor
 
 from .test_faults import TIMEOUT, event_index, kill_worker, local_cluster, start_job, wait_for_event, wait_for_step
 
@@ -292,7 +293,12 @@ def test_a_backup_worker_hung_for_good_is_abandoned_and_the_job_finishes_without
         # Before: 'running' for as long as the worker stayed stopped (the wait below ran out).
         job.wait(TIMEOUT)
         assert job.status == "finished" and job.global_step() == 150, job.events
-        assert 1 in job._state.abandoned
+        assert job.abandoned == [1]
+        monitor = TrainingMonitor(job)  # the widget says so too, not a replica that ended as the others
+        try:
+            assert "replica 1 abandoned (hung after the last step: its task cancelled)" in monitor.title.value
+        finally:
+            monitor.close()
         abandoned = wait_for_event(job, "did not end within")
         assert abandoned.endswith(
             f"the job reached its last step (150) and replica 1 on {victim} (name worker-1, role worker, task 1) "

@@ -100,6 +100,25 @@ def test_after_scale_down_and_stop_no_replica_that_left_is_a_straggler(
     assert "(left)" not in monitor.loss.header.value  # an ended job: every line is drawn alike
 
 
+def test_a_replica_the_job_abandoned_hung_is_shown_abandoned_not_training(
+    job: RecordedJob, monitor: TrainingMonitor
+) -> None:
+    job.replicas = 3
+    for replica in (0, 2):
+        job.play(replica, range(0, 160, 10), loss=lambda s: 1.0)
+        job.play(replica, [160], loss=lambda s: 1.0, final=True)
+    job.play(1, range(0, 30, 10), loss=lambda s: 1.0)  # then its worker was stopped: no last message
+    # What the job does once replica 1 has not ended timeout_s after the last step (ReplicaSet.abandon_hung).
+    job.abandoned = [1]
+    job.event("the job reached its last step (160) and replica 1 on tcp://w1 did not end within timeout_s=10 s: ...")
+    job.status = "finished"
+    monitor.refresh()
+    said = "replica 1 abandoned (hung after the last step: its task cancelled)"
+    # Before: 'finished · 3 replica(s)', replica 1's bar and rate as if it had ended as the others.
+    assert monitor.title.value.endswith(f"· finished · 3 replica(s), {said}")
+    assert monitor.rates_label.value == f"the job has ended: each replica's last rate, none compared; {said}"
+
+
 def test_a_straggler_among_active_replicas_still_shows(job: RecordedJob, monitor: TrainingMonitor) -> None:
     for replica, rate in [(0, 10.0), (1, 2.0), (2, 9.0)]:
         job.play(replica, range(0, 100, 10), loss=lambda s: 1.0, rate=rate)
