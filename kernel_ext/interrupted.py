@@ -25,7 +25,7 @@ Examples
 >>> with InterruptibleStart() as start:
 ...     pass  # Cluster.local(...) in %cluster up
 >>> start.interrupted, start.cleanup()
-(False, 'no worker process had started')
+(False, 'its worker processes have ended')
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class InterruptibleStart:
             self._previous_handler = signal.signal(signal.SIGINT, self._on_interrupt)
             self._handler_set = True
         self._starting = True
-        self._relay_stderr()
+        if os.name == "posix":  # select() on a pipe; elsewhere the workers write to the kernel's stderr as before
+            self._relay_stderr()
         return self
 
     def __exit__(
@@ -135,20 +136,17 @@ class InterruptibleStart:
         return [p for p in _children() if p.pid not in self._before and _is_worker(p)]
 
     def cleanup(self) -> str:
-        """Wait for the worker processes spawned within to end (stop those left after ``EXIT_TIMEOUT_S``); what
-        happened to them, in words."""
+        """Wait for the worker processes spawned within to end (kill those left after ``EXIT_TIMEOUT_S``); what
+        happened to them, in words. (A worker that SIGINT ended before the kernel's handler ran is not counted:
+        the words give no count but of those killed.)"""
         spawned = list({**self._spawned, **{p.pid: p for p in self._workers()}}.values())
-        if not spawned:
-            return "no worker process had started"
         _, alive = psutil.wait_procs(spawned, timeout=EXIT_TIMEOUT_S)
         for process in alive:
             with contextlib.suppress(psutil.Error):
                 process.kill()
         psutil.wait_procs(alive, timeout=EXIT_TIMEOUT_S)
-        words = f"the {len(spawned)} worker process(es) it had started have ended"
-        if alive:
-            words += f" ({len(alive)} still running after {EXIT_TIMEOUT_S:g} s were killed)"
-        return words
+        killed = f" ({len(alive)} still running after {EXIT_TIMEOUT_S:g} s were killed)" if alive else ""
+        return f"its worker processes have ended{killed}"
 
 
 def _children() -> list[psutil.Process]:

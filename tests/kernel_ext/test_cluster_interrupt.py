@@ -100,9 +100,8 @@ def test_interrupting_cluster_up_or_scale_says_so_in_one_line_and_leaves_nothing
     assert status == "error"
     text = "".join(out)
     assert re.fullmatch(
-        r"UsageError: %cluster up: interrupted while the local cluster started: its scheduler is closed and the "
-        r"[1-3] worker process\(es\) it had started have ended; nothing of it is left running "
-        r"\(%cluster up starts one again\)\n",
+        r"UsageError: %cluster up: interrupted while the local cluster started: its scheduler is closed and its "
+        r"worker processes have ended; nothing of it is left running \(%cluster up starts one again\)\n",
         text,
     ), text
     assert workers_of(process) == [] and listening(process) == ports  # no worker, and no scheduler's port
