@@ -9,7 +9,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from ..dtypes import DTYPES, STRING, as_dtype, as_strings, is_float, is_half, kind, outside_int_range, past_float_range
-from ..errors import DTypeError
+from ..errors import DTypeError, ShapeError
 from ..graph import Graph, Node, Tensor, get_default_graph
 from ..opdef import InferContext, Shape, TensorSpec
 from ..shapes import broadcast, fmt
@@ -221,6 +221,29 @@ def shapes_checked(factory: Any, problem: Callable[..., str | None]) -> Any:
         return checked
 
     return bind
+
+
+class _ArraysContext(InferContext):
+    """A shape rule's view of the arrays a kernel is given: its errors carry their words alone (the failed run
+    names the node)."""
+
+    def shape_error(self, message: str) -> ShapeError:
+        return ShapeError(message)
+
+
+def _rule_problem(node: Node, *arrays: Any) -> str | None:
+    ctx = _ArraysContext(node, [TensorSpec(tuple(a.shape), t.dtype) for a, t in zip(arrays, node.inputs)])
+    try:
+        node.opdef.infer(ctx)
+    except ShapeError as err:
+        return str(err)
+    return None
+
+
+def rule_checked(factory: Any) -> Any:
+    """``factory``'s kernel, running the op's own shape rule again over its arrays' shapes first: what the rule
+    let through as unknown dims is checked when the sizes are known (see :func:`shapes_checked`)."""
+    return shapes_checked(factory, _rule_problem)
 
 
 def merge_shapes(a: Shape, b: Shape) -> Shape:

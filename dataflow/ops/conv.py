@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
 from ..graph import Node, Tensor
 from ..kernels.cpu import conv as conv_kernels
 from ..kernels.cpu import pool as pool_kernels
@@ -20,7 +19,7 @@ from ..kernels.cpu.conv import Padding, axis_padding, window
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, Shape, TensorSpec, register_op
 from ..shapes import fmt
-from .base import TensorLike, apply, as_tensor, check_fits, graph_of, require_float, shapes_checked
+from .base import TensorLike, apply, as_tensor, check_fits, graph_of, require_float, rule_checked
 from .windows import crop, explicit_pads, grouped, pad_for_windows, window_pair, window_taps
 
 FAMILY = "conv"
@@ -214,47 +213,26 @@ def _conv_kernel(make: Any) -> Any:
     return factory
 
 
-class _RunTime(InferContext):
-    """The shape rule's checks over the arrays a kernel is given: their words alone (the run names the node)."""
-
-    def shape_error(self, message: str) -> ShapeError:
-        return ShapeError(message)
-
-
-def _backprop_problem(node: Node, a: Any, b: Any, dy: Any) -> str | None:
-    """A backprop op's (input, filter, out_backprop) at run time. Its shape rule lets unknown dims through and
-    the kernels read dy by the output that input and filter make: a dy of another size, or an input of other
-    channels, gave a gradient from the overlap without a word."""
-    dtype = node.specs[0].dtype
-    ctx = _RunTime(node, [TensorSpec(tuple(t.shape), dtype) for t in (a, b, dy)])
-    try:
-        out = _conv_output(ctx, ctx.inputs[0], ctx.inputs[1])
-    except ShapeError as err:
-        return str(err)
-    if tuple(dy.shape) != out:
-        return f"out_backprop has shape {fmt(tuple(dy.shape))}, expected {fmt(out)}"
-    return None
-
-
 register_op(OpDef(
     name="Conv2D", family=FAMILY, infer=_infer_conv2d, reference=_ref_conv2d,
     grad=_grad_conv2d,
-    kernels={"cpu": _conv_kernel(conv_kernels.conv2d), "cuda": cuda_kernel("conv", "conv_op", "conv2d")},
+    kernels={"cpu": rule_checked(_conv_kernel(conv_kernels.conv2d)),
+             "cuda": rule_checked(cuda_kernel("conv", "conv_op", "conv2d"))},
 ))  # fmt: skip
 register_op(OpDef(
     name="Conv2DBackpropInput", family=FAMILY, infer=_infer_conv2d_backprop_input,
     reference=_ref_conv2d_backprop_input, grad=_grad_conv2d_backprop_input,
     kernels={
-        "cpu": shapes_checked(_conv_kernel(conv_kernels.conv2d_input_grad), _backprop_problem),
-        "cuda": shapes_checked(cuda_kernel("conv", "conv_op", "conv2d_input_grad"), _backprop_problem),
+        "cpu": rule_checked(_conv_kernel(conv_kernels.conv2d_input_grad)),
+        "cuda": rule_checked(cuda_kernel("conv", "conv_op", "conv2d_input_grad")),
     },
 ))  # fmt: skip
 register_op(OpDef(
     name="Conv2DBackpropFilter", family=FAMILY, infer=_infer_conv2d_backprop_filter,
     reference=_ref_conv2d_backprop_filter, grad=_grad_conv2d_backprop_filter,
     kernels={
-        "cpu": shapes_checked(_conv_kernel(conv_kernels.conv2d_filter_grad), _backprop_problem),
-        "cuda": shapes_checked(cuda_kernel("conv", "conv_op", "conv2d_filter_grad"), _backprop_problem),
+        "cpu": rule_checked(_conv_kernel(conv_kernels.conv2d_filter_grad)),
+        "cuda": rule_checked(cuda_kernel("conv", "conv_op", "conv2d_filter_grad")),
     },
 ))  # fmt: skip
 

@@ -25,7 +25,7 @@ from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, register_op
 from ..shapes import fmt
 from . import array, conv
-from .base import TensorLike, apply, apply_node, as_tensor, graph_of, require_float
+from .base import TensorLike, apply, apply_node, as_tensor, graph_of, require_float, rule_checked
 
 FAMILY = "conv"
 Dys = list[Tensor | None]
@@ -217,7 +217,8 @@ def _transpose_cuda(node: Node, ctx: KernelContext) -> Any:
 
 register_op(OpDef(
     name="Conv2DTranspose", family=FAMILY, infer=_infer_conv2d_transpose, reference=_ref_conv2d_transpose,
-    grad=_grad_conv2d_transpose, kernels={"cpu": _transpose_kernel, "cuda": _transpose_cuda},
+    grad=_grad_conv2d_transpose,
+    kernels={"cpu": rule_checked(_transpose_kernel), "cuda": rule_checked(_transpose_cuda)},
 ))  # fmt: skip
 
 

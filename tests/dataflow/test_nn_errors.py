@@ -281,3 +281,20 @@ def test_a_conv_backprop_of_other_run_time_shapes_fails_the_run(op, x, f, dy, wo
     with pytest.raises(cg.ExecutionError) as err:
         cg.Session(cg.get_default_graph()).run(out, feeds)
     assert f"failed while running: ValueError: {words}" in str(err.value)
+
+
+def test_a_conv_or_transpose_of_other_run_time_shapes_fails_the_run() -> None:
+    """conv2d with groups read an input of 4 channels as 2 per group without a word, and conv2d_transpose of a
+    3x3 input into an 8x8 output (made by a 4x4 one) filled what it could and left zeros."""
+    x, f = (ph(None, None, None, None, dtype="float64", name=n) for n in "xf")
+    grouped = cg.conv2d(x, f, padding="VALID", groups=2, name="grouped")
+    up = cg.conv2d_transpose(x, f, (1, 8, 8, 1), strides=2, padding="SAME", name="up")
+    sess = cg.Session(cg.get_default_graph())
+    for out, shapes, words in (
+        (grouped, ((1, 4, 4, 4), (2, 2, 1, 2)), "input has 4 channels but the filter expects 1 per group, 2 in 2 "
+         "groups: (1, 4, 4, 4) * (2, 2, 1, 2)"),
+        (up, ((1, 3, 3, 1), (2, 2, 1, 1)), "an output height of 8 convolves back to 4, not the input's 3"),
+    ):  # fmt: skip
+        with pytest.raises(cg.ExecutionError) as err:
+            sess.run(out, {x: np.ones(shapes[0]), f: np.ones(shapes[1])})
+        assert f"failed while running: ValueError: {words}" in str(err.value)
