@@ -31,6 +31,7 @@ from .base import (
     infer_float_unary,
     merge_shapes,
     require_float,
+    rule_checked,
     shapes_checked,
 )
 from .math import MAX_EXPR, broadcast_like, exp, reduce_sum
@@ -348,7 +349,8 @@ register_op(OpDef(
     name="BiasAdd", family=FAMILY, infer=_infer_bias_add,
     reference=lambda attrs, x, bias: x + bias,
     grad=lambda node, dys: [dys[0], bias_add_grad(dys[0])],
-    kernels={"cpu": _bias_add_kernel, "cuda": cuda_kernel("nn", "bias_add_op")},
+    # A (1,) bias fed for 3 channels was broadcast, and its gradient came back (3,): the rule runs again.
+    kernels={"cpu": rule_checked(_bias_add_kernel), "cuda": rule_checked(cuda_kernel("nn", "bias_add_op"))},
 ))  # fmt: skip
 register_op(OpDef(
     name="BiasAddGrad", family=FAMILY, infer=_infer_bias_add_grad,

@@ -298,3 +298,15 @@ def test_a_conv_or_transpose_of_other_run_time_shapes_fails_the_run() -> None:
         with pytest.raises(cg.ExecutionError) as err:
             sess.run(out, {x: np.ones(shapes[0]), f: np.ones(shapes[1])})
         assert f"failed while running: ValueError: {words}" in str(err.value)
+
+
+def test_a_bias_fed_for_other_channels_fails_the_run() -> None:
+    """A (1,) bias fed for 3 channels was broadcast over them, and its gradient came back (3,), without a word."""
+    x, b = ph(None, None, dtype="float64", name="x"), ph(None, dtype="float64", name="b")
+    y = cg.bias_add(x, b)
+    with pytest.raises(cg.ExecutionError) as err:
+        cg.Session(cg.get_default_graph()).run(y, {x: np.ones((2, 3)), b: np.ones(1)})
+    assert (
+        "failed while running: ValueError: bias has 1 elements but the input's last axis has 3: (2, 3) + (1,)"
+        in str(err.value)
+    )
