@@ -14,7 +14,7 @@ from ..graph import Graph, Node, Tensor, get_default_graph
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op, simple_kernel
 from ..shapes import fmt
-from .base import TensorLike, apply, apply_node, as_tensor, infer_same
+from .base import TensorLike, apply, apply_node, as_tensor, infer_same, rule_checked
 
 FAMILY = "state"
 
@@ -219,7 +219,11 @@ register_op(
         infer=_infer_assign,
         reference=lambda attrs, ref, value: value.copy(),
         grad=not_differentiable,
-        kernels={"cpu": lambda node, ctx: _assign, "cuda": cuda_kernel("state", "assign_op")},
+        # The rule runs again over the arrays: a (1,) value fed for a (3,) variable filled all three without a word.
+        kernels={
+            "cpu": rule_checked(lambda node, ctx: _assign),
+            "cuda": rule_checked(cuda_kernel("state", "assign_op")),
+        },
         stateful=True,
         view=True,
     )
@@ -231,7 +235,10 @@ register_op(
         infer=_infer_assign,
         reference=lambda attrs, ref, value: ref + value,
         grad=not_differentiable,
-        kernels={"cpu": lambda node, ctx: _assign_add, "cuda": cuda_kernel("elementwise", "assign_add_op")},
+        kernels={
+            "cpu": rule_checked(lambda node, ctx: _assign_add),
+            "cuda": rule_checked(cuda_kernel("elementwise", "assign_add_op")),
+        },
         stateful=True,
         view=True,
     )

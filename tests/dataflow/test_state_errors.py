@@ -104,3 +104,20 @@ def test_a_rejected_assign_of_a_python_value_leaves_the_graph_unchanged(fresh_gr
     with raises(cg.ShapeError, "value has shape (2,), variable 'w' has (3,)"):
         assign(w, [1.0, 2.0])
     assert fresh_graph.nodes == before
+
+
+def test_a_value_fed_for_another_shape_fails_assign_and_assign_add() -> None:
+    """The shape rule lets a value of unknown dims through; fed (1,) for a (3,) variable, assign filled all three
+    (a broadcast) without a word. Now the rule runs again over the arrays and the variable keeps its value."""
+    g = cg.Graph()
+    with g.as_default():
+        v = cg.variable(np.zeros(3), dtype="float64", name="v")
+        value = cg.placeholder((None,), "float64", name="value")
+        ops = [cg.assign(v, value, name="set"), cg.assign_add(v, value, name="add")]
+    sess = cg.Session(g)
+    for op, kind in zip(ops, ("Assign 'set'", "AssignAdd 'add'")):
+        with pytest.raises(cg.ExecutionError) as err:
+            sess.run(op, {value: np.ones(1)})
+        assert str(err.value).startswith(kind)
+        assert "failed while running: ValueError: value has shape (1,), variable 'v' has (3,)" in str(err.value)
+    np.testing.assert_array_equal(sess.run(v), np.zeros(3))
