@@ -25,6 +25,8 @@ T = TypeVar("T")
 
 # How often parameter_servers() looks again for servers that a restarted PS worker starts.
 RESTART_POLL_S = 0.25
+# How often a job's servers' plugin is sent to the workers while workers are lost under it (each loss fails one).
+REGISTER_ATTEMPTS = 3
 
 
 class ParameterServerHosting:
@@ -105,9 +107,7 @@ class ParameterServerHosting:
         plugin = ParameterServerPlugin(token, job_id, checkpoint_dir, workers=chosen)
         name = plugin_name(job_id)
         try:
-            call_with_deadline(
-                lambda: self.client.register_plugin(plugin, name=name), f"start job '{job_id}''s servers"
-            )
+            self._register(plugin, name, job_id)
         except Exception as err:
             self._unregister(name)
             raise ClusterError(
@@ -123,6 +123,26 @@ class ParameterServerHosting:
             )
         self._jobs[job_id] = [str(found[a]) for a in ps]
         return list(self._jobs[job_id])
+
+    def _register(self, plugin: ParameterServerPlugin, name: str, job_id: str) -> None:
+        """Register the job's plugin on every worker, again when a worker was lost while Dask sent it.
+
+        Dask's scheduler sends a plugin to every worker, training workers too, and fails the whole registration
+        when one of them dies meanwhile ('Stream is closed'): a training worker killed during a job's start failed
+        the start as if its parameter servers could not start. The scheduler keeps the plugin for the workers
+        that join later, so sending it again reaches those that are left (a server already started is restarted,
+        before the job has used it).
+        """
+        for attempt in range(1, REGISTER_ATTEMPTS + 1):
+            try:
+                call_with_deadline(
+                    lambda: self.client.register_plugin(plugin, name=name), f"start job '{job_id}''s servers"
+                )
+                return
+            except OSError:  # distributed's CommClosedError: a worker's (or the scheduler's) connection closed
+                if attempt == REGISTER_ATTEMPTS or self.scheduler_gone() is not None:
+                    raise
+                time.sleep(RESTART_POLL_S)  # the scheduler removes the lost worker meanwhile
 
     def _servers_of(self, job_id: str) -> list[str]:
         """The workers that host job ``job_id``'s servers now, in shard order: its hosts (by name), or the PS workers."""

@@ -17,6 +17,7 @@ import pytest
 from cellgraph.cluster import step_watch, supervisor
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.job import Job
+from cellgraph.cluster.ps_plugin import plugin_name
 from cellgraph.cluster.training_graph import TrainingError
 from cellgraph.examples import digits
 from cellgraph.widgets import TrainingMonitor
@@ -219,6 +220,33 @@ def test_a_training_worker_gone_before_its_replica_is_sent_does_not_fail_the_sta
             "training worker" in event
         )
     finally:
+        job.close()
+
+
+@pytest.mark.slow
+def test_a_training_worker_killed_while_the_servers_start_does_not_fail_the_start(
+    local_cluster: Callable[..., Cluster], data: digits.Split
+) -> None:
+    cluster = local_cluster(workers=2, ps=1, threads_per_worker=2)  # two replicas fit on one worker
+    victim = cluster.training_workers()[1]
+    pid = cluster.client.run(os.getpid, workers=[victim])[victim]
+    os.kill(pid, signal.SIGSTOP)  # Dask's broadcast of the servers' plugin waits on it...
+    job = start_job(cluster, data, replicas=2, aggregate=2, steps=50)
+    try:
+        plugin = plugin_name(job.job_id)
+        deadline = time.monotonic() + TIMEOUT
+        while plugin not in cluster.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins)):
+            assert time.monotonic() < deadline, f"the servers' plugin was not registered within {TIMEOUT} s"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the broadcast under way
+        os.kill(pid, signal.SIGKILL)  # ...and loses it (the chaos run killed a worker during the start there)
+        # Before: "job J could not start: could not start the parameter servers of job 'J' on tcp://...: in <TCP
+        # (closed) ConnectionPool.register_worker_plugin ...>: Stream is closed", for a training worker's loss.
+        job.wait(TIMEOUT)
+        assert job.status == "finished" and job.global_step() == 50, job.events
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
         job.close()
 
 
