@@ -25,17 +25,33 @@ def add_parser(commands: Any) -> None:
     """Add the ``ps`` command to the ``cellgraph`` command line's subparsers."""
     ps = commands.add_parser("ps", help="run a parameter server (one shard of a job's variables)")
     ps.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    ps.add_argument("--port", type=int, default=0, help="port to listen on (default 0: any free port)")
+    ps.add_argument("--port", type=_in_range(0, 65535), default=0, help="port to listen on (default 0: any free port)")
     auth = ps.add_mutually_exclusive_group(required=True)
     auth.add_argument("--token-file", type=Path, help="file holding the job's token; every call must carry it")
     auth.add_argument("--no-auth", action="store_true", help="accept calls without a token (trusted networks only)")
     ps.add_argument("--new-token", action="store_true", help="write a new token to --token-file (mode 600) first")
     ps.add_argument("--checkpoint-dir", type=Path, default=None, help="where Save writes and Restore reads")
-    ps.add_argument("--keep", type=int, default=5, help="complete checkpoints to keep (default 5)")
+    ps.add_argument("--keep", type=_in_range(1, None), default=5, help="complete checkpoints to keep (default 5)")
     ps.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve TLS")
     ps.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     ps.add_argument("--tls-client-ca", type=Path, help="PEM CA: require client certificates it signed")
     ps.set_defaults(run=run)
+
+
+def _in_range(low: int, high: int | None) -> Any:
+    """An argparse type: an int in [low, high] (gRPC took port -1 as 65535 and 70000 as 4464; --keep 0 kept none)."""
+    bounds = f"from {low} to {high}" if high is not None else f"{low} or more"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an int {bounds}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected an int {bounds}, got {text!r}")
+        return value
+
+    return parse
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +90,10 @@ def _token(args: argparse.Namespace) -> str | None:
         return None
     if args.new_token:
         token = new_token()
-        write_token_file(args.token_file, token)
+        try:
+            write_token_file(args.token_file, token)
+        except OSError as err:  # a folder there, a file on the path: a traceback before
+            raise ValueError(f"--new-token: cannot write token file '{args.token_file}': {err.strerror}") from None
         return token
     return read_token_file(args.token_file)
 

@@ -180,6 +180,7 @@ def create_server(
     >>> server.stop(None).wait()
     True
     """
+    _check_settings(address, checkpoint_dir, keep_checkpoints)
     tune_malloc()  # this process moves tensors in 4 MiB messages: keep their buffers (malloc.py)
     auth = AsyncTokenAuthInterceptor(token) if token is not None else None
     servicer = ParameterServicer(
@@ -203,6 +204,27 @@ def create_server(
         thread.join(STOP_WAIT_S)
         raise
     return ParameterServer(server, servicer, loop, f"{address.rsplit(':', 1)[0]}:{port}"), port
+
+
+def _check_settings(address: str, checkpoint_dir: str | Path | None, keep_checkpoints: int) -> None:
+    """Refuse, naming it, a setting that served wrongly: gRPC took port -1 as 65535 and 70000 as 4464, a
+    checkpoint directory that is a file failed at the first Save, and keep_checkpoints 0 kept none."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ParameterServerError(
+            f"address {address!r} needs a port in 0..65535 after the host (0 picks a free one), like 127.0.0.1:0",
+            "INVALID_ARGUMENT",
+        )
+    if checkpoint_dir is not None and Path(checkpoint_dir).exists() and not Path(checkpoint_dir).is_dir():
+        raise ParameterServerError(
+            f"checkpoint directory '{checkpoint_dir}' is a file, not a folder: give a folder (made if missing)",
+            "INVALID_ARGUMENT",
+        )
+    if isinstance(keep_checkpoints, bool) or not isinstance(keep_checkpoints, int) or keep_checkpoints < 1:
+        raise ParameterServerError(
+            f"keep_checkpoints must be 1 or more (Restore reads the newest kept), got {keep_checkpoints!r}",
+            "INVALID_ARGUMENT",
+        )
 
 
 async def _start(
@@ -229,8 +251,11 @@ async def _start(
         port = 0
     if port == 0:
         await server.stop(None)
+        # gRPC refuses a certificate and key that are not a PEM pair only here, as a bind that failed.
+        pair = ", or the TLS certificate and key not a matching PEM pair" if tls is not None else ""
         raise ParameterServerError(
-            f"could not bind the parameter server to {address}: is the port in use, or the address not this machine's?",
+            f"could not bind the parameter server to {address}: is the port in use, or the address not this "
+            f"machine's{pair}?",
             "UNAVAILABLE",
         )
     await server.start()

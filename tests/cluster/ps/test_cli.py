@@ -13,7 +13,14 @@ import trustme
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cellgraph.cluster.errors import ParameterServerError
-from cellgraph.cluster.ps import ClientTLS, OptimizerConfig, ParameterClient, new_token, write_token_file
+from cellgraph.cluster.ps import (
+    ClientTLS,
+    OptimizerConfig,
+    ParameterClient,
+    create_server,
+    new_token,
+    write_token_file,
+)
 
 from .conftest import TIMEOUT
 from .processes import cellgraph_ps, run_ps
@@ -130,12 +137,75 @@ def test_tls_from_the_command_line(tmp_path: Path, token_file: tuple[Path, str])
             ["--no-auth", "--tls-cert", "{d}/none.pem", "--tls-key", "{d}/none.key"],
             "TLS certificate chain file '{d}/none.pem' does not exist",
         ),
+        (
+            ["--no-auth", "--checkpoint-dir", "{d}/a_file"],
+            "checkpoint directory '{d}/a_file' is a file, not a folder: give a folder (made if missing)",
+        ),
+        (["--token-file", "{d}", "--new-token"], "--new-token: cannot write token file '{d}': Is a directory"),
+        (
+            ["--token-file", "{d}/a_file/t", "--new-token"],
+            "--new-token: cannot write token file '{d}/a_file/t': Not a directory",
+        ),
+        (
+            ["--no-auth", "--tls-cert", "{d}/a_file", "--tls-key", "{d}/a_file"],
+            "could not bind the parameter server to 127.0.0.1:0: is the port in use, or the address not this "
+            "machine's, or the TLS certificate and key not a matching PEM pair?",
+        ),
     ],
-    ids=["missing-token-file", "new-token-no-auth", "cert-without-key", "key-without-cert", "ca-alone", "no-cert-file"],
+    ids=[
+        "missing-token-file",
+        "new-token-no-auth",
+        "cert-without-key",
+        "key-without-cert",
+        "ca-alone",
+        "no-cert-file",
+        "checkpoint-dir-a-file",
+        "new-token-a-folder",
+        "new-token-under-a-file",
+        "tls-not-pem",
+    ],  # fmt: skip
 )
 def test_bad_arguments_exit_2_saying_why(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "a_file").write_text("not PEM, not a folder")
     done = run_ps(*(arg.format(d=tmp_path) for arg in args))
-    assert (done.returncode, done.stderr, done.stdout) == (2, f"cellgraph ps: {message.format(d=tmp_path)}\n", "")
+    # The last line: gRPC's own log may come first (a TLS pair it refused).
+    assert (done.returncode, done.stderr.splitlines()[-1], done.stdout) == (
+        2,
+        f"cellgraph ps: {message.format(d=tmp_path)}",
+        "",
+    )
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--port", "-1"], "argument --port: expected an int from 0 to 65535, got '-1'"),
+        (["--port", "70000"], "argument --port: expected an int from 0 to 65535, got '70000'"),
+        (["--keep", "0"], "argument --keep: expected an int 1 or more, got '0'"),
+    ],
+)
+def test_a_port_or_keep_out_of_range_is_an_argparse_error(args: list[str], words: str) -> None:
+    """gRPC served port -1 on 65535 and 70000 on 4464; --keep 0 was taken."""
+    done = run_ps("--no-auth", *args)
+    assert done.returncode == 2 and f"cellgraph ps: error: {words}" in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("address", "options", "words"),
+    [
+        ("127.0.0.1:-1", {}, "address '127.0.0.1:-1' needs a port in 0..65535 after the host (0 picks a free one)"),
+        ("127.0.0.1:70000", {}, "address '127.0.0.1:70000' needs a port in 0..65535 after the host"),
+        ("localhost", {}, "address 'localhost' needs a port in 0..65535 after the host"),
+        ("127.0.0.1:0", {"keep_checkpoints": 0}, "keep_checkpoints must be 1 or more (Restore reads the newest kept)"),
+    ],
+)
+def test_create_server_refuses_an_address_or_keep_it_would_serve_wrongly(
+    address: str, options: dict[str, int], words: str
+) -> None:
+    with pytest.raises(ParameterServerError) as err:
+        create_server(address, token=None, **options)  # type: ignore[arg-type]
+    assert words in str(err.value) and err.value.code == "INVALID_ARGUMENT"
 
 
 def test_neither_a_token_file_nor_no_auth_is_an_argparse_error() -> None:
