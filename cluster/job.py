@@ -330,6 +330,8 @@ class Job:
         """
         self._started(self._start_deadline(), "job.global_step()")
         state = self._state
+        if state.ps is None and state.error is not None and not state.closed.is_set():
+            self._client("job.global_step()")  # raises the job's error: it could not start
         if not state.recovering:  # else the servers' calls would wait up to timeout_s for the one restarting
             try:
                 step = state.global_step()
@@ -351,7 +353,7 @@ class Job:
         (by this server for the job, old ones since deleted included).
         """
         with self._servers_answer("job.ps_stats()"):
-            stats = self._client().stats()
+            stats = self._client("job.ps_stats()").stats()
         return [
             {
                 "shard": s.shard,
@@ -406,11 +408,15 @@ class Job:
             "cg.onnx.export and %export read values from that folder; cg.train(..., resume_from=) goes on from it)"
         )
 
-    def _client(self) -> ParameterClient:
-        self._started(self._start_deadline(), "ask the parameter servers")
-        if self._state.ps is None:
+    def _client(self, what: str) -> ParameterClient:
+        self._started(self._start_deadline(), what)
+        state = self._state
+        if state.ps is None and state.error is not None and not state.closed.is_set():
+            # A job that could not start: its own error, where 'is closed' (or 'has no parameter servers') misled.
+            raise TrainingError(f"{state.error}. {what} has nothing to read: the job has no parameter servers")
+        if state.ps is None:
             raise TrainingError(f"job {self.job_id} is closed: its parameter servers are gone{self._kept()}")
-        return self._state.ps
+        return state.ps
 
     def metrics_frame(self) -> Any:
         """``job.metrics`` as a pandas ``DataFrame`` (one row per metrics message, ``METRIC_KEYS`` as columns)."""
@@ -542,7 +548,7 @@ class Job:
     def variables(self) -> dict[str, np.ndarray]:
         """The trained values of every variable, from the parameter servers."""
         with self._servers_answer("job.variables()"):
-            return self._client().pull().values
+            return self._client("job.variables()").pull().values
 
     def evaluate(self, fetches: Any, data: Mapping[Any, Any]) -> Any:
         """Run ``fetches`` of the loss's graph on ``data`` with the current trained variables, in this process,

@@ -81,5 +81,10 @@ def test_a_job_whose_training_workers_are_gone_at_its_start_waits_for_them_then_
             "the 'ps' resource; start the cluster with Cluster.local(workers=1) or more"
         )
         assert job.status == "failed"
+        # Before: 'job J has no parameter servers', and ps_stats() said the job 'is closed'.
+        for what, ask in (("job.global_step()", job.global_step), ("job.ps_stats()", job.ps_stats)):
+            with pytest.raises(TrainingError) as asked:
+                ask()
+            assert str(asked.value) == f"{info.value}. {what} has nothing to read: the job has no parameter servers"
     finally:
         job.close()
