@@ -50,7 +50,7 @@ import numpy as np
 from cellgraph import init as initializers
 from cellgraph.dataflow.errors import DTypeError, ShapeError
 from cellgraph.dataflow.graph import Tensor, name_scope
-from cellgraph.dataflow.ops import array, array_gather, array_slice, logic, math, math_unary, nn
+from cellgraph.dataflow.ops import array, array_gather, array_more, array_slice, logic, math, math_unary, nn
 from cellgraph.dataflow.ops.state import constant, variable
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.precision import layer_dtypes, read, to_compute
@@ -326,8 +326,11 @@ def valid_steps(x: Tensor, lengths: Tensor | None, mask: Tensor | None) -> Tenso
     """Bool (batch, time): the steps that count, from ``lengths`` and ``mask`` (None when neither is given)."""
     time = x.shape[1]
     assert time is not None
+    if mask is not None:
+        mask = one_per_sequence(mask, math.reduce_sum(x, axis=2), "mask_needs_one_row_per_sequence")
     valid = mask
     if lengths is not None:
+        lengths = one_per_sequence(lengths, sequence_rows(x), "lengths_need_one_per_sequence")
         # The identity on [0, time], as two lookups whose Gather fails, naming its node, on a fed length outside
         # it. Two, because ONNX's Gather takes an index in [-n, -1] from the end: in ONNX Runtime the first
         # refuses only a length above time, and the second (from the table's end) only a negative one.
@@ -339,6 +342,24 @@ def valid_steps(x: Tensor, lengths: Tensor | None, mask: Tensor | None) -> Tenso
         below = math.less(steps, array.expand_dims(lengths, 1), name="within_lengths")  # (batch, time)
         valid = below if valid is None else logic.logical_and(valid, below, name="valid_steps")
     return valid
+
+
+def sequence_rows(x: Tensor) -> Tensor:
+    """(batch,): one value per sequence of ``x`` (batch, time, ...), whose run-time shape is x's batch."""
+    return math.reduce_sum(array_slice.getitem(x, (slice(None), 0)), axis=list(range(1, len(x.shape) - 1)))
+
+
+def one_per_sequence(t: Tensor, like: Tensor, name: str) -> Tensor:
+    """``t`` (batch, ...) checked, when the graph runs, to have ``like``'s shape: one row per sequence.
+
+    Lengths, a mask or an initial state fed for a batch of 1 were broadcast over every sequence of the batch
+    without a word (PyTorch refuses them); now the run fails, naming the node ``name``. A ``t`` of a known batch
+    other than 1 is returned as it is: it fixes the batch of an input whose batch is unknown (a constant initial
+    state of 4 rows makes the outputs (4, ...)).
+    """
+    if t.shape[0] is not None and t.shape[0] != 1 and None not in t.shape[1:]:
+        return t
+    return array.reshape_like(t, like, name=name)
 
 
 def zero_padding(x: Tensor, valid: Tensor | None) -> Tensor:
@@ -365,6 +386,12 @@ def unroll(
     """
     time = projected.shape[1]
     assert time is not None
+    if state is not None:
+        rows = array.expand_dims(sequence_rows(projected), 1)  # (batch, 1)
+        state = tuple(
+            one_per_sequence(s, array_more.tile(rows, (1, s.shape[1])), f"initial_state{i}_needs_one_row_per_sequence")
+            for i, s in enumerate(state)
+        )
     outputs: dict[int, Tensor] = {}
     for t in range(time - 1, -1, -1) if reverse else range(time):
         new = step(array_slice.getitem(projected, (slice(None), t), name=f"step_{t}"), state)

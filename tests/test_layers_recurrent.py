@@ -304,6 +304,44 @@ def test_a_fed_length_outside_the_sequence_fails_when_run_naming_the_layer() -> 
             sess.run(h, {x: np.ones((2, 4, 2), np.float32), n: bad})
 
 
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_lengths_a_mask_or_a_state_fed_for_one_sequence_of_two_fail_the_run_naming_them(direction: str) -> None:
+    """Fed for a batch of 1, each was broadcast over both sequences without a word (PyTorch refuses them)."""
+    width = 3 * (2 if direction == "bidirectional" else 1)
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 4, 2), "float64", name="x")
+        n = cg.placeholder((None,), "int32", name="lengths")
+        m = cg.placeholder((None, 4), "bool", name="mask")
+        h0, c0 = (cg.placeholder((None, width), "float64", name=w) for w in ("h0", "c0"))
+        lstm, _ = cg.layers.lstm(x, 3, lengths=n, initial_state=(h0, c0), direction=direction, name="encoder")
+        gru, _ = cg.layers.gru(x, 3, mask=m, initial_state=h0, direction=direction, name="decoder")
+    sess = cg.Session(g)
+    good = {
+        x: np.ones((2, 4, 2)),
+        n: [4, 2],
+        m: np.ones((2, 4), bool),
+        h0: np.zeros((2, width)),
+        c0: np.ones((2, width)),
+    }
+    assert [a.shape for a in sess.run([lstm, gru], good)] == [(2, 4, width)] * 2
+    for fed, node, size in (
+        (n, "encoder/lengths_need_one_per_sequence", "size 1 into shape (2,)"),
+        # Checked per direction: a bidirectional state is two of 3 units.
+        (c0, "encoder/initial_state1_needs_one_row_per_sequence", "size 3 into shape (2,3)"),
+    ):
+        with pytest.raises(cg.ExecutionError) as info:
+            sess.run(lstm, {**good, fed: good[fed][:1]})
+        assert f"ReshapeLike '{node}'" in str(info.value) and f"cannot reshape array of {size}" in str(info.value)
+    with pytest.raises(cg.ExecutionError) as info:
+        sess.run(gru, {**good, m: good[m][:1]})
+    assert "ReshapeLike 'decoder/mask_needs_one_row_per_sequence'" in str(info.value)
+    assert "cannot reshape array of size 4 into shape (2,4)" in str(info.value)
+    with raises(cg.ExecutionError, "decoder/initial_state0_needs_one_row_per_sequence'"):
+        sess.run(gru, {**good, h0: good[h0][:1]})
+    assert [a.shape for a in sess.run([lstm, gru], good)] == [(2, 4, width)] * 2  # the layers still run
+
+
 def test_gru_errors_name_the_layer() -> None:
     g = cg.Graph()
     with g.as_default():

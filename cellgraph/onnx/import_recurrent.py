@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING
 
 import cellgraph as cg
 from cellgraph.dataflow.graph import Tensor
-from cellgraph.dataflow.ops.array import reshape_like
 from cellgraph.recurrent import State, Step, unroll, valid_steps, zero_padding
 
 from .common import Build, Check, ImportRow, as_text
@@ -87,11 +86,7 @@ def _recurrent(kind: str) -> Build:
             c_start = cg.transpose(c_start, (1, 0, 2)) if c_start is not None else None
         # sequence_lens as the layers' lengths=: past its length a row outputs zeros and keeps its state, and the
         # reverse direction starts at its last valid step (ONNX's semantics, and ONNX Runtime's).
-        if lengths is not None:
-            # A fed sequence_lens of another size than the batch fails the run here, naming it; unchecked, one
-            # length broadcast over every row, and another size failed later naming an op of the steps.
-            rows = cg.slice(x, [0, 0, 0], [-1, 1, 1])[:, 0, 0]  # (batch,): x's batch as it runs
-            lengths = reshape_like(lengths, rows, name="sequence_lens_needs_one_length_per_batch_row")
+        # A fed sequence_lens of another size than the batch fails the run in valid_steps, naming it.
         valid = valid_steps(x, lengths, None) if lengths is not None else None
         x = zero_padding(x, valid)
         ys, last_h, last_c = [], [], []
