@@ -86,7 +86,7 @@ class ServerRecovery:
         # happened first (this thread is busy here for as long as the restart takes).
         self.watch.look()
         who = "; ".join(self._describe_server(a) for a in dead)
-        self._find_newer_checkpoint()
+        self.find_newer_checkpoint()
         point = state.restore_point or "nothing (no checkpoint yet: training starts again from step 0)"
         timeout = state.spec.timeout_s
         state.event(
@@ -157,7 +157,7 @@ class ServerRecovery:
         )
         return False
 
-    def _find_newer_checkpoint(self) -> None:
+    def find_newer_checkpoint(self) -> None:
         """Look in the checkpoint folder, where this process can read it, for a checkpoint newer than ``Stats`` last
         said (a server may have written one since, just before it was lost), complete on every shard."""
         state = self.state

@@ -345,8 +345,36 @@ class Supervisor:
                 state.event(f"replica {state.futures.index(failed[0])} failed: {state.error}")
         if state.error is not None:
             return
-        self.steps.save("final")
+        if not self.steps.save("final") and not state.closed.is_set() and not self._servers_answer():
+            return
         state.event(f"{'stopped' if state.stopping else 'finished'} at global step {state.step}")
+
+    def _servers_answer(self) -> bool:
+        """After a final checkpoint that failed: whether the servers still hold the trained values (and the step).
+
+        A PS worker lost after the replicas had ended and before the final checkpoint took the values trained since
+        the last checkpoint with it: the job said 'finished at global step 62' (its last look) of 80, and
+        ``job.variables()`` raised the lost server's raw error. It fails now, saying what was lost.
+        """
+        state = self.state
+        try:
+            state.step = state.global_step()
+            return True
+        except CellgraphError as err:
+            self.recovery.find_newer_checkpoint()  # written since the job's last look, just before the loss
+            since = (
+                f"{state.restore_point} (global step {state.restore_step})"
+                if state.restore_point
+                else "the start (no checkpoint was written)"
+            )
+            again = f"cg.train(..., resume_from={state.restore_point!r})" if state.restore_point else "cg.train(...)"
+            state.error = TrainingError(
+                f"job {state.job_id} has failed: its replicas had ended, then its parameter server(s) did not answer "
+                f"the final checkpoint or since: {err}. The values trained since {since} went with them; {again} "
+                "trains those steps again"
+            )
+            state.event(str(state.error))
+            return False
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:

@@ -251,6 +251,42 @@ def test_a_training_worker_killed_while_the_servers_start_does_not_fail_the_star
 
 
 @pytest.mark.slow
+def test_a_server_lost_after_the_last_step_before_the_final_checkpoint_fails_the_job_saying_so(
+    local_cluster: Callable[..., Cluster], data: digits.Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervisor, "WATCH_S", 3.0)  # the job notices its end up to 3 s after its replicas ended
+    cluster = local_cluster(workers=2, ps=1)
+    [ps_worker] = cluster.ps_workers()
+    pid = cluster.client.run(os.getpid, workers=[ps_worker])[ps_worker]
+    job = start_job(cluster, data, replicas=2, aggregate=None, checkpoint_every=20, steps=70, timeout_s=5.0)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (job._state.futures and job._state.ended()):  # the replicas have ended; the final checkpoint waits
+            assert time.monotonic() < deadline and job.status in ("starting", "running"), job.events
+            time.sleep(0.005)
+        os.kill(pid, signal.SIGKILL)
+        # Before: 'finished at global step 62' (the job's last look) and job.variables() raised the lost server's
+        # raw ParameterServerError: the values of the steps since the last checkpoint were gone without a word.
+        with pytest.raises(TrainingError) as info:
+            job.wait(TIMEOUT)
+        said = str(info.value)
+        assert said.startswith(
+            f"job {job.job_id} has failed: its replicas had ended, then its parameter server(s) did not answer the "
+            "final checkpoint or since: parameter server "
+        ), said
+        assert said.endswith(
+            "The values trained since ckpt-0000000060 (global step 60) went with them; "
+            "cg.train(..., resume_from='ckpt-0000000060') trains those steps again"
+        ), said
+        assert job.status == "failed"
+        with pytest.raises(TrainingError) as asked:
+            job.variables()
+        assert str(asked.value).startswith(said), str(asked.value)
+    finally:
+        job.close()
+
+
+@pytest.mark.slow
 def test_global_step_while_a_server_restarts_is_the_step_last_read_not_its_error(
     local_cluster: Callable[..., Cluster], data: digits.Split
 ) -> None:
