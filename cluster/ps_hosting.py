@@ -107,7 +107,7 @@ class ParameterServerHosting:
         plugin = ParameterServerPlugin(token, job_id, checkpoint_dir, workers=chosen)
         name = plugin_name(job_id)
         try:
-            self._register(plugin, name, job_id)
+            self._register(plugin, name, job_id, ps)
         except Exception as err:
             self._unregister(name)
             raise ClusterError(
@@ -124,14 +124,15 @@ class ParameterServerHosting:
         self._jobs[job_id] = [str(found[a]) for a in ps]
         return list(self._jobs[job_id])
 
-    def _register(self, plugin: ParameterServerPlugin, name: str, job_id: str) -> None:
+    def _register(self, plugin: ParameterServerPlugin, name: str, job_id: str, ps: Sequence[str]) -> None:
         """Register the job's plugin on every worker, again when a worker was lost while Dask sent it.
 
         Dask's scheduler sends a plugin to every worker, training workers too, and fails the whole registration
         when one of them dies meanwhile ('Stream is closed'): a training worker killed during a job's start failed
         the start as if its parameter servers could not start. The scheduler keeps the plugin for the workers
         that join later, so sending it again reaches those that are left (a server already started is restarted,
-        before the job has used it).
+        before the job has used it). A lost PS worker itself fails the start at once, naming it: its server is
+        what the job was starting.
         """
         for attempt in range(1, REGISTER_ATTEMPTS + 1):
             try:
@@ -143,6 +144,12 @@ class ParameterServerHosting:
                 if attempt == REGISTER_ATTEMPTS or self.scheduler_gone() is not None:
                     raise
                 time.sleep(RESTART_POLL_S)  # the scheduler removes the lost worker meanwhile
+                gone = [a for a in ps if a not in self._workers_info()]
+                if gone:
+                    raise ClusterError(
+                        f"PS worker(s) {', '.join(gone)} left the cluster while the servers started (a killed worker "
+                        "is started again by its nanny): cg.train(...) again once it is back"
+                    ) from None
 
     def _servers_of(self, job_id: str) -> list[str]:
         """The workers that host job ``job_id``'s servers now, in shard order: its hosts (by name), or the PS workers."""

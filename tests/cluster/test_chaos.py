@@ -251,6 +251,37 @@ def test_a_training_worker_killed_while_the_servers_start_does_not_fail_the_star
 
 
 @pytest.mark.slow
+def test_a_ps_worker_killed_while_its_server_starts_fails_the_start_at_once_naming_it(
+    local_cluster: Callable[..., Cluster], data: digits.Split
+) -> None:
+    cluster = local_cluster(workers=2, ps=1)
+    [ps_worker] = cluster.ps_workers()
+    pid = cluster.client.run(os.getpid, workers=[ps_worker])[ps_worker]
+    os.kill(pid, signal.SIGSTOP)  # Dask's broadcast of the servers' plugin waits on it...
+    job = start_job(cluster, data, replicas=2, aggregate=None, steps=50)
+    try:
+        plugin = plugin_name(job.job_id)
+        deadline = time.monotonic() + TIMEOUT
+        while plugin not in cluster.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins)):
+            assert time.monotonic() < deadline, f"the servers' plugin was not registered within {TIMEOUT} s"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the broadcast under way
+        os.kill(pid, signal.SIGKILL)  # ...and loses it
+        # Not 'find job J's servers on workers ...: no answer within 30 s; is a worker stuck ... or gone?' 30 s on.
+        with pytest.raises(TrainingError) as info:
+            job.wait(TIMEOUT)
+        assert str(info.value) == (
+            f"job {job.job_id} could not start: could not start the parameter servers of job '{job.job_id}' on "
+            f"{ps_worker}: PS worker(s) {ps_worker} left the cluster while the servers started (a killed worker is "
+            "started again by its nanny): cg.train(...) again once it is back"
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        job.close()
+
+
+@pytest.mark.slow
 def test_a_server_lost_after_the_last_step_before_the_final_checkpoint_fails_the_job_saying_so(
     local_cluster: Callable[..., Cluster], data: digits.Split, monkeypatch: pytest.MonkeyPatch
 ) -> None:
