@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from onnx import numpy_helper
 
 import cellgraph as cg
 from cellgraph.dataflow.dtypes import is_float
@@ -50,6 +49,7 @@ from .import_shapes import SHAPES
 from .import_symbolic import reshape_target
 from .import_windows import check_avg_pool, check_conv, check_conv_transpose, check_max_pool, conv, conv_transpose, pool
 from .import_wrappers import check_coerced, coerced_to_2d, in_float32, same_shapes_before
+from .importer_checks import tensor_array
 
 if TYPE_CHECKING:
     from .importer import Builder
@@ -367,7 +367,8 @@ def _constant_value(n: NodeInfo) -> np.ndarray | None:
         if n.attrs.get(key) is not None:
             return np.array(n.attrs[key], kind)
     value = n.attrs.get("value")
-    return None if value is None else numpy_helper.to_array(value)
+    # Checked as an initializer is: to_array took dims [-2] as [1] and read an external file from the working folder.
+    return None if value is None else tensor_array(value, f"attribute 'value' of {n.describe()}")
 
 
 def _check_constant(n: NodeInfo) -> str | None:

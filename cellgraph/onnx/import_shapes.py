@@ -177,9 +177,9 @@ def _constant_of_shape_value(n: NodeInfo) -> np.ndarray | None:
 
 def constant_of_shape_fill(value: Any) -> np.ndarray:
     """ConstantOfShape's fill: its ``value`` attribute (a one-element TensorProto), float32 0 without one."""
-    from onnx import numpy_helper
+    from .importer_checks import tensor_array
 
-    return np.zeros(1, np.float32) if value is None else numpy_helper.to_array(value)
+    return np.zeros(1, np.float32) if value is None else tensor_array(value, "ConstantOfShape's attribute 'value'")
 
 
 def _mode_check(valid: tuple[str, ...]) -> Any:

@@ -45,6 +45,15 @@ def tensor_array(t: onnx.TensorProto, what: str) -> np.ndarray:
     kind = f"{what} ({onnx_dtype_name(t.data_type)}, dims {dims})"
     if any(d < 0 for d in dims):
         raise OnnxError(f"{kind} has a negative dim")
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        # Only a ModelProto given in memory gets here (onnx.load reads a file's external data, inside its folder):
+        # to_array read the location relative to this process's working folder, whatever model it came from.
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        raise OnnxError(
+            f"{kind} keeps its values in external file {location[:200]!r}, which this ModelProto does not hold: "
+            "import the model from its path (cg.onnx.import_model('folder/model.onnx') reads its external data "
+            "inside that folder) or load them first (onnx.load(path))"
+        )
     try:
         return numpy_helper.to_array(t)
     except (ValueError, TypeError) as err:

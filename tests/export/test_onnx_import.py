@@ -171,6 +171,17 @@ def _hostile(case: str) -> onnx.ModelProto:
         node = const("w", 0.0, np.float32)
         node.attribute[0].t.dims[:] = [1 << 40]
         return _model([node, add], [x], [y])
+    if case == "a constant of dims (-2,)":  # to_array took it as (1,): Add broadcast it silently
+        node = const("w", [1.0], np.float32)
+        node.attribute[0].t.dims[:] = [-2]
+        return _model([node, add], [x], [y])
+    if case.startswith("external data"):  # a ModelProto in memory: to_array read it from the working folder
+        w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2], data_location=TensorProto.EXTERNAL)
+        w.external_data.add(key="location", value="w.bin")
+        if case == "external data of a Constant":
+            node = helper.make_node("Constant", [], ["w"], value=w)
+            return _model([node, add], [x], [y])
+        return _model([add], [x], [y], [w])
     if case == "a value made twice":
         return _model([add, helper.make_node("Neg", ["x"], ["y"], name="neg")], [x], [y], [w])
     if case == "a 4 TiB ConstantOfShape":
@@ -196,7 +207,10 @@ def _hostile(case: str) -> onnx.ModelProto:
 HOSTILE = {
     "short data": "initializer 'w' (FLOAT, dims (3,)) does not hold the values its dims ask for: cannot reshape array of size 2",
     "negative dims": "initializer 'w' (FLOAT, dims (-1, -2)) has a negative dim",
-    "a constant of 2**40 elements without data": "Constant node 'Constant->w', opset 17 cannot be computed at import: cannot reshape array of size 1 into shape (1099511627776,)",
+    "a constant of 2**40 elements without data": "attribute 'value' of Constant node 'Constant->w', opset 17 (FLOAT, dims (1099511627776,)) does not hold the values its dims ask for: cannot reshape array of size 1 into shape (1099511627776,)",
+    "a constant of dims (-2,)": "attribute 'value' of Constant node 'Constant->w', opset 17 (FLOAT, dims (-2,)) has a negative dim",
+    "external data of an initializer": "initializer 'w' (FLOAT, dims (2,)) keeps its values in external file 'w.bin', which this ModelProto does not hold: import the model from its path",
+    "external data of a Constant": "attribute 'value' of Constant node 'Constant->w', opset 17 (FLOAT, dims (2,)) keeps its values in external file 'w.bin', which this ModelProto does not hold",
     "a value made twice": "ONNX value 'y' is made twice: by Add node 'add' and by Neg node 'neg'; every value of an ONNX graph has one maker",
     "a 4 TiB ConstantOfShape": "ConstantOfShape node 'fill', opset 17 makes 'c' of shape (1048576, 1048576), 4,398,046,511,104 bytes, from constants of the file: over the 2,147,483,648 bytes",
     "a Range of 2**40": "Range node 'range', opset 17 makes 'r' of shape (1099511627776,), 8,796,093,022,208 bytes, from constants of the file",
@@ -206,12 +220,29 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("case", HOSTILE)
-def test_a_hostile_model_is_refused_naming_the_tensor_or_node_before_any_big_allocation(case: str) -> None:
+def test_a_hostile_model_is_refused_naming_the_tensor_or_node_before_any_big_allocation(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Each raised a bare NumPy error, allocated terabytes at import (MemoryError, or the process killed where
-    # the allocation fit), or imported one of two makers of a value silently.
+    # the allocation fit), or imported one of two makers of a value silently. External data of a ModelProto
+    # was read from the working folder (here a w.bin that is there): values of whatever file sat there.
+    (tmp_path / "w.bin").write_bytes(np.full(2, 7.0, np.float32).tobytes())
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(OnnxError) as raised:
         cg.onnx.import_model(_hostile(case))
     assert HOSTILE[case] in str(raised.value)
+
+
+def test_a_model_file_with_external_data_in_its_folder_still_imports(tmp_path: Path) -> None:
+    model = _model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.full(2, 7.0, np.float32), "w")],
+    )
+    onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
+    assert (tmp_path / "w.bin").exists()
+    assert cg.onnx.import_model(tmp_path / "m.onnx")(np.ones(2, np.float32)).tolist() == [8.0, 8.0]
 
 
 # ------------------------------------------- ONNX's own node conformance cases
