@@ -51,6 +51,9 @@ DEFAULT_STREAM_IDLE_S = 60.0
 DEFAULT_HELD_IDLE_S = 3600.0
 # A replica's account of a non-finite gradient (StepRequest.nonfinite) is kept and shown up to this length.
 MAX_REASON_CHARS = 1000
+# The smallest chunk a Pull may ask for: at 1 byte a 256 KiB variable took the server 48 s and 21 times its bytes
+# in messages (one caller could hold a core for hours with a large model); a server's own limit may be smaller.
+MIN_PULL_CHUNK_BYTES = 256
 
 _PUSH_STATUS = {name.lower(): value for name, value in pb.PushResponse.Status.items()}
 _PULL_CHUNK_FIELD = pb.PullMessage.DESCRIPTOR.fields_by_name["chunk"].number
@@ -154,7 +157,7 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
         step, values = store.read(names)
         limit = self.max_chunk_bytes
         if request.max_chunk_bytes > 0:
-            limit = min(limit, request.max_chunk_bytes)
+            limit = min(limit, max(request.max_chunk_bytes, MIN_PULL_CHUNK_BYTES))
         return step, values, limit
 
     # ------------------------------------------------------------------ Push
