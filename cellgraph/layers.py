@@ -150,6 +150,8 @@ def batch_norm(
     batch variance that normalizes and moves ``moving_variance`` is the
     biased one (divided by the count n); PyTorch's ``running_var`` moves by
     the unbiased one (n - 1), so the two differ by a factor n / (n - 1).
+    A channel with one value in the batch (a batch of 1 without spatial
+    axes) normalizes to ``beta`` in training, as in Keras; PyTorch refuses it.
 
     Examples
     --------

@@ -108,7 +108,8 @@ def multi_head_attention(
     every sequence of the batch (its t_q known: a (None, t_k) mask is refused, as it is most likely a
     padding mask of each sequence's keys, which is given as (batch, 1, t_k)); (t_k,) for every query; or,
     of rank 4, any shape that broadcasts to (batch, num_heads, t_q, t_k). PyTorch's ``attn_mask`` and
-    ``key_padding_mask`` are its negation.
+    ``key_padding_mask`` are its negation. A query whose every key is masked attends to all of them equally
+    (uniform weights, as Keras gives); PyTorch gives NaN there.
     Returns (batch, t_q, d).
 
     Examples

@@ -48,16 +48,31 @@ def constant(value: Any, dtype: str | None = None, name: str = "const", graph: G
         if dtype:
             _check_fits(np.asarray(value), as_dtype(dtype), name)
         array = np.array(value, dtype=DTYPES[as_dtype(dtype)] if dtype else None)
-    if dtype is None and array.dtype == np.float64:
-        array = array.astype(np.float32)
-    if dtype is None and array.dtype == np.int64:
-        array = array.astype(np.int32)
+    if dtype is None and array.dtype.name in _NARROWED:
+        array = _narrowed(array, name)
     as_dtype(array.dtype)
     if not array.dtype.isnative:  # a big-endian array (from a file written elsewhere): the kernels read native
         array = array.astype(array.dtype.newbyteorder("="))
     array.flags.writeable = False
     g = graph or get_default_graph()
     return g.create_node("Const", [], {"value": array}, name).output(0)
+
+
+# Without a dtype, float64 and int64 numbers (NumPy's and Python's defaults) are held as float32 and int32.
+_NARROWED = {"float64": "float32", "int64": "int32"}
+
+
+def _narrowed(array: np.ndarray, name: str) -> np.ndarray:
+    """``array`` in its default dtype, refused where a number would not survive: 2**40 became 0 and 1e300 inf
+    without a word (NumPy's cast wraps integers round and only warns of the overflow)."""
+    target = _NARROWED[array.dtype.name]
+    outside = outside_int_range(array, target) or past_float_range(array, target)
+    if outside is not None:
+        raise DTypeError(
+            f"constant {name!r}: {outside}, and without a dtype its {array.dtype.name} numbers are made {target}: "
+            f"pass dtype={array.dtype.name!r} to keep them"
+        )
+    return array.astype(target)
 
 
 def _check_fits(source: np.ndarray, dtype: str, name: str) -> None:

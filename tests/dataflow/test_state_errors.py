@@ -121,3 +121,27 @@ def test_a_value_fed_for_another_shape_fails_assign_and_assign_add() -> None:
         assert str(err.value).startswith(kind)
         assert "failed while running: ValueError: value has shape (1,), variable 'v' has (3,)" in str(err.value)
     np.testing.assert_array_equal(sess.run(v), np.zeros(3))
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (np.array([5, 2**40]), "it holds 1099511627776, outside int32's range [-2147483648, 2147483647], and "
+         "without a dtype its int64 numbers are made int32: pass dtype='int64' to keep them"),
+        ([1.0, 1e300], "it holds 1e+300, past float32's largest finite value 3.40282e+38, and without a dtype its "
+         "float64 numbers are made float32: pass dtype='float64' to keep them"),
+    ],
+)  # fmt: skip
+def test_a_constant_whose_numbers_its_default_dtype_cannot_hold_is_refused(
+    fresh_graph: cg.Graph, value: object, words: str
+) -> None:
+    """Without a dtype, 2**40 was held as 0 and 1e300 as inf (NumPy's int32 cast wraps round; its float32 cast
+    only warns); the narrowing of float64 and int64 to float32 and int32 stays for the numbers that fit."""
+    before = len(fresh_graph.nodes)
+    with raises(cg.DTypeError, f"constant 'big': {words}"):
+        cg.constant(value, name="big")
+    assert len(fresh_graph.nodes) == before  # nothing added
+    kept = cg.constant(value, dtype=str(np.asarray(value).dtype), name="kept")
+    np.testing.assert_array_equal(cg.Session(fresh_graph).run(kept), value)
+    small = cg.constant(np.array([5, 2**31 - 1]), name="small")
+    assert small.dtype == "int32" and cg.Session(fresh_graph).run(small).tolist() == [5, 2**31 - 1]
