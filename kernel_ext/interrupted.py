@@ -13,12 +13,13 @@ workers that died while starting.
 ``InterruptibleStart`` is the context a start runs in. The processes spawned
 within it get a pipe as their stderr, which a relay thread copies to the
 kernel's own stderr (the cell, as before) for as long as they live, each
-chunk held ``HOLD_S`` while the start lasts; SIGINT first marks the start
-interrupted, then raises ``KeyboardInterrupt`` as before. From then on the
-relay drops what those processes print, and logging is off until the context
-exits. ``cleanup()`` then waits for the worker
-processes spawned within (``multiprocessing``'s ``spawn_main``) to end, stops
-any left after ``EXIT_TIMEOUT_S``, and says so in words.
+chunk held ``HOLD_S`` while the start lasts; Dask's log handlers hold their
+records until the start ends. SIGINT first marks the start interrupted, then
+raises ``KeyboardInterrupt`` as before: from then on the relay drops what
+those processes print, the held records are dropped, and logging is off until
+the context exits. ``cleanup()`` then waits for the worker processes spawned
+within (``multiprocessing``'s ``spawn_main``) to end, stops any left after
+``EXIT_TIMEOUT_S``, and says so in words.
 
 Examples
 --------
@@ -37,6 +38,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -47,6 +49,9 @@ EXIT_TIMEOUT_S = 10.0
 RELAY_CHUNK = 65536  # bytes read from the pipe at a time
 # How long the spawned processes' output waits, while the start lasts, for an interrupt that would drop it.
 HOLD_S = 0.5
+# After an interrupted scale has settled, how long Dask's task gets to log the workers that died (logging off).
+SETTLE_S = 1.0
+HELD_LOGGERS = ("distributed", "tornado")  # whose handlers (Dask's) hold their records while the start lasts
 
 
 class InterruptibleStart:
@@ -61,6 +66,9 @@ class InterruptibleStart:
         self._saved_stderr = -1
         self._disabled: int | None = None  # logging's level of disable() before the interrupt
         self._starting = False  # within the context: the relay holds what it reads for HOLD_S
+        # Dask's log handlers (on its loggers and Tornado's), each with the filter that holds its records.
+        self._held_logs: list[tuple[logging.Handler, logging.LogRecord]] = []
+        self._log_filters: list[tuple[logging.Handler, Callable[[logging.LogRecord], bool]]] = []
 
     def __enter__(self) -> InterruptibleStart:
         self._before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -68,6 +76,7 @@ class InterruptibleStart:
             self._previous_handler = signal.signal(signal.SIGINT, self._on_interrupt)
             self._handler_set = True
         self._starting = True
+        self._hold_logs()
         if os.name == "posix":  # select() on a pipe; elsewhere the workers write to the kernel's stderr as before
             self._relay_stderr()
         return self
@@ -86,6 +95,27 @@ class InterruptibleStart:
         if self._disabled is not None:
             logging.disable(self._disabled)
             self._disabled = None
+        for handler, hold in self._log_filters:
+            handler.removeFilter(hold)
+        self._log_filters = []
+        held, self._held_logs = self._held_logs, []
+        if not self.interrupted:  # a start that went through: its records, in order, now
+            for handler, record in held:
+                handler.handle(record)
+
+    def _hold_logs(self) -> None:
+        """Hold what Dask's handlers get until the context ends: a worker's death is logged by the kernel's
+        Nanny as the SIGINT kills it, which may be before the kernel's own handler has run."""
+        names = [n for n in list(logging.Logger.manager.loggerDict) if n.split(".")[0] in HELD_LOGGERS]
+        handlers = {id(h): h for name in names for h in logging.getLogger(name).handlers}
+        for handler in handlers.values():
+
+            def hold(record: logging.LogRecord, handler: logging.Handler = handler) -> bool:
+                self._held_logs.append((handler, record))
+                return False
+
+            handler.addFilter(hold)
+            self._log_filters.append((handler, hold))
 
     def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
         if not self.interrupted:
@@ -131,6 +161,19 @@ class InterruptibleStart:
         finally:
             os.close(read_end)
             os.close(target)
+
+    def settle(self, done: Callable[[list[psutil.Process]], bool]) -> None:
+        """After an interrupt, within the context: until ``done(alive)`` holds for the worker processes spawned
+        within that are still alive (at most ``EXIT_TIMEOUT_S``), then ``SETTLE_S`` more. An interrupted scale
+        leaves Dask's own task starting the workers, which logs each one that died of the SIGINT a moment later:
+        logging is still off meanwhile."""
+        deadline = time.monotonic() + EXIT_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):  # a question to the cluster that failed: not settled yet
+                if done(self._workers()):
+                    break
+            time.sleep(0.1)
+        time.sleep(SETTLE_S)
 
     def _workers(self) -> list[psutil.Process]:
         return [p for p in _children() if p.pid not in self._before and _is_worker(p)]

@@ -189,13 +189,15 @@ class ClusterMagics(Magics):
         cluster = self.ext.current_cluster()
         assert cluster is not None  # _check made sure
         before = len(cluster.training_workers())
-        with InterruptibleStart():  # its workers start as %cluster up's do: quiet if interrupted
+        with InterruptibleStart() as start:  # its workers start as %cluster up's do: quiet if interrupted
             try:
                 cluster.scale(n, timeout)
             except CellgraphError as err:
                 raise UsageError(f"%cluster {err}") from None
             except KeyboardInterrupt:
                 interrupted = True
+                # Dask goes on starting the new workers: until each has joined or died (and been logged).
+                start.settle(lambda alive: len(alive) <= len(cluster.training_workers()) - before)
             else:
                 interrupted = False
         if interrupted:  # the workers that joined stay; those still starting were stopped by the scale
