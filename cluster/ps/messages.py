@@ -25,6 +25,9 @@ _NONFINITE = {"reject": pb.NONFINITE_REJECT, "skip_step": pb.NONFINITE_SKIP_STEP
 _NONFINITE_NAMES = {v: k for k, v in _NONFINITE.items()}
 # The most bytes a NumPy array can have: more is a declaration no machine can hold, not a request to try.
 MAX_ARRAY_BYTES = 2**63 - 1
+# The longest variable name (UTF-8 bytes) a server takes: names travel in every chunk and error message, and a
+# 100 KB name was held and repeated without a word.
+MAX_NAME_BYTES = 1024
 
 
 def _invalid(message: str) -> ParameterServerError:
@@ -50,6 +53,7 @@ def spec_from_proto(proto: pb.VariableSpecProto) -> VariableSpec:
     if not proto.name:
         raise _invalid("a variable spec has no name")
     where = f"variable {quoted(proto.name)}"
+    check_name(proto.name, where)
     shape, full = tuple(proto.shape.dim), tuple(proto.full_shape.dim) or tuple(proto.shape.dim)
     for label, dims in (("shape", shape), ("full shape", full)):
         if any(d < 0 for d in dims):
@@ -74,6 +78,20 @@ def spec_from_proto(proto: pb.VariableSpecProto) -> VariableSpec:
     if momentum and not proto.moving:
         raise _invalid(f"{where}: moving_momentum {momentum!r} is given for a variable that is not a moving statistic")
     return VariableSpec(proto.name, dtype, shape, full, rows, proto.moving, momentum)
+
+
+def check_name(name: str, where: str) -> None:
+    """Refuse a name of unprintable characters (a NUL, a newline) or over ``MAX_NAME_BYTES``: it would be held,
+    written to checkpoints and quoted in messages as it came."""
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise _invalid(f"{where}: a name of {size:,} bytes is longer than the limit of {MAX_NAME_BYTES:,} bytes")
+    bad = next((i for i, c in enumerate(name) if not c.isprintable()), None)
+    if bad is not None:
+        raise _invalid(
+            f"{where}: a name must be printable characters; character {bad} is {name[bad]!r} "
+            "(no NUL, newline or other control character)"
+        )
 
 
 # ------------------------------------------------------------------ optimizer and training

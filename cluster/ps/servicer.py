@@ -151,6 +151,11 @@ class ParameterServicer(pb_grpc.ParameterServiceServicer):
     ) -> tuple[int, dict[str, tuple[int, np.ndarray]], int]:
         """The requested variables once ``min_step`` is reached (waiting at most ``wait_s``):
         (global step, read-only values, chunk size)."""
+        if request.max_chunk_bytes < 0:  # was taken as 0, the default: a client's bug went unseen
+            raise ParameterServerError(
+                f"max_chunk_bytes must be 0 (the server's default) or more, got {request.max_chunk_bytes:,}",
+                "INVALID_ARGUMENT",
+            )
         names = list(request.names) or None
         if request.HasField("min_step"):
             await store.until_step(request.min_step, wait_s)

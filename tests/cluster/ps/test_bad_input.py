@@ -216,6 +216,12 @@ def init_chunk(name: str = "w", offset: int = 0, content: bytes = bytes(32)) -> 
     )
 
 
+def named(name: str) -> pb.JobConfig:
+    job = config()
+    job.variables[0].name = name
+    return job
+
+
 def negative_dims() -> pb.JobConfig:
     job = config()
     job.variables[0].shape.dim[0] = -2
@@ -227,6 +233,11 @@ INITS = [
     ("no job id", [pb.InitMessage(config=config(job_id=""))], "INVALID_ARGUMENT", "the job config has no job_id"),
     ("a shard out of range", [pb.InitMessage(config=config(shard=2, num_shards=2))], "INVALID_ARGUMENT", "shard 2 is not in [0, 2) (num_shards)"),
     ("no variables", [pb.InitMessage(config=config(variables=[]))], "INVALID_ARGUMENT", "job 'k' gives shard 0 no variables"),
+    # Each was held before: a NUL, a newline, 100 KB of name.
+    ("a NUL in a name", [pb.InitMessage(config=named("w\x00x")), init_chunk("w\x00x")], "INVALID_ARGUMENT", "variable 'w\\x00x': a name must be printable characters; character 1 is '\\x00' (no NUL, newline or other control character)"),
+    ("a newline in a name", [pb.InitMessage(config=named("w\n"))], "INVALID_ARGUMENT", "variable 'w\\n': a name must be printable characters; character 1 is '\\n'"),
+    ("a 100 KB name", [pb.InitMessage(config=named("n" * 100_000))], "INVALID_ARGUMENT", f"variable '{'n' * 64}'... (100,000 characters): a name of 100,000 bytes is longer than the limit of 1,024 bytes"),
+    ("1,025 bytes of name", [pb.InitMessage(config=named("é" * 512 + "n"))], "INVALID_ARGUMENT", "a name of 1,025 bytes is longer than the limit of 1,024 bytes"),
     ("a negative dim", [pb.InitMessage(config=negative_dims())], "INVALID_ARGUMENT", "variable 'w': shape (-2, 4) has a negative dim"),
     ("an unknown optimizer", [pb.InitMessage(config=config(optimizer=pb.OptimizerConfigProto(kind="lamb")))], "INVALID_ARGUMENT", "optimizer kind 'lamb' is not one of sgd, momentum, adam, rmsprop, adagrad, adamw"),
     ("no training mode", [pb.InitMessage(config=config(training=pb.TrainingConfigProto()))], "INVALID_ARGUMENT", "training mode 0 is not SYNC (1) or ASYNC (2)"),
@@ -281,6 +292,24 @@ def test_pull_of_an_unknown_variable_is_not_found(door: Door) -> None:
     )
     assert err.code() == grpc.StatusCode.NOT_FOUND
     assert "'zz'" in (err.details() or "")
+
+
+@pytest.mark.parametrize("asked", [-1, -(2**63)])
+def test_a_pull_with_a_negative_chunk_size_is_refused_and_changes_nothing(door: Door, asked: int) -> None:
+    """A negative max_chunk_bytes was taken as 0 (the server's default); 0 still is (the proto says so)."""
+    before = door.state()
+    request = pb.PullRequest(names=["w"], max_chunk_bytes=asked)
+    err = status_of(lambda: list(door.stub.Pull(request, timeout=TIMEOUT, metadata=door.metadata)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert f"max_chunk_bytes must be 0 (the server's default) or more, got {asked:,}" in (err.details() or "")
+    assert door.state() == before
+
+
+def test_a_name_of_1024_bytes_is_taken(ps: Servers) -> None:
+    ps.start(1)
+    name = "é" * 511 + "ab"  # 1,024 bytes of UTF-8, printable
+    ps.client().init("j", {name: np.zeros(2, np.float32)})
+    assert list(ps.client().pull().values) == [name]
 
 
 def test_checkpoint_requests_are_checked(door: Door, ps: Servers) -> None:
