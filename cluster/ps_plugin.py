@@ -36,7 +36,7 @@ from distributed import WorkerPlugin
 from distributed.comm import get_address_host
 
 from .ps import create_server
-from .ps.server import ParameterServer, close_servicer
+from .ps.server import ParameterServer, close_servicer, host_port
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -101,9 +101,8 @@ class ParameterServerPlugin(WorkerPlugin):
         if not self.hosts_server(worker):
             return
         host = get_address_host(worker.address)
-        bind = f"[{host}]" if ":" in host else host  # an IPv6 host needs brackets in host:port
-        self._server, port = create_server(f"{bind}:0", token=self.token, checkpoint_dir=self.checkpoint_dir)
-        self.address = f"{bind}:{port}"
+        self._server, port = create_server(host_port(host, 0), token=self.token, checkpoint_dir=self.checkpoint_dir)
+        self.address = host_port(host, port)
 
     async def teardown(self, worker: Worker) -> None:
         server, self._server, self.address = self._server, None, None

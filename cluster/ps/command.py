@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import ParameterServerError
 from .auth import ServerTLS, new_token, read_token_file, write_token_file
-from .server import create_server, serve_forever
+from .server import create_server, host_port, serve_forever
 
 
 def add_parser(commands: Any) -> None:
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         token = _token(args)
         tls = _tls(args)
         server, port = create_server(
-            f"{args.host}:{args.port}",
+            host_port(args.host, args.port),
             token=token,
             tls=tls,
             checkpoint_dir=args.checkpoint_dir,
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         "TLS" + (" with client certificates" if args.tls_client_ca else "") if tls is not None else "no TLS",
         f"checkpoints in {args.checkpoint_dir}" if args.checkpoint_dir else "no checkpoint directory",
     ]
-    print(f"cellgraph ps: serving on {args.host}:{port} ({', '.join(parts)})", flush=True)
+    print(f"cellgraph ps: serving on {host_port(args.host, port)} ({', '.join(parts)})", flush=True)
     serve_forever(server, stop)
     print("cellgraph ps: stopped", flush=True)
     return 0

@@ -149,7 +149,8 @@ def create_server(
     Parameters
     ----------
     address
-        ``host:port``; port 0 picks a free port. Bind to 127.0.0.1 (the
+        ``host:port`` (an IPv6 host in brackets, ``[::1]:0``: ``host_port`` makes one); port 0 picks a free
+        port. Bind to 127.0.0.1 (the
         default) unless other machines must reach it.
     token
         The job's token: every call but the health check must carry it.
@@ -206,6 +207,19 @@ def create_server(
     return ParameterServer(server, servicer, loop, f"{address.rsplit(':', 1)[0]}:{port}"), port
 
 
+def host_port(host: str, port: int) -> str:
+    """``host:port`` for gRPC and for clients: an IPv6 host is bracketed (gRPC read ``::1:0`` as host ``::1:0``).
+
+    Examples
+    --------
+    >>> host_port("::1", 0), host_port("[::1]", 5000), host_port("127.0.0.1", 0), host_port("localhost", 80)
+    ('[::1]:0', '[::1]:5000', '127.0.0.1:0', 'localhost:80')
+    """
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
 def _check_settings(address: str, checkpoint_dir: str | Path | None, keep_checkpoints: int) -> None:
     """Refuse, naming it, a setting that served wrongly: gRPC took port -1 as 65535 and 70000 as 4464, a
     checkpoint directory that is a file failed at the first Save, and keep_checkpoints 0 kept none."""
@@ -213,6 +227,11 @@ def _check_settings(address: str, checkpoint_dir: str | Path | None, keep_checkp
     if not host or not port.isdigit() or int(port) > 65535:
         raise ParameterServerError(
             f"address {address!r} needs a port in 0..65535 after the host (0 picks a free one), like 127.0.0.1:0",
+            "INVALID_ARGUMENT",
+        )
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):  # "::1:0" could be a port or not
+        raise ParameterServerError(
+            f"address {address!r}: an IPv6 host needs brackets before the port, like [::1]:0 (host_port() makes one)",
             "INVALID_ARGUMENT",
         )
     if checkpoint_dir is not None and Path(checkpoint_dir).exists() and not Path(checkpoint_dir).is_dir():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import signal
+import socket
 import stat
 from pathlib import Path
 
@@ -21,9 +23,10 @@ from cellgraph.cluster.ps import (
     new_token,
     write_token_file,
 )
+from cellgraph.cluster.ps.server import host_port
 
 from .conftest import TIMEOUT
-from .processes import cellgraph_ps, run_ps
+from .processes import START_S, PsProcess, cellgraph_ps, run_ps
 
 
 @pytest.fixture
@@ -197,6 +200,7 @@ def test_a_port_or_keep_out_of_range_is_an_argparse_error(args: list[str], words
         ("127.0.0.1:-1", {}, "address '127.0.0.1:-1' needs a port in 0..65535 after the host (0 picks a free one)"),
         ("127.0.0.1:70000", {}, "address '127.0.0.1:70000' needs a port in 0..65535 after the host"),
         ("localhost", {}, "address 'localhost' needs a port in 0..65535 after the host"),
+        ("::1:0", {}, "address '::1:0': an IPv6 host needs brackets before the port, like [::1]:0 (host_port() makes"),
         ("127.0.0.1:0", {"keep_checkpoints": 0}, "keep_checkpoints must be 1 or more (Restore reads the newest kept)"),
     ],
 )
@@ -206,6 +210,46 @@ def test_create_server_refuses_an_address_or_keep_it_would_serve_wrongly(
     with pytest.raises(ParameterServerError) as err:
         create_server(address, token=None, **options)  # type: ignore[arg-type]
     assert words in str(err.value) and err.value.code == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "address"),
+    [("::1", 0, "[::1]:0"), ("[::1]", 5000, "[::1]:5000"), ("fe80::1%eth0", 1, "[fe80::1%eth0]:1"),
+     ("127.0.0.1", 0, "127.0.0.1:0"), ("localhost", 80, "localhost:80")],
+)  # fmt: skip
+def test_host_port_brackets_an_ipv6_host(host: str, port: int, address: str) -> None:
+    assert host_port(host, port) == address
+
+
+def ipv6_loopback_binds() -> bool:
+    """Whether this machine can listen on ::1 (a CI container may have no IPv6)."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_host_ipv6_is_bracketed_in_the_bind_and_the_printed_address() -> None:
+    """``--host ::1`` bound '::1:0' and failed; where ::1 cannot be bound, the refusal names '[::1]:0'."""
+    if not ipv6_loopback_binds():
+        done = run_ps("--no-auth", "--host", "::1")
+        assert done.returncode == 2
+        assert done.stderr.splitlines()[-1].startswith("cellgraph ps: could not bind the parameter server to [::1]:0:")
+        return
+    ps = PsProcess("--no-auth", "--host", "::1")
+    try:
+        line = ps.line(START_S)
+        match = re.fullmatch(r"cellgraph ps: serving on \[::1\]:(\d+) \(NO authentication, .*\)", line)
+        assert match, line
+        with ParameterClient([f"[::1]:{match[1]}"], None, timeout=TIMEOUT) as client:
+            train_one_step(client)
+        assert ps.stop() == (0, "cellgraph ps: stopped")
+    finally:
+        ps.kill()
 
 
 def test_neither_a_token_file_nor_no_auth_is_an_argparse_error() -> None:
