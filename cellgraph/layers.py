@@ -20,7 +20,7 @@ from cellgraph.dataflow.ops import activations, array, conv, math, math_unary, n
 from cellgraph.dataflow.ops.placeholder_default import placeholder_with_default
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
-from cellgraph.precision import Policy, current_policy, layer_dtypes, policy, read, to_compute
+from cellgraph.precision import Policy, current_policy, layer_dtypes, layer_input, policy, read, to_compute
 
 Initializer = Callable[..., object]
 
@@ -81,6 +81,7 @@ def dense(
 ) -> Tensor:
     """``activation(x @ kernel + bias)`` for ``x`` of shape (batch, ..., features): the same kernel
     for every position of the middle axes (each token of a sequence, say)."""
+    x = layer_input(x, "dense", name)
     if len(x.shape) < 2 or x.shape[-1] is None:
         raise ShapeError(
             f"dense layer {name!r} needs a (batch, ..., features) input with known features, got {fmt(x.shape)}"
@@ -111,6 +112,7 @@ def conv2d(
     ``dilations``, ``groups`` and explicit ``padding`` are ``cg.conv2d``'s; with
     ``groups`` > 1 the kernel is (kh, kw, channels / groups, filters).
     """
+    x = layer_input(x, "conv2d", name)
     sizes = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
     if len(sizes) != 2:
         raise ShapeError(f"conv2d layer {name!r}: kernel_size must be an int or (height, width), got {kernel_size!r}")
@@ -168,6 +170,7 @@ def batch_norm(
     >>> sess.run(g.node("batch_norm/moving_mean").output(0))
     array([ 1., 10.], dtype=float32)
     """
+    x = layer_input(x, "batch_norm", name)
     rank = len(x.shape)
     if not -rank <= axis < rank or x.shape[axis] is None:
         raise ShapeError(f"batch_norm layer {name!r} needs a known channel axis {axis}, got {fmt(x.shape)}")
@@ -198,6 +201,7 @@ def layer_norm(x: Tensor, begin_axis: int = -1, epsilon: float = 1e-5, name: str
     >>> cg.Session(g).run(y)
     array([[-1.,  1.]], dtype=float32)
     """
+    x = layer_input(x, "layer_norm", name)
     rank = len(x.shape)
     normalized = x.shape[begin_axis:] if -rank <= begin_axis < rank else None
     if normalized is None or None in normalized:
@@ -243,6 +247,7 @@ def avg_pool2d(
 
 def flatten(x: Tensor, name: str = "flatten") -> Tensor:
     """(batch, ...) -> (batch, features)."""
+    x = layer_input(x, "flatten", name)
     features = 1
     for d in x.shape[1:]:
         if d is None:

@@ -124,6 +124,22 @@ def current_policy() -> Policy:
     return _current.get()
 
 
+def layer_input(x: object, layer: str, name: str, what: str = "input") -> Tensor:
+    """``x``, a layer's input, which must be a Tensor: a NumPy array given to a layer (as Keras takes one)
+    ended in "AttributeError: 'numpy.ndarray' object has no attribute 'graph'"; now the error says how data
+    reaches a graph."""
+    if isinstance(x, Tensor):
+        return x
+    shape = getattr(x, "shape", None)
+    kind = type(x).__qualname__ if type(x).__module__ == "builtins" else f"{type(x).__module__}.{type(x).__qualname__}"
+    shown = kind + (f" of shape {tuple(shape)}" if shape is not None else "")
+    raise TypeError(
+        f"{layer} layer {name!r}: its {what} must be a cellgraph Tensor (a cg.placeholder or an op's output), "
+        f"got a {shown}; feed data through a placeholder (session.run(..., {{x: data}})), or make it part of "
+        "the graph with cg.constant(data)"
+    )
+
+
 def layer_dtypes(x: Tensor, layer: str, name: str) -> tuple[str, str]:
     """``(variable dtype, compute dtype)`` of layer ``name`` (a ``layer`` layer) given input ``x``.
 

@@ -28,7 +28,7 @@ from cellgraph.dataflow.ops.math import cast
 from cellgraph.dataflow.ops.state import variable
 from cellgraph.dataflow.shapes import fmt
 from cellgraph.layers import dense  # layers.py imports this module last, once dense is defined
-from cellgraph.precision import current_policy, to_compute
+from cellgraph.precision import current_policy, layer_input, to_compute
 
 Initializer = Callable[..., object]
 INT_DTYPES = ("int32", "int64", "int16", "int8", "uint8")
@@ -60,6 +60,7 @@ def embedding(
     >>> cg.Session(g).run(vectors, {ids: np.zeros((2, 5), np.int32)}).shape
     (2, 5, 16)
     """
+    ids = layer_input(ids, "embedding", name, "ids")
     if ids.dtype not in INT_DTYPES:
         raise DTypeError(f"embedding layer {name!r} needs integer ids, got {ids.dtype} {fmt(ids.shape)}")
     for what, value in (("vocab_size", vocab_size), ("dim", dim)):
@@ -75,6 +76,7 @@ def embedding(
 
 def _sequence_check(x: Tensor, what: str, layer: str, name: str) -> tuple[int, int]:
     """(time, features) of a (batch, time, features) float ``x`` with both known."""
+    layer_input(x, layer, name, what)
     if len(x.shape) != 3 or x.shape[1] is None or x.shape[2] is None:
         raise ShapeError(
             f"{layer} layer {name!r} needs {'an' if what[0] in 'aeiou' else 'a'} {what} of shape (batch, time, features) with time and features known, "

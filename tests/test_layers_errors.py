@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import pytest
 
 import cellgraph as cg
@@ -80,3 +82,38 @@ def test_a_layer_with_an_unknown_activation_adds_no_nodes(layer: Layer, shape: t
         with raises(cg.GraphError, "unknown activation 'swish'"):
             layer(x, 3, activation="swish")
     assert g.nodes == [x.node]
+
+
+@pytest.mark.parametrize(
+    ("build", "layer", "what"),
+    [
+        (lambda a: cg.layers.dense(a, 4), "dense", "input"),
+        (lambda a: cg.layers.conv2d(a, 4, 3), "conv2d", "input"),
+        (lambda a: cg.layers.batch_norm(a, True), "batch_norm", "input"),
+        (lambda a: cg.layers.layer_norm(a), "layer_norm", "input"),
+        (lambda a: cg.layers.flatten(a), "flatten", "input"),
+        (lambda a: cg.layers.lstm(a, 3), "lstm", "input"),
+        (lambda a: cg.layers.gru(a, 3), "gru", "input"),
+        (lambda a: cg.layers.multi_head_attention(a, num_heads=2), "multi_head_attention", "query"),
+    ],
+)
+def test_a_numpy_array_given_to_a_layer_is_refused_saying_how_data_reaches_a_graph(
+    build: Any, layer: str, what: str
+) -> None:
+    """It ended in "AttributeError: 'numpy.ndarray' object has no attribute 'graph'" (as Keras takes arrays)."""
+    g = cg.Graph()
+    with g.as_default(), pytest.raises(TypeError) as err:
+        build(np.ones((2, 3, 4), np.float32))
+    assert str(err.value) == (
+        f"{layer} layer {layer!r}: its {what} must be a cellgraph Tensor (a cg.placeholder or an op's output), got "
+        "a numpy.ndarray of shape (2, 3, 4); feed data through a placeholder (session.run(..., {x: data})), or "
+        "make it part of the graph with cg.constant(data)"
+    )
+    assert not g.nodes  # nothing added
+
+
+def test_ids_given_to_an_embedding_as_a_list_are_refused() -> None:
+    g = cg.Graph()
+    with g.as_default(), pytest.raises(TypeError, match=r"^embedding layer 'embedding': its ids must be a cellgraph "
+                                       r"Tensor \(a cg.placeholder or an op's output\), got a list; feed"):  # fmt: skip
+        cg.layers.embedding([1, 2], 3, 4)
