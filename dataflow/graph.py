@@ -7,6 +7,7 @@ created it, so every error can point back at the user's code.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import os
 import sys
@@ -293,7 +294,17 @@ class Graph:
         try:
             return self._nodes[name]
         except KeyError:
-            raise GraphError(f"no node named {name!r} in this graph") from None
+            raise GraphError(f"no node named {name!r} in this graph{self._near(name)}") from None
+
+    def _near(self, name: str) -> str:
+        """What a missing ``name`` may have meant: the nodes of a scope of that name (a layer is a scope, so
+        ``"logits"`` is ``"logits/..."``), else names spelt nearly so."""
+        inside = [n for n in self._nodes if n.startswith(f"{name}/")]
+        if inside:
+            shown = ", ".join(repr(n) for n in inside[-3:])
+            return f"; {name!r} is a scope of {len(inside)} node(s), the last {shown}: name one of them"
+        close = difflib.get_close_matches(name, list(self._nodes), n=3)
+        return f"; did you mean {' or '.join(repr(n) for n in close)}?" if close else ""
 
     def tensor(self, name: str) -> Tensor:
         """The tensor ``"node:index"`` (or ``"node"`` for output 0)."""

@@ -170,3 +170,24 @@ def test_an_op_of_tensors_from_two_graphs_blames_the_one_not_in_the_graph_being_
     assert "input 'x' (test_graph.py:" in str(info.value)
     assert f"not to graph 'mlp2' (#{g2.number}, 1 node, the default graph)" in str(info.value)
     assert len(g1) == 1 and len(g2) == 1  # nothing was added
+
+
+def test_a_missing_node_name_says_what_it_may_have_meant() -> None:
+    """A layer's name is a scope: sess.run("logits") said only "no node named 'logits'" (a new user's try)."""
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 3), name="x")
+        cg.layers.dense(x, 2, name="logits")
+    with pytest.raises(cg.GraphError) as info:
+        cg.Session(g).run("logits", {x: [[1.0, 2.0, 3.0]]})
+    assert str(info.value) == (
+        "no node named 'logits' in this graph; 'logits' is a scope of 4 node(s), the last 'logits/matmul', "
+        "'logits/bias', 'logits/bias_add': name one of them"
+    )
+    with pytest.raises(cg.GraphError) as info:
+        g.node("logits/bias_ad")
+    assert str(info.value) == "no node named 'logits/bias_ad' in this graph; did you mean 'logits/bias_add' or " \
+        "'logits/bias'?"  # fmt: skip
+    with pytest.raises(cg.GraphError) as info:
+        g.node("zzz")
+    assert str(info.value) == "no node named 'zzz' in this graph"
