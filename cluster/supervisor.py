@@ -312,9 +312,17 @@ class Supervisor:
             else:
                 continue
             self._log(f"replica {i} of job {state.job_id} failed{where}:\n{trace}")
+            # A replica gives up on servers that stopped answering (a PS worker hung, or cut off) and never came
+            # back: no other worker would do better, but not because of the replica's own code.
+            why = (
+                "a replica cannot train without its parameter servers, and they did not come back (job.events says "
+                "what happened to them)"
+                if error.startswith("ParameterServerError: ")
+                else "the same error would come back wherever it ran"
+            )
             state.error = TrainingError(
-                f"replica {i} of job {state.job_id} failed{where}: {error}. The job has failed at once (the same "
-                f"error would come back wherever it ran); the replica's traceback is in {state.log_path}"
+                f"replica {i} of job {state.job_id} failed{where}: {error}. The job has failed at once ({why}); the "
+                f"replica's traceback is in {state.log_path}"
             )
             state.event(str(state.error))
             state.signal_stop()

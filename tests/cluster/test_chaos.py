@@ -282,6 +282,31 @@ def test_a_ps_worker_killed_while_its_server_starts_fails_the_start_at_once_nami
 
 
 @pytest.mark.slow
+def test_a_ps_worker_hung_for_good_fails_the_job_saying_the_servers_did_not_come_back(
+    local_cluster: Callable[..., Cluster], data: digits.Split
+) -> None:
+    cluster = local_cluster(workers=2, ps=1)
+    [ps_worker] = cluster.ps_workers()
+    pid = cluster.client.run(os.getpid, workers=[ps_worker])[ps_worker]
+    job = start_job(cluster, data, replicas=2, aggregate=None, timeout_s=3.0)
+    try:
+        wait_for_step(job, 20)
+        os.kill(pid, signal.SIGSTOP)  # for good: Dask does not count it lost for minutes (its worker TTL)
+        with pytest.raises(TrainingError) as info:
+            job.wait(TIMEOUT)
+        said = str(info.value)
+        assert said.startswith("replica ") and ": ParameterServerError: " in said, said
+        # Before: '(the same error would come back wherever it ran)', as for a bug in the replica's own code.
+        assert (
+            ". The job has failed at once (a replica cannot train without its parameter servers, and they did not "
+            "come back (job.events says what happened to them)); the replica's traceback is in "
+        ) in said, said
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        job.close()
+
+
+@pytest.mark.slow
 def test_a_server_lost_after_the_last_step_before_the_final_checkpoint_fails_the_job_saying_so(
     local_cluster: Callable[..., Cluster], data: digits.Split, monkeypatch: pytest.MonkeyPatch
 ) -> None:
