@@ -317,7 +317,7 @@ class Supervisor:
             why = (
                 "a replica cannot train without its parameter servers, and they did not come back (job.events says "
                 "what happened to them)"
-                if error.startswith("ParameterServerError: ")
+                if error.startswith("ParameterServerError: ") and "stopped answering" in error  # not a refusal
                 else "the same error would come back wherever it ran"
             )
             state.error = TrainingError(
