@@ -67,7 +67,7 @@ from .import_sequences import (
     regroup,
 )
 from .import_symbolic import build_fill, evaluate, fill_shape, is_partial
-from .importer_checks import refuse_huge, refuse_remade, tensor_array
+from .importer_checks import refuse_huge, refuse_output_types_that_disagree, refuse_remade, tensor_array
 from .node_info import NodeInfo
 
 
@@ -133,6 +133,7 @@ def plan(
     opset = _default_opset(model)
     graph = model.graph
     refuse_remade(graph)
+    refuse_output_types_that_disagree(graph)
     known: dict[str, np.ndarray] = {
         i.name: widen(tensor_array(i, f"initializer {i.name!r}")) for i in graph.initializer
     }
@@ -435,6 +436,11 @@ def import_model(
 
     Raises ``OnnxError`` naming the op or attribute, the node and the opset
     for anything cellgraph cannot express, before building anything.
+
+    A graph output listed twice (valid ONNX: a graph output is a use of a
+    value, and only definitions must be unique) is returned twice, as
+    onnxruntime returns it; the second identity is named ``y_1``. Listed with
+    two dtypes, it is refused.
     """
     model = source if isinstance(source, onnx.ModelProto) else _load(source)
     infos, known = plan(model, static_inputs)

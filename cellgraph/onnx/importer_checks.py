@@ -81,6 +81,26 @@ def refuse_remade(graph: onnx.GraphProto) -> None:
             made[name] = maker
 
 
+def refuse_output_types_that_disagree(graph: onnx.GraphProto) -> None:
+    """Refuse a graph output listed twice with two dtypes.
+
+    Listing one value twice is valid ONNX (a graph output is a use, not a
+    definition; the checker takes it and onnxruntime returns the value twice),
+    and the importer returns it twice too. But one value has one dtype: the
+    checker refuses two, and the importer returned the value's own dtype for
+    both listings without a word, whatever the other one said.
+    """
+    first: dict[str, onnx.ValueInfoProto] = {}
+    for v in graph.output:
+        seen = first.setdefault(v.name, v)
+        codes = (seen.type.tensor_type.elem_type, v.type.tensor_type.elem_type)
+        if all(codes) and codes[0] != codes[1]:
+            raise OnnxError(
+                f"graph output {v.name!r} is listed twice with two dtypes, {onnx_dtype_name(codes[0])} and "
+                f"{onnx_dtype_name(codes[1])}: one ONNX value has one dtype (onnx.checker refuses this model too)"
+            )
+
+
 def refuse_huge(node: onnx.NodeProto, opset: int, known: Mapping[str, np.ndarray], describe: str) -> None:
     """Refuse, before it is computed, an output of ``node`` (every input known) over ``MAX_IMPORT_VALUE_BYTES``.
 

@@ -184,6 +184,8 @@ def _hostile(case: str) -> onnx.ModelProto:
         return _model([add], [x], [y], [w])
     if case == "a value made twice":
         return _model([add, helper.make_node("Neg", ["x"], ["y"], name="neg")], [x], [y], [w])
+    if case == "an output listed with two dtypes":  # onnx.checker refuses it; imported as float32 twice before
+        return _model([add], [x], [y, helper.make_tensor_value_info("y", TensorProto.INT64, None)], [w])
     if case == "a 4 TiB ConstantOfShape":
         fill = helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill")
         total = helper.make_node("ReduceSum", ["c"], ["r"], keepdims=0)
@@ -212,6 +214,7 @@ HOSTILE = {
     "external data of an initializer": "initializer 'w' (FLOAT, dims (2,)) keeps its values in external file 'w.bin', which this ModelProto does not hold: import the model from its path",
     "external data of a Constant": "attribute 'value' of Constant node 'Constant->w', opset 17 (FLOAT, dims (2,)) keeps its values in external file 'w.bin', which this ModelProto does not hold",
     "a value made twice": "ONNX value 'y' is made twice: by Add node 'add' and by Neg node 'neg'; every value of an ONNX graph has one maker",
+    "an output listed with two dtypes": "graph output 'y' is listed twice with two dtypes, FLOAT and INT64: one ONNX value has one dtype (onnx.checker refuses this model too)",
     "a 4 TiB ConstantOfShape": "ConstantOfShape node 'fill', opset 17 makes 'c' of shape (1048576, 1048576), 4,398,046,511,104 bytes, from constants of the file: over the 2,147,483,648 bytes",
     "a Range of 2**40": "Range node 'range', opset 17 makes 'r' of shape (1099511627776,), 8,796,093,022,208 bytes, from constants of the file",
     "a Range of step 0": "Range node 'range', opset 17 cannot be computed at import: division by zero",
@@ -416,3 +419,21 @@ def test_a_node_reading_an_initializer_is_built_not_folded() -> None:
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])  # fmt: skip
     imported = cg.onnx.import_model(model)
     assert [n.op for n in imported.graph] == ["Placeholder", "Variable", "Transpose", "MatMul", "Identity"]
+
+
+def test_an_output_listed_twice_is_returned_twice_as_onnxruntime_returns_it() -> None:
+    """Valid ONNX (a graph output is a use; only definitions must be unique): kept, and pinned against ORT."""
+    import onnxruntime as ort
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y, x, y])
+    onnx.checker.check_model(model, full_check=True)  # valid: raises nothing
+    feed = np.array([-1.0, 2.0], np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": feed})
+    imported = cg.onnx.import_model(model)
+    assert [t.name for t in imported.outputs] == ["y:0", "x_1:0", "y_1:0"]
+    got = imported(feed)
+    assert len(got) == len(want) == 3
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
