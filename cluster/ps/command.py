@@ -2,7 +2,8 @@
 
     cellgraph ps --port 5000 --token-file ~/.cellgraph/job.token --checkpoint-dir ckpt/
 
-It prints one line, ``cellgraph ps: serving on HOST:PORT ...``, once it
+It prints one line, ``cellgraph ps: serving on HOST:PORT ...`` (an IPv6
+host in brackets, ``[::1]:5000``, as clients must write it), once it
 listens (``--port 0`` picks a free port, which that line names), and stops
 cleanly on Ctrl-C or SIGTERM, letting calls in flight finish.
 """
@@ -24,7 +25,9 @@ from .server import create_server, host_port, serve_forever
 def add_parser(commands: Any) -> None:
     """Add the ``ps`` command to the ``cellgraph`` command line's subparsers."""
     ps = commands.add_parser("ps", help="run a parameter server (one shard of a job's variables)")
-    ps.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    ps.add_argument(
+        "--host", default="127.0.0.1", help="address to bind, IPv4 or IPv6 (default 127.0.0.1: this machine only)"
+    )
     ps.add_argument("--port", type=_in_range(0, 65535), default=0, help="port to listen on (default 0: any free port)")
     auth = ps.add_mutually_exclusive_group(required=True)
     auth.add_argument("--token-file", type=Path, help="file holding the job's token; every call must carry it")

@@ -149,9 +149,9 @@ def create_server(
     Parameters
     ----------
     address
-        ``host:port`` (an IPv6 host in brackets, ``[::1]:0``: ``host_port`` makes one); port 0 picks a free
-        port. Bind to 127.0.0.1 (the
-        default) unless other machines must reach it.
+        ``host:port``, an IPv6 host in brackets (``[::1]:0``; ``host_port`` makes
+        one); port 0 picks a free port. Bind to 127.0.0.1 (the default) unless
+        other machines must reach it.
     token
         The job's token: every call but the health check must carry it.
         ``None`` turns authentication off, and must be asked for explicitly.
