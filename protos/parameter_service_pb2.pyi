@@ -518,7 +518,7 @@ class PullRequest(_message.Message):
     """Wait (up to the call's deadline) until the global step is at least this."""
     replica_id: _builtins.int
     max_chunk_bytes: _builtins.int
-    """0: the server's default"""
+    """0: the server's default; below 256 taken as 256; negative: INVALID_ARGUMENT"""
     fuse: _builtins.bool
     """Answer on the Step stream with fused chunks (TensorChunk.members): the
     small variables of one dtype and version, together.
