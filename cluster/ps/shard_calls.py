@@ -134,7 +134,8 @@ class ShardCalls:
                 code,
             )
         if code == "DEADLINE_EXCEEDED" and details.lower() in ("deadline exceeded", code.lower()):
-            details = f"no answer within the {timeout:g} s deadline"  # gRPC's own words say less
+            # gRPC's own words say less, and the server refused nothing: it did not answer in time.
+            return ParameterServerError(f"{where} gave no answer to {what} within the {timeout:g} s deadline", code)
         return ParameterServerError(f"{where} refused {what}: {details}", code if code in STATUS_CODES else "UNKNOWN")
 
     def _each_shard(self, shards: Sequence[int], work: Callable[[int], T]) -> dict[int, T]:
