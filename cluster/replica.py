@@ -320,8 +320,8 @@ class _Link:
         if self.rejoins_in_row > REJOIN_ATTEMPTS:
             raise ParameterServerError(
                 f"{spec.name}: rejoined the parameter server(s) {', '.join(self.addresses)} {REJOIN_ATTEMPTS} times "
-                f"in a row without training a step (global step {step}); last error: {err}. The replica gives up: "
-                "Dask runs it again while it has retries left, else the job fails",
+                f"in a row without training a step (global step {step}); last error: {err}. The replica gives up, "
+                "and the job fails with it (Dask never runs a replica task again)",
                 err.code,
             ) from err
         wait = REJOIN_WAIT_FACTOR * spec.timeout_s
@@ -352,8 +352,8 @@ class _Link:
         raise ParameterServerError(
             f"{spec.name}: parameter server(s) {', '.join(self.addresses)} stopped answering at global step {step}, "
             f"and none answered in the {wait:g} s since (generation {self.generation} of the job's addresses); "
-            f"last error: {last}. The replica gives up: Dask runs it again while it has retries left, "
-            "else the job fails",
+            f"last error: {last}. The replica gives up, and the job fails with it (Dask never runs a replica task "
+            "again)",
             "UNAVAILABLE",
         ) from err
 

@@ -114,3 +114,5 @@ def test_a_replica_gives_up_after_rejoining_again_and_again_naming_the_shard(mon
         message,
     ), message
     assert f"parameter server {addrs[0]} (shard 0) refused PushPull: restored" in message
+    # Dask runs no replica task again (retries=0): the job fails with it, as the replica says.
+    assert message.endswith("The replica gives up, and the job fails with it (Dask never runs a replica task again)")

@@ -466,7 +466,7 @@ def test_a_replica_rejoins_servers_at_new_addresses_and_gives_up_on_none() -> No
             f"replica 0 of job 'job': parameter server(s) 127.0.0.1:{new_port} stopped answering at global step 0, "
             "and none answered in the 2 s since (generation 1 of the job's addresses)"
         ) in str(err.value)
-        assert "The replica gives up: Dask runs it again while it has retries left, else the job fails" in str(
+        assert "The replica gives up, and the job fails with it (Dask never runs a replica task again)" in str(
             err.value
         )
     finally:
