@@ -82,8 +82,9 @@ class WorkerWatch:
         )
         if info.role == "ps":
             return (
-                text + f", which hosted shard {info.task} of the job's parameter servers: Dask restarts the worker, "
-                "and the job restarts the server there and restores the last checkpoint"
+                text + f", which hosted shard {info.task} of the job's parameter servers: once Dask restarts the "
+                f"worker (its nanny does when the process died; a worker cut off stays away), the job restarts the "
+                f"server there and restores the last checkpoint; it waits up to timeout_s={state.spec.timeout_s:g} s"
             )
         # Where the replicas ran at the last look: a lost replica may be running again elsewhere by now. A replica
         # that said where it runs only since then (a worker lost in the job's first moments) is where it said.
