@@ -77,6 +77,9 @@ class JobState:
     step_time: float = field(default_factory=time.monotonic)
     step_rate: float = 0.0
     recovering: bool = False  # the supervisor waits for a lost parameter server's restart (ps_recovery)
+    # The supervisor's thread follows the job: once the replicas have ended it writes the final checkpoint, which
+    # may fail the job (a PS lost at the end), so until it is done the job is running, not finished.
+    watching: bool = False
     k_unsent: str | None = None  # why set_replicas_to_aggregate's k has not yet reached every server, if so
     _failures: dict[str, ReplicaFailure | None] = field(default_factory=dict, repr=False)
 
@@ -141,8 +144,8 @@ class JobState:
             return "failed"
         if any(self.failure(i) for i in range(len(self.futures))):
             return "failed"
-        if not self.ended():
-            return "running"
+        if not self.ended() or (self.watching and not self.closed.is_set()):
+            return "running"  # not "finished" and then "failed" when the final checkpoint fails
         return "stopped" if self.stopping else "finished"
 
     def active_replicas(self) -> list[int]:

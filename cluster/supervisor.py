@@ -176,6 +176,7 @@ class Supervisor:
         )
         self.watch.look()
         self.thread = threading.Thread(target=self._run, name=f"cellgraph-{state.job_id}-watch", daemon=True)
+        state.watching = True
         self.thread.start()
 
     def _training_workers(self) -> list[str]:
@@ -252,6 +253,8 @@ class Supervisor:
             state.event(str(state.error))
             with contextlib.suppress(Exception):
                 state.signal_stop()
+        finally:
+            state.watching = False
 
     def _watch(self) -> None:
         """Follow the step and the checkpoints; replace what was lost; notice the end."""

@@ -320,6 +320,8 @@ def test_a_server_lost_after_the_last_step_before_the_final_checkpoint_fails_the
         while not (job._state.futures and job._state.ended()):  # the replicas have ended; the final checkpoint waits
             assert time.monotonic() < deadline and job.status in ("starting", "running"), job.events
             time.sleep(0.005)
+        # Running until the final checkpoint is written: before, 'finished' here and 'failed' after the kill.
+        assert job.status == "running", job.events
         os.kill(pid, signal.SIGKILL)
         # Before: 'finished at global step 62' (the job's last look) and job.variables() raised the lost server's
         # raw ParameterServerError: the values of the steps since the last checkpoint were gone without a word.
