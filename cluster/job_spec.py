@@ -385,16 +385,17 @@ def check_feeds(graph: Graph, tg: TrainingGraph, arrays: list[Any], batch_size: 
     judged as it will run. Only the dtype and the shape are looked at: a
     ``dask.array`` is never computed here.
     """
-    for name, array in zip(tg.placeholders, arrays, strict=True):
+    for i, (name, array) in enumerate(zip(tg.placeholders, arrays, strict=True)):
         if array.ndim == 0:
             raise TrainingError(f"cg.train: the data for placeholder {name!r} is a scalar: give one row per example")
-        # A stand-in of the batch's shape and dtype that takes no memory: every element is the same zero.
-        batch = np.broadcast_to(np.zeros((), dtype=array.dtype), (batch_size, *array.shape[1:]))
         placeholder = graph.tensor(name)
         try:
-            convert_feed(placeholder, batch)
+            convert_feed(placeholder, _batch_like(array, batch_size))
         except CellgraphError as err:
-            raise TrainingError(f"cg.train: data for placeholder {name!r}, in batches of {batch_size}: {err}") from err
+            raise TrainingError(
+                f"cg.train: data for placeholder {name!r}, in batches of {batch_size}: {err}"
+                + _swapped(graph, tg.placeholders, arrays, i, batch_size)
+            ) from err
         # Its numbers too, where a cast narrows them (int64 labels into int32, float64 data past float32's range,
         # which a cast makes inf): one pass, before any replica starts, as a Session's feed check does.
         if isinstance(array, np.ndarray) and not np.can_cast(array.dtype, placeholder.dtype):
@@ -404,6 +405,31 @@ def check_feeds(graph: Graph, tg: TrainingGraph, arrays: list[Any], batch_size: 
                     f"cg.train: data for placeholder {name!r} ({array.dtype}) does not fit {placeholder.dtype}: "
                     f"{outside}"
                 )
+
+
+def _batch_like(array: Any, batch_size: int) -> np.ndarray:
+    """A stand-in of a batch of ``array``'s shape and dtype that takes no memory: every element is the same zero."""
+    return np.broadcast_to(np.zeros((), dtype=array.dtype), (batch_size, *array.shape[1:]))
+
+
+def _swapped(graph: Graph, names: list[str], arrays: list[Any], i: int, batch_size: int) -> str:
+    """A hint when array ``i`` would fit another placeholder: the data given out of order (``--data
+    y_train,x_train``) said only that the labels did not fit the images' placeholder."""
+
+    def fits(name: str, array: Any) -> bool:
+        try:
+            convert_feed(graph.tensor(name), _batch_like(array, batch_size))
+        except CellgraphError:
+            return False
+        return True
+
+    for j in range(len(names)):
+        if j != i and fits(names[j], arrays[i]):
+            return (
+                f". The array given for {names[i]!r} (argument {i + 1}) would fit placeholder {names[j]!r}: give the "
+                f"data in the loss's placeholder order ({', '.join(map(repr, names))})"
+            )
+    return ""
 
 
 def _array(value: Any, placeholder: str) -> Any:

@@ -217,3 +217,17 @@ def test_placeholders_of_another_graph_are_refused(cluster: Cluster, data: digit
             resume_from=None, nonfinite="reject", seed=0, metrics_interval_s=0.5, timeout_s=60.0,
         )  # fmt: skip
         assert spec.arrays[0] is data.x_train and spec.arrays[1] is data.y_train
+
+
+def test_data_given_out_of_order_is_refused_saying_so(cluster: Cluster, data: digits.Split) -> None:
+    """(y_train, x_train) said only that the labels' shape did not fit x (a new user's try with %train --data)."""
+    model = models.mlp()  # x (None, 64) float32, y (None,) int32
+    message = refused(cluster, model.loss, (data.y_train, data.x_train), batch_size=32)
+    expected = session_error(model.loss, {model.x: data.y_train[:32], model.y: data.x_train[:32]})
+    assert message == (
+        f"cg.train: data for placeholder 'x:0', in batches of 32: {expected}. The array given for 'x:0' (argument 1) "
+        "would fit placeholder 'y:0': give the data in the loss's placeholder order ('x:0', 'y:0')"
+    )
+    # Data of the right order but a wrong width gets no such hint.
+    message = refused(cluster, model.loss, (data.x_train[:, :32], data.y_train), batch_size=32)
+    assert message.endswith("has shape (32, 32), expected (None, 64)"), message
