@@ -8,6 +8,7 @@ import contextlib
 import os
 import re
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -310,7 +311,17 @@ def test_a_ps_worker_hung_for_good_fails_the_job_saying_the_servers_did_not_come
 def test_a_server_lost_after_the_last_step_before_the_final_checkpoint_fails_the_job_saying_so(
     local_cluster: Callable[..., Cluster], data: digits.Split, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(supervisor, "WATCH_S", 3.0)  # the job notices its end up to 3 s after its replicas ended
+    # The final checkpoint waits until the server is killed: under load the supervisor could otherwise notice the
+    # end and save before the test killed it (a CI run saw the job finish). The real save then runs, and fails.
+    killed = threading.Event()
+    save = step_watch.StepWatch.save
+
+    def final_after_the_kill(self: step_watch.StepWatch, why: str) -> bool:
+        if why == "final":
+            assert killed.wait(TIMEOUT), "the test did not kill the server"
+        return save(self, why)
+
+    monkeypatch.setattr(step_watch.StepWatch, "save", final_after_the_kill)
     cluster = local_cluster(workers=2, ps=1)
     [ps_worker] = cluster.ps_workers()
     pid = cluster.client.run(os.getpid, workers=[ps_worker])[ps_worker]
@@ -323,6 +334,7 @@ def test_a_server_lost_after_the_last_step_before_the_final_checkpoint_fails_the
         # Running until the final checkpoint is written: before, 'finished' here and 'failed' after the kill.
         assert job.status == "running", job.events
         os.kill(pid, signal.SIGKILL)
+        killed.set()
         # Before: 'finished at global step 62' (the job's last look) and job.variables() raised the lost server's
         # raw ParameterServerError: the values of the steps since the last checkpoint were gone without a word.
         with pytest.raises(TrainingError) as info:
