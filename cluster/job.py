@@ -33,18 +33,15 @@ Examples
 
 from __future__ import annotations
 
-import contextlib
 import math
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
-
-import numpy as np
 
 from cellgraph.dataflow import display
 from cellgraph.dataflow.errors import CellgraphError
@@ -55,8 +52,8 @@ from cellgraph.dataflow.session import Session, feed_tensor
 from cellgraph.dataflow.switch_fold import is_training_switch
 
 from .cluster import CALL_TIMEOUT_S, Cluster
-from .errors import ParameterServerError
 from .job_compile import compile_beside
+from .job_reads import ServerReads
 from .job_spec import JobSpec, PsPlacement, optimizer_config
 from .job_state import JobState, Status
 from .job_tasks import ps_variable, replica_stop_name, replicas_topic, stop_event_name
@@ -204,7 +201,7 @@ def train(
     return Job(replace(spec, overlap=overlap, gpu=gpu), cluster)
 
 
-class Job:
+class Job(ServerReads):
     """A running (or ended) training job: its status, metrics, trained variables, and controls.
 
     Made by ``cg.train``; do not construct it directly.
@@ -318,105 +315,6 @@ class Job:
     def abandoned(self) -> list[int]:
         """The replicas hung after the job's last step that it gave up on (their tasks cancelled), in order."""
         return sorted(self._state.abandoned)
-
-    def global_step(self) -> int:
-        """The parameter servers' global step (the lowest over the shards); waits for a start under way.
-
-        While a parameter server is lost and restarting, or does not answer (gone with its worker or its
-        cluster), the step the job last read: as in Ray's or Horovod's elastic jobs, asking how far the job got
-        does not fail while it recovers, and ``job.events`` says what happened to the server (a restored
-        server goes on from its checkpoint's step, which the next call returns). ``TrainingError`` once the job
-        is closed.
-        """
-        self._started(self._start_deadline(), "job.global_step()")
-        state = self._state
-        if state.ps is None and state.error is not None and not state.closed.is_set():
-            self._client("job.global_step()")  # raises the job's error: it could not start
-        if not state.recovering:  # else the servers' calls would wait up to timeout_s for the one restarting
-            try:
-                step = state.global_step()
-            except ParameterServerError:
-                pass  # before, the raw error of the restarting server ('did not answer Stats after 5 attempt(s)')
-            else:
-                self._read = (step, time.monotonic())
-                return step
-        # The newer of this handle's last reading and the supervisor's (a restored step may be lower).
-        return self._read[0] if self._read[1] > state.step_time else state.step
-
-    def ps_stats(self) -> list[dict[str, Any]]:
-        """Each parameter-server shard's counters, in shard order, as plain dicts (for tables and widgets).
-
-        Keys: ``shard``, ``address``, ``global_step``, ``held_bytes`` (its variables and their optimizer slots:
-        ``placement.ps_load_bytes()`` of its ``ps`` task), ``bytes_in``, ``bytes_out``, ``updates``,
-        ``pushes_applied``, ``pushes_stale``, ``pushes_rejected``, ``steps_skipped`` (dropped for a NaN or Inf
-        gradient, ``nonfinite="skip_step"``), ``calls`` (answered calls by RPC name) and ``checkpoints_written``
-        (by this server for the job, old ones since deleted included).
-        """
-        with self._servers_answer("job.ps_stats()"):
-            stats = self._client("job.ps_stats()").stats()
-        return [
-            {
-                "shard": s.shard,
-                "address": address,
-                "global_step": s.global_step,
-                "held_bytes": sum(v.bytes + v.slot_bytes for v in s.variables),
-                "bytes_in": s.bytes_in,
-                "bytes_out": s.bytes_out,
-                "updates": s.updates,
-                "pushes_applied": s.pushes_applied,
-                "pushes_stale": s.pushes_stale,
-                "pushes_rejected": s.pushes_rejected,
-                "steps_skipped": s.steps_skipped,
-                "calls": dict(s.calls),
-                "checkpoints_written": s.checkpoints_written,
-            }
-            for address, s in zip(self._state.addresses, stats, strict=True)
-        ]
-
-    @contextlib.contextmanager
-    def _servers_answer(self, what: str) -> Iterator[None]:
-        """Around a call to the servers: a job that has failed, or a server that restarts, in the job's words.
-
-        The servers of a job whose scheduler is gone (or whose PS worker was lost for good) answer ``CANCELLED`` or
-        ``UNAVAILABLE``: the job's own error says what happened, where the servers' raw error named only a socket.
-        """
-        state = self._state
-        restarting = TrainingError(
-            f"{what}: a parameter server of job {self.job_id} is restarting (job.events says which); ask again "
-            f"once it is back, within timeout_s={state.spec.timeout_s:g} s"
-        )
-        if state.recovering:  # else the call would wait up to timeout_s for the server that restarts
-            raise restarting
-        try:
-            yield
-        except ParameterServerError as err:
-            if state.error is None and not state.scheduler_lost() and not state.recovering:
-                raise
-            if state.error is not None:
-                raise TrainingError(
-                    f"{state.error}. {what} has nothing to read: the job's parameter servers are gone with it"
-                    f"{self._kept()}"
-                ) from err
-            raise restarting from err
-
-    def _kept(self) -> str:
-        """Where the job's last checkpoint is, for an error that says its servers are gone."""
-        if not self.checkpoints:
-            return ""
-        return (
-            f"; its last checkpoint is {self.checkpoints[-1]} in {self.checkpoint_dir} (cg.save_model, "
-            "cg.onnx.export and %export read values from that folder; cg.train(..., resume_from=) goes on from it)"
-        )
-
-    def _client(self, what: str) -> ParameterClient:
-        self._started(self._start_deadline(), what)
-        state = self._state
-        if state.ps is None and state.error is not None and not state.closed.is_set():
-            # A job that could not start: its own error, where 'is closed' (or 'has no parameter servers') misled.
-            raise TrainingError(f"{state.error}. {what} has nothing to read: the job has no parameter servers")
-        if state.ps is None:
-            raise TrainingError(f"job {self.job_id} is closed: its parameter servers are gone{self._kept()}")
-        return state.ps
 
     def metrics_frame(self) -> Any:
         """``job.metrics`` as a pandas ``DataFrame`` (one row per metrics message, ``METRIC_KEYS`` as columns)."""
@@ -545,11 +443,6 @@ class Job:
         return self
 
     # ------------------------------------------------------------------ results
-    def variables(self) -> dict[str, np.ndarray]:
-        """The trained values of every variable, from the parameter servers."""
-        with self._servers_answer("job.variables()"):
-            return self._client("job.variables()").pull().values
-
     def evaluate(self, fetches: Any, data: Mapping[Any, Any]) -> Any:
         """Run ``fetches`` of the loss's graph on ``data`` with the current trained variables, in this process,
         as inference: every training switch (``cg.layers.training_switch()``) that ``data`` does not feed is
