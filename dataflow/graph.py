@@ -376,11 +376,17 @@ class Graph:
             _default.stack.pop()
 
     @contextmanager
-    def name_scope(self, name: str) -> Iterator[str]:
-        """Prefix the names of nodes made inside with ``name/`` (made unique)."""
-        if not name or "/" in name or ":" in name:
+    def name_scope(self, name: str, reopen: bool = False) -> Iterator[str]:
+        """Prefix the names of nodes made inside with ``name/`` (made unique).
+
+        With ``reopen``, ``name`` is a whole scope that an earlier ``name_scope`` yielded, entered again as it is:
+        what one object builds in two calls (mixed precision's gradients, then its update) shares one scope.
+        """
+        if reopen and (":" in name or not all(name.split("/"))):
+            raise GraphError(f"bad name scope {name!r} to reopen: use a scope that name_scope yielded")
+        if not reopen and (not name or "/" in name or ":" in name):
             raise GraphError(f"bad name scope {name!r}: use a non-empty name without '/' or ':'")
-        scope = self.unique_name(name)
+        scope = name if reopen else self.unique_name(name)
         saved = self._name_stack
         self._name_stack = scope.split("/")
         # Reserve the scope so a sibling scope of the same name gets a suffix.

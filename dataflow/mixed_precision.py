@@ -223,7 +223,13 @@ class MixedPrecision:
                     f"{self.name}.apply_gradients: gradient {g.name!r} of {v.name!r} is not in the graph of the "
                     f"loss scale {self.loss_scale.name!r}; call compute_gradients(loss) in this graph first"
                 )
-        with graph.atomic(), graph.name_scope(name or self._scope):
+        # Without a name, the update joins the scope of compute_gradients, whose nodes it reads (as minimize's do):
+        # a scope of its own made a second box, "mixed_precision_Adam_1", beside the first in GraphView.
+        made_in = self.loss_scale.name.rpartition("/")[0]
+        scope = (
+            graph.name_scope(made_in, reopen=True) if made_in and not name else graph.name_scope(name or self._scope)
+        )
+        with graph.atomic(), scope:
             return self._apply(list(grads_and_vars), global_step)
 
     @property

@@ -191,3 +191,16 @@ def test_a_missing_node_name_says_what_it_may_have_meant() -> None:
     with pytest.raises(cg.GraphError) as info:
         g.node("zzz")
     assert str(info.value) == "no node named 'zzz' in this graph"
+
+
+def test_reopened_name_scope_adds_no_suffix() -> None:
+    g = cg.Graph()
+    with g.as_default():
+        with cg.name_scope("outer"), cg.name_scope("inner") as scope:
+            cg.constant(1.0, name="a")
+        with g.name_scope(scope, reopen=True):
+            b = cg.constant(2.0, name="b")
+    assert b.name == "outer/inner/b:0"
+    with pytest.raises(cg.GraphError, match=r"bad name scope 'outer//inner' to reopen: use a scope that name_scope"):
+        with g.name_scope("outer//inner", reopen=True):
+            pass

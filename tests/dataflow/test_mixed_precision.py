@@ -237,3 +237,30 @@ def test_placement_over_two_ps_tasks_keeps_each_slot_with_its_variable_and_train
     alone, split = run(False), run(True)
     for name in alone:
         np.testing.assert_array_equal(split[name], alone[name])
+
+
+def _train_op_names(split: bool, name: str | None = None) -> tuple[str, list[str]]:
+    """The training op's name and every node name, from ``minimize`` or from compute_gradients + apply_gradients."""
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable([[3.0], [4.0]], name="w")
+        mp = cg.optim.mixed_precision(cg.optim.Adam(0.1))
+        loss = cg.reduce_sum(cg.cast(cg.matmul(mp.cast(cg.constant([[1.0, 1.0]])), mp.cast(w)), "float32"))
+        train = mp.apply_gradients(mp.compute_gradients(loss), name=name) if split else mp.minimize(loss)
+    return train.name, sorted(n.name for n in g.nodes)
+
+
+def test_apply_gradients_builds_in_the_scope_of_compute_gradients() -> None:
+    # A second scope of its own ("mixed_precision_Adam_1") showed in GraphView as a stray box beside the first.
+    name, names = _train_op_names(split=True)
+    assert name == "mixed_precision_Adam/update"
+    assert (name, names) == _train_op_names(split=False)
+    forward = {"w", "const", "half", "half_1", "matmul", "cast", "reduce_sum"}
+    assert {n.split("/")[0] for n in names} - forward == {"mixed_precision_Adam"}
+
+
+def test_apply_gradients_given_a_name_builds_the_update_under_it() -> None:
+    # As the plain optimizer's apply_gradients(name=...): the update is the named scope's.
+    name, names = _train_op_names(split=True, name="train")
+    assert name == "train/update"
+    assert any(n.startswith("train/apply_adam") for n in names)
