@@ -29,7 +29,7 @@ import IPython
 
 from cellgraph.dataflow import graph as graph_module
 from cellgraph.dataflow.cells import CellgraphWarning, CellRun, cell_scope
-from cellgraph.dataflow.graph import Graph, add_graph_hook, get_default_graph
+from cellgraph.dataflow.graph import Graph, Tensor, add_graph_hook, get_default_graph
 
 # What to subtract from shell.execution_count during a cell to get its ``In [n]``: the IPython 9 here counts a
 # cell before it sends pre_run_cell, IPython 8 afterwards. A first guess: post_run_cell checks it on every cell.
@@ -74,9 +74,15 @@ class ActiveCell:
 class CellTracker:
     """Opens a cell scope when a cell starts and closes it, committing or rolling back, when it ends."""
 
-    def __init__(self, shell: Any, named_graphs: Callable[[], Iterable[Graph]]) -> None:
+    def __init__(
+        self,
+        shell: Any,
+        named_graphs: Callable[[], Iterable[Graph]],
+        running_jobs: Callable[[], Iterable[RunningJob]] = tuple,
+    ) -> None:
         self.shell = shell
         self._named_graphs = named_graphs
+        self._running_jobs = running_jobs
         self.active: ActiveCell | None = None
         self._told_no_cell_ids = False
         self._count_offset = _FIRST_GUESS_OFFSET
@@ -178,6 +184,11 @@ class CellTracker:
         active, self.active = self.active, None
         if active is not None:
             _close_scopes(active, error, self.shell)
+            if error is None:  # a cell that raised was rolled back: the graphs are as the jobs found them
+                for job in self._running_jobs():
+                    note = job_note(active, job)
+                    if note is not None:
+                        warnings.warn_explicit(note, CellgraphWarning, *_cell_location(active, self.shell))
 
 
 def _close_scopes(active: ActiveCell, error: BaseException | None, shell: Any = None) -> None:
@@ -246,10 +257,12 @@ def summary(label: str, notes: list[str]) -> str:
     return prefix + "; it ".join(parts)
 
 
-def _warn_at_cell(active: ActiveCell, notes: list[str], shell: Any) -> None:
-    """Say ``notes`` as one ``CellgraphWarning`` at the cell's own code (its first line, or the first resized
-    variable's), as a warning from the user's code would show, not at this extension's file."""
-    label = active.runs[0].label if active.runs else str(active.label or active.cell_id)
+def _label(active: ActiveCell) -> str:
+    return active.runs[0].label if active.runs else str(active.label or active.cell_id)
+
+
+def _cell_location(active: ActiveCell, shell: Any) -> tuple[str, int]:
+    """Where a warning about ``active`` is located: the file IPython compiled the cell into, line 1."""
     number = int(active.label[1:-1]) if active.label else None
     filename = f"Cell In{active.label}" if active.label else f"cell {active.cell_id}"
     # IPython files each cell's code under a name (a temporary .py in ipykernel) that linecache can read,
@@ -258,6 +271,60 @@ def _warn_at_cell(active: ActiveCell, notes: list[str], shell: Any) -> None:
     matching = [name for name, n in names.items() if n == number]
     if matching:
         filename = matching[-1]
+    return filename, 1
+
+
+def _warn_at_cell(active: ActiveCell, notes: list[str], shell: Any) -> None:
+    """Say ``notes`` as one ``CellgraphWarning`` at the cell's own code (its first line, or the first resized
+    variable's), as a warning from the user's code would show, not at this extension's file."""
+    filename, first = _cell_location(active, shell)
     resized = {m["name"] for m in map(_RESIZED.fullmatch, notes) if m is not None}
     lines = [node.line for run in active.runs for node in run.new if node.name in resized and node.line]
-    warnings.warn_explicit(summary(label, notes), CellgraphWarning, filename, min(lines, default=1))
+    warnings.warn_explicit(summary(_label(active), notes), CellgraphWarning, filename, min(lines, default=first))
+
+
+@dataclass
+class RunningJob:
+    """A job still starting or running, as the cell tracker needs it: its loss, and how the notebook names it."""
+
+    job_id: str
+    status: str
+    loss: Tensor
+    variable: str | None  # the notebook's name for it (``job``), if one is bound to it
+    magic: bool  # started by %train (else by cg.train)
+
+
+def job_note(active: ActiveCell, job: RunningJob) -> str | None:
+    """What to say when the cell that just ran replaced nodes that ``job``'s loss is built from: the job keeps
+    training the graph it was given (its step was serialized at its start), and the new graph needs a new job.
+
+    ``None`` when the cell left the job's nodes alone, or made the job's loss itself (a job it started).
+    """
+    graph, node = job.loss.graph, job.loss.node
+    runs = [run for run in active.runs if run.graph is graph]
+    if any(made is node for run in runs for made in run.new):
+        return None
+    replaced = {name for run in runs for name in run.old}
+    if not replaced:
+        return None
+    # Everything the loss is built from, by name: a re-run's new nodes keep the old ones' names, and the loss
+    # (re-bound to them, or itself replaced) still reaches each name its step holds.
+    seen: set[str] = set()
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        todo += [t.node for t in current.inputs] + list(current.control_inputs)
+    changed = sorted(replaced & seen)
+    if not changed:
+        return None
+    listed = ", ".join(repr(name) for name in changed[:3]) + (", ..." if len(changed) > 3 else "")
+    handle = job.variable or "the job"
+    again = "%train" if job.magic else "cg.train(...)"
+    return (
+        f"re-running cell {_label(active)} changed {len(changed)} node(s) that the {job.status} job {job.job_id} "
+        f"trains ({listed}); the job keeps training the graph as it was when it started. To train the new "
+        f"graph: {handle}.stop(), then {again} again"
+    )

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
 from cellgraph.dataflow.graph import Graph
 
 from . import completions, tracebacks
-from .cells import CellTracker
+from .cells import CellTracker, RunningJob
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -34,7 +35,7 @@ class Extension:
     def __init__(self, shell: InteractiveShell) -> None:
         self.shell = shell
         self.graphs: dict[str, Graph] = {}
-        self.tracker = CellTracker(shell, lambda: list(self.graphs.values()))
+        self.tracker = CellTracker(shell, lambda: list(self.graphs.values()), self.running_jobs)
         self.cluster: Cluster | None = None
         self.jobs: list[Job] = []
         self.magics: list[Magics] = []
@@ -43,6 +44,26 @@ class Extension:
         self.showing_errors = False  # its handler shows cellgraph's errors (tracebacks.py)
         self.warning_format: tracebacks.WarningFormat | None = None
         self._atexit = False
+
+    def running_jobs(self) -> list[RunningJob]:
+        """The jobs still starting or running: those %train started, and any ``cg.train`` job the notebook holds
+        by a name (a re-run cell warns that they keep training the graph as it was)."""
+        if "cellgraph.cluster.job" not in sys.modules:  # no job can exist, and Dask need not be imported
+            return []
+        from cellgraph.cluster.job import Job
+
+        found = {id(job): job for job in self.jobs}
+        names: dict[int, str] = {}
+        for name, value in list(self.shell.user_ns.items()):
+            if isinstance(value, Job) and not name.startswith("_"):  # not Out's _, __, _7
+                found.setdefault(id(value), value)
+                names.setdefault(id(value), name)
+        mine = {id(job) for job in self.jobs}
+        return [
+            RunningJob(job.job_id, job.status, job.loss, names.get(key), key in mine)
+            for key, job in found.items()
+            if job.status in ("starting", "running")
+        ]
 
     def current_cluster(self) -> Cluster | None:
         """The open cluster the magics work on: the one ``%cluster`` started, else a ``cg.Cluster`` named ``cluster``."""

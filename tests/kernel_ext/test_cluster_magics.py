@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+import cellgraph as cg
 from cellgraph.cluster.cluster import Cluster
 from cellgraph.cluster.job import Job
+from cellgraph.kernel_ext.cells import ActiveCell, RunningJob, job_note
 from cellgraph.kernel_ext.display import PlacementTable
 from cellgraph.kernel_ext.extension import extension_of
 
-from .shells import new_shell, ok, refused
+from .shells import new_shell, ok, refused, run
 
 TIMEOUT = 120.0
 PS, WORKER = "/job:ps/task:0/device:cpu:0", "/job:worker/task:0/device:cpu:0"
@@ -178,6 +181,68 @@ def test_train_resumes_from_the_checkpoints_of_an_earlier_job(notebook: Interact
         )
     finally:
         second.close()
+
+
+# A small model in a named graph (a %%graph cell) and its loss built in a plain cell, each re-run while a job trains.
+SMALL = """%%graph small --no-show
+sx = cg.placeholder((None, 64), "float32", name="x")
+sy = cg.placeholder((None,), "int32", name="y")
+slogits = cg.layers.dense(sx, 10, name="logits")
+"""
+SMALL_LOSS = "with small.as_default():\n    small_loss = cg.losses.sparse_softmax_cross_entropy(slogits, sy)\n"
+SMALL_EXTRA = "with small.as_default():\n    extra = cg.constant(1.0, name='extra')\n"
+
+
+def job_warnings(shell: InteractiveShell, source: str, cell_id: str) -> tuple[int, list[str]]:
+    """Run a cell that must succeed; its ``In [n]`` and the warnings it gave about jobs."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        number = ok(shell, source, cell_id).execution_count
+    return number, [str(w.message) for w in caught if w.category is cg.CellgraphWarning and " job " in str(w.message)]
+
+
+@pytest.mark.slow
+def test_a_cell_re_run_while_a_job_trains_its_graph_says_the_job_trains_the_old_one(notebook: InteractiveShell) -> None:
+    # Re-running the model's cell while a job trained it said nothing: the job goes on with the graph it started
+    # with, and the user thought the new one trained.
+    ok(notebook, SMALL, "small-model")
+    ok(notebook, SMALL_LOSS, "small-loss")
+    ok(notebook, SMALL_EXTRA, "small-extra")
+    ok(notebook, f"%train small_loss {DATA} --mode async --steps 1000000 --batch-size 32 --no-show")
+    job = notebook.user_ns["job"]
+    try:
+        job.global_step()  # waits for the start
+        advice = "the job keeps training the graph as it was when it started. To train the new graph: job.stop(), then %train again"
+        n, said = job_warnings(notebook, SMALL, "small-model")  # a %%graph cell
+        assert said == [
+            f"re-running cell [{n}] changed 6 node(s) that the running job {job.job_id} trains ('logits/bias', "
+            f"'logits/bias_add', 'logits/kernel', ...); {advice}"
+        ], said
+        n, said = job_warnings(notebook, SMALL_LOSS, "small-loss")  # a plain cell
+        assert len(said) == 1 and said[0].startswith(f"re-running cell [{n}] changed ") and said[0].endswith(advice)
+        # A node the loss does not use, or a cell that raised (rolled back), changes nothing the job trains.
+        assert job_warnings(notebook, SMALL_EXTRA, "small-extra")[1] == []
+        assert not run(notebook, SMALL_LOSS + "1 / 0\n", "small-loss").success
+        job.stop(timeout=TIMEOUT)
+        assert job_warnings(notebook, SMALL, "small-model")[1] == []  # a stopped job trains nothing
+    finally:
+        job.close()
+
+
+def test_a_cg_train_job_is_told_to_start_again_with_cg_train() -> None:
+    # The words for a job a plain cell started (cg.train), bound to a name of the user's: the cell re-run replaces
+    # the loss's own node.
+    graph = cg.Graph()
+    with graph.as_default(), cg.cell_scope("model", "[1]"):
+        loss = cg.reduce_sum(cg.placeholder((None, 3), "float32", name="x"), name="loss")
+    with graph.as_default(), cg.cell_scope("model", "[2]") as rerun:
+        cg.reduce_sum(cg.placeholder((None, 3), "float32", name="x"), name="loss")
+    active = ActiveCell(None, "model", "[2]", runs=[rerun])
+    note = job_note(active, RunningJob("job-1234abcd", "starting", loss, "mine", magic=False))
+    assert note == (
+        "re-running cell [2] changed 2 node(s) that the starting job job-1234abcd trains ('loss', 'x'); the job keeps "
+        "training the graph as it was when it started. To train the new graph: mine.stop(), then cg.train(...) again"
+    )
 
 
 @pytest.mark.slow
