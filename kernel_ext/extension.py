@@ -45,9 +45,9 @@ class Extension:
         self.warning_format: tracebacks.WarningFormat | None = None
         self._atexit = False
 
-    def running_jobs(self) -> list[RunningJob]:
-        """The jobs still starting or running: those %train started, and any ``cg.train`` job the notebook holds
-        by a name (a re-run cell warns that they keep training the graph as it was)."""
+    def live_jobs(self) -> list[tuple[Job, str | None]]:
+        """The jobs still starting or running, each with the notebook's name for it (``None`` if it has none): those
+        %train started, and any ``cg.train`` job the notebook holds by a name."""
         if "cellgraph.cluster.job" not in sys.modules:  # no job can exist, and Dask need not be imported
             return []
         from cellgraph.cluster.job import Job
@@ -58,11 +58,14 @@ class Extension:
             if isinstance(value, Job) and not name.startswith("_"):  # not Out's _, __, _7
                 found.setdefault(id(value), value)
                 names.setdefault(id(value), name)
-        mine = {id(job) for job in self.jobs}
+        return [(job, names.get(key)) for key, job in found.items() if job.status in ("starting", "running")]
+
+    def running_jobs(self) -> list[RunningJob]:
+        """``live_jobs`` as the cell tracker needs them: a re-run cell warns that they keep training the graph as
+        it was."""
         return [
-            RunningJob(job.job_id, job.status, job.loss, names.get(key), key in mine)
-            for key, job in found.items()
-            if job.status in ("starting", "running")
+            RunningJob(job.job_id, job.status, job.loss, name, any(job is mine for mine in self.jobs))
+            for job, name in self.live_jobs()
         ]
 
     def current_cluster(self) -> Cluster | None:

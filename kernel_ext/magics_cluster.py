@@ -174,16 +174,22 @@ class ClusterMagics(Magics):
         show_as("cluster_view", "ClusterView", cluster)
 
     def _down(self) -> None:
+        current = self.ext.current_cluster()
+        live = [(job, name, job.status) for job, name in self.ext.live_jobs() if job.cluster is current]
         cluster = self.ext.close_cluster()
         if cluster is None:
             print("no cluster is up: nothing to close")
-        elif cluster.kind == "local":
+            return
+        if cluster.kind == "local":
             print(f"closed the cluster at {cluster.scheduler_address}")
         else:  # %cluster connect's (or a wrapped client's): only this notebook's hold on it goes
             print(
                 f"disconnected from the cluster at {cluster.scheduler_address} ({cluster.kind}): its scheduler and "
                 "workers keep running"
             )
+        # Its jobs end with it: a job that was training must not stop without a word.
+        for job, name, was in live:
+            print(stopped_job_line(job.job_id, name, was, job.steps, job.events, job.status))
 
     def _scale(self, n: int, timeout: float) -> None:
         cluster = self.ext.current_cluster()
@@ -208,3 +214,19 @@ class ClusterMagics(Magics):
             )
         print(f"training workers: {before} -> {n}")
         show_as("cluster_view", "ClusterView", cluster)
+
+
+_AT_STEP = re.compile(r"at global step (\d+)")
+
+
+def stopped_job_line(job_id: str, name: str | None, was: str, steps: int, events: list[str], status: str) -> str:
+    """The line ``%cluster down`` says of a job that was starting or running on the cluster it closed.
+
+    >>> stopped_job_line("job-1a2b3c4d", "job", "running", 1000, ["12:00:02 closed while training, at global step 120: the job is stopped"], "stopped")
+    'job job-1a2b3c4d (`job`), which was running on it, is stopped at global step 120 of 1000'
+    """
+    bound = f" (`{name}`)" if name else ""
+    # The job's own event says where it stopped: the servers are gone now, and job.global_step() with them.
+    found = next((m for m in map(_AT_STEP.search, reversed(events)) if m is not None), None)
+    where = f" at global step {found.group(1)} of {steps}" if found is not None and was == "running" else ""
+    return f"job {job_id}{bound}, which was {'still starting' if was == 'starting' else was} on it, is {status}{where}"

@@ -310,9 +310,16 @@ def test_down_closes_the_cluster_and_its_jobs(notebook: InteractiveShell, capsys
     cluster = notebook.user_ns["cluster"]
     ok(notebook, f"%train loss {DATA} --mode async --steps 1000000 --batch-size 32 --no-show")
     job = notebook.user_ns["job"]
+    job.global_step()  # waits for the start
     capsys.readouterr()
     ok(notebook, "%cluster down")
-    assert capsys.readouterr().out == f"closed the cluster at {cluster.scheduler_address}\n"
+    # It said only "closed the cluster at ...": the running job stopped without a word.
+    out = capsys.readouterr().out
+    assert re.fullmatch(
+        f"closed the cluster at {cluster.scheduler_address}\n"
+        f"job {job.job_id} \\(`job`\\), which was running on it, is stopped at global step \\d+ of 1000000\n",
+        out,
+    ), out
     assert cluster.closed and "cluster" not in notebook.user_ns and job._closed
     assert extension_of(notebook).jobs == []
 
