@@ -110,4 +110,7 @@ class ClusterView(anywidget.AnyWidget):
             self.refresh()
 
     def __repr__(self) -> str:
-        return f"<ClusterView of {self.scheduler} ({self.kind}): {len(self.workers)} worker(s)>"
+        head = f"<ClusterView of {self.scheduler} ({self.kind}): {len(self.workers)} worker(s)"
+        if self.comm is None:  # closed: IPython shows only this text now, where the view was (ipywidgets' close)
+            return head + ", closed: display the cluster again (or %cluster status) for a new view>"
+        return head + ">"

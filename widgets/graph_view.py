@@ -84,6 +84,12 @@ class GraphView(anywidget.AnyWidget):
     def graph(self) -> Graph:
         return self._model.graph
 
+    def __repr__(self) -> str:
+        head = f"<GraphView of {self.graph.describe()}"
+        if self.comm is None:  # closed: IPython shows only this text now, where the view was (ipywidgets' close)
+            return head + ", closed: display the graph itself again (or %graph NAME) for a new view>"
+        return head + ">"
+
     @property
     def placement(self) -> Placement | None:
         return self._model.placement

@@ -347,7 +347,10 @@ class TrainingMonitor(widgets.VBox):
         super().close()
 
     def __repr__(self) -> str:
-        return f"<TrainingMonitor of job {self.job.job_id}: {self.job.status}, {self.updates} update(s)>"
+        head = f"<TrainingMonitor of job {self.job.job_id}: {self.job.status}, {self.updates} update(s)"
+        if self.comm is None:  # closed: IPython shows only this text now, where the monitor was (ipywidgets' close)
+            return head + ", closed: display the job itself again for a new monitor>"
+        return head + ">"
 
 
 def _close_boxes(children: Sequence[widgets.Widget]) -> None:

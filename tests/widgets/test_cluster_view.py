@@ -82,6 +82,11 @@ def test_a_closed_cluster_says_so() -> None:
     assert view.error == "the cluster is closed: cg.Cluster.local() (or Cluster.connect) starts another"
     assert cluster_text(small) == f"Cluster {small.scheduler_address} (local), closed"
     view.close()
+    # Displayed after close() (ipywidgets leaves IPython only the text): it says how to show the cluster anew.
+    assert repr(view) == (
+        f"<ClusterView of {small.scheduler_address} (local): 0 worker(s), closed: display the cluster again (or "
+        "%cluster status) for a new view>"
+    )
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from cellgraph.widgets.graph_view import GraphView, GraphViewError
 
 PS = "/job:ps/task:0/device:cpu:0"
 WORKER = "/job:worker/task:0/device:cpu:0"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def browser_sends(view: GraphView, content: dict[str, Any]) -> None:
@@ -233,3 +234,18 @@ def test_graph_is_shown_as_a_graph_view_in_a_kernel() -> None:
     assert "application/vnd.jupyter.widget-view+json" in data
     assert data["text/plain"].startswith(f"Graph: {len(mlp().graph)} nodes")
     assert nb.cells[1].outputs[0]["text"] == "1 True\n"
+
+
+def test_a_closed_view_displayed_again_says_how_to_draw_a_new_one() -> None:
+    # ipywidgets' close() leaves IPython only the text repr, which was '<...GraphView object at 0x7f...>'.
+    from IPython.core.formatters import DisplayFormatter
+
+    graph = cell_graph()
+    view = GraphView(graph)
+    bundle = DisplayFormatter().format(view)[0]
+    assert bundle["text/plain"] == f"<GraphView of {graph.describe()}>" and WIDGET_MIME in bundle
+    view.close()
+    assert DisplayFormatter().format(view)[0] == {
+        "text/plain": f"<GraphView of {graph.describe()}, closed: display the graph itself again (or %graph NAME) "
+        "for a new view>"
+    }

@@ -191,6 +191,20 @@ def test_series_names_the_columns_it_keeps() -> None:
 
 
 # ---------------------------------------------------------------------- a real cluster
+def test_a_closed_monitor_displayed_again_says_how_to_get_a_new_one() -> None:
+    # ipywidgets' close() leaves IPython only the text repr: it said nothing of the monitor being closed.
+    from IPython.core.formatters import DisplayFormatter
+
+    from cellgraph.testing.recorded_job import RecordedJob
+
+    monitor = TrainingMonitor(RecordedJob(replicas=1, steps=100, job_id="job-closed"))
+    monitor.close()
+    assert DisplayFormatter().format(monitor)[0] == {
+        "text/plain": f"<TrainingMonitor of job job-closed: running, {monitor.updates} update(s), closed: display the "
+        "job itself again for a new monitor>"
+    }
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     with Cluster.local(workers=2, ps=1) as local:
