@@ -38,12 +38,22 @@ def _trainable_inputs(loss: Tensor) -> list[Tensor]:
 
 
 class Optimizer:
-    """Base class: a subclass names its registry entry (``kind``), whose slots it keeps and whose op it applies."""
+    """Base class: a subclass names its registry entry (``kind``), whose slots it keeps and whose op it applies.
+
+    One optimizer keeps one set of slots per variable: a second ``minimize`` or ``apply_gradients`` of a variable
+    (a second loss trained by turns) continues the first one's moments and step count, as one ``torch.optim``
+    optimizer does; two optimizer objects keep two sets.
+    """
 
     name = "Optimizer"
     kind: ClassVar[str] = ""
 
     def __init__(self, learning_rate: float | Schedule, **hyperparameters: Value) -> None:
+        # Each variable's slots, made at its first update: a second minimize or apply_gradients of the same
+        # variable by this optimizer continues them, as one torch.optim optimizer (and a TensorFlow 1 one) keeps
+        # one state per parameter. Each call made its own before, so training a variable on two losses by
+        # turns kept two Adam moments and step counts, each seeing half the steps, without a word.
+        self._slots: dict[Node, dict[str, Tensor]] = {}
         given: dict[str, Value] = dict(hyperparameters)
         if isinstance(learning_rate, Schedule):
             # A schedule checked its own fields when it was made (a warm-up may well start at 0).
@@ -135,9 +145,19 @@ class Optimizer:
         for _, var in pairs:
             if var.dtype not in lrs:
                 lrs[var.dtype] = self._learning_rate(global_step, var.dtype)
-            kept = self.definition.slots_for(self.hyperparameters)  # a flag may add one (amsgrad's vhat)
-            slots_of.append({s.name: self._slot(graph, var, s.name, s.scalar) for s in kept})
+            slots_of.append(self._slots_of(graph, var))
         return lrs, slots_of
+
+    def _slots_of(self, graph: Graph, var: Tensor) -> dict[str, Tensor]:
+        """``var``'s slots by slot name: those this optimizer made for it while they are still in ``graph`` (a
+        re-run cell or a rejected build takes them out), else new ones."""
+        known = self._slots.get(var.node)
+        if known is not None and all(slot in graph for slot in known.values()):
+            return known
+        kept = self.definition.slots_for(self.hyperparameters)  # a flag may add one (amsgrad's vhat)
+        made = {s.name: self._slot(graph, var, s.name, s.scalar) for s in kept}
+        self._slots[var.node] = made
+        return made
 
     def _updates(
         self,
