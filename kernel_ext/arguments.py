@@ -219,8 +219,10 @@ def lookup(namespace: Mapping[str, Any], path: str, what: str) -> Any:
     """
     parts = path.split(".")
     if not all(part.isidentifier() for part in parts):
+        example = "data.x_train" if what == "--data" else "model.loss"
         raise LookupError(f"{what} {path!r} is not a name: give a variable of the notebook, or an attribute path "
-                          "such as model.loss")  # fmt: skip
+                          f"such as {example} (a magic evaluates no code: bind the value to a name in a cell "
+                          "first)")  # fmt: skip
     if parts[0] not in namespace:
         raise LookupError(f"{what} {path!r} is not defined in the notebook: run the cell that makes {parts[0]} first")
     value = namespace[parts[0]]

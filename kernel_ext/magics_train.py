@@ -156,6 +156,11 @@ class TrainMagics(Magics):
             loss = lookup(ns, args.loss, "LOSS")
             if args.data is None:
                 raise LookupError("--data is missing: name the training arrays, e.g. --data x_train,y_train")
+            if CODE.search(args.data):  # x_train[:, :10] split at its comma: say what is wrong with the whole
+                raise LookupError(
+                    f"--data {args.data!r} is code, not names: %train looks the arrays up by name and evaluates "
+                    "nothing; bind them to names in a cell first (x_part = x_train[:100]), then --data x_part,..."
+                )
             names = [name.strip() for name in args.data.split(",")]
             if "" in names:  # --data x_train, (a space after the comma ended the word)
                 raise LookupError(f"--data {args.data!r} has an empty name: write the names without spaces, e.g. "
@@ -170,6 +175,8 @@ class TrainMagics(Magics):
         data = values[0] if len(values) == 1 and isinstance(values[0], tuple | dict) else tuple(values)
         return loss, data, opt
 
+
+CODE = re.compile(r"[][(){}+*/=]")  # what a list of names and attribute paths never holds, and code often does
 
 # cg.train's keywords in its messages, as %train's flags: the user typed flags, and cannot pass a keyword.
 FLAG_WORDS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [

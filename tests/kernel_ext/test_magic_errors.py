@@ -55,7 +55,18 @@ TRAIN_CASES = [
     ("%train loss.grad --data X,Y", "%train: LOSS 'loss.grad': loss (a Tensor) has no attribute 'grad'"),
     (
         "%train 'loss + 1' --data X,Y",
-        "%train: LOSS 'loss + 1' is not a name: give a variable of the notebook, or an attribute path such as model.loss",
+        "%train: LOSS 'loss + 1' is not a name: give a variable of the notebook, or an attribute path such as "
+        "model.loss (a magic evaluates no code: bind the value to a name in a cell first)",
+    ),
+    (  # split at the slice's comma, it said "--data 'X[:' is not a name"
+        "%train loss --data X[:,:10],Y",
+        "%train: --data 'X[:,:10],Y' is code, not names: %train looks the arrays up by name and evaluates nothing; "
+        "bind them to names in a cell first (x_part = x_train[:100]), then --data x_part,...",
+    ),
+    (
+        "%train loss --data X,Y-1",
+        "%train: --data 'Y-1' is not a name: give a variable of the notebook, or an attribute path such as "
+        "data.x_train (a magic evaluates no code: bind the value to a name in a cell first)",
     ),
     ("%train n --data X,Y", "%train: LOSS 'n' is a int, not a cg.Tensor"),
     ("%train loss", "%train: --data is missing: name the training arrays, e.g. --data x_train,y_train"),
