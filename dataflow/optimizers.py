@@ -129,6 +129,17 @@ class Optimizer:
                     "variables: keep it float32 and train with cg.optim.mixed_precision (float32 master weights, "
                     f"{var.dtype} compute)"
                 )
+        seen: set[Node] = set()
+        for _, var in pairs:
+            # Two updates of one variable in one step: SGD's two steps add up to the summed gradient's, but Adam's
+            # (or any kind with slots) are two steps, its step count moved twice; no torch.optim step does either.
+            if var.node in seen:
+                raise GraphError(
+                    f"{self.name}: variable {var.node.name!r} has two gradients in one apply_gradients; one step "
+                    "applies one gradient per variable: add them first (cg.add(g1, g2)), or give each loss its "
+                    "own training op"
+                )
+            seen.add(var.node)
         if isinstance(self.learning_rate, Schedule) and global_step is None:
             raise GraphError(
                 f"{self.name}: learning rate {self.learning_rate!r} is a schedule of the global step; pass "

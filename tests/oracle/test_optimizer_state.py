@@ -134,3 +134,22 @@ def test_a_rerun_cell_makes_the_slots_it_took_out_again() -> None:
     sess.run(train)
     # Adam's first step (t = 1) moves every element by the rate: m / sqrt(v) is the gradient's sign.
     np.testing.assert_allclose(sess.run(w), START - 0.1 * np.sign(START), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_two_gradients_of_one_variable_in_one_step_are_refused(kind: str) -> None:
+    """Applied one after the other they were two Adam steps (t moved twice) where torch takes one of their sum."""
+    g = cg.Graph()
+    with g.as_default():
+        w = cg.variable(START, dtype="float64", name="w")
+        opt = cg.optim.SGD(0.1) if kind == "sgd" else cg.optim.Adam(0.1)
+        pairs = opt.compute_gradients(cg.reduce_sum(w * w)) + opt.compute_gradients(cg.reduce_sum(w * 3.0))
+        with pytest.raises(cg.GraphError) as err:
+            opt.apply_gradients(pairs)
+        with pytest.raises(cg.GraphError, match="variable 'w' has two gradients in one apply_gradients"):
+            opt.minimize(cg.reduce_sum(w * w), var_list=[w, w])
+    assert str(err.value) == (
+        f"{opt.name}: variable 'w' has two gradients in one apply_gradients; one step applies one gradient per "
+        "variable: add them first (cg.add(g1, g2)), or give each loss its own training op"
+    )
+    assert not any(n.op.startswith("Apply") for n in g.nodes)  # refused before anything was built
