@@ -103,6 +103,10 @@ class Extension:
                 job.close()
             self.jobs.remove(job)
         cluster.close()
+        views = sys.modules.get("cellgraph.widgets.cluster_view")  # not imported: no view was ever made
+        if views is not None:
+            with contextlib.suppress(Exception):  # a view that cannot redraw must not fail the close
+                views.refresh_views_of(cluster)
         if self.shell.user_ns.get("cluster") is cluster:
             del self.shell.user_ns["cluster"]
         if self.cluster is cluster:

@@ -16,6 +16,7 @@ Examples
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,18 @@ from .reprs import no_workers, unreadable
 
 if TYPE_CHECKING:
     from cellgraph.cluster.cluster import Cluster, WorkerInfo
+
+
+# Every view made in this process, for ``refresh_views_of``: weakly, as a view goes with its output.
+_VIEWS: weakref.WeakSet[ClusterView] = weakref.WeakSet()
+
+
+def refresh_views_of(cluster: Cluster) -> None:
+    """Read ``cluster`` again in each open view of it: ``%cluster down`` calls this, so that a view shown earlier
+    says the cluster is closed instead of listing the workers it had."""
+    for view in list(_VIEWS):
+        if view.cluster is cluster and view.comm is not None:
+            view.refresh()
 
 
 def worker_row(info: WorkerInfo, devices: list[str]) -> dict[str, Any]:
@@ -80,6 +93,7 @@ class ClusterView(anywidget.AnyWidget):
         self.cluster = cluster
         self.on_msg(self._on_message)
         self.refresh()
+        _VIEWS.add(self)
 
     def refresh(self) -> None:
         """Read the cluster's workers, devices, memory and dashboard link again (calls to its scheduler)."""

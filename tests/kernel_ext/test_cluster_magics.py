@@ -16,6 +16,7 @@ from cellgraph.cluster.job import Job
 from cellgraph.kernel_ext.cells import ActiveCell, RunningJob, job_note
 from cellgraph.kernel_ext.display import PlacementTable
 from cellgraph.kernel_ext.extension import extension_of
+from cellgraph.widgets import ClusterView
 
 from .shells import new_shell, ok, refused, run
 
@@ -311,8 +312,12 @@ def test_down_closes_the_cluster_and_its_jobs(notebook: InteractiveShell, capsys
     ok(notebook, f"%train loss {DATA} --mode async --steps 1000000 --batch-size 32 --no-show")
     job = notebook.user_ns["job"]
     job.global_step()  # waits for the start
+    view = ClusterView(cluster)  # as %cluster up showed it
     capsys.readouterr()
     ok(notebook, "%cluster down")
+    # The view went on listing the workers of the closed cluster, and its dashboard link.
+    assert view.closed and view.workers == [] and view.dashboard_link == ""
+    assert view.error == "the cluster is closed: cg.Cluster.local() (or Cluster.connect) starts another"
     # It said only "closed the cluster at ...": the running job stopped without a word.
     out = capsys.readouterr().out
     assert re.fullmatch(
