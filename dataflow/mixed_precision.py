@@ -49,7 +49,7 @@ import numpy as np
 from .cells import CellgraphWarning
 from .dtypes import FLOATS, HALF_FLOATS, as_dtype
 from .errors import DTypeError, GradientError, GraphError
-from .graph import Node, Tensor
+from .graph import Graph, Node, Tensor
 from .opdef import InferContext, KernelContext, OpDef, TensorSpec, not_differentiable, register_op
 from .ops.base import TensorLike, apply, as_tensor
 from .ops.logic import is_finite, logical_and
@@ -139,6 +139,9 @@ class MixedPrecision:
         self.loss_scale: Tensor | None = None  # the scale variable, once minimize or compute_gradients made it
         self.gradients_finite: Tensor | None = None  # whether every unscaled gradient of that step is finite
         self._unscaled: list[Tensor] = []  # the gradients gradients_finite checked
+        # The scale and its two counters, made once: every training op of this wrapper (two losses trained by
+        # turns) reads and moves the one scale, as one torch.amp.GradScaler (or Keras LossScaleOptimizer) does.
+        self._scale_state: tuple[Tensor, Tensor, Tensor] | None = None
 
     @property
     def name(self) -> str:
@@ -236,6 +239,19 @@ class MixedPrecision:
     def _scope(self) -> str:
         return self.name.replace("(", "_").replace(")", "")
 
+    def _scale_variables(self, graph: Graph) -> tuple[Tensor, Tensor, Tensor]:
+        """The loss scale and its good-step and step counters: those this wrapper made while they are still in
+        ``graph`` (a re-run cell or a rejected build takes them out), else new ones."""
+        known = self._scale_state
+        if known is not None and all(t in graph for t in known):
+            return known
+        self._scale_state = (
+            variable(np.float32(self.initial_scale), dtype="float32", name="loss_scale", trainable=False),
+            variable(np.int64(0), dtype="int64", name="loss_scale/good_steps", trainable=False),
+            variable(np.int64(0), dtype="int64", name="loss_scale/steps", trainable=False),
+        )
+        return self._scale_state
+
     def _unscaled_gradients(self, loss: Tensor, var_list: Sequence[Tensor] | None) -> list[tuple[Tensor, Tensor]]:
         """Scale ``loss``, differentiate, divide each gradient by the scale; sets ``loss_scale`` and
         ``gradients_finite``. The pairs with a gradient, in the variables' order."""
@@ -244,7 +260,7 @@ class MixedPrecision:
                 f"{self.name}: the loss {loss.name!r} must be a float32 or float64 scalar, got {loss.dtype} of "
                 f"shape {loss.shape}; cast the logits to float32 (cg.cast(logits, 'float32')) before the loss"
             )
-        scale = variable(np.float32(self.initial_scale), dtype="float32", name="loss_scale", trainable=False)
+        scale = self._scale_variables(loss.graph)[0]
         scaled = mul(cast(loss, "float32") if loss.dtype != "float32" else loss, scale, name="scaled_loss")
         pairs = self.optimizer.compute_gradients(scaled, var_list)
         for _, var in pairs:
@@ -289,8 +305,7 @@ class MixedPrecision:
             for t, before in kept:
                 with graph.colocate_with(t):
                     restores.append(assign(t, where(finite, t, before), name="keep_if_finite"))
-        good = variable(np.int64(0), dtype="int64", name="loss_scale/good_steps", trainable=False)
-        steps = variable(np.int64(0), dtype="int64", name="loss_scale/steps", trainable=False)
+        _, good, steps = self._scale_variables(graph)
         with graph.control_dependencies(restores):
             rescale = apply(
                 "UpdateLossScale", [scale, good, steps, finite], {"growth_interval": self.growth_interval},
