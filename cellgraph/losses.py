@@ -64,14 +64,14 @@ def _dtype_of(value: TensorLike) -> str | None:
 
 def _same_shape(loss: str, what: str, a: Tensor, b: Tensor, other: str) -> Tensor:
     """``a``, which must have ``b``'s shape: a ShapeError when the graph is built, and a failed run when a fed
-    size differs (``a`` reshaped to ``b``'s run-time shape). Targets fed for 1 example against 3 predictions
+    shape differs (a same-shape ``ReshapeLike``: a transposed array of ``b``'s size fails too). Targets fed for 1 example against 3 predictions
     broadcast before, and the loss of every prediction against that one target was returned without a word
     (PyTorch's binary_cross_entropy_with_logits and cross_entropy refuse it)."""
     if not fits(a.shape, b.shape):
         raise ShapeError(f"{loss}: {what} has shape {fmt(a.shape)} but {other} has {fmt(b.shape)}; they must match")
     if a.shape == b.shape and None not in a.shape:
         return a
-    return array.reshape_like(a, b, name=f"{what}_in_the_shape_of_{other}")
+    return array.reshape_like(a, b, name=f"{what}_in_the_shape_of_{other}", same_shape=True)
 
 
 def _reduce(per: Tensor, reduction: str, name: str) -> Tensor:

@@ -37,9 +37,14 @@ def accuracy(logits: Tensor, labels: Tensor, name: str = "accuracy") -> Tensor:
             f"accuracy {name!r}: labels have shape {fmt(labels.shape)} but logits {fmt(logits.shape)} need one "
             f"class index per row: shape {fmt(rows)} (or {fmt((*rows, 1))})"
         )
-    # Reshaped to the predictions' run-time shape: a (batch, 1) column becomes (batch,), and labels of another
-    # size fail the run instead of broadcasting against the predictions.
-    wanted = array.reshape_like(math.cast(labels, "int32"), predicted, name=f"{name}_labels")
+    # A (batch, 1) column is read as (batch,) (its squeeze fails the run on a wider one); then the labels must
+    # have the predictions' run-time shape: of another size they broadcast against them, and of the same size
+    # but another shape ((time, batch) for (batch, time)) a reshape read them in the wrong order.
+    # Not cast when int32 already, so that a failed run names the labels as fed.
+    wanted = labels if labels.dtype == "int32" else math.cast(labels, "int32", name=f"{name}_labels_int32")
+    if len(labels.shape) != len(rows):
+        wanted = array.squeeze(wanted, -1, name=f"{name}_label_column")
+    wanted = array.reshape_like(wanted, predicted, name=f"{name}_labels", same_shape=True)
     hits = math.equal(predicted, wanted)
     return math.reduce_mean(math.cast(hits, "float32"), name=name)
 

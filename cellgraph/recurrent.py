@@ -359,7 +359,7 @@ def one_per_sequence(t: Tensor, like: Tensor, name: str) -> Tensor:
     """
     if t.shape[0] is not None and t.shape[0] != 1 and None not in t.shape[1:]:
         return t
-    return array.reshape_like(t, like, name=name)
+    return array.reshape_like(t, like, name=name, same_shape=True)
 
 
 def zero_padding(x: Tensor, valid: Tensor | None) -> Tensor:

@@ -129,8 +129,8 @@ def _seed(k: int, y: Tensor, gy: Tensor) -> Tensor:
         )
     if gy.shape == y.shape and None not in y.shape:
         return gy
-    # Fails the run, naming this node, when the fed seed's size differs from y's.
-    return reshape_like(gy, y, name="grad_ys_in_the_shape_of_ys")
+    # Fails the run, naming this node, when the fed seed's shape differs from y's (a transposed one of y's size too).
+    return reshape_like(gy, y, name="grad_ys_in_the_shape_of_ys", same_shape=True)
 
 
 def _check(node: Node, i: int, x: Tensor, gx: Tensor) -> None:

@@ -326,20 +326,38 @@ def test_lengths_a_mask_or_a_state_fed_for_one_sequence_of_two_fail_the_run_nami
     }
     assert [a.shape for a in sess.run([lstm, gru], good)] == [(2, 4, width)] * 2
     for fed, node, size in (
-        (n, "encoder/lengths_need_one_per_sequence", "size 1 into shape (2,)"),
+        (n, "encoder/lengths_need_one_per_sequence", "has shape (1,) but must have the shape of"),
         # Checked per direction: a bidirectional state is two of 3 units.
-        (c0, "encoder/initial_state1_needs_one_row_per_sequence", "size 3 into shape (2,3)"),
+        (c0, "encoder/initial_state1_needs_one_row_per_sequence", "has shape (1, 3) but must have the shape of"),
     ):
         with pytest.raises(cg.ExecutionError) as info:
             sess.run(lstm, {**good, fed: good[fed][:1]})
-        assert f"ReshapeLike '{node}'" in str(info.value) and f"cannot reshape array of {size}" in str(info.value)
+        assert f"ReshapeLike '{node}'" in str(info.value) and size in str(info.value)
     with pytest.raises(cg.ExecutionError) as info:
         sess.run(gru, {**good, m: good[m][:1]})
     assert "ReshapeLike 'decoder/mask_needs_one_row_per_sequence'" in str(info.value)
-    assert "cannot reshape array of size 4 into shape (2,4)" in str(info.value)
+    assert "'mask:0' has shape (1, 4) but must have the shape of 'decoder/reduce_sum:0', (2, 4)" in str(info.value)
     with raises(cg.ExecutionError, "decoder/initial_state0_needs_one_row_per_sequence'"):
         sess.run(gru, {**good, h0: good[h0][:1]})
     assert [a.shape for a in sess.run([lstm, gru], good)] == [(2, 4, width)] * 2  # the layers still run
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_a_mask_fed_transposed_fails_the_run_naming_both_shapes(direction: str) -> None:
+    """A (batch, time) mask of unknown dims fed as (time, batch), batch != time, is of the same size: the
+    size check let it through and the layer read it in the wrong order, returning other numbers silently."""
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 3, 2), "float64", name="x")
+        m = cg.placeholder((None, None), "bool", name="mask")
+        out, _ = cg.layers.gru(x, 4, mask=m, direction=direction, name="decoder")
+    sess = cg.Session(g)
+    mask = np.array([[True, True, False], [True, False, False]])  # batch 2, time 3
+    assert sess.run(out, {x: np.ones((2, 3, 2)), m: mask}).shape[:2] == (2, 3)
+    with pytest.raises(cg.ExecutionError) as info:
+        sess.run(out, {x: np.ones((2, 3, 2)), m: mask.T})
+    assert "ReshapeLike 'decoder/mask_needs_one_row_per_sequence'" in str(info.value)
+    assert "'mask:0' has shape (3, 2) but must have the shape of 'decoder/reduce_sum:0', (2, 3)" in str(info.value)
 
 
 def test_gru_errors_name_the_layer() -> None:

@@ -170,5 +170,26 @@ def test_targets_fed_for_another_batch_fail_the_run(build, node) -> None:  # typ
     sess = cg.Session(g)
     good = sess.run(loss, {p: np.zeros((3, 3)), t: np.full((3, 3), 0.5)})
     assert np.isfinite(good)
-    with pytest.raises(cg.ExecutionError, match=f"ReshapeLike '{node}'.*cannot reshape array of size"):
+    with pytest.raises(
+        cg.ExecutionError,
+        match=rf"ReshapeLike '{node}'.* has shape \(1,( 3)?\) but must have the shape of '(p|const):0', \(3,( 3)?\)",
+    ):
         sess.run(loss, {p: np.zeros((3, 3)), t: np.full((1, 3), 0.5)})
+
+
+@pytest.mark.parametrize(("build", "node"), [f[1:] for f in FED_LOSSES[:4]], ids=[f[0] for f in FED_LOSSES[:4]])
+def test_targets_fed_transposed_fail_the_run_naming_both_shapes(build, node) -> None:  # type: ignore[no-untyped-def]
+    """Of the same size, (3, 2) targets for (2, 3) predictions passed the reshape and were read in the wrong
+    order: a loss came back, of other numbers, without a word."""
+    g = cg.Graph()
+    with g.as_default():
+        p = cg.placeholder((None, None), "float64", name="p")
+        t = cg.placeholder((None, None), "float64", name="t")
+        loss = build(p, t)
+    sess = cg.Session(g)
+    targets = np.array([[0.1, 0.2, 0.3], [0.6, 0.5, 0.4]])
+    assert np.isfinite(sess.run(loss, {p: np.zeros((2, 3)), t: targets}))
+    with pytest.raises(cg.ExecutionError) as err:
+        sess.run(loss, {p: np.zeros((2, 3)), t: targets.T})
+    assert f"ReshapeLike '{node}'" in str(err.value)
+    assert str(err.value).endswith("'t:0' has shape (3, 2) but must have the shape of 'p:0', (2, 3)")

@@ -266,6 +266,31 @@ def test_accuracy_reads_a_column_of_labels_as_one_label_per_row() -> None:
     assert float(got) == 1.0
 
 
+def test_accuracy_refuses_labels_fed_transposed() -> None:
+    """(time, batch) labels for (batch, time) predictions, batch != time, are of their size: reshaped, each label
+    was compared with another step's prediction (0.5 here, not 1.0) without a word."""
+    g = cg.Graph()
+    with g.as_default():
+        logits = cg.placeholder((None, None, 2), name="logits")
+        labels = cg.placeholder((None, None), "int32", name="labels")
+        acc = cg.metrics.accuracy(logits, labels, name="acc")
+        column = cg.placeholder((None, None), "int32", name="column")
+        by_column = cg.metrics.accuracy(cg.placeholder((None, 2), name="scores"), column, name="by_column")
+    sess = cg.Session(g)
+    classes = np.array([[1, 0, 0], [1, 1, 0]], np.int32)  # batch 2, time 3
+    scores = np.eye(2, dtype=np.float32)[classes]
+    assert float(sess.run(acc, {logits: scores, labels: classes})) == 1.0
+    with pytest.raises(cg.ExecutionError) as err:
+        sess.run(acc, {logits: scores, labels: classes.T})
+    assert "ReshapeLike 'acc_labels'" in str(err.value)
+    assert "'labels:0' has shape (3, 2) but must have the shape of 'argmax" in str(err.value)
+    assert str(err.value).endswith(":0', (2, 3)")
+    # A column of labels is still read as one per row; a wider one fails at its squeeze.
+    assert float(sess.run(by_column, {"scores:0": scores[0], column: classes[0][:, None]})) == 1.0
+    with pytest.raises(cg.ExecutionError, match="Squeeze 'by_column_label_column'"):
+        sess.run(by_column, {"scores:0": scores[0], column: np.zeros((3, 2), np.int32)})
+
+
 def test_accuracy_refuses_labels_that_are_not_one_per_row() -> None:
     g = cg.Graph()
     with g.as_default():
@@ -280,7 +305,10 @@ def test_accuracy_refuses_labels_that_are_not_one_per_row() -> None:
         fed = cg.placeholder((None,), "int32", name="fed")
         acc = cg.metrics.accuracy(cg.placeholder((None, 2), name="scores"), fed, name="acc")
     # One label fed for three rows broadcast against all three before; now the run fails, naming the node.
-    with pytest.raises(cg.ExecutionError, match="ReshapeLike 'acc_labels'.*cannot reshape array of size 1 into"):
+    with pytest.raises(
+        cg.ExecutionError,
+        match=r"ReshapeLike 'acc_labels'.*'fed:0' has shape \(1,\) but must have the shape of 'argmax.*:0', \(3,\)",
+    ):
         cg.Session(g).run(acc, {"scores:0": np.zeros((3, 2), np.float32), fed: [1]})
 
 

@@ -6,7 +6,8 @@ gradient back: a reshape's is a reshape, a slice's pads, a concat's splits, a
 gather's scatter-adds. A rule that needs an input's run-time shape (its static
 one may have ``None`` dims) reads it from that input passed as a ``like``
 operand, where TensorFlow would pass ``Shape(x)``; those ``*Like`` ops and
-``StridedSliceGrad`` are internal, built only by gradient rules.
+``StridedSliceGrad`` are internal, built by gradient rules (and a same-shape ``ReshapeLike`` by the losses,
+metrics and layers that check a fed array against another's run-time shape).
 
 Attrs are plain hashable values (ints, tuples, strings, bools, floats) so that
 a GraphDef round-trips them; indexing uses TensorFlow's StridedSlice encoding.
@@ -27,7 +28,7 @@ from ..kernels.cpu import array as k
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelFactory, OpDef, TensorSpec, register_op
 from ..shapes import fmt, num_elements
-from .base import TensorLike, apply, apply_node, as_tensor, fits, graph_of, upstream
+from .base import TensorLike, apply, apply_node, as_tensor, fits, graph_of, shapes_checked, upstream
 from .math import zeros_like
 
 FAMILY = "array"
@@ -88,6 +89,10 @@ def _infer_reshape(ctx: InferContext) -> TensorSpec:
 
 def _infer_reshape_like(ctx: InferContext) -> TensorSpec:
     x, like = ctx.inputs
+    if ctx.attrs.get("same_shape"):
+        if not fits(x.shape, like.shape):
+            raise ctx.shape_error(f"{fmt(x.shape)} must have the shape of {fmt(like.shape)}")
+        return TensorSpec(like.shape, x.dtype)
     n, m = num_elements(x.shape), num_elements(like.shape)
     if n is not None and m is not None and n != m:
         raise ctx.shape_error(f"cannot reshape {fmt(x.shape)} like {fmt(like.shape)}: {n} elements vs {m}")
@@ -100,11 +105,31 @@ register_op(OpDef(
     grad=lambda node, dys: [reshape_like(upstream(dys), node.inputs[0])],
     kernels={"cpu": lambda node, ctx: k.reshape(node.attrs["shape"]), "cuda": _cuda("reshape_op")}, view=True,
 ))  # fmt: skip
+
+
+def _same_shape_problem(node: Node, x: Any, like: Any) -> str | None:
+    """A same-shape ReshapeLike's words when ``x`` is not shaped as ``like``: of the same size, a transposed
+    (time, batch) mask passed the reshape and was read as (batch, time) without a word."""
+    if tuple(x.shape) == tuple(like.shape):
+        return None
+    x_name, like_name = (t.name for t in node.inputs)
+    return (
+        f"{x_name!r} has shape {fmt(tuple(x.shape))} but must have the shape of {like_name!r}, {fmt(tuple(like.shape))}"
+    )
+
+
+def _reshape_like_kernel(factory: KernelFactory) -> KernelFactory:
+    """``factory``'s reshape, for a same-shape ReshapeLike first checking the run-time shapes (not only sizes)."""
+    checked = shapes_checked(factory, _same_shape_problem)
+    return lambda node, ctx: (checked if node.attrs.get("same_shape") else factory)(node, ctx)
+
+
 register_op(OpDef(
     name="ReshapeLike", family=FAMILY, infer=_infer_reshape_like,
     reference=lambda attrs, x, like: np.reshape(x, like.shape),
     grad=lambda node, dys: [reshape_like(upstream(dys), node.inputs[0]), None],
-    kernels={"cpu": lambda node, ctx: k.reshape_like, "cuda": _cuda("reshape_like_op")}, view=True,
+    kernels={"cpu": _reshape_like_kernel(lambda node, ctx: k.reshape_like),
+             "cuda": _reshape_like_kernel(_cuda("reshape_like_op"))}, view=True,
 ))  # fmt: skip
 
 
@@ -125,9 +150,14 @@ def reshape(x: TensorLike, shape: Sequence[int | None], name: str = "reshape") -
     return apply("Reshape", [x], {"shape": dims}, name=name)
 
 
-def reshape_like(x: Tensor, like: Tensor, name: str = "reshape_like") -> Tensor:
-    """``x`` reshaped to ``like``'s run-time shape (gradients of shape changes)."""
-    return apply("ReshapeLike", [x, like], name=name)
+def reshape_like(x: Tensor, like: Tensor, name: str = "reshape_like", same_shape: bool = False) -> Tensor:
+    """``x`` reshaped to ``like``'s run-time shape (gradients of shape changes).
+
+    With ``same_shape``, ``x`` must already have ``like``'s shape when the graph runs, or the run fails naming
+    both: a check of a fed mask, weights or targets, where a same-size reshape would take a transposed
+    (time, batch) array for (batch, time).
+    """
+    return apply("ReshapeLike", [x, like], {"same_shape": True} if same_shape else None, name=name)
 
 
 # ---------------------------------------------------- ExpandDims, Squeeze

@@ -62,6 +62,29 @@ def test_reshape_like_counts_differ() -> None:
         array.reshape_like(ph(2, 3), ph(4, 2, name="like"))
 
 
+def test_same_shape_reshape_like_refuses_a_transposed_array_of_the_same_size() -> None:
+    """A (batch, time) mask fed as (time, batch) passed the size check and was read in the wrong order."""
+    with raises(cg.ShapeError, "ReshapeLike 'reshape_like' (test_array_errors.py"):
+        array.reshape_like(ph(2, 3), ph(3, 2, name="like"), same_shape=True)
+    with raises(cg.ShapeError, "(2, None) must have the shape of (3, None)"):
+        array.reshape_like(ph(2, None), ph(3, None, name="like"), same_shape=True)
+    x, like = ph(None, None, name="mask"), ph(None, None, name="rows")
+    y = array.reshape_like(x, like, name="mask_like_x", same_shape=True)
+    sess = cg.Session()
+    good = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(sess.run(y, {x: good, like: np.zeros((2, 3))}), good)
+    for _ in range(2):  # refused after a good run too (the check remembers only shapes that passed)
+        with pytest.raises(cg.ExecutionError) as err:
+            sess.run(y, {x: good.T, like: np.zeros((2, 3))})
+        assert str(err.value).startswith("ReshapeLike 'mask_like_x' (test_array_errors.py")
+        assert str(err.value).endswith(
+            "ValueError: 'mask:0' has shape (3, 2) but must have the shape of 'rows:0', (2, 3)"
+        )
+    # A plain ReshapeLike (a gradient's) still reshapes any array of the size.
+    plain = array.reshape_like(x, like)
+    np.testing.assert_array_equal(sess.run(plain, {x: good.T, like: np.zeros((2, 3))}), good.T.reshape(2, 3))
+
+
 def test_reshape_to_a_wrong_size_at_run_time_names_the_node() -> None:
     x = ph(None, 4)
     y = cg.reshape(x, (3, 4), name="to_three_rows")

@@ -188,7 +188,26 @@ def test_a_seed_must_have_its_ys_shape_when_built_and_when_run() -> None:
     xs = np.array([0.1, 0.2, 0.3])
     for fuse in (True, False):
         sess = cg.Session(g, fuse=fuse)
-        with pytest.raises(cg.ExecutionError, match="ReshapeLike 'gradients/grad_ys_in_the_shape_of_ys'.*size 1 into"):
+        with pytest.raises(
+            cg.ExecutionError,
+            match=r"ReshapeLike 'gradients/grad_ys_in_the_shape_of_ys'.*'seed:0' has shape \(1,\) but must have the shape",
+        ):
             sess.run(dx, {x: xs, seed: np.ones(1)})
         slope = 1 / (1 + np.exp(-xs)) * (1 - 1 / (1 + np.exp(-xs)))
         np.testing.assert_allclose(sess.run(dx, {x: xs, seed: np.full(3, 2.0)}), 2 * slope, rtol=1e-12)
+
+
+def test_a_seed_fed_transposed_fails_the_run_naming_both_shapes() -> None:
+    """A (3, 2) seed for a (2, 3) y is of y's size: reshaped, it weighted the wrong elements without a word."""
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, None), "float64", name="x")
+        seed = cg.placeholder((None, None), "float64", name="seed")
+        [dx] = cg.gradients(x * x, [x], grad_ys=[seed])
+    sess = cg.Session(g)
+    xs, weights = np.ones((2, 3)), np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(sess.run(dx, {x: xs, seed: weights}), 2 * weights)
+    with pytest.raises(cg.ExecutionError) as err:
+        sess.run(dx, {x: xs, seed: weights.T})
+    assert "ReshapeLike 'gradients/grad_ys_in_the_shape_of_ys'" in str(err.value)
+    assert str(err.value).endswith("'seed:0' has shape (3, 2) but must have the shape of 'mul:0', (2, 3)")

@@ -54,6 +54,15 @@ params = np.arange(12, dtype=np.float32).reshape(3, 4)
 
 
 @pytest.mark.cuda
+def test_same_shape_reshape_like_refuses_a_transposed_array_as_the_cpu_kernel_does() -> None:
+    mask, like = np.ones((3, 2), np.float32), np.zeros((2, 3), np.float32)  # (time, batch) for (batch, time)
+    build = lambda x, y: array.reshape_like(x, y, same_shape=True)  # noqa: E731
+    _same_error(build, [(None, None), (None, None)], [mask, like])
+    cpu, gpu = _kernels(build, (None, None), (None, None))
+    np.testing.assert_array_equal(gpu(*_device(like, like)).copy_to_host(), cpu(like, like))
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("bad", [3, -1, 7], ids=["n", "negative", "far"])
 def test_gather_index_out_of_range_is_the_cpu_error(bad: int) -> None:
     indices = np.array([[0, 2], [bad, 1]], np.int32)

@@ -130,6 +130,8 @@ def _split_like(node: cg.Node, shapes: Shapes, i: int, a: int) -> Shapes | str:
 
 
 def _reshape_like(node: cg.Node, shapes: Shapes, i: int, a: int) -> Shapes | str:
+    if node.attrs.get("same_shape"):  # one shape: the same axis of both is empty
+        return _zero(shapes, [(0, a), (1, a)])
     return _zero(shapes, [(i, a), (1 - i, 0)])  # both hold no elements
 
 

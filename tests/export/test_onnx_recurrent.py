@@ -192,5 +192,5 @@ def test_a_fed_sequence_lens_with_one_length_per_row_too_few_or_many_fails_the_r
     with pytest.raises(ExecutionError) as info:
         imported(x, np.array(lengths, np.int32))
     assert "lengths_need_one_per_sequence'" in str(info.value)
-    assert f"cannot reshape array of size {len(lengths)} into shape (2,)" in str(info.value)
+    assert f"'lens:0' has shape ({len(lengths)},) but must have the shape of 'reduce_sum:0', (2,)" in str(info.value)
     assert imported(x, np.array([2, 3], np.int32))[0].shape == (STEPS, 2, 2, HIDDEN)  # the model still runs

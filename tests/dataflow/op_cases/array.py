@@ -27,6 +27,8 @@ CASES = [
     OpCase("ReshapeLike", lambda x, like: array.reshape_like(x, like), [rand(6, 4), x234], wrt=(0,)),
     OpCase("ReshapeLike", lambda x, like: array.reshape_like(x, like), [rand(6, 4), x234],
            static_shapes=[(None, 4), (None, None, 4)], wrt=(0,), id="unknown-dims"),
+    OpCase("ReshapeLike", lambda x, like: array.reshape_like(x, like, same_shape=True), [rand(2, 3), rand(2, 3)],
+           static_shapes=[(None, None), (None, None)], wrt=(0,), id="same-shape"),
     # ---------------------------------------------- ExpandDims, Squeeze
     OpCase("ExpandDims", lambda x: cg.expand_dims(x, 1), [x234]),
     OpCase("ExpandDims", lambda x: cg.expand_dims(x, -1), [x234], static_shapes=[(None, 3, 4)], id="last-unknown-batch"),
