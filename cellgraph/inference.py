@@ -371,10 +371,14 @@ def describe_spec(t: Tensor) -> dict[str, Any]:
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
+    from cellgraph.cluster.ps.checkpoint_manifest import read_regular_file
+
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular_file(path))
     except FileNotFoundError:
         raise ExportError(f"{what} {str(path)!r} is missing") from None
+    except OSError as err:  # a link to /dev/zero or a FIFO: read without end, or never
+        raise ExportError(f"{what} {str(path)!r} cannot be read: {err.strerror or err}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ExportError(f"{what} {str(path)!r} is not JSON ({err})") from None
     if not isinstance(data, dict):

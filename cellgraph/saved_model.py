@@ -169,10 +169,12 @@ def load_model(path: str | Path) -> LoadedModel:
             f"this cellgraph reads version {FORMAT_VERSION}"
         )
     try:
-        graphdef = graph_pb2.GraphDef.FromString((folder / GRAPH_FILE).read_bytes())
-        values = read_arrays((folder / VARIABLES_FILE).read_bytes())
+        graphdef = graph_pb2.GraphDef.FromString(_read(folder, GRAPH_FILE))
+        values = read_arrays(_read(folder, VARIABLES_FILE))
     except FileNotFoundError as err:
         raise ExportError(f"saved model {str(folder)!r} is missing {Path(str(err.filename)).name}") from None
+    except ExportError:
+        raise
     except Exception as err:  # protobuf's DecodeError, safetensors' SafetensorError
         raise ExportError(f"saved model {str(folder)!r} is damaged: {err}") from err
     names = {key: _signature_names(signature, key, folder) for key in ("inputs", "outputs")}
@@ -188,6 +190,18 @@ def load_model(path: str | Path) -> LoadedModel:
         raise ExportError(f"saved model {str(folder)!r} does not rebuild: {err}") from err
     _check_signature(signature, {"inputs": inputs, "outputs": outputs}, values, folder)
     return LoadedModel(graph, inputs, outputs, signature)
+
+
+def _read(folder: Path, name: str) -> bytes:
+    """File ``name`` of the saved model, a regular file: one linked to /dev/zero was read until memory ran out."""
+    from cellgraph.cluster.ps.checkpoint_manifest import read_regular_file
+
+    try:
+        return read_regular_file(folder / name)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise ExportError(f"saved model {str(folder)!r}: cannot read {name}: {err.strerror or err}") from None
 
 
 def _check_signature(

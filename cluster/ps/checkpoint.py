@@ -61,7 +61,14 @@ import safetensors.numpy
 from cellgraph.dataflow.shapes import fmt
 
 from ..errors import ParameterServerError
-from .checkpoint_manifest import build_manifest, damaged, dump_manifest, read_manifest, spec_from_json
+from .checkpoint_manifest import (
+    build_manifest,
+    damaged,
+    dump_manifest,
+    read_manifest,
+    read_regular_file,
+    spec_from_json,
+)
 from .config import OptimizerConfig, TrainingConfig, VariableSpec
 
 __all__ = [
@@ -460,9 +467,11 @@ def read_shard_checkpoint(directory: str | Path, name: str, shard: int, num_shar
         raise _not_found(info) from None
     data_file = info.data_file
     try:
-        data = data_file.read_bytes()
+        data = read_regular_file(data_file)
     except FileNotFoundError:
         raise damaged(info, data_file, "it is missing, though the manifest names it") from None
+    except OSError as exc:
+        raise damaged(info, data_file, f"it cannot be read: {exc.strerror or exc}") from None
     if len(data) != manifest["file"]["size"]:
         raise damaged(info, data_file, f"it is {len(data)} bytes, the manifest says {manifest['file']['size']}")
     sha256 = hashlib.sha256(data).hexdigest()

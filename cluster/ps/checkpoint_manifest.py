@@ -19,7 +19,10 @@ True
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,16 +78,42 @@ def dump_manifest(manifest: Mapping[str, Any], path: Path) -> None:
         f.flush()
 
 
+_KINDS = {
+    stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+}  # fmt: skip
+
+
+def read_regular_file(path: Path) -> bytes:
+    """The bytes of ``path`` when it is a regular file (a link to one is followed), else an ``OSError`` saying what it is.
+
+    A checkpoint or saved-model folder is data from whoever wrote it: a file there that linked to
+    /dev/zero was read until memory ran out, and a FIFO blocked its reader for good. Opened without
+    blocking, it is looked at (fstat) before one byte is read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a file")
+            link = f" (a link to {os.path.realpath(path)!r})" if os.path.islink(path) else ""
+            raise OSError(errno.EINVAL, f"it is {kind}{link}, not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
 def read_manifest(info: CheckpointInfo) -> dict[str, Any]:
     """The manifest, checked far enough to trust its file record and that it belongs where it lies."""
     path = info.manifest_file
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path)
     except FileNotFoundError:
         raise  # the caller decides: skipped by listing, NOT_FOUND when asked for by name
     except OSError as exc:
         raise ParameterServerError(
-            f"checkpoint {info.name}: cannot read manifest {path}: {exc}", "FAILED_PRECONDITION"
+            f"checkpoint {info.name}: cannot read manifest {path}: {exc.strerror or exc}", "FAILED_PRECONDITION"
         ) from exc
     try:
         manifest = json.loads(raw)  # bytes: bad UTF-8 is damage too, caught here

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,8 @@ import numpy as np
 import pytest
 
 import cellgraph as cg
-from cellgraph.cluster.ps.checkpoint import write_shard_checkpoint
+from cellgraph.cluster.errors import ParameterServerError
+from cellgraph.cluster.ps.checkpoint import read_shard_checkpoint, write_shard_checkpoint
 from cellgraph.cluster.ps.config import OptimizerConfig, TrainingConfig, VariableSpec
 from cellgraph.dataflow.errors import GraphError
 from cellgraph.dataflow.graphdef import from_tensor_proto
@@ -160,6 +162,66 @@ def test_values_come_from_a_checkpoint_folder_with_split_variables(tmp_path: Pat
     data = np.ones((2, 4), np.float32)
     h = np.maximum(data @ values["hidden/kernel"] + values["hidden/bias"], 0)
     np.testing.assert_allclose(model(data), h @ values["out/kernel"] + values["out/bias"], rtol=1e-6)
+
+
+def _within(seconds: float, call: Any) -> Any:
+    """``call()``'s result or error, or a failed test when it has not returned within ``seconds``."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as err:  # noqa: BLE001 - handed to the test's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still reading after {seconds} s (blocked on a FIFO?)"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+@pytest.mark.parametrize(
+    ("name", "target", "words"),
+    [
+        ("variables.safetensors", "fifo", "': cannot read variables.safetensors: it is a FIFO, not a regular file"),
+        ("model.graphdef", "/dev/null", "': cannot read model.graphdef: it is a character device (a link to '/dev/null'), not a regular file"),
+        ("signature.json", "fifo", "/signature.json' cannot be read: it is a FIFO, not a regular file"),
+        ("signature.json", "folder", "/signature.json' cannot be read: it is a folder (a link to '"),
+    ],
+)  # fmt: skip
+def test_a_file_of_a_saved_model_that_is_not_a_regular_file_is_refused_unread(
+    tmp_path: Path, name: str, target: str, words: str
+) -> None:
+    """A FIFO blocked load_model for good, and a link to /dev/zero was read until memory ran out (not tried here:
+    on the old code it takes the machine's memory); /dev/null read as an empty, 'damaged' file."""
+    g, x, _, y = _dropout_model()
+    folder = cg.save_model(tmp_path / "m", x, y, cg.Session(g))
+    (folder / name).unlink()
+    if target == "fifo":
+        os.mkfifo(folder / name)
+    else:
+        (folder / name).symlink_to(tmp_path if target == "folder" else target)
+    with pytest.raises(ExportError) as raised:
+        _within(30, lambda: cg.load_model(folder))
+    assert words in str(raised.value) and "damaged" not in str(raised.value)
+
+
+def test_a_checkpoint_manifest_that_is_a_fifo_is_skipped_unread(tmp_path: Path) -> None:
+    """Listing the checkpoints read every manifest, and blocked for good on a FIFO; asked for by name, it says so."""
+    g, _, _, _ = _dropout_model()
+    values = cg.Session(g).variable_values()
+    _write_two_shards(tmp_path / "ckpt", {k: v + 1.0 for k, v in values.items()}, step=10)
+    _write_two_shards(tmp_path / "ckpt", values, step=20)
+    manifest = tmp_path / "ckpt" / "ckpt-0000000020" / "shard-1-of-2.json"
+    manifest.unlink()
+    os.mkfifo(manifest)
+    read = _within(30, lambda: checkpoint_values(tmp_path / "ckpt"))  # the newest complete one: step 10
+    assert all((read[k] == values[k] + 1.0).all() for k in values)
+    with pytest.raises(ParameterServerError, match=r"cannot read manifest .*shard-1-of-2.json: it is a FIFO, not a"):
+        _within(30, lambda: read_shard_checkpoint(tmp_path / "ckpt", "ckpt-0000000020", 1, 2))
 
 
 def test_a_checkpoint_whose_shards_two_jobs_wrote_is_refused_naming_both(tmp_path: Path) -> None:
