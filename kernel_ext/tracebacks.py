@@ -34,20 +34,26 @@ Examples
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import linecache
 import os
+import re
 import types
 import warnings
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
+from IPython.core.error import UsageError
+
 from cellgraph.dataflow.cells import CellgraphWarning
 from cellgraph.dataflow.errors import CellgraphError
 
 # The handler sees these; a ValueError or TypeError that cellgraph did not raise itself is shown as IPython would.
-ERRORS = (CellgraphError, ValueError, TypeError)
+# IPython's UsageError too: a misspelt magic's ("Line magic function `%trian` not found.") is told the one meant.
+ERRORS = (CellgraphError, ValueError, TypeError, UsageError)
+_NOT_FOUND = re.compile(r"(?:Line magic function `%|Cell magic `%%)(?P<name>[^`]+)` not found")
 
 
 @lru_cache(maxsize=1)
@@ -108,6 +114,8 @@ def _calls_a_cell_magic(entry: types.TracebackType) -> bool:
 def show(shell: Any, etype: type[BaseException], value: BaseException, tb: Any, tb_offset: Any = None) -> None:
     """IPython's custom exception handler for ``ERRORS`` (``set_custom_exc``): the traceback as IPython shows
     it, less cellgraph's frames unless ``%xmode Verbose`` is on."""
+    if isinstance(value, UsageError) and (meant := _meant_magic(shell, str(value))):
+        value = UsageError(f"{value} Did you mean {meant}?")
     if getattr(shell.InteractiveTB, "mode", "") == "Verbose" or not _cellgraphs(value, tb):
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return
@@ -124,6 +132,17 @@ def show(shell: Any, etype: type[BaseException], value: BaseException, tb: Any, 
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     finally:
         value.__cause__, value.__suppress_context__ = cause, suppress
+
+
+def _meant_magic(shell: Any, message: str) -> str | None:
+    """The magics a misspelt one in IPython's "not found" ``message`` may have meant (``%train``), or None."""
+    found = _NOT_FOUND.search(message)
+    if found is None:
+        return None
+    kind, prefix = ("line", "%") if message.startswith("Line") else ("cell", "%%")
+    known = list(getattr(getattr(shell, "magics_manager", None), "magics", {}).get(kind, {}))
+    close = difflib.get_close_matches(found["name"], known, n=2)
+    return " or ".join(prefix + name for name in close) or None
 
 
 def _cellgraphs(value: BaseException, tb: types.TracebackType | None) -> bool:

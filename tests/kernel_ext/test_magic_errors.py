@@ -442,3 +442,14 @@ def test_optimizer_settings_are_cg_optims_keywords() -> None:
     assert repr(opt) == repr(cg.optim.Momentum(0.1, momentum=0.5, nesterov=True))
     opt = optimizer("adamw", {"beta1": 0.8, "beta2": 0.99, "weight_decay": 0.1, "amsgrad": True})
     assert repr(opt) == repr(cg.optim.AdamW(1e-3, beta1=0.8, beta2=0.99, weight_decay=0.1, amsgrad=True))
+
+
+def test_a_misspelt_magic_is_told_the_one_it_may_mean(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # IPython said only "Line magic function `%trian` not found." (the new-user walkthrough's first typo).
+    said = refused(shell, capsys, "%trian loss --data X,Y")
+    assert said == "UsageError: Line magic function `%trian` not found. Did you mean %train?\n"
+    said = refused(shell, capsys, "%%grpah mlp\nx = 1\n")
+    assert said == "UsageError: Cell magic `%%grpah` not found. Did you mean %%graph?\n"
+    assert refused(shell, capsys, "%zzqqx") == "UsageError: Line magic function `%zzqqx` not found.\n"  # nothing near
