@@ -34,7 +34,7 @@ from cellgraph.dataflow.ops import logic, nn
 from cellgraph.dataflow.ops import math_unary as mu
 from cellgraph.dataflow.ops import reductions as red
 
-from .common import Build, ImportRow
+from .common import Build, ImportRow, OnnxError
 from .import_activations import ACTIVATIONS
 from .import_arrays import ARRAYS
 from .import_cast import CAST
@@ -372,8 +372,14 @@ def _constant_value(n: NodeInfo) -> np.ndarray | None:
 
 
 def _check_constant(n: NodeInfo) -> str | None:
+    set_attrs = [k for k, v in n.attrs.items() if v is not None]
+    if len(set_attrs) > 1:
+        # Which one to read is not the file's to leave open: the first found was kept without a word.
+        raise OnnxError(
+            f"{n.describe()} is given {len(set_attrs)} values ({', '.join(set_attrs)}): ONNX's Constant takes "
+            "exactly one (onnx.checker refuses this model too)"
+        )
     if _constant_value(n) is None:
-        set_attrs = [k for k, v in n.attrs.items() if v is not None]
         return f"Constant given as {', '.join(set_attrs) or 'nothing'}"
     return None
 

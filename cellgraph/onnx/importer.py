@@ -27,6 +27,7 @@ array([[11.]], dtype=float32)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,13 @@ from .import_sequences import (
     regroup,
 )
 from .import_symbolic import build_fill, evaluate, fill_shape, is_partial
-from .importer_checks import refuse_huge, refuse_output_types_that_disagree, refuse_remade, tensor_array
+from .importer_checks import (
+    refuse_declared_type_not_made,
+    refuse_huge,
+    refuse_output_types_that_disagree,
+    refuse_remade,
+    tensor_array,
+)
 from .node_info import NodeInfo
 
 
@@ -109,6 +116,15 @@ class ImportedModel(LoadedModel):
 def _default_opset(model: onnx.ModelProto) -> int:
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx"):
+            # An opset newer than this onnx package knows: get_schema answered with the newest version of
+            # each op, so the model imported as if its ops meant what they mean at the newest opset known.
+            newest = onnx.defs.onnx_opset_version()
+            if entry.version > newest:
+                raise OnnxError(
+                    f"the ONNX model imports opset {entry.version} of the default domain (ai.onnx), newer than "
+                    f"{newest}, the newest this onnx package ({onnx.__version__}) defines: what its ops mean "
+                    "is unknown here"
+                )
             return int(entry.version)
     raise OnnxError("the ONNX model imports no default-domain (ai.onnx) opset")
 
@@ -484,6 +500,8 @@ def import_model(
             outputs, out_slots = [], []
             for v in g.output:
                 held = builder.containers[v.name] if v.name in builder.containers else builder.tensor(v.name)
+                if isinstance(held, Tensor):
+                    refuse_declared_type_not_made(v, held.dtype)
                 slot, tensors = output_slot(v.name, held)
                 outputs += tensors
                 out_slots.append(slot)
@@ -540,9 +558,20 @@ def _inputs(
 
 
 def _load(path: str | Path) -> onnx.ModelProto:
+    from cellgraph.cluster.ps.checkpoint_manifest import read_regular_file
+
+    # Read here, a regular file only: onnx.load read a FIFO's open for good and /dev/zero until memory ran out.
     try:
-        return onnx.load(str(path))
+        data = read_regular_file(Path(path))
     except FileNotFoundError:
         raise OnnxError(f"ONNX model {str(path)!r} does not exist") from None
+    except OSError as err:
+        raise OnnxError(f"ONNX model {str(path)!r} cannot be read: {err.strerror or err}") from None
+    try:
+        # The format by the file's extension (.onnx, .onnxtxt, ...), and external data inside its folder, as onnx.load.
+        fmt = onnx.serialization.registry.get_format_from_file_extension(os.path.splitext(str(path))[1]) or "protobuf"
+        model = onnx.load_model_from_string(data, format=fmt)
+        onnx.external_data_helper.load_external_data_for_model(model, os.path.dirname(str(path)))
+        return model
     except Exception as err:  # protobuf's DecodeError for a file that is not a model
         raise OnnxError(f"{str(path)!r} is not an ONNX model: {err}") from err

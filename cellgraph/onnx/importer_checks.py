@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .common import OnnxError, onnx_code, onnx_dtype_name
+from .common import DTYPE_TO_ONNX, READ_DTYPE, OnnxError, is_wider, onnx_code, onnx_dtype_name
 
 # The most bytes one value computed while importing (a Constant-fed ConstantOfShape, Range or Tile) may
 # have: what one ONNX file can hold without external data. A bigger one is a hostile or broken file.
@@ -101,6 +101,25 @@ def refuse_output_types_that_disagree(graph: onnx.GraphProto) -> None:
             )
 
 
+def refuse_declared_type_not_made(output: onnx.ValueInfoProto, made: str) -> None:
+    """Refuse a graph output declared a type cellgraph computes wider (uint16, uint32) that its node does not make.
+
+    The declared type narrows such an output back at the model's boundary (uint32 computed as int64 is
+    returned as uint32): a float Neg declared UINT32 returned [-1, -2] as [0, 0] without a word.
+    onnxruntime refuses such a model when it loads it. (Other declared types change nothing returned: the
+    value keeps the dtype its node makes, as it did; loose declarations of that kind are left alone.)
+    """
+    code = output.type.tensor_type.elem_type if output.type.HasField("tensor_type") else 0
+    if not is_wider(code) or READ_DTYPE.get(code) == made:
+        return
+    made_name = onnx_dtype_name(DTYPE_TO_ONNX[made]) if made in DTYPE_TO_ONNX else made
+    raise OnnxError(
+        f"graph output {output.name!r} is declared {onnx_dtype_name(code)}, but the node that makes it computes "
+        f"{made_name}: the file contradicts itself, and its values would be cast to {onnx_dtype_name(code)} "
+        "(onnxruntime refuses this model too)"
+    )
+
+
 def refuse_huge(node: onnx.NodeProto, opset: int, known: Mapping[str, np.ndarray], describe: str) -> None:
     """Refuse, before it is computed, an output of ``node`` (every input known) over ``MAX_IMPORT_VALUE_BYTES``.
 
@@ -141,4 +160,4 @@ def refuse_huge(node: onnx.NodeProto, opset: int, known: Mapping[str, np.ndarray
             )
 
 
-__all__ = ["MAX_IMPORT_VALUE_BYTES", "refuse_huge", "refuse_remade", "tensor_array"]
+__all__ = ["MAX_IMPORT_VALUE_BYTES", "refuse_declared_type_not_made", "refuse_huge", "refuse_remade", "tensor_array"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,31 @@ def test_a_file_that_is_not_a_model_is_refused(tmp_path: Path) -> None:
         cg.onnx.import_model(tmp_path / "junk.onnx")
 
 
+def test_a_model_path_that_is_not_a_regular_file_is_refused_unread(tmp_path: Path) -> None:
+    """onnx.load blocked for good opening a FIFO, and read a link to /dev/zero until memory ran out (not tried
+    here: on the old code it takes the machine's memory); a link to /dev/null was 'not an ONNX model: '."""
+    os.mkfifo(tmp_path / "fifo.onnx")
+    (tmp_path / "null.onnx").symlink_to("/dev/null")
+    words = {}
+    for name in ("fifo.onnx", "null.onnx"):
+        done = threading.Event()
+
+        def load(name: str = name, done: threading.Event = done) -> None:
+            try:
+                cg.onnx.import_model(tmp_path / name)
+            except OnnxError as err:
+                words[name] = str(err)
+            done.set()
+
+        threading.Thread(target=load, daemon=True).start()
+        assert done.wait(30), f"import_model({name!r}) still reading after 30 s"
+    assert words["fifo.onnx"] == f"ONNX model '{tmp_path}/fifo.onnx' cannot be read: it is a FIFO, not a regular file"
+    assert words["null.onnx"] == (
+        f"ONNX model '{tmp_path}/null.onnx' cannot be read: it is a character device (a link to '/dev/null'), "
+        "not a regular file"
+    )
+
+
 def _hostile(case: str) -> onnx.ModelProto:
     """A small model that a hostile or broken ONNX file could hold, one per case of HOSTILE."""
     x, y = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("y", 1, None)
@@ -201,6 +227,17 @@ def _hostile(case: str) -> onnx.ModelProto:
             helper.make_node("Range", ["a", "b", "d"], ["r"], name="range"),
         ]
         return _model([*nodes, helper.make_node("Cast", ["r"], ["y"], to=1)], [], [y])
+    if case == "a Constant of value and sparse_value":  # the value was read and sparse_value ignored
+        node = const("w", [1.0, 1.0], np.float32)
+        values = numpy_helper.from_array(np.array([5.0], np.float32))
+        sparse = helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([1], np.int64)), [2])
+        node.attribute.append(helper.make_attribute("sparse_value", sparse))
+        return _model([node, add], [x], [y])
+    if case.startswith("an output declared"):  # cast to the declared type: [0, 0] for [-1, -2] as uint32
+        code = TensorProto.UINT32 if "UINT32" in case else TensorProto.UINT16
+        return _model([add], [x], [helper.make_tensor_value_info("y", code, [2])], [w])
+    if case == "opset 99":  # imported as if each op meant what it means at the newest opset onnx knows
+        return _model([add], [x], [y], [w], opset=99)
     assert case == "Gather's axis out of range"
     index = numpy_helper.from_array(np.array(0, np.int64), "i")
     return _model([helper.make_node("Gather", ["x", "i"], ["y"], name="pick", axis=5)], [x], [y], [index])
@@ -218,6 +255,10 @@ HOSTILE = {
     "a 4 TiB ConstantOfShape": "ConstantOfShape node 'fill', opset 17 makes 'c' of shape (1048576, 1048576), 4,398,046,511,104 bytes, from constants of the file: over the 2,147,483,648 bytes",
     "a Range of 2**40": "Range node 'range', opset 17 makes 'r' of shape (1099511627776,), 8,796,093,022,208 bytes, from constants of the file",
     "a Range of step 0": "Range node 'range', opset 17 cannot be computed at import: division by zero",
+    "a Constant of value and sparse_value": "Constant node 'Constant->w', opset 17 is given 2 values (value, sparse_value): ONNX's Constant takes exactly one",
+    "an output declared UINT32": "graph output 'y' is declared UINT32, but the node that makes it computes FLOAT: the file contradicts itself, and its values would be cast to UINT32 (onnxruntime refuses this model too)",
+    "an output declared UINT16": "graph output 'y' is declared UINT16, but the node that makes it computes FLOAT: the file contradicts itself, and its values would be cast to UINT16",
+    "opset 99": f"the ONNX model imports opset 99 of the default domain (ai.onnx), newer than {onnx.defs.onnx_opset_version()}, the newest this onnx package ({onnx.__version__}) defines: what its ops mean is unknown here",
     "Gather's axis out of range": "attribute 'axis' is 5, outside [-1, 0], what ONNX's Gather allows for a rank-1 input (Gather node 'pick', opset 17)",
 }  # fmt: skip
 
