@@ -452,10 +452,13 @@ _POOLS: list[tuple[str, Any, Any, Any, Any, str]] = [
     ("AvgPool",         _infer_pool,               _ref_avg_pool,           _grad_avg_pool,           pool_kernels.avg_pool_forward,           "avg_pool"),
     ("AvgPoolGrad",     _infer_pool_grad,          _ref_avg_pool_grad,      _grad_avg_pool_grad,      pool_kernels.avg_pool_backprop,          "avg_pool_grad"),
 ]  # fmt: skip
+# The shape rule runs again on the arrays' shapes: the kernels index x by dy's (or ddx's) shape, and with dims
+# unknown when building, a dy of another batch or size read past the end of x (a segfault for MaxPoolGrad) or
+# returned numbers without a word; a forward window wider than a fed image is refused in the rule's words too.
 for _name, _infer, _ref, _grad, _cpu, _cuda in _POOLS:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=_infer, reference=_ref, grad=_grad,
-        kernels={"cpu": _pool_kernel(_cpu), "cuda": cuda_kernel("conv", "pool_op", _cuda)},
+        kernels={"cpu": rule_checked(_pool_kernel(_cpu)), "cuda": rule_checked(cuda_kernel("conv", "pool_op", _cuda))},
     ))  # fmt: skip
 
 

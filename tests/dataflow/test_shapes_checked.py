@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import numpy as np
 import pytest
 
 import cellgraph as cg
+from cellgraph.dataflow.opdef import KernelContext
+from cellgraph.dataflow.ops import conv
+from cellgraph.dataflow.variables import VariableStore
 
 
 def test_a_bias_of_other_channels_after_good_runs_still_fails_the_run() -> None:
@@ -25,3 +31,51 @@ def test_a_bias_of_other_channels_after_good_runs_still_fails_the_run() -> None:
         assert "bias has 1 elements but the input's last axis has 3: (2, 3) + (1,)" in str(err.value)
     # A good run after the refusals is computed as before.
     np.testing.assert_array_equal(sess.run(y, {x: np.ones((2, 3)), b: np.arange(3.0)}), [[1, 2, 3]] * 2)
+
+
+POOL_GRADS = [
+    # x of 2 images, dy of 3 (or of another size): the kernels read x by dy's shape.
+    ("MaxPoolGrad", lambda x, dy: conv.max_pool_grad(x, dy, 2, 1, "VALID", dilations=2), (2, 5, 6, 2), (2, 2, 4, 2),
+     "out_backprop has shape (2, 2, 4, 2), expected (2, 3, 4, 2)"),
+    ("AvgPoolGrad", lambda x, dy: conv.avg_pool_grad(x, dy, 2, (1, 2), "VALID", dilations=(1, 3)), (2, 4, 8, 2),
+     (3, 3, 3, 2), "out_backprop has shape (3, 3, 3, 2), expected (2, 3, 3, 2)"),
+    ("MaxPoolGradGrad", lambda x, ddx: conv.max_pool_grad_grad(x, ddx, 3, 2, "SAME"), (2, 6, 6, 2), (2, 6, 2, 6),
+     "gradient has shape (2, 6, 2, 6), expected (2, 6, 6, 2)"),
+    ("MaxPool", lambda x: cg.max_pool(x, 3, 1), (1, 2, 2, 1), None,
+     "window height 3 is larger than the input height 2 with VALID padding: window (3, 3) over (1, 2, 2, 1)"),
+]  # fmt: skip
+
+
+def _pool_node(build: Any, x_shape: tuple[int, ...], dy_shape: tuple[int, ...] | None) -> tuple[Any, list[Any]]:
+    """The op ``build`` makes from float32 placeholders of unknown dims, and arrays of the shapes given."""
+    g = cg.Graph()
+    shapes = [x_shape] if dy_shape is None else [x_shape, dy_shape]
+    with g.as_default():
+        ins = [cg.placeholder((None,) * 4, "float32", name=f"in{i}") for i in range(len(shapes))]
+        out = build(*ins)
+    return out, [np.ones(s, np.float32) for s in shapes]
+
+
+@pytest.mark.parametrize(("op", "build", "x_shape", "dy_shape", "words"), POOL_GRADS, ids=[p[0] for p in POOL_GRADS])
+def test_a_pool_fed_shapes_its_rule_refuses_fails_the_run_in_the_rules_words(
+    op, build, x_shape, dy_shape, words
+) -> None:  # type: ignore[no-untyped-def]
+    """Dims unknown when building let a dy of another batch or size through: MaxPoolGrad read past the end of x
+    (a segfault), the others returned numbers without a word."""
+    out, arrays = _pool_node(build, x_shape, dy_shape)
+    with pytest.raises(cg.ExecutionError) as err:
+        cg.Session(out.graph).run(out, dict(zip(out.node.inputs, arrays)))
+    assert str(err.value).startswith(f"{op} '")
+    assert str(err.value).endswith(f"ValueError: {words}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("op", "build", "x_shape", "dy_shape", "words"), POOL_GRADS, ids=[p[0] for p in POOL_GRADS])
+def test_a_cuda_pool_refuses_the_shapes_in_the_cpu_kernels_words(op, build, x_shape, dy_shape, words) -> None:  # type: ignore[no-untyped-def]
+    from numba import cuda
+
+    out, arrays = _pool_node(build, x_shape, dy_shape)
+    node = out.node
+    kernel = node.opdef.kernels["cuda"](node, KernelContext(VariableStore()))
+    with pytest.raises(ValueError, match=f"^{re.escape(words)}$"):
+        kernel(*[cuda.to_device(a) for a in arrays])
