@@ -357,6 +357,11 @@ def drive(
     # %cluster down took the cluster's processes with it; the kernel itself goes on.
     _, alive = psutil.wait_procs(cluster, timeout=EXIT_TIMEOUT_S)
     assert not alive, f"expected no cluster process after %cluster down, saw {describe(alive)}"
+    # The ClusterView %cluster up showed says so: it went on listing the closed cluster's workers.
+    view.scroll_into_view_if_needed()  # far above by now: JupyterLab draws only the cells in sight
+    wait_for_text(view, r"Cluster tcp://127\.0\.0\.1:\d+ \(local\), closed", "the ClusterView after %cluster down")
+    listed = view.locator(".cellgraph-role-worker").count()
+    assert listed == 0, f"expected the ClusterView to list no worker after %cluster down, saw {listed}"
 
     saved = save_notebook(page, lab, NOTEBOOK.name, down)
     counts = [saved.cells[i].get("execution_count") for i in code]
