@@ -4,7 +4,8 @@ The folder holds three files::
 
     model.graphdef          # the inference GraphDef (protobuf); variables carry shape and dtype only
     variables.safetensors   # the trained values, by variable name
-    signature.json          # format, inputs and outputs (name, dtype, shape; null for a dynamic dim)
+    signature.json          # format, inputs and outputs (name, dtype, shape; null for a dynamic dim),
+                            # and the sha256 of the two files above (a load mid-save is refused)
 
 Examples
 --------
@@ -24,6 +25,7 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,20 +91,23 @@ def save_model(
             proto.attr["initial_value"].tensor.content = b""
     folder = Path(path)
     _refuse_other_files(folder)
+    # Not np.ascontiguousarray: it makes a 0-d array 1-d, and a scalar variable would not load back.
+    arrays = {k: np.asarray(v, order="C") for k, v in values.items()}
+    files = {
+        GRAPH_FILE: graphdef.SerializeToString(deterministic=True),
+        VARIABLES_FILE: safetensors.numpy.save(arrays, metadata={"format": FORMAT}),
+    }
     signature = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "inputs": [describe_spec(t) for t in model.tensors(model.inputs)],
         "outputs": [describe_spec(t) for t in model.tensors(model.outputs)],
         "variables": sorted(values),
+        # Which graph and variables files this signature was written with: a load while a save replaces them one
+        # by one read one save's graph with another's variables (same names and shapes: no other check saw it).
+        "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
     }
-    # Not np.ascontiguousarray: it makes a 0-d array 1-d, and a scalar variable would not load back.
-    arrays = {k: np.asarray(v, order="C") for k, v in values.items()}
-    files = {
-        GRAPH_FILE: graphdef.SerializeToString(deterministic=True),
-        VARIABLES_FILE: safetensors.numpy.save(arrays, metadata={"format": FORMAT}),
-        SIGNATURE_FILE: (json.dumps(signature, indent=2) + "\n").encode(),
-    }
+    files[SIGNATURE_FILE] = (json.dumps(signature, indent=2) + "\n").encode()  # written last
     for name, data in files.items():  # each whole or not at all (a crash wrote half a variables file)
         write_atomically(folder / name, data, f"the saved model's {name}")
     return folder
@@ -169,8 +174,9 @@ def load_model(path: str | Path) -> LoadedModel:
             f"this cellgraph reads version {FORMAT_VERSION}"
         )
     try:
-        graphdef = graph_pb2.GraphDef.FromString(_read(folder, GRAPH_FILE))
-        values = read_arrays(_read(folder, VARIABLES_FILE))
+        read = {name: _read(folder, name) for name in (GRAPH_FILE, VARIABLES_FILE)}
+        graphdef = graph_pb2.GraphDef.FromString(read[GRAPH_FILE])
+        values = read_arrays(read[VARIABLES_FILE])
     except FileNotFoundError as err:
         raise ExportError(f"saved model {str(folder)!r} is missing {Path(str(err.filename)).name}") from None
     except ExportError:
@@ -189,7 +195,25 @@ def load_model(path: str | Path) -> LoadedModel:
     except (CellgraphError, KeyError, TypeError, ValueError) as err:
         raise ExportError(f"saved model {str(folder)!r} does not rebuild: {err}") from err
     _check_signature(signature, {"inputs": inputs, "outputs": outputs}, values, folder)
+    _check_files(signature, read, folder)
     return LoadedModel(graph, inputs, outputs, signature)
+
+
+def _check_files(signature: dict[str, Any], read: dict[str, bytes], folder: Path) -> None:
+    """The graph and variables files are those the signature was saved with (a saved model written before the
+    signature recorded them has no ``sha256``: nothing to check). Checked last, so that a file that does not
+    rebuild or fit the signature says so first."""
+    recorded = signature.get("sha256")
+    if recorded is None:
+        return
+    for name, data in read.items():
+        expected = recorded.get(name) if isinstance(recorded, dict) else None
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise ExportError(
+                f"saved model {str(folder)!r}: {name} is not the file {SIGNATURE_FILE} was saved with (its sha256 "
+                f"differs): a save into this folder is under way, or its files come from two saves; load it again "
+                "once the save is done"
+            )
 
 
 def _read(folder: Path, name: str) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -222,6 +223,37 @@ def test_a_checkpoint_manifest_that_is_a_fifo_is_skipped_unread(tmp_path: Path) 
     assert all((read[k] == values[k] + 1.0).all() for k in values)
     with pytest.raises(ParameterServerError, match=r"cannot read manifest .*shard-1-of-2.json: it is a FIFO, not a"):
         _within(30, lambda: read_shard_checkpoint(tmp_path / "ckpt", "ckpt-0000000020", 1, 2))
+
+
+def test_files_of_two_saves_mixed_in_one_folder_are_refused(tmp_path: Path) -> None:
+    """A load while a save replaced the folder's files one by one read one save's graph with the other's
+    variables: same names and shapes, so it loaded without a word a model neither save holds (a relu graph with
+    a tanh model's values here). The signature, written last, records the sha256 of the files it goes with."""
+    folders = []
+    for activation in ("relu", "tanh"):
+        g = cg.Graph()
+        with g.as_default():
+            x = cg.placeholder((None, 4), name="x")
+            y = cg.layers.dense(cg.layers.dense(x, 8, activation=activation, name="hidden"), 3, name="out")
+        values = {k: v + len(folders) for k, v in cg.Session(g).variable_values().items()}  # other values too
+        folders.append(cg.save_model(tmp_path / activation, x, y, values))
+    relu, tanh = folders
+    for name in ("model.graphdef", "variables.safetensors"):
+        mixed = tmp_path / f"mixed-{name}"
+        shutil.copytree(relu, mixed)
+        shutil.copy(tanh / name, mixed / name)  # the tanh save had replaced this file, not yet the others
+        with pytest.raises(ExportError) as raised:
+            cg.load_model(mixed)
+        assert str(raised.value) == (
+            f"saved model {str(mixed)!r}: {name} is not the file signature.json was saved with (its sha256 differs): "
+            "a save into this folder is under way, or its files come from two saves; load it again once the save "
+            "is done"
+        )
+    # A saved model from before the signature recorded its files still loads.
+    signature = json.loads((relu / "signature.json").read_text())
+    del signature["sha256"]
+    (relu / "signature.json").write_text(json.dumps(signature))
+    assert cg.load_model(relu)(np.ones((1, 4), np.float32)).shape == (1, 3)
 
 
 def test_a_checkpoint_whose_shards_two_jobs_wrote_is_refused_naming_both(tmp_path: Path) -> None:
