@@ -6,7 +6,8 @@ of news, which already names the node, its cell and line, and every shape
 involved. With the extension loaded, a ``CellgraphError`` is shown with the
 frames of the user's cells (and of any other library) only, and so is a
 ``ValueError`` or ``TypeError`` that cellgraph raised itself to refuse an
-argument (``cg.optim.Nadam(-1e-3)``, an unknown ``cg.layers.policy``): a
+argument (``cg.optim.Nadam(-1e-3)``, an unknown ``cg.layers.policy``), or a
+``KeyboardInterrupt`` it words itself (``job.wait()`` interrupted): a
 ``raise`` statement of cellgraph's code is the innermost frame. ``%xmode
 Verbose`` shows cellgraph's frames too, as does any other error (one from
 inside cellgraph that no ``raise`` of its own made is a bug to report whole). The
@@ -52,7 +53,8 @@ from cellgraph.dataflow.errors import CellgraphError
 
 # The handler sees these; a ValueError or TypeError that cellgraph did not raise itself is shown as IPython would.
 # IPython's UsageError too: a misspelt magic's ("Line magic function `%trian` not found.") is told the one meant.
-ERRORS = (CellgraphError, ValueError, TypeError, UsageError)
+# A KeyboardInterrupt that cellgraph words itself (job.wait() interrupted: the job goes on) is its word too.
+ERRORS = (CellgraphError, ValueError, TypeError, UsageError, KeyboardInterrupt)
 _NOT_FOUND = re.compile(r"(?:Line magic function `%|Cell magic `%%)(?P<name>[^`]+)` not found")
 
 

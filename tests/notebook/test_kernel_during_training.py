@@ -123,6 +123,7 @@ def test_a_kernel_restart_leaves_no_cluster_process_behind(kernel: Kernel) -> No
 def test_interrupting_a_cell_that_waits_for_the_job_leaves_the_job_training(kernel: Kernel) -> None:
     # Jupyter's interrupt is SIGINT to the kernel's whole process group, where Cluster.local's worker processes
     # are too: it used to kill every worker and the parameter server, and the job with them.
+    kernel.run("%load_ext cellgraph")
     kernel.run(START_JOB.format(steps=100_000))
     try:
         kernel.run(WAIT_FOR_STEP.format(step=10))
@@ -145,6 +146,9 @@ def test_interrupting_a_cell_that_waits_for_the_job_leaves_the_job_training(kern
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
         assert reply["content"]["evalue"].startswith("job.wait() interrupted; job job-")
         assert "is still running (global step" in reply["content"]["evalue"], reply["content"]["evalue"]
+        # The cell's line and the message only: it showed job.wait()'s own code in cluster/job.py above them.
+        shown = "\n".join(reply["content"]["traceback"])
+        assert "job.wait()" in shown and "job.py" not in shown and "raise KeyboardInterrupt" not in shown, shown
         step = int(kernel.run("print(job.global_step())"))
         assert kernel.run(WAIT_FOR_STEP.format(step=step + 20)).strip() == "running"
         assert all(p.is_running() for p in workers)
