@@ -44,5 +44,5 @@ def call_with_deadline(call: Callable[[], T], what: str, timeout: float = CALL_T
         return outcome.result(timeout)
     except futures.TimeoutError as err:
         raise ClusterError(
-            f"{what}: no answer within {timeout:g} s; is a worker stuck (holding the GIL) or gone?"
+            f"{what}: no answer within {timeout:.3g} s; is a worker stuck (holding the GIL) or gone?"
         ) from err

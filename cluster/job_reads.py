@@ -3,9 +3,10 @@ job's words when they cannot answer.
 
 ``ServerReads`` is a part of ``Job`` (``cluster/job.py``), kept apart so that
 the handle's start, controls and results read on their own: while a server
-restarts, ``global_step()`` returns the step last read and the other reads say
-the server is restarting; once the job has failed (its scheduler gone, a PS
-worker lost for good) they raise the job's error, and a closed job's name its
+restarts, and once the job has failed, ``global_step()`` returns the step last
+read; the other reads say the server is restarting, or raise the job's error
+once it has failed (its scheduler gone, a PS worker lost for good: at once,
+without asking servers that would not answer), and a closed job's name its
 last checkpoint, never the servers' raw gRPC error.
 
 Examples
@@ -52,14 +53,16 @@ class ServerReads:
         While a parameter server is lost and restarting, or does not answer (gone with its worker or its
         cluster), the step the job last read: as in Ray's or Horovod's elastic jobs, asking how far the job got
         does not fail while it recovers, and ``job.events`` says what happened to the server (a restored
-        server goes on from its checkpoint's step, which the next call returns). ``TrainingError`` once the job
-        is closed.
+        server goes on from its checkpoint's step, which the next call returns). Once the job has failed, the step
+        it last read, at once (its servers may be gone with it). ``TrainingError`` once the job is closed.
         """
         self._started(self._start_deadline(), "job.global_step()")
         state = self._state
         if state.ps is None and state.error is not None and not state.closed.is_set():
             self._client("job.global_step()")  # raises the job's error: it could not start
-        if not state.recovering:  # else the servers' calls would wait up to timeout_s for the one restarting
+        # Restarting: the servers' calls would wait up to timeout_s for the one restarting. Failed: the step the job
+        # followed until its replicas ended, at once, where servers lost with it made this wait timeout_s.
+        if not state.recovering and (state.error is None or state.closed.is_set()):
             try:
                 step = state.global_step()
             except ParameterServerError:
@@ -114,17 +117,23 @@ class ServerReads:
         )
         if state.recovering:  # else the call would wait up to timeout_s for the server that restarts
             raise restarting
+        if state.error is not None and state.servers_lost:  # at once: a call would wait timeout_s for no answer
+            raise TrainingError(self._gone(what))
         try:
             yield
         except ParameterServerError as err:
             if state.error is None and not state.scheduler_lost() and not state.recovering:
                 raise
             if state.error is not None:
-                raise TrainingError(
-                    f"{state.error}. {what} has nothing to read: the job's parameter servers are gone with it"
-                    f"{self._kept()}"
-                ) from err
+                raise TrainingError(self._gone(what)) from err
             raise restarting from err
+
+    def _gone(self, what: str) -> str:
+        """The words of a read of a failed job whose servers are gone."""
+        return (
+            f"{self._state.error}. {what} has nothing to read: the job's parameter servers are gone with it"
+            f"{self._kept()}"
+        )
 
     def _kept(self) -> str:
         """Where the job's last checkpoint is, for an error that says its servers are gone."""

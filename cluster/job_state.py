@@ -77,6 +77,9 @@ class JobState:
     step_time: float = field(default_factory=time.monotonic)
     step_rate: float = 0.0
     recovering: bool = False  # the supervisor waits for a lost parameter server's restart (ps_recovery)
+    # The job failed because its parameter servers stopped answering for good: nothing asks them anything again (each
+    # call would wait its whole deadline), and job.global_step()/ps_stats() answer at once from what was known.
+    servers_lost: bool = False
     # The supervisor's thread follows the job: once the replicas have ended it writes the final checkpoint, which
     # may fail the job (a PS lost at the end), so until it is done the job is running, not finished.
     watching: bool = False

@@ -45,7 +45,9 @@ class ParameterServerHosting:
     def _workers_info(self) -> dict[str, dict[str, Any]]:
         raise NotImplementedError  # WorkerRoles's (worker_roles.py), the other part of Cluster
 
-    def _run(self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any) -> dict[str, T]:
+    def _run(
+        self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any, timeout: float = CALL_TIMEOUT_S
+    ) -> dict[str, T]:
         raise NotImplementedError  # WorkerRoles's (worker_roles.py), the other part of Cluster
 
     def scheduler_gone(self) -> str | None:
@@ -188,7 +190,11 @@ class ParameterServerHosting:
         while True:
             try:
                 ps = self._servers_of(job_id)
-                found = self._run(server_address, ps, f"find job '{job_id}''s servers", job_id) if ps else {}
+                # Within what is left of the wait: a PS worker stopped (SIGSTOP) or cut off never answers, and the
+                # whole wait would otherwise be CALL_TIMEOUT_S however short the job's timeout.
+                left = min(CALL_TIMEOUT_S, max(RESTART_POLL_S, deadline - time.monotonic()))
+                what = f"find job '{job_id}''s servers"
+                found = self._run(server_address, ps, what, job_id, timeout=left) if ps else {}
                 addresses = [str(found[a]) for a in ps if found.get(a)]
                 if len(ps) == wanted and len(addresses) == wanted and not gone & set(addresses):
                     self._jobs[job_id] = addresses
@@ -204,7 +210,7 @@ class ParameterServerHosting:
             if time.monotonic() > deadline:
                 raise ClusterError(
                     f"job '{job_id}' needs {wanted} parameter server(s) in place of {', '.join(sorted(gone)) or 'none'}"
-                    f", and {timeout:g} s later there are: {seen}. Does the cluster restart lost workers (a nanny), "
+                    f", and {timeout:.3g} s later there are: {seen}. Does the cluster restart lost workers (a nanny), "
                     "with the 'ps' resource?"
                 )
             if cancel is None:

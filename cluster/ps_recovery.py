@@ -65,19 +65,27 @@ class ServerRecovery:
         self.watch = watch
         self._metrics_from = 0  # the replicas' metrics since the last restart: those of the servers lost now
 
-    def restart(self, err: ParameterServerError) -> bool:
+    def restart(self, err: ParameterServerError, since: float | None = None) -> bool:
         """Servers stopped answering: wait for Dask to restart them, restore, publish; False if the job failed or was
-        closed meanwhile. ``job.global_step()`` says the step last read meanwhile (``state.recovering``)."""
+        closed meanwhile. ``job.global_step()`` says the step last read meanwhile (``state.recovering``).
+
+        ``since`` (monotonic): when the call that failed with ``err`` began. The whole wait ends at most
+        ``2 * timeout_s`` after it: a server that stopped answering (SIGSTOP, a network cut) fails a call only at
+        its deadline, and waiting ``timeout_s`` more from there, after the probes, had the job fail 4-5 times
+        ``timeout_s`` after the loss. A server killed outright fails at once and still gets ``timeout_s``.
+        """
         self.state.recovering = True
         try:
-            return self._restart(err)
+            return self._restart(err, time.monotonic() if since is None else since)
         finally:
             self.state.recovering = False
 
-    def _restart(self, err: ParameterServerError) -> bool:
+    def _restart(self, err: ParameterServerError, since: float) -> bool:
         state = self.state
+        timeout = state.spec.timeout_s
+        deadline = since + 2 * timeout
         seen_at, ago = self._reached(), time.monotonic() - state.step_time
-        answers = {a: self._answers(a) for a in state.addresses}
+        answers = {a: self._answers(a, deadline) for a in state.addresses}
         dead = [a for a, step in answers.items() if step is None]
         if not dead:
             state.event(f"the parameter servers answer again after: {err}")
@@ -88,15 +96,21 @@ class ServerRecovery:
         who = "; ".join(self._describe_server(a) for a in dead)
         self.find_newer_checkpoint()
         point = state.restore_point or "nothing (no checkpoint yet: training starts again from step 0)"
-        timeout = state.spec.timeout_s
+        wait = max(0.0, min(timeout, deadline - time.monotonic()))
+        bound = (
+            f" (it stopped answering {time.monotonic() - since:.1f} s ago, and a lost server fails the job within "
+            f"2 x timeout_s={timeout:g} s of that)"
+            if wait < timeout - 0.05
+            else ""
+        )
         state.event(
             f"{who} did not answer (last seen at global step {seen_at}, {ago:.1f} s ago): {err}. "
-            f"The job waits up to {timeout:g} s for Dask to restart it, then restores {point}; "
+            f"The job waits up to {wait:.3g} s for Dask to restart it{bound}, then restores {point}; "
             "the replicas wait for it and rejoin"
         )
         try:
             # The job's servers only: the first ones, those the placement gave a part of the model (Supervisor.start).
-            found = state.cluster.parameter_servers(state.job_id, timeout=timeout, replacing=dead, cancel=state.closed)
+            found = state.cluster.parameter_servers(state.job_id, timeout=wait, replacing=dead, cancel=state.closed)
             addresses = list(found)[: len(state.addresses)]
             self.watch.look()  # the restarted worker joined before its server restores: say so in that order
             ps = ParameterClient(addresses, state.token, timeout=timeout)
@@ -113,13 +127,14 @@ class ServerRecovery:
                 return False  # the job has failed saying so: no server can come back without the scheduler
             state.error = TrainingError(
                 f"job {state.job_id}: its parameter server(s) {', '.join(dead)} were lost and could not be restarted: "
-                f"{problem}. The job has failed: job.close() ends it, and "
+                f"{problem}.{self._stuck(dead)} The job has failed: job.close() ends it, and "
                 + (
                     f"cg.train(..., resume_from={state.restore_point!r}) starts again from its last checkpoint"
                     if state.restore_point
                     else "cg.train(...) starts it again"
                 )
             )
+            state.servers_lost = True
             state.event(str(state.error))
             state.signal_stop()  # the replicas waiting for new servers end now, not at their deadline
             return False
@@ -181,9 +196,11 @@ class ServerRecovery:
             reported = max((int(m.get("step", 0)) for m in state.metrics[self._metrics_from :]), default=0)
         return max(state.step, reported)
 
-    def _answers(self, address: str) -> int | None:
-        """The global step of the server at ``address``, if it answers ``Stats`` (within ``PROBE_TIMEOUT_S``)."""
-        probe = ParameterClient([address], self.state.token, timeout=PROBE_TIMEOUT_S)
+    def _answers(self, address: str, deadline: float) -> int | None:
+        """The global step of the server at ``address``, if it answers ``Stats`` within ``PROBE_TIMEOUT_S`` (and
+        before ``deadline``, the end of the recovery's wait)."""
+        left = min(PROBE_TIMEOUT_S, max(0.1, deadline - time.monotonic()))
+        probe = ParameterClient([address], self.state.token, timeout=left)
         try:
             [stats] = probe.stats()
         except ParameterServerError:
@@ -191,6 +208,19 @@ class ServerRecovery:
         finally:
             probe.close()
         return int(stats.global_step)
+
+    def _stuck(self, dead: list[str]) -> str:
+        """Words for the dead servers' PS workers that are still in the cluster: stopped or cut off, not lost, so
+        that Dask restarts nothing (the cluster's own error asks whether it restarts lost workers)."""
+        self.watch.look()
+        hosts = [self.watch.ps_host(self.state.addresses.index(a)) for a in dead]
+        there = [h.address for h in hosts if h is not None and h.address in self.watch.workers]
+        if not there:
+            return ""
+        return (
+            f" PS worker(s) {', '.join(there)} are still in the cluster, and their server gave no answer: a worker "
+            "stopped (SIGSTOP), hung or cut off from the network, which Dask does not restart."
+        )
 
     def _describe_server(self, address: str) -> str:
         shard = self.state.addresses.index(address)

@@ -122,6 +122,10 @@ REJOIN_WAIT_FACTOR = 2.0
 REJOIN_POLL_S = 0.2
 # Rejoins in a row, with no step trained between them, after which a replica gives up.
 REJOIN_ATTEMPTS = 5
+# The deadline of each Register while a replica rejoins (at most timeout_s): a live server answers it at once, and a
+# stopped one (SIGSTOP, a network cut) held each try for timeout_s, so that a replica saw the job's stop (it failed
+# meanwhile) only that late.
+REJOIN_TRY_S = 2.0
 # The codes a restore (ABORTED, DEADLINE_EXCEEDED), a lost server (UNAVAILABLE, or CANCELLED as it goes) or a
 # restarted one not yet given the job (FAILED_PRECONDITION) end a call with: the replica rejoins after them.
 REJOIN_CODES = ("ABORTED", "DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED", "FAILED_PRECONDITION")
@@ -295,11 +299,12 @@ class _Link:
         self.rejoins = 0
         self.rejoins_in_row = 0  # since the last step trained: bounded by REJOIN_ATTEMPTS
 
-    def join(self) -> PullResult:
-        """Register with the servers, check they hold this graph's job, and pull every variable."""
+    def join(self, register_timeout: float | None = None) -> PullResult:
+        """Register with the servers (within ``register_timeout``, by default ``timeout_s``), check they hold this
+        graph's job, and pull every variable."""
         spec = self.spec
         with naming(spec, "joining the job"):
-            info = self.client.register(spec.replica_id)
+            info = self.client.register(spec.replica_id, timeout=register_timeout)
             _check_job(spec, {name: pieces[0][1] for name, pieces in info.layout.items()}, info.training.mode)
             return self.client.pull(spec.graph.pulled, replica_id=spec.replica_id)
 
@@ -340,7 +345,7 @@ class _Link:
                         self.generation, self.addresses = generation, tuple(addresses)
                         self.client = ParameterClient(self.addresses, spec.token, timeout=spec.timeout_s)
             try:
-                pulled = self.join()
+                pulled = self.join(min(spec.timeout_s, REJOIN_TRY_S))
             except ParameterServerError as failed:
                 if failed.code not in REJOIN_CODES:
                     raise

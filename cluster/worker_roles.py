@@ -236,11 +236,14 @@ class WorkerRoles:
     def _gpus_of(self, workers: Sequence[str]) -> dict[str, int]:
         return self._gpus.of(workers, lambda missing: self._run(visible_gpus, missing, "count the GPUs"))
 
-    def _run(self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any) -> dict[str, T]:
-        """``client.run(function, *args)`` on ``workers``, within ``CALL_TIMEOUT_S``."""
+    def _run(
+        self, function: Callable[..., T], workers: Sequence[str], what: str, *args: Any, timeout: float = CALL_TIMEOUT_S
+    ) -> dict[str, T]:
+        """``client.run(function, *args)`` on ``workers``, within ``timeout`` (``CALL_TIMEOUT_S``)."""
         return call_with_deadline(
             lambda: self.client.run(function, *args, workers=list(workers)),
             f"{what} on workers {', '.join(workers)}",
+            timeout,
         )
 
 

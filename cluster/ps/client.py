@@ -168,18 +168,20 @@ class ParameterClient(ShardCalls):
         self._homes.clear()
         return min(steps.values())
 
-    def register(self, replica_id: int) -> JobInfo:
-        """Join the job as replica ``replica_id`` on every shard; learn its variables and rules."""
-        return self._register(pb.RegisterRequest(replica_id=replica_id), f"Register of replica {replica_id}")
+    def register(self, replica_id: int, timeout: float | None = None) -> JobInfo:
+        """Join the job as replica ``replica_id`` on every shard; learn its variables and rules (within ``timeout``,
+        by default the client's)."""
+        request = pb.RegisterRequest(replica_id=replica_id)
+        return self._register(request, f"Register of replica {replica_id}", timeout)
 
     def job(self) -> JobInfo:
         """Learn the job's variables, layout and rules without joining it as a replica."""
         return self._register(pb.RegisterRequest(observer=True), "Register of an observer")
 
-    def _register(self, request: pb.RegisterRequest, what: str) -> JobInfo:
+    def _register(self, request: pb.RegisterRequest, what: str, timeout: float | None = None) -> JobInfo:
         def register_shard(shard: int) -> pb.RegisterResponse:
             call = lambda stub, left: stub.Register(request, timeout=left, metadata=self._metadata)
-            return self._call(shard, what, call)
+            return self._call(shard, what, call, timeout=timeout)
 
         answers = self._each_shard(range(len(self.addresses)), register_shard)
         first = answers[0]
