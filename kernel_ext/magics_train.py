@@ -166,6 +166,8 @@ class TrainMagics(Magics):
                 raise LookupError(f"--data {args.data!r} has an empty name: write the names without spaces, e.g. "
                                   "--data x_train,y_train")  # fmt: skip
             values = [lookup(ns, name, "--data") for name in names]
+            for name, value in zip(names, values):
+                _refuse_a_holder_of_arrays(name, value)
             opt = optimizer(args.optimizer, {name: getattr(args, name) for name in OPTIMIZER_SETTINGS})
         except (LookupError, ValueError) as err:
             raise usage_error(self.train, str(err)) from None
@@ -177,6 +179,29 @@ class TrainMagics(Magics):
 
 
 CODE = re.compile(r"[][(){}+*/=]")  # what a list of names and attribute paths never holds, and code often does
+
+
+def _refuse_a_holder_of_arrays(name: str, value: Any) -> None:
+    """A ``LookupError`` for ``--data data`` where ``data`` holds the arrays as attributes (``digits.load()``'s
+    split): cg.train took it for one array and said 'data has 1 array(s) but the loss needs 2 placeholder(s)'."""
+    if isinstance(value, tuple | list | dict) or hasattr(value, "shape") or hasattr(value, "__array__"):
+        return
+    found = [attr for attr in dir(value) if not attr.startswith("_") and _is_array(value, attr)]
+    arrays = [f"{name}.{attr}" for attr in sorted(found, key=lambda attr: "train" not in attr)]  # training first
+    if arrays:
+        raise LookupError(
+            f"--data {name!r} is a {type(value).__name__} holding arrays, not an array: name the arrays, from "
+            f"{', '.join(arrays)} (e.g. --data {','.join(arrays[:2])})"
+        )
+
+
+def _is_array(owner: Any, attr: str) -> bool:
+    try:
+        value = getattr(owner, attr)
+    except Exception:  # a property that fails is no array to offer
+        return False
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
 
 # cg.train's keywords in its messages, as %train's flags: the user typed flags, and cannot pass a keyword.
 FLAG_WORDS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [

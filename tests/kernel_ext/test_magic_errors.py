@@ -24,7 +24,8 @@ MODEL = (
     "import cellgraph as cg\nimport numpy as np\n"
     "x = cg.placeholder((None, 4), name='x')\ny = cg.placeholder((None,), 'int32', name='y')\n"
     "loss = cg.losses.sparse_softmax_cross_entropy(cg.layers.dense(x, 3, name='logits'), y)\n"
-    "X = np.zeros((8, 4), np.float32)\nY = np.zeros(8, np.int32)\nn = 3"
+    "X = np.zeros((8, 4), np.float32)\nY = np.zeros(8, np.int32)\nn = 3\n"
+    "from cellgraph.examples.digits import Split\nsplit = Split(X, Y, X, Y)"
 )
 
 
@@ -62,6 +63,11 @@ TRAIN_CASES = [
         "%train loss --data X[:,:10],Y",
         "%train: --data 'X[:,:10],Y' is code, not names: %train looks the arrays up by name and evaluates nothing; "
         "bind them to names in a cell first (x_part = x_train[:100]), then --data x_part,...",
+    ),
+    (  # digits.load()'s split, given whole: it said "data has 1 array(s) but the loss needs 2 placeholder(s)"
+        "%train loss --data split",
+        "%train: --data 'split' is a Split holding arrays, not an array: name the arrays, from split.x_train, "
+        "split.y_train, split.x_test, split.y_test (e.g. --data split.x_train,split.y_train)",
     ),
     (
         "%train loss --data X,Y-1",
