@@ -298,7 +298,7 @@ def _checkpoint_problems(checkpoint_dir: Any, resume_from: Any) -> list[str]:
     if folder is not None and folder.exists() and not folder.is_dir():
         return [f"checkpoint_dir {str(folder)!r} is a file, not a folder"]
     if resume_from is None:
-        return []
+        return _another_jobs_checkpoints(folder)
     if not isinstance(resume_from, str) or not resume_from:
         return [f"resume_from must be a checkpoint's name (e.g. 'ckpt-0000000300') or None, got {resume_from!r}"]
     if folder is None:
@@ -308,12 +308,39 @@ def _checkpoint_problems(checkpoint_dir: Any, resume_from: Any) -> list[str]:
         ]
     # The folder may live on the parameter-server machines only: then the servers say whether it is there.
     if folder.is_dir() and not (folder / resume_from).is_dir():
-        held = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name.startswith("ckpt-"))
+        held = held_checkpoints(folder)
         return [
             f"resume_from {resume_from!r} is not in checkpoint_dir {str(folder)!r} "
             f"(it holds {', '.join(held) or 'no checkpoint'})"
         ]
     return []
+
+
+def held_checkpoints(folder: Path) -> list[str]:
+    """The checkpoints' folders (``ckpt-...``) in ``folder``, oldest first; none where this process cannot see it."""
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name.startswith("ckpt-"))
+
+
+def _another_jobs_checkpoints(folder: Path | None) -> list[str]:
+    """A new job (no ``resume_from``) in a folder that holds checkpoints: refused, as it would write over them.
+
+    Before, it wrote its own checkpoints under the same names, one step's files over the other job's (a mix that
+    export then refused), and where it wrote fewer, ``cg.save_model``/``cg.onnx.export`` of the folder read the old
+    job's newer step without a word. As TensorFlow's ``Saver`` and torch's checkpoints are used, a folder is one
+    run's: a job goes on with it by resuming from it. Where only the PS machines see the folder, nothing is checked.
+    """
+    held = [] if folder is None else held_checkpoints(folder)
+    if not held:
+        return []
+    kept = held[0] if len(held) == 1 else f"{len(held)}, {held[0]} to {held[-1]}"
+    return [
+        f"checkpoint_dir {str(folder)!r} already holds checkpoints of another job ({kept}): a new job would write "
+        "its own over those of the same steps, and cg.save_model or cg.onnx.export of the folder would read "
+        f"whichever job wrote the newest; pass resume_from={held[-1]!r} to go on from that job's newest, or give "
+        "the new job a folder of its own (an empty or new one, or none: a temporary folder)"
+    ]
 
 
 def optimizer_config(optimizer: Optimizer | OptimizerConfig | None) -> OptimizerConfig:
@@ -469,4 +496,4 @@ def shard_rows(total: int, replicas: int, index: int) -> slice:
     return slice(start, start + per + (1 if index < extra else 0))
 
 
-__all__ = ["JobSpec", "arrays_for", "check_feeds", "optimizer_config", "rows_of", "shard_rows"]
+__all__ = ["JobSpec", "arrays_for", "check_feeds", "held_checkpoints", "optimizer_config", "rows_of", "shard_rows"]

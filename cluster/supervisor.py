@@ -31,7 +31,7 @@ from cellgraph.dataflow.errors import CellgraphError
 
 from .errors import ParameterServerError
 from .job_close import CLOSE_ERRORS, WATCHER_JOIN_S, close_job
-from .job_spec import no_training_worker, shard_rows
+from .job_spec import held_checkpoints, no_training_worker, shard_rows
 from .job_state import JobState, lost_with_worker
 from .job_tasks import replicas_topic, worker_log_topic
 from .placed_training import PlacedTraining, place_training
@@ -142,6 +142,12 @@ class Supervisor:
                 step = state.step = state.ps.restore(spec.resume_from)
                 state.restore_point, state.restore_step = spec.resume_from, step
                 state.event(f"resumed from checkpoint {spec.resume_from} at global step {step}")
+                newer = [n for n in held_checkpoints(state.checkpoint_dir) if n > spec.resume_from]
+                if newer:  # the folder's run goes on from an earlier point, as TensorFlow's Saver does: said
+                    state.event(
+                        f"checkpoint_dir {state.checkpoint_dir} also holds {', '.join(newer)}, newer than "
+                        f"{spec.resume_from}: this job writes its own checkpoints over those of the same steps"
+                    )
             publish_addresses(state)
             client.subscribe_topic(metrics_topic(state.job_id), self.on_metrics)
             client.subscribe_topic(replicas_topic(state.job_id), self.replicas.on_replica_start)

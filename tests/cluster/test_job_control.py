@@ -186,16 +186,23 @@ def test_a_job_resumes_from_another_jobs_checkpoint(cluster: Cluster, data: digi
         trained = first.variables()
     finally:
         first.close()
+    # From an earlier checkpoint than the folder's newest: the folder's run goes on from there (as TensorFlow's
+    # Saver), and the job says that it writes over the newer one.
     second = start(
-        cluster, data, steps=200, checkpoint_every=40, checkpoint_dir=tmp_path, resume_from="ckpt-0000000120"
+        cluster, data, steps=200, checkpoint_every=40, checkpoint_dir=tmp_path, resume_from="ckpt-0000000080"
     )
     try:
-        assert second.global_step() >= 120  # it went on from the checkpoint, not from step 0
-        assert "resumed from checkpoint ckpt-0000000120 at global step 120" in "\n".join(second.events)
+        assert second.global_step() >= 80  # it went on from the checkpoint, not from step 0
+        events = "\n".join(second.events)
+        assert "resumed from checkpoint ckpt-0000000080 at global step 80" in events
+        assert (
+            f"checkpoint_dir {tmp_path} also holds ckpt-0000000120, newer than ckpt-0000000080: this job writes its "
+            "own checkpoints over those of the same steps"
+        ) in events, events
         second.wait(TIMEOUT)
         assert second.status == "finished" and second.global_step() == 200
         [shard] = second.ps_stats()
-        assert shard["updates"] == 80  # only the steps after the checkpoint were trained here
+        assert shard["updates"] == 120  # only the steps after the checkpoint were trained here
         assert set(second.variables()) == set(trained)
     finally:
         second.close()

@@ -85,6 +85,18 @@ def test_checkpoint_arguments_are_checked_against_the_folder(
     (tmp_path / "ckpt-0000000040").mkdir()
     message = refused(cluster, model.loss, xy, checkpoint_dir=tmp_path, resume_from="ckpt-0000000080")
     assert f"resume_from 'ckpt-0000000080' is not in checkpoint_dir '{tmp_path}' (it holds ckpt-0000000040)" in message
+    # A new job in a folder that holds another job's checkpoints: before, it wrote its own over them at the same
+    # steps (a mix that export refused), and an export of the folder read the old job's newer step without a word.
+    assert refused(cluster, model.loss, xy, checkpoint_dir=tmp_path) == (
+        f"cg.train: checkpoint_dir '{tmp_path}' already holds checkpoints of another job (ckpt-0000000040): a new job "
+        "would write its own over those of the same steps, and cg.save_model or cg.onnx.export of the folder would "
+        "read whichever job wrote the newest; pass resume_from='ckpt-0000000040' to go on from that job's newest, or "
+        "give the new job a folder of its own (an empty or new one, or none: a temporary folder)"
+    )
+    (tmp_path / "ckpt-0000000080").mkdir()
+    assert "already holds checkpoints of another job (2, ckpt-0000000040 to ckpt-0000000080)" in refused(
+        cluster, model.loss, xy, checkpoint_dir=tmp_path
+    )
     file = tmp_path / "notes.txt"
     file.write_text("not a folder")
     assert f"checkpoint_dir '{file}' is a file, not a folder" in refused(cluster, model.loss, xy, checkpoint_dir=file)
