@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
@@ -53,6 +54,7 @@ class ActiveCell:
     runs: list[CellRun] = field(default_factory=list)
     thread: int = field(default_factory=threading.get_ident)  # the thread that runs the cell's code
     entered: list[Graph] = field(default_factory=list)  # graphs the cell's code made the default
+    started: float = field(default_factory=time.monotonic)
 
     def join(self, graph: Graph) -> None:
         """Open this cell's scope on ``graph`` too (no-op if it is open there already)."""
@@ -184,7 +186,11 @@ class CellTracker:
         active, self.active = self.active, None
         if active is not None:
             _close_scopes(active, error, self.shell)
-            if error is None:  # a cell that raised was rolled back: the graphs are as the jobs found them
+            if error is None:  # a cell that raised was rolled back: the graphs are as the jobs and views found them
+                views = sys.modules.get("cellgraph.widgets.graph_view")  # not imported: no view was ever made
+                for run in active.runs:
+                    if run.old and views is not None:
+                        views.mark_views_stale(run.graph, run.label, active.started)
                 for job in self._running_jobs():
                     note = job_note(active, job)
                     if note is not None:

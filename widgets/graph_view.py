@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,8 @@ class GraphView(anywidget.AnyWidget):
     def __init__(self, graph: Graph, placement: Placement | None = None) -> None:
         model = GraphModel(graph, placement)  # checks both arguments before any widget exists
         super().__init__()
+        self._made = time.monotonic()
+        _VIEWS.add(self)
         self._model = model
         self.scene = model.scene()
         self.layout_thread: threading.Thread | None = None
@@ -257,3 +260,20 @@ def _exists(model: GraphModel, name: str, openable: bool = False) -> bool:
     except GraphViewError:
         return False
     return True
+
+
+# Every view made in this process, for ``mark_views_stale``: weakly, as a view goes with its output.
+_VIEWS: weakref.WeakSet[GraphView] = weakref.WeakSet()
+
+
+def mark_views_stale(graph: Graph, label: str, since: float) -> None:
+    """Say in each open view of ``graph`` drawn before ``since`` (``time.monotonic()``) that cell ``label`` was
+    re-run and changed the graph: such a view went on showing the replaced nodes, as if current, until clicked.
+    The notebook extension calls this when a re-run cell has replaced nodes; a click redraws the view (``refresh``)
+    and clears the note."""
+    for view in list(_VIEWS):
+        if view.graph is graph and view.comm is not None and view._made < since:
+            view.error = (
+                f"cell {label} was re-run after this view was drawn and replaced nodes of the graph: click the view "
+                "(or display the graph again) to see the graph as it is now"
+            )

@@ -147,3 +147,30 @@ def test_a_named_graph_is_bound_to_its_name_in_the_notebook(
     assert "my-model" in named_graphs(shell) and "my-model" not in shell.user_ns
     run(shell, "%%graph broken\nw = cg.placeholder((2,), name='w')\n1 / 0", "d")
     assert "broken" not in shell.user_ns
+
+
+def test_a_view_drawn_before_a_re_run_that_replaced_its_nodes_says_so(
+    shell: InteractiveShell, shown: list[Any]
+) -> None:
+    # A view in another cell's output went on showing the replaced nodes as if current until it was clicked.
+    from cellgraph.widgets.graph_view import GraphView
+
+    model = "%%graph g\nimport cellgraph as cg\nx = cg.placeholder((None, 4), name='x')\nh = cg.layers.dense(x, {n}, name='h')"
+    ok(shell, model.format(n=4), cell_id="model")
+    ok(shell, "%graph g")
+    earlier = shown[-1]
+    assert isinstance(earlier, GraphView) and earlier.error == ""
+    ok(shell, "%%graph g\nout = cg.layers.dense(h, 2, name='out')")  # adds nodes, replaces none
+    assert earlier.error == ""
+    number = ok(shell, model.format(n=8), cell_id="model").execution_count
+    redrawn = shown[-1]
+    assert earlier.error == (
+        f"cell [{number}] was re-run after this view was drawn and replaced nodes of the graph: click the view (or "
+        "display the graph again) to see the graph as it is now"
+    )
+    assert redrawn is not earlier and redrawn.error == ""  # the re-run's own view is current
+    # A click (any request from the browser) redraws it from the graph as it is now, and the note goes.
+    earlier._handle_msg(
+        {"content": {"data": {"method": "custom", "content": {"type": "select", "id": "s:h"}}}, "buffers": []}
+    )
+    assert earlier.error == "" and earlier.selected == "h"
