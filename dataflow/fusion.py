@@ -108,6 +108,9 @@ def segment_kernel(
     loops: dict[tuple[bool, ...], Callable[..., None]] = {}
     dtype = np.dtype(segment.output.dtype)
     members = list(zip(segment.nodes, node_kernels, strict=True))
+    # A (1,) y for a (3,) dy was broadcast by the loop, where the members one by one refuse it (their kernels
+    # check the shapes): such a segment runs a single-value input through them.
+    strict = segment.strict()
 
     def one_by_one(*xs: np.ndarray) -> np.ndarray:
         env: dict[Key, Any] = dict(constants)
@@ -126,7 +129,7 @@ def segment_kernel(
             if fills(x.shape, shape):
                 args.append(x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1))
                 pattern.append(False)
-            elif x.size == 1 and x.ndim <= len(shape):
+            elif x.size == 1 and x.ndim <= len(shape) and not strict:
                 args.append(x.reshape(-1))
                 pattern.append(True)
             else:

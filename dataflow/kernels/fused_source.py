@@ -63,6 +63,11 @@ class Segment:
     def output(self) -> Tensor:
         return self.nodes[-1].output(0)
 
+    def strict(self) -> bool:
+        """Whether a member of several operands does not broadcast (an activation's gradient of dy and y): a
+        single-value input may then not stand for a whole tensor, so the fused loop is not run for one."""
+        return any(not n.opdef.broadcasts and len(self.reads(n)) > 1 for n in self.nodes)
+
     def inputs(self) -> list[Tensor]:
         """Tensors the segment reads from outside, each once, in first-use order."""
         inside = {id(n) for n in self.nodes}

@@ -20,7 +20,7 @@ from ..opdef import InferContext, OpDef, TensorSpec, not_differentiable, registe
 from ..shapes import fmt
 from .array import FAMILY, Attrs, _axis, _cuda, _scalar
 from .array_index import batch_gather
-from .base import TensorLike, apply, as_tensor, fits, graph_of, upstream
+from .base import TensorLike, apply, as_tensor, fits, graph_of, rule_checked, upstream
 
 
 def _check_indices(ctx: InferContext, indices: TensorSpec) -> None:
@@ -73,10 +73,13 @@ register_op(OpDef(
     grad=lambda node, dys: [_scatter_add_like(upstream(dys), node.inputs[1], node.inputs[0], node.attrs["axis"]), None],
     kernels={"cpu": lambda node, ctx: k.gather(node.attrs["axis"]), "cuda": _cuda("gather_op")},
 ))  # fmt: skip
+# Built by gradient rules: the rule runs again on the arrays' shapes (rule_checked), since with dims unknown when
+# building, updates of the same size but another shape was read in another order without a word.
 register_op(OpDef(
     name="ScatterAddLike", family=FAMILY, infer=_infer_scatter_add_like, reference=_ref_scatter_add_like,
     grad=lambda node, dys: [gather(upstream(dys), node.inputs[1], node.attrs["axis"]), None, None],
-    kernels={"cpu": lambda node, ctx: k.scatter_add_like(node.attrs["axis"]), "cuda": _cuda("scatter_add_like_op")},
+    kernels={"cpu": rule_checked(lambda node, ctx: k.scatter_add_like(node.attrs["axis"])),
+             "cuda": rule_checked(_cuda("scatter_add_like_op"))},
 ))  # fmt: skip
 register_op(OpDef(
     name="OneHot", family=FAMILY, infer=_infer_one_hot, reference=_ref_one_hot,

@@ -27,7 +27,7 @@ from ..kernels.cpu import array_index as k
 from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, OpDef, Shape, TensorSpec, register_op
 from ..shapes import fmt
-from .base import TensorLike, apply, as_tensor, fits, graph_of, upstream
+from .base import TensorLike, apply, as_tensor, fits, graph_of, rule_checked, upstream
 
 FAMILY = "array"
 Dys = list[Tensor | None]
@@ -212,11 +212,13 @@ register_op(OpDef(
     kernels={"cpu": lambda node, ctx: k.batch_gather(*_batch_attrs(node)),
              "cuda": cuda_kernel("array_index", "batch_gather_op")},
 ))  # fmt: skip
+# Built by gradient rules: the rule runs again on the arrays' shapes (rule_checked), since with dims unknown when
+# building, updates, indices or a like of the same size but another shape was read in another order without a word.
 register_op(OpDef(
     name="BatchGatherGrad", family=FAMILY, infer=_infer_batch_gather_grad, reference=_ref_batch_gather_grad,
     grad=lambda node, dys: [apply("BatchGather", [upstream(dys), node.inputs[1]], node.attrs), None, None],
-    kernels={"cpu": lambda node, ctx: k.batch_gather_grad(*_batch_attrs(node)),
-             "cuda": cuda_kernel("array_index", "batch_gather_grad_op")},
+    kernels={"cpu": rule_checked(lambda node, ctx: k.batch_gather_grad(*_batch_attrs(node))),
+             "cuda": rule_checked(cuda_kernel("array_index", "batch_gather_grad_op"))},
 ))  # fmt: skip
 
 

@@ -23,7 +23,7 @@ from ..kernels.cuda import cuda_kernel
 from ..opdef import InferContext, KernelFactory, OpDef, Shape, TensorSpec, register_op
 from ..shapes import fmt
 from .array import FAMILY, Attrs, Dys, _cuda, _ints, _scalar
-from .base import TensorLike, apply, as_tensor, fits, upstream
+from .base import TensorLike, apply, as_tensor, fits, rule_checked, upstream
 
 
 def _infer_slice(ctx: InferContext) -> TensorSpec:
@@ -230,11 +230,13 @@ register_op(OpDef(
     kernels={"cpu": lambda node, ctx: k.strided_slice(_index(node.attrs)),
              "cuda": _cuda_indexed("strided_slice_op")}, view=True,
 ))  # fmt: skip
+# Built by gradient rules: the rule runs again on the arrays' shapes (rule_checked), since with dims unknown when
+# building, a gradient that did not fit the slice of the like was broadcast into it without a word.
 register_op(OpDef(
     name="StridedSliceGrad", family=FAMILY, infer=_infer_strided_slice_grad, reference=_ref_strided_slice_grad,
     grad=lambda node, dys: [apply("StridedSlice", [upstream(dys)], node.attrs, name="strided_slice"), None],
-    kernels={"cpu": lambda node, ctx: k.strided_slice_grad(_index(node.attrs)),
-             "cuda": _cuda_indexed("strided_slice_grad_op")},
+    kernels={"cpu": rule_checked(lambda node, ctx: k.strided_slice_grad(_index(node.attrs))),
+             "cuda": rule_checked(_cuda_indexed("strided_slice_grad_op"))},
 ))  # fmt: skip
 
 

@@ -92,12 +92,16 @@ for _name, _kernel, _ref, _rule, _expr in _ACTIVATIONS:
         kernels={"cpu": elementwise_kernel(_kernel), "cuda": cuda_kernel("nn", "activation_op", _name)},
         elementwise=_expr,
     ))  # fmt: skip
+# The gradients run their shape rule again on the arrays' shapes: the kernels walk dy and read y at the same
+# flat index, so with dims unknown when building, a y of another shape was read past its end (or in another
+# order, transposed) and a gradient came back without a word.
 for _name, _kernel, _ref, _rule, _expr in _ACTIVATION_GRADS:
     register_op(OpDef(
         name=_name, family=FAMILY, infer=_infer_activation_grad,
         reference=lambda attrs, g, y, _f=_ref: _f(g, y).astype(g.dtype),
         grad=_one_upstream(_rule),
-        kernels={"cpu": elementwise_kernel(_kernel), "cuda": cuda_kernel("nn", "activation_op", _name)},
+        kernels={"cpu": rule_checked(elementwise_kernel(_kernel)),
+                 "cuda": rule_checked(cuda_kernel("nn", "activation_op", _name))},
         elementwise=_expr,
     ))  # fmt: skip
 

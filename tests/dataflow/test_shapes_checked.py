@@ -10,7 +10,8 @@ import pytest
 
 import cellgraph as cg
 from cellgraph.dataflow.opdef import KernelContext
-from cellgraph.dataflow.ops import conv
+from cellgraph.dataflow.ops import array_gather, array_slice, conv, nn
+from cellgraph.dataflow.ops.base import apply
 from cellgraph.dataflow.variables import VariableStore
 
 
@@ -79,3 +80,71 @@ def test_a_cuda_pool_refuses_the_shapes_in_the_cpu_kernels_words(op, build, x_sh
     kernel = node.opdef.kernels["cuda"](node, KernelContext(VariableStore()))
     with pytest.raises(ValueError, match=f"^{re.escape(words)}$"):
         kernel(*[cuda.to_device(a) for a in arrays])
+
+
+ACTIVATION_GRADS = [("ReluGrad", nn.relu_grad), ("SigmoidGrad", nn.sigmoid_grad), ("TanhGrad", nn.tanh_grad)]
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize(("op", "grad"), ACTIVATION_GRADS, ids=[a[0] for a in ACTIVATION_GRADS])
+def test_an_activation_gradient_of_another_shape_fails_the_run(op: str, grad: Any, fuse: bool) -> None:
+    """The kernels walk dy and read y at the same flat index: a y of fewer rows was read past its end, and a
+    (3, 4) y for a (4, 3) dy, of the same size, in the wrong order, both without a word."""
+    g = cg.Graph()
+    with g.as_default():
+        dy = cg.placeholder((None, None), "float32", name="dy")
+        y = cg.placeholder((None, None), "float32", name="y")
+        dx = cg.exp(grad(cg.abs(dy), cg.abs(y)) * 2.0)  # fused with elementwise ops around it
+    sess = cg.Session(g, fuse=fuse)
+    assert sess.run(dx, {dy: np.ones((3, 4), np.float32), y: np.full((3, 4), 0.5, np.float32)}).shape == (3, 4)
+    # (1, 1): a single value, which the fused loop broadcast (as a (1,) grad_ys seed for a (3,) sigmoid was).
+    for dy_shape, y_shape in (((4, 3), (3, 4)), ((3, 4), (2, 4)), ((3, 4), (1, 1))):
+        with pytest.raises(cg.ExecutionError) as err:
+            sess.run(dx, {dy: np.ones(dy_shape, np.float32), y: np.ones(y_shape, np.float32)})
+        assert str(err.value).endswith(f"ValueError: gradient and output shapes differ: {dy_shape} and {y_shape}")
+        assert (f"{op} '" if not fuse else "Exp 'exp'") in str(err.value)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("op", "grad"), ACTIVATION_GRADS, ids=[a[0] for a in ACTIVATION_GRADS])
+def test_a_cuda_activation_gradient_refuses_another_shape_in_the_cpu_words(op: str, grad: Any) -> None:
+    from numba import cuda
+
+    g = cg.Graph()
+    with g.as_default():
+        node = grad(cg.placeholder((None, None), "float32"), cg.placeholder((None, None), "float32")).node
+    kernel = node.opdef.kernels["cuda"](node, KernelContext(VariableStore()))
+    with pytest.raises(ValueError, match=re.escape("gradient and output shapes differ: (4, 3) and (3, 4)")):
+        kernel(cuda.to_device(np.ones((4, 3), np.float32)), cuda.to_device(np.ones((3, 4), np.float32)))
+
+
+def _sliced(t: cg.Tensor) -> Any:
+    return t[1:, ::-2].node.attrs
+
+
+_normal = np.random.default_rng(0).standard_normal
+ids = np.array([2, 0, 2, 1], np.int32)
+batch_ids = np.array([[0, 2, 2], [1, 0, 3]], np.int32)
+# Ops built by gradient rules, fed one array of another shape (of the same size where a reshape let it through).
+GRADIENT_OPS = [
+    ("ScatterAddLike", lambda u, i, like: array_gather._scatter_add_like(u, i, like, 0), [_normal((2, 4)), ids, _normal((3, 2))],
+     "updates (2, 4) do not fit indices (4,) into (3, 2) on axis 0"),
+    ("BatchGatherGrad", lambda u, i, like: apply("BatchGatherGrad", [u, i, like], {"batch_dims": 1, "axis": 1}),
+     [_normal((2, 4, 3)), batch_ids, _normal((2, 3, 4))],
+     "updates (2, 4, 3) do not fit indices (2, 3) into (2, 3, 4): expected (2, 3, 4)"),
+    ("StridedSliceGrad", lambda g, x: array_slice._strided_slice_grad(g, x, _sliced(x)), [_normal((1, 2)), _normal((3, 4))],
+     "gradient (1, 2) does not fit [1:, ::-2] of (3, 4)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("op", "build", "arrays", "words"), GRADIENT_OPS, ids=[o[0] for o in GRADIENT_OPS])
+def test_a_gradient_op_given_arrays_its_rule_refuses_fails_the_run(op, build, arrays, words) -> None:  # type: ignore[no-untyped-def]
+    g = cg.Graph()
+    with g.as_default():
+        ins = [cg.placeholder((None,) * a.ndim, a.dtype.name, name=f"in{i}") for i, a in enumerate(arrays)]
+        out = build(*ins)
+    assert out.node.op == op
+    with pytest.raises(cg.ExecutionError) as err:
+        cg.Session(g).run(out, dict(zip(ins, arrays)))
+    assert str(err.value).startswith(f"{op} '")
+    assert str(err.value).endswith(f"ValueError: {words}")

@@ -96,6 +96,7 @@ def segment_kernel(
     kernels: dict[tuple[bool, ...], Any] = {}
     dtype = np.dtype(segment.output.dtype)
     members = list(zip(segment.nodes, node_kernels, strict=True))
+    strict = segment.strict()  # as the CPU's: a single-value input to an op that does not broadcast goes one by one
 
     def one_by_one(*xs: Any) -> Any:
         env: dict[Key, Any] = dict(embedded)
@@ -114,7 +115,7 @@ def segment_kernel(
             if fills(tuple(x.shape), shape) and x.is_c_contiguous():
                 args.append(flat(x))
                 pattern.append(False)
-            elif x.size == 1 and x.ndim <= len(shape):
+            elif x.size == 1 and x.ndim <= len(shape) and not strict:
                 args.append(flat(x))
                 pattern.append(True)
             else:
