@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,19 @@ def positions(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The input position each of the ``out`` outputs sits at, and which fall outside (tf_crop_and_resize).
 
-    In float32 by default, as ONNX Runtime and PyTorch compute them: a
+    A scale that is ``out / size`` (sizes were given, or ``cg.resize``) is that
+    ratio exactly, and the positions are the formulas' exact values (then
+    rounded to float64, which keeps every floor and tie, as a position is a
+    fraction of denominator at most ``2 * out``): 7 to 4 asymmetric puts output 2
+    at 3.5, a tie, as onnx's reference implementation and ONNX Runtime do,
+    where float32 puts it at 3.4999998 and rounds it down. ONNX Runtime
+    computes in float32 and lands just below an exact integer in a few cases
+    (half_pixel and half_pixel_symmetric, floor, 5 to 3: output 1 sits at exactly
+    2, ONNX Runtime reads 1); onnx's reference, in float64, in others (7 to 9:
+    output 4 at exactly 3, the reference reads 2); the exact value is the
+    spec's, and cellgraph follows it in both.
+
+    Otherwise (scales were given) in float32 by default, as ONNX Runtime and PyTorch compute them: a
     position that is exactly a tie there (``4 / 1.6`` is 2.5) is one here,
     where float64 of the float32 scale would put it just below; ``precision``
     float64 where the weights should be exact (``cg.resize``). The lengths in the formulas are
@@ -82,6 +95,8 @@ def positions(
     tf_crop_and_resize, and -0.5 for pytorch_half_pixel's length-1 output;
     ONNX Runtime and PyTorch follow the text).
     """
+    if scale == out / size and coordinate != "tf_crop_and_resize":
+        return _exact_positions(size, out, coordinate), None
     f = precision
     j = np.arange(out, dtype=f)
     scale32, size32, out32 = f(scale), f(size), f(out)
@@ -108,6 +123,26 @@ def positions(
             x = start * last + j * (end - start) * last / f(out - 1)
         return x.astype(np.float64), (x < 0) | (x > last)
     raise ValueError(f"coordinate transformation {coordinate!r} is not one of {', '.join(COORDINATES)}")
+
+
+def _exact_positions(size: int, out: int, coordinate: str) -> np.ndarray:
+    """``positions`` for the scale ``out / size``, in exact fractions, as float64."""
+    ratio = Fraction(size, out)  # 1 / scale
+    half = Fraction(1, 2)
+    if coordinate in ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel"):
+        # half_pixel_symmetric's shift is 0 when out is scale * size exactly.
+        if coordinate == "pytorch_half_pixel" and out == 1:
+            return np.zeros(1)
+        x = [(j + half) * ratio - half for j in range(out)]
+    elif coordinate == "align_corners":
+        x = [Fraction(0)] * out if out == 1 else [Fraction(j * (size - 1), out - 1) for j in range(out)]
+    elif coordinate == "asymmetric":
+        x = [j * ratio for j in range(out)]
+    elif coordinate == "tf_half_pixel_for_nn":
+        x = [(j + half) * ratio for j in range(out)]
+    else:
+        raise ValueError(f"coordinate transformation {coordinate!r} is not one of {', '.join(COORDINATES)}")
+    return np.array([float(v) for v in x], np.float64)
 
 
 def _nearest(x: np.ndarray, rounding: str) -> np.ndarray:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import onnx
@@ -116,6 +118,86 @@ def test_the_cases_against_onnxs_text_are_what_onnx_runtime_computes() -> None:
         theirs = onnx_runtime(case.model, *inputs)[0]
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
         assert not np.allclose(theirs, expected[0], rtol=case.rtol, atol=case.atol)
+
+
+GRID_COORDINATES = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric"]
+GRID = [
+    (mode, coordinate, rounding)
+    for mode, coordinate in itertools.product(("nearest", "linear", "cubic"), GRID_COORDINATES)
+    for rounding in (("round_prefer_floor", "round_prefer_ceil", "floor", "ceil") if mode == "nearest" else ("-",))
+]
+GRID_SIZES = [(w, out) for w in range(2, 9) for out in range(1, 10)]
+
+
+def sizes_grid_model(mode: str, coordinate: str, rounding: str) -> onnx.ModelProto:
+    """One Resize of the width per (width, output width) of GRID_SIZES, sizes given: input x{w}, output y{w}_{out}."""
+    attrs: dict[str, object] = {"mode": mode, "coordinate_transformation_mode": coordinate}
+    if mode == "nearest":
+        attrs["nearest_mode"] = rounding
+    nodes, inits = [], []
+    for w, out in GRID_SIZES:
+        inits.append(helper.make_tensor(f"s{w}_{out}", TensorProto.INT64, [4], [1, 1, 1, out]))
+        nodes.append(helper.make_node("Resize", [f"x{w}", "", "", f"s{w}_{out}"], [f"y{w}_{out}"], **attrs))
+    widths = sorted({w for w, _ in GRID_SIZES})
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(f"x{w}", TensorProto.FLOAT, [1, 1, 1, w]) for w in widths],
+        [helper.make_tensor_value_info(f"y{w}_{out}", TensorProto.FLOAT, None) for w, out in GRID_SIZES], inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=8)
+
+
+def exact_nearest(w: int, out: int, coordinate: str, rounding: str) -> list[int]:
+    """The input index ONNX's formulas pick for each output, in exact fractions (the scale is out / w)."""
+    picked = []
+    for j in range(out):
+        if coordinate == "align_corners":
+            x = Fraction(j * (w - 1), out - 1) if out > 1 else Fraction(0)
+        elif coordinate == "asymmetric":
+            x = Fraction(j * w, out)
+        elif coordinate == "pytorch_half_pixel" and out == 1:
+            x = Fraction(0)
+        else:  # half_pixel; half_pixel_symmetric's shift is 0 when out / w is the scale exactly
+            x = (j + Fraction(1, 2)) * Fraction(w, out) - Fraction(1, 2)
+        below = math.floor(x)
+        up = {"round_prefer_floor": x - below > Fraction(1, 2), "round_prefer_ceil": x - below >= Fraction(1, 2),
+              "floor": False, "ceil": x > below}[rounding]  # fmt: skip
+        picked.append(min(max(below + up, 0), w - 1))
+    return picked
+
+
+@pytest.mark.parametrize(("mode", "coordinate", "rounding"), GRID)
+def test_a_resize_to_sizes_samples_as_onnx_runtime_and_onnxs_reference_agree(
+    mode: str, coordinate: str, rounding: str
+) -> None:
+    """Where ONNX Runtime and onnx's reference implementation agree, cellgraph gives their values; nearest picks
+    the index of the exact formula everywhere, where one of them rounds a position off its exact tie or integer
+    (ONNX Runtime in float32: half_pixel_symmetric floor 5 to 3 reads index 1 for output 1, which sits at exactly
+    2; the reference in float64: half_pixel floor 7 to 9 reads index 2 for output 4, at exactly 3)."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = sizes_grid_model(mode, coordinate, rounding)
+    widths = sorted({w for w, _ in GRID_SIZES})
+    feeds = {f"x{w}": np.random.default_rng(w).standard_normal((1, 1, 1, w)).astype(np.float32) for w in widths}
+    ours = import_model(model)(*feeds.values())
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    theirs, reference = session.run(None, feeds), ReferenceEvaluator(model).run(None, feeds)
+    for (w, out), got, runtime, ref in zip(GRID_SIZES, ours, theirs, reference, strict=True):
+        where = f"{mode} {coordinate} {rounding} {w} -> {out}"
+        if np.allclose(runtime, ref, rtol=1e-5, atol=1e-5):
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, err_msg=where)
+        if mode == "nearest":
+            np.testing.assert_array_equal(got, feeds[f"x{w}"][..., exact_nearest(w, out, coordinate, rounding)], where)
+
+
+def test_the_two_nearest_ties_of_the_brief_pick_the_exact_formulas_index() -> None:
+    x = np.arange(7, dtype=np.float32).reshape(1, 1, 1, 7)
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "round_prefer_ceil"}
+    # Output 2 sits at 2 * 7 / 4 = 3.5, a tie that goes up (float32 of the scale put it at 3.4999998, read 3).
+    assert import_model(resize_model(19, attrs, sizes=[1, 1, 1, 4], shape=x.shape))(x).ravel().tolist() == [0, 2, 4, 5]
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "half_pixel_symmetric", "nearest_mode": "floor"}
+    # Output 1 sits at exactly 2 (ONNX Runtime 1.32 computes 1.9999999 and reads 1; onnx's reference reads 2).
+    y = np.arange(5, dtype=np.float32).reshape(1, 1, 5, 1)
+    assert import_model(resize_model(19, attrs, sizes=[1, 1, 3, 1], shape=y.shape))(y).ravel().tolist() == [0, 2, 3]
 
 
 def exported_with_a_dynamic_batch(module: object, example: object, opset: int) -> onnx.ModelProto:
