@@ -66,7 +66,9 @@ class Normal:
 
 @dataclass(frozen=True)
 class GlorotUniform:
-    """Uniform in ±sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010)."""
+    """Uniform in ±sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010): Keras's ``glorot_uniform``, PyTorch's
+    ``xavier_uniform_``. The fans count the receptive field: a conv kernel (kh, kw, in, out) has fan_in
+    ``kh * kw * in`` and fan_out ``kh * kw * out``, as PyTorch's of its (out, in, kh, kw) weight."""
 
     def __call__(self, shape: tuple[int, ...], dtype: str = "float32", seed: int | None = None) -> np.ndarray:
         fan_in, fan_out = _fans(shape)
@@ -76,7 +78,13 @@ class GlorotUniform:
 
 @dataclass(frozen=True)
 class HeNormal:
-    """Normal with stddev sqrt(2 / fan_in), for ReLU layers (He et al., 2015)."""
+    """Normal with stddev sqrt(2 / fan_in), for ReLU layers (He et al., 2015).
+
+    Untruncated: PyTorch's ``kaiming_normal_(mode="fan_in", nonlinearity="relu")``.
+    Keras's ``he_normal`` has the same stddev but draws from a normal truncated at
+    two stddevs (and widened by 1 / 0.8796 to keep the stddev): no draw past 2
+    stddevs there, about 5% of them here. Use ``Normal`` or your own initializer
+    for Keras's draws."""
 
     def __call__(self, shape: tuple[int, ...], dtype: str = "float32", seed: int | None = None) -> np.ndarray:
         fan_in, _ = _fans(shape)
