@@ -267,7 +267,7 @@ class LoadedGraph:
         fetched = [*self.gradients[::-1], *self.state_values]
         feeds = [*self.variables, *self.placeholders]
         self._run: Any = (
-            DeviceRun(self.graph, [self.loss, *fetched], feeds)
+            DeviceRun(self.graph, [self.loss, *fetched], feeds, seed=self.session.variables.seed)
             if any(is_gpu(node.device) for node in self.graph.nodes)
             else self.session.make_callable([self.loss, *fetched], feeds)
         )
@@ -365,12 +365,12 @@ class DeviceRun:
     sends each gradient while backprop goes on, as a CPU replica does.
     """
 
-    def __init__(self, graph: Graph, fetches: list[Tensor], feeds: list[Tensor]) -> None:
+    def __init__(self, graph: Graph, fetches: list[Tensor], feeds: list[Tensor], seed: int | None = None) -> None:
         from cellgraph.dataflow.partitioned_session import PartitionedSession
 
         # A node with no device runs beside the others on the worker's CPU (the Recv of a pulled value is one).
         cpu = next((node.device for node in graph.nodes if node.device and not is_gpu(node.device)), WORKER_CPU)
-        self.session = PartitionedSession(graph, {node.name: node.device or cpu for node in graph.nodes})
+        self.session = PartitionedSession(graph, {node.name: node.device or cpu for node in graph.nodes}, seed=seed)
         self.fetches, self.feeds = fetches, feeds
 
     def __call__(self, *values: Any) -> list[Any]:
@@ -409,12 +409,16 @@ class DeviceRun:
         return self.stream(ready, *values)
 
 
-def load(tg: TrainingGraph) -> LoadedGraph:
-    """Rebuild ``tg``'s graph (every node checked again by its shape rule) and compile its step."""
+def load(tg: TrainingGraph, seed: int | None = None) -> LoadedGraph:
+    """Rebuild ``tg``'s graph (every node checked again by its shape rule) and compile its step.
+
+    ``seed`` is the session's (``Session(graph, seed=...)``): each replica passes its own, so replicas draw
+    different dropout masks, as one process does for the rows of one large batch.
+    """
     graph = from_graphdef(graph_pb2.GraphDef.FromString(tg.graphdef))
     return LoadedGraph(
         graph=graph,
-        session=Session(graph),
+        session=Session(graph, seed=seed),
         loss=graph.tensor(tg.loss),
         variables=[graph.tensor(name) for name in tg.variable_feeds or [f"{v}:0" for v in tg.pulled]],
         gradients=[graph.tensor(name) for name in tg.gradients],

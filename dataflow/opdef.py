@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .errors import DTypeError, GraphError, ShapeError
 from .registry import Registry
 
@@ -76,14 +78,31 @@ class KernelContext:
         self.variables = variables
         self.transport = transport
 
-    def stream(self, node: Node, make: Callable[[], Any]) -> Any:
-        """Random node ``node``'s stream in this session (made by ``make`` the first time): every plan of the
-        session draws the next values from it, and a new session starts the same sequence again. A kernel
-        bound without a session's variables has a stream of its own."""
+    def stream(self, node: Node, make: Callable[[int], Any]) -> Any:
+        """Random node ``node``'s stream in this session, made by ``make(seed)`` the first time: every plan of the
+        session draws the next values from it, and a new session starts the same sequence again. ``seed`` is the
+        node's own, combined with the session's seed when it has one (``Session(graph, seed=...)``: the replicas
+        of a job draw different dropout masks). A kernel bound without a session's variables has a stream of its
+        own."""
+        seed = session_seeded(int(node.attrs["seed"]), getattr(self.variables, "seed", None))
         stream = getattr(self.variables, "stream", None)
         if stream is None:
-            return make()
-        return stream(f"{node.op}/{node.name}/{node.attrs.get('seed')}", make)
+            return make(seed)
+        return stream(f"{node.op}/{node.name}/{seed}", lambda: make(seed))
+
+
+def session_seeded(op_seed: int, session_seed: int | None) -> int:
+    """A random op's seed in a session seeded with ``session_seed``: the op's own when that is None, else a
+    32-bit mix of both (NumPy's SeedSequence), so sessions of different seeds draw unrelated sequences.
+
+    >>> session_seeded(7, None), session_seeded(7, 0) == session_seeded(7, 1)
+    (7, False)
+    """
+    if session_seed is None:
+        return op_seed
+    return int(
+        np.random.SeedSequence([op_seed & 0xFFFFFFFF, int(session_seed) & 0xFFFFFFFFFFFFFFFF]).generate_state(1)[0]
+    )
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from .executor import Plan, schedule
 from .graph import Graph, Node, Tensor
 from .ops.transfer import DEFAULT_TIMEOUT_S
 from .partition import Partitioned, partition
-from .session import convert_feed, feed_tensor, flatten_fetches, resolve_fetch
+from .session import checked_seed, convert_feed, feed_tensor, flatten_fetches, resolve_fetch
 from .transport import InProcessTransport
 from .variables import VariableStore
 
@@ -53,6 +53,8 @@ class PartitionedSession:
         transport: InProcessTransport | None = None,
         fuse: bool = True,
         timeout: float = DEFAULT_TIMEOUT_S,
+        *,
+        seed: int | None = None,
     ) -> None:
         self.graph = graph
         self.placement = placement
@@ -63,7 +65,8 @@ class PartitionedSession:
         # waits for them before it resets the transport (_settle).
         self._unfinished: list[concurrent.futures.Future[dict[str, Any]]] = []
         # One store for every partition: in one process, a variable is one array.
-        self.variables = VariableStore()
+        # ``seed``: as Session's, mixed into every random op's seed.
+        self.variables = VariableStore(checked_seed(seed, "PartitionedSession"))
         self.parts: Partitioned = partition(graph, placement, timeout)
         self._plans: dict[tuple[Any, ...], dict[str, Plan]] = {}
 

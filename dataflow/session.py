@@ -16,6 +16,13 @@ from .variables import VariableStore
 Fetch = Tensor | Node | str
 
 
+def checked_seed(seed: object, who: str) -> int | None:
+    """``seed`` if it is None or an int, else a GraphError naming ``who``."""
+    if seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)):
+        return None if seed is None else int(seed)
+    raise GraphError(f"{who}: seed must be an int or None, got {seed!r}")
+
+
 class Session:
     """Runs parts of one graph; owns the values of that graph's variables.
 
@@ -30,11 +37,14 @@ class Session:
     array([2., 4.], dtype=float32)
     """
 
-    def __init__(self, graph: Graph | None = None, fuse: bool = True) -> None:
+    def __init__(self, graph: Graph | None = None, fuse: bool = True, *, seed: int | None = None) -> None:
+        """``seed``, when given, is mixed into every random op's own seed: sessions of different seeds draw
+        different dropout masks (each replica of a job has its own); without it every new session of the graph
+        draws the same sequence."""
         self.graph = graph if graph is not None else get_default_graph()
         # Fuse runs of elementwise ops into one loop (dataflow/fusion.py).
         self.fuse = fuse
-        self.variables = VariableStore()
+        self.variables = VariableStore(checked_seed(seed, "Session"))
         self._plans: dict[tuple[Any, ...], Plan] = {}
 
     def run(self, fetches: Any, feed_dict: Mapping[Tensor | str, Any] | None = None) -> Any:

@@ -23,7 +23,9 @@ class VariableStore:
     keeps its trained value.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int | None = None) -> None:
+        # The session's seed, mixed into each random op's own (KernelContext.stream); None keeps the ops' seeds.
+        self.seed = seed
         self._values: dict[str, np.ndarray] = {}
         # The initial value each stored value was made from: the node's own array, compared by identity on every
         # run (the hot path) and by content only when a re-run cell brought a new node of the same name.

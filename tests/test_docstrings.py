@@ -59,7 +59,6 @@ NO_EXAMPLES = {
     "cellgraph.dataflow.kernels.cpu.pool",
     "cellgraph.dataflow.kernels.cpu.reduce",
     "cellgraph.dataflow.kernels.cpu.scalar",
-    "cellgraph.dataflow.opdef",
     "cellgraph.dataflow.ops",
     "cellgraph.dataflow.ops.base",
     "cellgraph.dataflow.ops.math",
@@ -89,7 +88,6 @@ NO_EXAMPLES = {
     "cellgraph.kernel_ext.cells",
     "cellgraph.kernel_ext.display",
     "cellgraph.kernel_ext.extension",
-    "cellgraph.kernel_ext.magics_cluster",
     "cellgraph.kernel_ext.magics_graph",
 }
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

@@ -405,7 +405,7 @@ def _dropout_kernel(node: Node, ctx: KernelContext) -> Any:
     rate = float(node.attrs["rate"])
     scale = 1.0 / (1.0 - rate)
     # The session's stream: each run draws a new mask, whichever plan runs it (KernelContext.stream).
-    draw = ctx.stream(node, lambda: _dropout_draw(node.attrs["seed"]))
+    draw = ctx.stream(node, _dropout_draw)
     return lambda x: nnk.dropout(np.ascontiguousarray(x), draw(x.shape), rate, scale)
 
 

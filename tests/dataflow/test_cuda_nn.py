@@ -94,3 +94,19 @@ def test_cross_entropy_gives_nan_for_a_label_out_of_range() -> None:
     np.testing.assert_allclose(loss[0], np.log(4), rtol=1e-6)
     np.testing.assert_allclose(backprop[0], [0.25, -0.75, 0.25, 0.25], rtol=1e-6)
     assert np.isnan(loss[1:]).all() and np.isnan(backprop[1:]).all()
+
+
+def test_a_seeded_session_draws_other_masks_and_replays_its_own() -> None:
+    x = np.ones((8, 32), np.float32)
+    build = lambda t: cg.dropout(t, 0.5, seed=3)  # noqa: E731
+    g = cg.Graph()
+    with g.as_default():
+        node = build(cg.placeholder(x.shape, "float32")).node
+
+    def first_mask(seed: int | None) -> np.ndarray:
+        return _run(node.opdef.kernels["cuda"](node, KernelContext(VariableStore(seed))), x)[1]
+
+    unseeded, one, two = first_mask(None), first_mask(1), first_mask(2)
+    assert not np.array_equal(one, unseeded) and not np.array_equal(one, two)
+    np.testing.assert_array_equal(first_mask(1), one)
+    np.testing.assert_array_equal(unseeded, _run(_bound(build, x), x)[1])  # no seed: the op's own, as before

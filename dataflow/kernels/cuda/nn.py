@@ -296,7 +296,7 @@ def bias_add_grad_op(node: Any, ctx: Any) -> Callable[[Any], Any]:
 
 def dropout_op(node: Any, ctx: Any) -> Callable[[Any], tuple[Any, Any]]:
     # One run counter per session, like the CPU kernel's generator (KernelContext.stream): each run draws a new
-    # mask, whichever plan runs it, and a new session replays the same sequence.
-    seed, rate = int(node.attrs["seed"]), float(node.attrs["rate"])
-    runs = ctx.stream(node, itertools.count)
+    # mask, whichever plan runs it, and a new session replays the same sequence. The seed is the session's mix.
+    rate = float(node.attrs["rate"])
+    seed, runs = ctx.stream(node, lambda seed: (seed, itertools.count()))
     return lambda x: dropout(x, seed, next(runs), rate)
