@@ -66,8 +66,17 @@ def refuse_remade(graph: onnx.GraphProto) -> None:
     ONNX values are made once; importing such a file silently kept the last
     maker's value, so the model computed something its file does not say.
     """
-    made = {t.name: "an initializer" for t in graph.initializer}
-    made.update({v.name: "a graph input" for v in graph.input if v.name not in made})
+    made: dict[str, str] = {}
+    # Listed twice, one name was two placeholders (the model took an argument it never read) or two initializers
+    # (the last one's values kept). A graph input may share an initializer's name: its default value.
+    for kind, values in (("an initializer", graph.initializer), ("a graph input", graph.input)):
+        for value in values:
+            if made.get(value.name) == kind:
+                raise OnnxError(
+                    f"ONNX value {value.name!r} is listed twice as {kind}; every value of an "
+                    "ONNX graph has one maker (onnx.checker refuses this model too)"
+                )
+            made.setdefault(value.name, kind)
     for i, node in enumerate(graph.node):
         maker = f"{node.op_type} node {node.name or f'#{i}'!r}"
         for name in node.output:

@@ -236,6 +236,10 @@ def _hostile(case: str) -> onnx.ModelProto:
     if case.startswith("an output declared"):  # cast to the declared type: [0, 0] for [-1, -2] as uint32
         code = TensorProto.UINT32 if "UINT32" in case else TensorProto.UINT16
         return _model([add], [x], [helper.make_tensor_value_info("y", code, [2])], [w])
+    if case == "a graph input listed twice":  # two placeholders: the first argument was taken and never read
+        return _model([add], [x, x], [y], [w])
+    if case == "an initializer listed twice":  # the last one's values were kept without a word
+        return _model([add], [x], [y], [w, numpy_helper.from_array(np.full(2, 9.0, np.float32), "w")])
     if case == "opset 99":  # imported as if each op meant what it means at the newest opset onnx knows
         return _model([add], [x], [y], [w], opset=99)
     assert case == "Gather's axis out of range"
@@ -258,6 +262,8 @@ HOSTILE = {
     "a Constant of value and sparse_value": "Constant node 'Constant->w', opset 17 is given 2 values (value, sparse_value): ONNX's Constant takes exactly one",
     "an output declared UINT32": "graph output 'y' is declared UINT32, but the node that makes it computes FLOAT: the file contradicts itself, and its values would be cast to UINT32 (onnxruntime refuses this model too)",
     "an output declared UINT16": "graph output 'y' is declared UINT16, but the node that makes it computes FLOAT: the file contradicts itself, and its values would be cast to UINT16",
+    "a graph input listed twice": "ONNX value 'x' is listed twice as a graph input; every value of an ONNX graph has one maker (onnx.checker refuses this model too)",
+    "an initializer listed twice": "ONNX value 'w' is listed twice as an initializer; every value of an ONNX graph has one maker (onnx.checker refuses this model too)",
     "opset 99": f"the ONNX model imports opset 99 of the default domain (ai.onnx), newer than {onnx.defs.onnx_opset_version()}, the newest this onnx package ({onnx.__version__}) defines: what its ops mean is unknown here",
     "Gather's axis out of range": "attribute 'axis' is 5, outside [-1, 0], what ONNX's Gather allows for a rank-1 input (Gather node 'pick', opset 17)",
 }  # fmt: skip
