@@ -252,7 +252,8 @@ def run_replica(
             topic = metrics_topic(spec.job_id)
             emit = lambda msg: worker.log_event(topic, msg)
     meter = _Meter(spec, emit)
-    loaded = load(spec.graph)
+    # Its own seed (the job's plus its index) for its random ops too: replicas draw different dropout masks.
+    loaded = load(spec.graph, seed=spec.seed)
     shard = _shard(spec, loaded, data)
     # One step on the initial values before joining: it compiles the kernels (so the first measured step
     # is a real one) and shows that the graph runs on this data before any server hears of this replica.

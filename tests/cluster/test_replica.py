@@ -472,3 +472,26 @@ def test_a_replica_rejoins_servers_at_new_addresses_and_gives_up_on_none() -> No
     finally:
         old.stop(None)
         new.stop(None)
+
+
+def test_replicas_of_other_seeds_draw_other_dropout_masks() -> None:
+    # Replica i's spec has the job's seed plus i (ReplicaSet): its session's random ops are seeded with it, so two
+    # replicas do not mask the same positions at every step, as one process does not for the rows of one batch.
+    g = cg.Graph()
+    with g.as_default():
+        x = cg.placeholder((None, 64), "float32", name="x")
+        w = cg.variable(np.ones(64, np.float32), name="w")
+        loss = cg.reduce_sum(cg.dropout(x * w, 0.5, seed=3), name="loss")
+    tg = prepare(loss)
+    data = [np.ones((4, 64), np.float32)]
+
+    def trained(seed: int) -> np.ndarray:
+        with ps_job(tg, optimizer=OptimizerConfig("sgd", 0.1), training=TrainingConfig("async")) as (a, t, ps):
+            spec = ReplicaSpec("job", 0, tg, a, t, mode="async", batch_size=4, steps=1, seed=seed, timeout_s=TIMEOUT)
+            run_replica(spec, data, emit=lambda _: None)
+            return ps.pull().values["w"]
+
+    first, second = trained(0), trained(1)
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(trained(0), first)  # a seed replays its masks
+    assert 0 < np.mean(first != 1.0) < 1  # the step moved the kept positions only
