@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any
 
-from .calls import call_with_deadline
+from .calls import CALL_TIMEOUT_S, call_with_deadline
 from .errors import ClusterError, ParameterServerError
 from .job_state import JobState
 from .job_tasks import ps_variable, replicas_topic, worker_log_topic
@@ -35,6 +35,10 @@ from .replica import metrics_topic
 WATCHER_JOIN_S = 10.0
 # How long close_job lets the replicas end their step before it cancels their tasks.
 STOP_GRACE_S = 5.0
+# How long close_job waits for the servers' plugin to be taken off the workers when the servers stopped answering:
+# the scheduler forgets it at once and live workers answer in milliseconds, while a stopped (SIGSTOP) or cut-off
+# worker would hold the call for CALL_TIMEOUT_S (a close took 30 s).
+LOST_SERVERS_STOP_S = 2.0
 # What close_job lets pass while it ends the job: see the module's docstring.
 CLOSE_ERRORS = (ClusterError, ParameterServerError, OSError, TimeoutError, RuntimeError)
 
@@ -49,6 +53,9 @@ def close_job(state: JobState, thread: threading.Thread | None) -> None:
     training = bool(state.futures) and not state.ended()
     if training:
         state.stopping = True
+    # Servers that stopped answering (the job failed of it, or waits for their restart) are asked nothing: each call
+    # would wait its whole deadline (a close during a hung server's recovery took 40 s with timeout_s=5).
+    unanswered = state.servers_lost or state.recovering
     state.closed.set()
     cluster = state.cluster
     client, name = cluster.client, ps_variable(state.job_id)
@@ -56,7 +63,7 @@ def close_job(state: JobState, thread: threading.Thread | None) -> None:
     # client raised ClosedClientError from cancel, out of job.close()).
     live = not cluster.closed and cluster.scheduler_gone() is None
     if live and not all(f.done() for f in state.futures):
-        let_replicas_end(state)
+        let_replicas_end(state, ask_servers=not unanswered)
     # The thread ends at its next look; waited for (not forever) so that it cannot take the cancelled tasks
     # below for lost ones and submit them again.
     if thread is not None and thread is not threading.current_thread():
@@ -78,7 +85,7 @@ def close_job(state: JobState, thread: threading.Thread | None) -> None:
         # The step it stopped at, read from the servers once its replicas have ended: the supervisor's last look
         # (state.step) is up to a second old, and the monitor had shown a later step than the event told.
         with contextlib.suppress(*CLOSE_ERRORS):
-            if live and state.ps is not None:
+            if live and state.ps is not None and not unanswered:
                 state.step = call_with_deadline(state.global_step, f"read job {state.job_id}'s global step", 5.0)
         state.event(f"closed while training, at global step {state.step}: the job is stopped")
     with contextlib.suppress(*CLOSE_ERRORS):
@@ -91,20 +98,22 @@ def close_job(state: JobState, thread: threading.Thread | None) -> None:
                     lambda: distributed_variable(name, client).delete(), f"delete the Dask variable {name}"
                 )
         with contextlib.suppress(*CLOSE_ERRORS):
-            cluster.stop_parameter_servers(state.job_id)
+            cluster.stop_parameter_servers(state.job_id, LOST_SERVERS_STOP_S if unanswered else CALL_TIMEOUT_S)
     state.ps = None
 
 
-def let_replicas_end(state: JobState) -> None:
+def let_replicas_end(state: JobState, ask_servers: bool = True) -> None:
     """Tell the replicas to stop and give them ``STOP_GRACE_S`` to end their step: a task cancelled while it
-    runs makes its worker log a warning (into the user's cells), and one cut off with its worker, a kill."""
+    runs makes its worker log a warning (into the user's cells), and one cut off with its worker, a kill. Without
+    ``ask_servers`` (they stopped answering) the servers are not told to make steps of one gradient."""
     with contextlib.suppress(*CLOSE_ERRORS):
         call_with_deadline(state.signal_stop, f"tell job {state.job_id}'s replicas to stop")
-    with contextlib.suppress(*CLOSE_ERRORS):
-        # A sync replica that has pushed waits for the others' gradients: one makes a step from now on.
-        call_with_deadline(
-            lambda: state.set_replicas_to_aggregate(1, "the job is closing"), f"reconfigure job {state.job_id}"
-        )
+    if ask_servers:
+        with contextlib.suppress(*CLOSE_ERRORS):
+            # A sync replica that has pushed waits for the others' gradients: one makes a step from now on.
+            call_with_deadline(
+                lambda: state.set_replicas_to_aggregate(1, "the job is closing"), f"reconfigure job {state.job_id}"
+            )
     deadline = time.monotonic() + STOP_GRACE_S
     while not all(f.done() for f in state.futures) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -117,4 +126,12 @@ def distributed_variable(name: str, client: Any) -> Any:
     return distributed.Variable(name, client=client)
 
 
-__all__ = ["CLOSE_ERRORS", "STOP_GRACE_S", "WATCHER_JOIN_S", "close_job", "distributed_variable", "let_replicas_end"]
+__all__ = [
+    "CLOSE_ERRORS",
+    "LOST_SERVERS_STOP_S",
+    "STOP_GRACE_S",
+    "WATCHER_JOIN_S",
+    "close_job",
+    "distributed_variable",
+    "let_replicas_end",
+]

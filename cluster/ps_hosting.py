@@ -218,8 +218,8 @@ class ParameterServerHosting:
             else:
                 cancel.wait(RESTART_POLL_S)
 
-    def stop_parameter_servers(self, job_id: str) -> None:
-        """Stop job ``job_id``'s parameter servers (each lets calls in flight finish, briefly).
+    def stop_parameter_servers(self, job_id: str, timeout: float = CALL_TIMEOUT_S) -> None:
+        """Stop job ``job_id``'s parameter servers (each lets calls in flight finish, briefly), within ``timeout``.
 
         Examples
         --------
@@ -231,7 +231,7 @@ class ParameterServerHosting:
         del self._jobs[job_id]
         self._hosts.pop(job_id, None)
         call_with_deadline(
-            lambda: self.client.unregister_worker_plugin(plugin_name(job_id)), f"stop job '{job_id}''s servers"
+            lambda: self.client.unregister_worker_plugin(plugin_name(job_id)), f"stop job '{job_id}''s servers", timeout
         )
 
     def _unregister(self, name: str) -> None:

@@ -324,6 +324,12 @@ def test_a_ps_worker_hung_for_good_fails_the_job_within_twice_its_timeout_saying
             f"{said}. job.ps_stats() has nothing to read: the job's parameter servers are gone with it; its last "
             f"checkpoint is ckpt-"
         ), str(stats.value)
+        # Nor does its close wait on the stopped worker: before, 30 s (the deadline of taking the servers' plugin off
+        # the workers, CALL_TIMEOUT_S), whatever timeout_s.
+        closing = time.monotonic()
+        job.close()
+        assert time.monotonic() - closing < 3 * timeout_s
+        assert job.status == "failed" and job._state.ps is None
     finally:
         os.kill(pid, signal.SIGCONT)
         job.close()
