@@ -9,6 +9,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import psutil
 import pytest
 
@@ -166,8 +167,20 @@ def test_a_lost_parameter_server_is_restarted_from_the_last_checkpoint(
         assert int(restarted[3]) % every == 0
         assert f"(checkpoints at most every {every} steps); the replicas rejoin there" in events
         assert "finished at global step 400" in events
+        trained = job.variables()
     finally:
         job.close()
+    # Sync with every replica's gradient in each step: the restored server and the replicas, which rejoin with the
+    # batch of the restored step, train the lost steps again as they were, so the values are those of a job that
+    # lost nothing (as a resumed job's are).
+    undisturbed = start_job(cluster, data, replicas=2, aggregate=None, steps=steps, checkpoint_every=every)
+    try:
+        undisturbed.wait(TIMEOUT)
+        assert undisturbed.status == "finished", undisturbed.events
+        for name, value in undisturbed.variables().items():
+            np.testing.assert_array_equal(trained[name], value, err_msg=name)
+    finally:
+        undisturbed.close()
 
 
 def wait_for_event(job: Job, words: str) -> str:
