@@ -254,6 +254,10 @@ class Graph:
         # Every name prefix ("dense", "dense/matmul") in use, so a new scope or
         # node gets a fresh name, and removing a cell's nodes frees theirs.
         self._prefixes: Counter[str] = Counter()
+        # Per taken name, the lowest suffix that may be free: unique_name starts its search there instead of at
+        # _1 (a 20,000-node ONNX chain of one op spent 94 s in that search). Only a hint: each suffix is still
+        # checked, and freeing a suffix below it lowers it (_release).
+        self._suffix_from: dict[str, int] = {}
         self._name_stack: list[str] = []
         self._device_stack: list[str] = []
         self._control_stack: list[list[Node]] = []
@@ -345,9 +349,7 @@ class Graph:
         node.removed = why
         del self._nodes[node.name]
         for prefix in _prefixes(node.name):
-            self._prefixes[prefix] -= 1
-            if not self._prefixes[prefix]:
-                del self._prefixes[prefix]
+            self._release(prefix)
         if node.cell is not None and node.cell in self.cells:
             names = self.cells[node.cell]
             if node.name in names:
@@ -359,10 +361,21 @@ class Graph:
         full = "/".join([*self._name_stack, name]) if self._name_stack else name
         if full not in self._prefixes:
             return full
-        i = 1
+        i = self._suffix_from.get(full, 1)
         while f"{full}_{i}" in self._prefixes:
             i += 1
+        self._suffix_from[full] = i  # not i + 1: the caller may not take the name (a seed is derived from it)
         return f"{full}_{i}"
+
+    def _release(self, prefix: str) -> None:
+        """One use of name prefix ``prefix`` fewer; when none is left, it is free again, for unique_name too."""
+        self._prefixes[prefix] -= 1
+        if self._prefixes[prefix]:
+            return
+        del self._prefixes[prefix]
+        base, _, suffix = prefix.rpartition("_")
+        if suffix.isdigit() and base in self._suffix_from:
+            self._suffix_from[base] = min(self._suffix_from[base], int(suffix))
 
     # ---------------------------------------------------------------- scopes
     @contextmanager
@@ -395,9 +408,7 @@ class Graph:
             yield scope
         finally:
             self._name_stack = saved
-            self._prefixes[scope] -= 1
-            if not self._prefixes[scope]:
-                del self._prefixes[scope]
+            self._release(scope)
 
     @contextmanager
     def device(self, spec: str | DeviceSpec | None) -> Iterator[None]:

@@ -204,3 +204,25 @@ def test_reopened_name_scope_adds_no_suffix() -> None:
     with pytest.raises(cg.GraphError, match=r"bad name scope 'outer//inner' to reopen: use a scope that name_scope"):
         with g.name_scope("outer//inner", reopen=True):
             pass
+
+
+def test_a_freed_name_is_given_again_after_later_ones_were_taken() -> None:
+    # unique_name starts its search where the last one ended (a hint): freeing a lower suffix must lower it.
+    g = cg.Graph()
+    with g.as_default():
+        with cg.cell_scope("cell-a"):
+            first = cg.constant(1.0, name="c")
+        with cg.cell_scope("cell-b"):
+            second = cg.constant(2.0, name="c")
+        later = [cg.constant(3.0, name="c") for _ in range(3)]
+        assert [first.name, second.name, *(t.name for t in later)] == ["c:0", "c_1:0", "c_2:0", "c_3:0", "c_4:0"]
+        with cg.cell_scope("cell-b"):  # the re-run frees c_1, then makes its node again: the same name
+            assert cg.constant(2.0, name="c").name == "c_1:0"
+        with pytest.raises(ValueError, match="rolled back"), g.atomic():
+            assert cg.constant(4.0, name="c").name == "c_5:0"
+            raise ValueError("rolled back")
+        assert cg.constant(4.0, name="c").name == "c_5:0"  # freed by the rollback, given again
+        with g.name_scope("s") as scope, g.name_scope("s") as inner:
+            assert (scope, inner) == ("s", "s/s")
+        with g.name_scope("s") as again:  # a scope that made no node is free once it closes
+            assert again == "s"
