@@ -168,7 +168,9 @@ def train(
         the whole step alike, never half of it.
     timeout_s
         The deadline of every call to the parameter servers, and of the wait
-        for a lost one to be restarted.
+        for a lost one to be restarted: a server that stops answering (its
+        worker killed, stopped or cut off) is back, restored, or the job has
+        failed saying so, within about ``2 * timeout_s`` of when it stopped.
     ps_placement
         ``"dedicated"``: the parameter servers run in the cluster's PS workers;
         ``"colocated"``: one shard in each of the job's training workers, so
