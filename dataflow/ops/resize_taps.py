@@ -74,10 +74,11 @@ def positions(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The input position each of the ``out`` outputs sits at, and which fall outside (tf_crop_and_resize).
 
-    A scale that is ``out / size`` (sizes were given, or ``cg.resize``) is that
+    A scale that is a ratio of two ints (sizes were given: ``out / size``, or
+    another axis's under a keep_aspect_ratio_policy; ``cg.resize``) is that
     ratio exactly, and the positions are the formulas' exact values (then
     rounded to float64, which keeps every floor and tie, as a position is a
-    fraction of denominator at most ``2 * out``): 7 to 4 asymmetric puts output 2
+    fraction of small denominator): 7 to 4 asymmetric puts output 2
     at 3.5, a tie, as onnx's reference implementation and ONNX Runtime do,
     where float32 puts it at 3.4999998 and rounds it down. ONNX Runtime
     computes in float32 and lands just below an exact integer in a few cases
@@ -95,8 +96,9 @@ def positions(
     tf_crop_and_resize, and -0.5 for pytorch_half_pixel's length-1 output;
     ONNX Runtime and PyTorch follow the text).
     """
-    if scale == out / size and coordinate != "tf_crop_and_resize":
-        return _exact_positions(size, out, coordinate), None
+    ratio = _as_ratio(scale)
+    if ratio is not None and coordinate != "tf_crop_and_resize":
+        return _exact_positions(size, out, coordinate, ratio), None
     f = precision
     j = np.arange(out, dtype=f)
     scale32, size32, out32 = f(scale), f(size), f(out)
@@ -125,15 +127,27 @@ def positions(
     raise ValueError(f"coordinate transformation {coordinate!r} is not one of {', '.join(COORDINATES)}")
 
 
-def _exact_positions(size: int, out: int, coordinate: str) -> np.ndarray:
-    """``positions`` for the scale ``out / size``, in exact fractions, as float64."""
-    ratio = Fraction(size, out)  # 1 / scale
+def _as_ratio(scale: float) -> Fraction | None:
+    """``scale`` as p / q, q at most 2**20, where it is the float64 of one (``out / size``), else None.
+
+    Sizes up to 2**20 give their own ratio back: another fraction of such denominators differs from it by
+    at least 2**-40, far more than float64's rounding of it. A float32 scale (1.6 is 1.60000002384...) is the
+    float64 of no such fraction unless it is one exactly (0.5, 1.5), where both computations agree.
+    """
+    ratio = Fraction(scale).limit_denominator(1 << 20)
+    return ratio if ratio > 0 and float(ratio) == scale else None
+
+
+def _exact_positions(size: int, out: int, coordinate: str, scale: Fraction) -> np.ndarray:
+    """``positions`` for the exact ``scale``, in fractions, as float64."""
+    ratio = 1 / scale
     half = Fraction(1, 2)
     if coordinate in ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel"):
-        # half_pixel_symmetric's shift is 0 when out is scale * size exactly.
         if coordinate == "pytorch_half_pixel" and out == 1:
             return np.zeros(1)
-        x = [(j + half) * ratio - half for j in range(out)]
+        # half_pixel_symmetric's shift: 0 when out is scale * size exactly.
+        shift = Fraction(size, 2) * (1 - out / (scale * size)) if coordinate == "half_pixel_symmetric" else 0
+        x = [shift + (j + half) * ratio - half for j in range(out)]
     elif coordinate == "align_corners":
         x = [Fraction(0)] * out if out == 1 else [Fraction(j * (size - 1), out - 1) for j in range(out)]
     elif coordinate == "asymmetric":

@@ -200,6 +200,21 @@ def test_the_two_nearest_ties_of_the_brief_pick_the_exact_formulas_index() -> No
     assert import_model(resize_model(19, attrs, sizes=[1, 1, 3, 1], shape=y.shape))(y).ravel().tolist() == [0, 2, 3]
 
 
+def test_an_aspect_policys_scale_is_its_exact_ratio_on_the_other_axis_too() -> None:
+    """not_larger 5 x 7 to (3, 4): the scale is 4 / 7 on both axes, height 5 -> 3 puts output 2 at exactly 3.5
+    (float32's 3.4999998 read index 3; ONNX Runtime and onnx's reference read 4)."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.arange(35, dtype=np.float32).reshape(1, 1, 5, 7)
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "round_prefer_ceil",
+             "axes": [2, 3], "keep_aspect_ratio_policy": "not_larger"}  # fmt: skip
+    model = resize_model(19, attrs, sizes=[3, 4], shape=x.shape)
+    got = import_model(model)(x)
+    assert got[0, 0, :, 0].tolist() == [0, 14, 28]  # rows 0, 2 and 4
+    np.testing.assert_array_equal(got, onnx_runtime(model, x)[0])
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
 def exported_with_a_dynamic_batch(module: object, example: object, opset: int) -> onnx.ModelProto:
     """PyTorch's (TorchScript) export of ``module`` with input ``x`` and output ``y``, its batch dimension dynamic."""
     import torch
