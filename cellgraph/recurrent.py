@@ -83,7 +83,10 @@ def lstm(
     ``recurrent_kernel`` (units, 4 units) and ``bias`` (4 units; the forget
     gate's starts at 1, as Keras's ``unit_forget_bias``), gates in the order
     input, forget, cell, output (PyTorch's order; its ``weight_ih_l0`` is
-    ``kernel.T`` and ``bias_ih_l0 + bias_hh_l0`` is ``bias``)::
+    ``kernel.T`` and ``bias_ih_l0 + bias_hh_l0`` is ``bias``). Both kernels
+    start ``glorot_uniform`` (Keras starts ``recurrent_kernel`` orthogonal,
+    PyTorch draws every weight and bias from U(+-1/sqrt(units)): copy the
+    weights in to start where either does)::
 
         i, f, g, o = sigmoid, sigmoid, tanh, sigmoid of (x_t @ kernel + h @ recurrent_kernel + bias)
         c = f * c + i * g;  h = o * tanh(c)
@@ -186,7 +189,10 @@ def gru(
 
     Variables, laid out as Keras's ``GRU(reset_after=True)``: ``kernel``
     (features, 3 units), ``recurrent_kernel`` (units, 3 units) and ``bias``
-    (2, 3 units: the input's bias, then the recurrent one), zeros at first.
+    (2, 3 units: the input's bias, then the recurrent one), zeros at first;
+    both kernels start ``glorot_uniform`` (Keras starts ``recurrent_kernel``
+    orthogonal, PyTorch draws every weight and bias from U(+-1/sqrt(units)):
+    copy the weights in to start where either does).
     PyTorch orders the gates reset, update, candidate: its ``weight_ih_l0``
     is ``kernel.T`` with the first two blocks of rows swapped, and so on for
     ``weight_hh_l0``, ``bias_ih_l0`` and ``bias_hh_l0``. The state starts at

@@ -46,6 +46,11 @@ def embedding(
     """The rows of a trained (``vocab_size``, ``dim``) table at integer ``ids``: shape ``ids.shape + (dim,)``.
 
     An id outside [0, ``vocab_size``) fails when the graph runs, naming the gather node.
+    The table starts ``embeddings_init``, by default ``glorot_uniform`` over
+    (vocab_size, dim): Keras's ``Embedding`` starts uniform in +-0.05 and
+    PyTorch's N(0, 1), so give ``embeddings_init`` (``cg.init.Normal(0, 1)``
+    for PyTorch's) to start where either does. No ``padding_idx`` or
+    ``max_norm``: every row trains, none is renormalised.
 
     Examples
     --------
