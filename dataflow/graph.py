@@ -469,6 +469,9 @@ class Graph:
         name: str | None = None,
     ) -> Node:
         """Build, shape-check and add one node; raise before adding anything."""
+        if name is not None and ":" in name:
+            # A tensor is named node:index, so "a:b" would later be looked up as node 'a'.
+            raise GraphError(f"bad node name {name!r}: use a name without ':' (a tensor is named node:index)")
         opdef = OPS.lookup(op)
         file, line = _user_location()
         if self._cell_run is None:

@@ -124,6 +124,26 @@ def test_bad_name_scope() -> None:
             pass
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: cg.constant(1.0, name="a:b"),
+        lambda: cg.placeholder((2,), name="x:0"),
+        lambda: cg.variable(cg.init.zeros, shape=(2,), name="w:0"),
+        lambda: cg.neg(cg.constant(1.0, name="c"), name="n:1"),
+    ],
+)
+def test_a_node_name_with_a_colon_is_refused_where_the_node_is_made(make) -> None:  # type: ignore[no-untyped-def]
+    # It was accepted, then failed later with "no node named 'a'": a tensor is named node:index.
+    g = cg.Graph()
+    with g.as_default():
+        before = {n.name for n in g.nodes}
+        with pytest.raises(cg.GraphError, match=r"bad node name '\w:\w': use a name without ':' \(a tensor is named"):
+            make()
+        assert {n.name for n in g.nodes} - before <= {"c"}
+        assert cg.constant(2.0, name="a").node.name == "a"
+
+
 def test_python_operators_build_ops() -> None:
     g = cg.Graph()
     with g.as_default():
