@@ -73,8 +73,10 @@ def _from_end(indices: Tensor, dims: tuple[int | None, ...]) -> Tensor:
     """``indices`` (..., k) with each negative coordinate counted from the end of its dim."""
     if None in dims:
         return indices
-    below = cg.cast(cg.less(indices, cg.zeros_like(indices)), indices.dtype)
-    return indices + below * cg.constant(np.array(dims, indices.dtype), dtype=indices.dtype)
+    # Only a coordinate in [-dim, 0) moves: one below -dim stays as given, for the kernel's error to name.
+    lowest = cg.constant(-np.array(dims, indices.dtype), dtype=indices.dtype)
+    from_end = cg.logical_and(cg.less(indices, cg.zeros_like(indices)), cg.greater_equal(indices, lowest))
+    return indices + cg.cast(from_end, indices.dtype) * cg.constant(np.array(dims, indices.dtype), dtype=indices.dtype)
 
 
 def _with_batch(indices: Tensor, batch_dims: int) -> Tensor:
@@ -147,7 +149,9 @@ def _gather_elements(b: Builder, n: NodeInfo) -> list[Tensor]:
     axis = int(n.attrs["axis"]) % rank
     index = cg.cast(indices, "int64")
     size = cg.constant(np.array(data.shape[axis], np.int64), dtype="int64")
-    index = cg.where(cg.less(index, cg.zeros_like(index)), index + size, index)  # a negative index counts from the end
+    # A negative index counts from the end; one below -size stays as given, for the kernel's error to name.
+    from_end = cg.logical_and(cg.less(index, cg.zeros_like(index)), cg.greater_equal(index, cg.neg(size)))
+    index = cg.where(from_end, index + size, index)
     if None in indices.shape:  # a run-time dim (a dynamic batch): each position along d counted when it runs
         ones = cg.ones_like(index)
         grid = [cg.cumsum(ones, d, exclusive=True) for d in range(rank)]

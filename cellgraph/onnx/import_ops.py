@@ -343,9 +343,11 @@ def _gather(b: Builder, n: NodeInfo) -> list[Tensor]:
         return [cg.gather(x, cg.constant(indices, "int64"), axis=axis)]
     indices, size = b.ins(n)[1], x.shape[axis]
     if size is not None:
-        # Negative indices count from the end: add the size where an index is below 0.
-        below = cg.cast(cg.less(indices, cg.zeros_like(indices)), indices.dtype)
-        indices = indices + below * size
+        # Negative indices count from the end: add the size where an index is in [-size, 0). One below
+        # -size is left as it is, so the kernel's error names the index the model gave (-3, not -1).
+        lowest = cg.constant(np.array(-size, indices.dtype), dtype=indices.dtype)
+        from_end = cg.logical_and(cg.less(indices, cg.zeros_like(indices)), cg.greater_equal(indices, lowest))
+        indices = indices + cg.cast(from_end, indices.dtype) * size
     return [cg.gather(x, indices, axis=axis)]
 
 

@@ -97,3 +97,24 @@ def test_a_reflect_pad_over_an_unknown_batch_imports_and_an_unknown_padded_axis_
     pads = helper.make_tensor("p", TensorProto.INT64, [4], [0, 1, 0, 1])
     with pytest.raises(OnnxError, match="Pad mode 'reflect' of axis 1, whose size is unknown until the graph runs"):
         cg.onnx.import_model(_model(node, [x_info], [pads]))
+
+
+@pytest.mark.parametrize(
+    "op, ishape, given, attrs, words",
+    [
+        ("Gather", [1], [-3], {"axis": 1}, r"index -3 \(at \(0,\) in indices\) is out of range \[0, 2\) for axis 1"),
+        ("GatherND", [1, 2], [[0, -3]], {}, r"indices\[0\] = \[0, -3\] does not index into params \(2, 2\)"),
+        ("GatherElements", [2, 1], [[-3], [0]], {"axis": 1}, r"indices\[0, 0\] = \[0, -3\] does not index"),
+    ],
+)
+def test_an_index_below_minus_the_size_is_named_as_the_model_gave_it(op, ishape, given, attrs, words) -> None:  # type: ignore[no-untyped-def]
+    # The importer added the size to every negative index, so -3 on an axis of 2 was reported as "index -1".
+    node = helper.make_node(op, ["x", "i"], ["y"], **attrs)
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])
+    i_info = helper.make_tensor_value_info("i", TensorProto.INT64, ishape)
+    model = cg.onnx.import_model(_model(node, [x_info, i_info]))
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    with pytest.raises(cg.ExecutionError, match=words):
+        model(x, np.array(given, np.int64))
+    minus_size = np.where(np.array(given) == -3, -2, given).astype(np.int64)  # -2 is in range: the first row/column
+    assert np.asarray(model(x, minus_size)).size
