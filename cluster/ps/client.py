@@ -60,6 +60,20 @@ _PUSH_CHUNK_FIELD = pb.PushMessage.DESCRIPTOR.fields_by_name["chunk"].number
 _INIT_CHUNK_FIELD = pb.InitMessage.DESCRIPTOR.fields_by_name["chunk"].number
 
 
+# The protocol's fields (parameter_service.proto): protobuf raised a bare ValueError past them, naming no argument.
+_REPLICA_IDS = (0, 2**31 - 1)  # int32 replica_id
+_STEPS = (0, 2**63 - 1)  # int64 step and min_step; a server refuses a negative step
+
+
+def _in_range(name: str, value: int | None, bounds: tuple[int, int]) -> None:
+    """Refuse ``value`` (``None`` passes) unless it is an int in ``bounds``, naming ``name`` and the range."""
+    low, high = bounds
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+        raise ValueError(f"{name} {value!r} is out of range: it must be an int in [{low}, {high}]")
+
+
 class ParameterClient(ShardCalls):
     """A client of one job's parameter servers (shard ``i`` at ``addresses[i]``).
 
@@ -171,6 +185,7 @@ class ParameterClient(ShardCalls):
     def register(self, replica_id: int, timeout: float | None = None) -> JobInfo:
         """Join the job as replica ``replica_id`` on every shard; learn its variables and rules (within ``timeout``,
         by default the client's)."""
+        _in_range("replica_id", replica_id, _REPLICA_IDS)
         request = pb.RegisterRequest(replica_id=replica_id)
         return self._register(request, f"Register of replica {replica_id}", timeout)
 
@@ -222,6 +237,8 @@ class ParameterClient(ShardCalls):
         reuses its buffers step after step): each a writable C-contiguous
         array of the variable's dtype and whole shape.
         """
+        _in_range("replica_id", replica_id, _REPLICA_IDS)
+        _in_range("min_step", min_step, _STEPS)
         plan = self._pull_plan(names, replica_id, out)
         answers = self._each_shard(
             sorted(plan.requests),
@@ -233,6 +250,8 @@ class ParameterClient(ShardCalls):
 
     def push(self, grads: Mapping[str, np.ndarray], *, step: int, replica_id: int) -> PushResult:
         """Send replica ``replica_id``'s gradients for ``step`` to every shard that holds their variables."""
+        _in_range("replica_id", replica_id, _REPLICA_IDS)
+        _in_range("step", step, _STEPS)
         pieces = self._push_pieces(grads)
         checked = self.watches_nonfinite(len(pieces))
         header = pb.PushHeader(replica_id=replica_id, step=step, checked=checked)
@@ -259,6 +278,9 @@ class ParameterClient(ShardCalls):
         A sync replica passes ``min_step=step + 1`` to get the parameters of
         the update its gradient joined.
         """
+        _in_range("replica_id", replica_id, _REPLICA_IDS)
+        _in_range("step", step, _STEPS)
+        _in_range("min_step", min_step, _STEPS)
         pieces = self._push_pieces(grads)
         plan = self._pull_plan(names, replica_id, out)
         checked = self.watches_nonfinite(len(pieces))
@@ -294,6 +316,9 @@ class ParameterClient(ShardCalls):
     ) -> StreamedStep:
         """A ``push_pull`` whose gradients are handed over one by one as they are computed, each sent at once
         while the caller computes the rest (``StreamedStep.push``, then ``finish``; streaming.py)."""
+        _in_range("replica_id", replica_id, _REPLICA_IDS)
+        _in_range("step", step, _STEPS)
+        _in_range("min_step", min_step, _STEPS)
         timeout = self.timeout if timeout is None else timeout
         return StreamedStep(self, step, replica_id, min_step, names, out, timeout)
 
