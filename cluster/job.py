@@ -44,8 +44,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cellgraph.dataflow import display
-from cellgraph.dataflow.errors import CellgraphError
+from cellgraph.dataflow.errors import CellgraphError, GraphError
 from cellgraph.dataflow.graph import Graph, Tensor
+from cellgraph.dataflow.graphdef import computed_by
 from cellgraph.dataflow.optimizers import Optimizer
 from cellgraph.dataflow.placement import Placement
 from cellgraph.dataflow.session import Session, feed_tensor
@@ -222,6 +223,8 @@ class Job(ServerReads):
         self.cluster = cluster
         self.graph: TrainingGraph = spec.graph
         self.loss: Tensor = spec.loss
+        # What the loss was computed from when the job started: evaluate refuses a graph a re-run cell changed since.
+        self._trains = computed_by(spec.loss)
         self.steps = spec.steps
         self.replicas = spec.replicas
         self.checkpoint_every = spec.checkpoint_every
@@ -450,6 +453,7 @@ class Job(ServerReads):
         as inference: every training switch (``cg.layers.training_switch()``) that ``data`` does not feed is
         False, so batch norm uses its moving statistics and dropout keeps every unit."""
         graph = self.loss.graph
+        self._check_graph_unchanged(graph)
         session = Session(graph)
         for name, value in self.variables().items():
             session.variables.load(graph.node(name), value)
@@ -459,6 +463,24 @@ class Job(ServerReads):
             if is_training_switch(node) and node.outputs[0].name not in fed:
                 feeds[node.outputs[0]] = False
         return session.run(fetches, feeds)
+
+    def _check_graph_unchanged(self, graph: Graph) -> None:
+        """A TrainingError when a re-run cell changed what the loss is computed from since the job started: the
+        trained values belong to the graph as it was (with the same shapes they would be run without a word)."""
+        try:
+            now = computed_by(graph.tensor(self.loss.name))  # the loss's node now (a re-run re-makes it by name)
+        except GraphError:
+            now = {}
+        changed = sorted(n for n in self._trains.keys() | now.keys() if self._trains.get(n) != now.get(n))
+        if not changed:
+            return
+        listed = ", ".join(repr(n) for n in changed[:3]) + (", ..." if len(changed) > 3 else "")
+        raise TrainingError(
+            f"{self.job_id}: cannot evaluate: the graph changed since the job started ({len(changed)} node(s) of "
+            f"its loss, {listed}, re-made differently or gone, as by a re-run cell), and the job's trained values "
+            "belong to the graph as it was. Evaluate before changing the model, or train the new graph: "
+            "job.stop(), then cg.train(...) (or %train) again"
+        )
 
     def close(self) -> None:
         """Stop the replicas (if running) and the job's parameter servers; quiet in every state, twice too.

@@ -222,6 +222,35 @@ def to_graphdef(graph: Graph) -> graph_pb2.GraphDef:
     return graphdef
 
 
+def computed_by(tensor: Tensor) -> dict[str, bytes]:
+    """What ``tensor`` is computed from: each node it depends on, by name, as its NodeDef's bytes without where it
+    was written (cell, file, line) or a variable's initial value (trained values stand for it). Equal for the same
+    computation, whichever cell run made the nodes: a job compares the graph it trains with the graph now.
+
+    >>> import cellgraph as cg
+    >>> g = cg.Graph()
+    >>> with g.as_default():
+    ...     w = cg.variable([1.0], name="w")
+    ...     y = cg.mul(w, 2.0, name="y")
+    >>> sorted(computed_by(y))
+    ['const', 'w', 'y']
+    """
+    graph, todo = tensor.graph, [tensor.node]
+    found: dict[str, bytes] = {}
+    while todo:
+        node = todo.pop()
+        if node.name in found:
+            continue
+        proto = _node_to_proto(graph, node)
+        for where in ("cell", "cell_label", "file", "line"):
+            proto.ClearField(where)  # type: ignore[arg-type]
+        if node.op == "Variable":
+            del proto.attr["initial_value"]
+        found[node.name] = proto.SerializeToString(deterministic=True)
+        todo += [t.node for t in node.inputs] + list(node.control_inputs)
+    return found
+
+
 def _removed(node: Node) -> graph_pb2.RemovedNode:
     return graph_pb2.RemovedNode(op=node.op, output=[_spec_to_proto(s) for s in node.specs])
 

@@ -65,13 +65,17 @@ def test_evaluate_infers_with_every_training_switch_off_unless_fed(cluster: Clus
     # As Keras's evaluate: batch norm by its moving statistics, whatever the batch. Evaluated with the switch on,
     # a batch-norm model scored by its test set's own statistics, and the demo reported that number.
     g = cg.Graph()
-    with g.as_default():
-        x = cg.placeholder((None, 64), name="x")
-        y = cg.placeholder((None,), "int32", name="y")
-        training = cg.layers.training_switch()
-        h = cg.layers.batch_norm(cg.layers.dense(x, 16, name="hidden"), training, momentum=0.5, name="bn")
-        logits = cg.layers.dense(cg.relu(h), 10, name="logits")
-        loss = cg.losses.sparse_softmax_cross_entropy(logits, y)
+
+    def model(activation: Callable[[cg.Tensor], cg.Tensor]) -> tuple[cg.Tensor, ...]:
+        with g.as_default(), cg.cell_scope("model-cell"):  # as a notebook cell, which a re-run re-makes
+            x = cg.placeholder((None, 64), name="x")
+            y = cg.placeholder((None,), "int32", name="y")
+            training = cg.layers.training_switch()
+            h = cg.layers.batch_norm(cg.layers.dense(x, 16, name="hidden"), training, momentum=0.5, name="bn")
+            logits = cg.layers.dense(activation(h), 10, name="logits")
+            return x, training, logits, cg.losses.sparse_softmax_cross_entropy(logits, y)
+
+    x, training, logits, loss = model(cg.relu)
     job = cg.train(loss, (data.x_train, data.y_train), cluster=cluster, optimizer=cg.optim.Adam(1e-2), replicas=1,
                    batch_size=32, steps=20, checkpoint_every=None)  # fmt: skip
     try:
@@ -85,6 +89,21 @@ def test_evaluate_infers_with_every_training_switch_off_unless_fed(cluster: Clus
         assert not np.allclose(inferred, by_the_batch)
         np.testing.assert_allclose(job.evaluate(logits, {x: batch}), inferred, rtol=1e-6)
         np.testing.assert_allclose(job.evaluate(logits, {x: batch, "training": True}), by_the_batch, rtol=1e-6)
+        # The model's cell re-run as it was: the same computation, evaluated as before.
+        x, _, logits, _ = model(cg.relu)
+        np.testing.assert_allclose(job.evaluate(logits, {x: batch}), inferred, rtol=1e-6)
+        # Re-run with another activation, the same shapes: the trained values would have run it without a word.
+        x, _, logits, _ = model(cg.tanh)
+        with pytest.raises(TrainingError) as changed:
+            job.evaluate(logits, {x: batch})
+        assert str(changed.value).startswith(
+            f"{job.job_id}: cannot evaluate: the graph changed since the job started ("
+        )
+        assert (
+            "re-made differently or gone, as by a re-run cell), and the job's trained values belong to the graph "
+            "as it was. Evaluate before changing the model, or train the new graph: job.stop(), then cg.train(...) "
+            "(or %train) again" in str(changed.value)
+        )
     finally:
         job.close()
 
