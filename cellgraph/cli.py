@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -124,6 +125,12 @@ def _train_problem(args: argparse.Namespace) -> str | None:
     replicas = args.replicas or (workers if args.scheduler is None else None)
     if args.scheduler is None and replicas is not None and replicas > workers:
         return f"--replicas {replicas} needs {replicas} training workers and --workers is {workers}: raise --workers"
+    if args.checkpoint_dir is not None and args.scheduler is None:
+        # The local cluster writes it on this machine: a bad path is found now, not after the cluster started.
+        # (A --scheduler's workers may write it on other machines, where this one cannot look.)
+        problem = folder_problem("--checkpoint-dir", args.checkpoint_dir)
+        if problem:
+            return problem
     k = args.replicas_to_aggregate
     if k is not None and args.mode != "sync":
         return "--replicas-to-aggregate is for --mode sync (async mode applies every gradient on arrival)"
@@ -134,6 +141,21 @@ def _train_problem(args: argparse.Namespace) -> str | None:
             f"--batch-size {args.batch_size} is larger than a replica's shard ({TRAINING_ROWS // replicas} rows: "
             f"{TRAINING_ROWS} training images over {replicas} replicas)"
         )
+    return None
+
+
+def folder_problem(flag: str, path: str) -> str | None:
+    """Why ``path`` cannot be a folder this process writes into (made, with its parents, if missing), or None."""
+    target = os.path.abspath(path)
+    if os.path.exists(target) and not os.path.isdir(target):
+        return f"{flag} {path} is a file, not a folder: give a folder (it is made if missing)"
+    existing = target
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{flag} {path} cannot be made: {existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{flag} {path} is not writable: this user cannot write into {existing}"
     return None
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +115,64 @@ def test_demo_refuses_a_batch_size_or_epochs_that_would_train_no_step(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"cellgraph demo: error: {words}" in err and err.count("\n") == 1
+
+
+def _train_fails_fast(checkpoint_dir: str, **options: object) -> subprocess.CompletedProcess[str]:
+    """``cellgraph train --checkpoint-dir checkpoint_dir`` through the real entry point: it must exit 2 before
+    a cluster starts (a clear error came only after the cluster had started, 28 s in)."""
+    args = [sys.executable, "-m", "cellgraph", "train", "--no-progress", "--checkpoint-dir", checkpoint_dir]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, **options)  # type: ignore[call-overload]
+    assert out.returncode == 2, out
+    assert out.stdout == "" and "starting" not in out.stderr and "Traceback" not in out.stderr, out
+    return out  # type: ignore[no-any-return]
+
+
+def test_train_refuses_a_checkpoint_dir_that_is_a_file_before_starting_anything(tmp_path: Path) -> None:
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a folder")
+    err = _train_fails_fast(str(a_file)).stderr
+    assert f"cellgraph train: error: --checkpoint-dir {a_file} is a file, not a folder: give a folder" in err
+    err = _train_fails_fast(str(a_file / "ckpt")).stderr
+    assert f"--checkpoint-dir {a_file / 'ckpt'} cannot be made: {a_file} is a file, not a folder" in err
+    assert a_file.read_text() == "not a folder"
+
+
+def test_train_refuses_a_checkpoint_dir_it_cannot_write_before_starting_anything(tmp_path: Path) -> None:
+    # Root may write anywhere, so as root a forked child runs the real main() as nobody (65534) (that user cannot
+    # run this venv's python); otherwise the folder's mode suffices. Only the exit code and stderr come back.
+    import sklearn  # noqa: F401
+    import tqdm  # noqa: F401
+
+    import cellgraph.examples.distributed  # noqa: F401  (imported here: the child may not read the files)
+
+    top = Path(tempfile.mkdtemp(prefix="cellgraph-cli-"))
+    top.chmod(0o755)
+    locked = top / "locked"
+    locked.mkdir(mode=0o555)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 99
+        try:
+            sys.stderr = os.fdopen(write, "w", buffering=1)  # pytest captures sys.stderr, not fd 2
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            cli.main(["train", "--no-progress", "--checkpoint-dir", str(locked / "ckpt")])
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        err = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    try:
+        assert os.waitstatus_to_exitcode(status) == 2, err
+        assert "starting" not in err and "Traceback" not in err, err
+        assert f"--checkpoint-dir {locked / 'ckpt'} is not writable: this user cannot write into {locked}" in err
+        assert not (locked / "ckpt").exists()
+    finally:
+        locked.chmod(0o755)
+        shutil.rmtree(top)
