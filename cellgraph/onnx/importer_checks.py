@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .common import DTYPE_TO_ONNX, READ_DTYPE, OnnxError, is_wider, onnx_code, onnx_dtype_name
+from .common import DTYPE_TO_ONNX, READ_DTYPE, OnnxError, onnx_code, onnx_dtype_name
 
 # The most bytes one value computed while importing (a Constant-fed ConstantOfShape, Range or Tile) may
 # have: what one ONNX file can hold without external data. A bigger one is a hostile or broken file.
@@ -111,15 +111,16 @@ def refuse_output_types_that_disagree(graph: onnx.GraphProto) -> None:
 
 
 def refuse_declared_type_not_made(output: onnx.ValueInfoProto, made: str) -> None:
-    """Refuse a graph output declared a type cellgraph computes wider (uint16, uint32) that its node does not make.
+    """Refuse a graph output declared a type other than the one its node makes.
 
-    The declared type narrows such an output back at the model's boundary (uint32 computed as int64 is
-    returned as uint32): a float Neg declared UINT32 returned [-1, -2] as [0, 0] without a word.
-    onnxruntime refuses such a model when it loads it. (Other declared types change nothing returned: the
-    value keeps the dtype its node makes, as it did; loose declarations of that kind are left alone.)
+    ONNX calls such a model invalid: onnx.checker's full check and ``infer_shapes(strict_mode=True)`` refuse it
+    ("Inferred elem type differs from existing elem type"), and so does onnxruntime when it loads it. A type
+    cellgraph computes wider (uint16, uint32) is narrowed back at the model's boundary (a float Neg declared
+    UINT32 returned [-1, -2] as [0, 0]); any other (INT64, FLOAT16) came back in the node's type, float32,
+    without a word. A declared type cellgraph does not read (an undefined one) is left alone.
     """
     code = output.type.tensor_type.elem_type if output.type.HasField("tensor_type") else 0
-    if not is_wider(code) or READ_DTYPE.get(code) == made:
+    if code not in READ_DTYPE or READ_DTYPE[code] == made:
         return
     made_name = onnx_dtype_name(DTYPE_TO_ONNX[made]) if made in DTYPE_TO_ONNX else made
     raise OnnxError(

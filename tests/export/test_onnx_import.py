@@ -234,7 +234,9 @@ def _hostile(case: str) -> onnx.ModelProto:
         node.attribute.append(helper.make_attribute("sparse_value", sparse))
         return _model([node, add], [x], [y])
     if case.startswith("an output declared"):  # cast to the declared type: [0, 0] for [-1, -2] as uint32
-        code = TensorProto.UINT32 if "UINT32" in case else TensorProto.UINT16
+        # INT64 and FLOAT16 came back as float32 without a word (onnx.checker, strict shape inference and
+        # onnxruntime all refuse such a model).
+        code = getattr(TensorProto, case.rpartition(" ")[2])
         return _model([add], [x], [helper.make_tensor_value_info("y", code, [2])], [w])
     if case == "a graph input listed twice":  # two placeholders: the first argument was taken and never read
         return _model([add], [x, x], [y], [w])
@@ -262,6 +264,8 @@ HOSTILE = {
     "a Constant of value and sparse_value": "Constant node 'Constant->w', opset 17 is given 2 values (value, sparse_value): ONNX's Constant takes exactly one",
     "an output declared UINT32": "graph output 'y' is declared UINT32, but the node that makes it computes FLOAT: the file contradicts itself, and its values would be cast to UINT32 (onnxruntime refuses this model too)",
     "an output declared UINT16": "graph output 'y' is declared UINT16, but the node that makes it computes FLOAT: the file contradicts itself, and its values would be cast to UINT16",
+    "an output declared INT64": "graph output 'y' is declared INT64, but the node that makes it computes FLOAT: the file contradicts itself, and its values would be cast to INT64 (onnxruntime refuses this model too)",
+    "an output declared FLOAT16": "graph output 'y' is declared FLOAT16, but the node that makes it computes FLOAT: the file contradicts itself",
     "a graph input listed twice": "ONNX value 'x' is listed twice as a graph input; every value of an ONNX graph has one maker (onnx.checker refuses this model too)",
     "an initializer listed twice": "ONNX value 'w' is listed twice as an initializer; every value of an ONNX graph has one maker (onnx.checker refuses this model too)",
     "opset 99": f"the ONNX model imports opset 99 of the default domain (ai.onnx), newer than {onnx.defs.onnx_opset_version()}, the newest this onnx package ({onnx.__version__}) defines: what its ops mean is unknown here",

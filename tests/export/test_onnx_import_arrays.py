@@ -16,8 +16,10 @@ import cellgraph as cg
 from cellgraph.onnx import OnnxError, conformance
 
 
-def _model(node: onnx.NodeProto, inputs: list, initializers: list = ()) -> onnx.ModelProto:  # type: ignore[assignment]
-    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+def _model(
+    node: onnx.NodeProto, inputs: list, initializers: list = (), out_type: int = TensorProto.FLOAT
+) -> onnx.ModelProto:  # type: ignore[assignment]
+    out = helper.make_tensor_value_info("y", out_type, None)
     graph = helper.make_graph([node], "g", inputs, [out], list(initializers))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -39,7 +41,9 @@ def test_gather_nd_counts_a_negative_index_from_the_end() -> None:
 
 def test_size_of_a_batch_unknown_until_run_time_is_computed_by_the_graph() -> None:
     node = helper.make_node("Size", ["x"], ["y"])
-    model = cg.onnx.import_model(_model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])]))
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    # Size makes INT64: an output declared FLOAT is refused (onnx.checker and onnxruntime refuse it too).
+    model = cg.onnx.import_model(_model(node, [x_info], out_type=TensorProto.INT64))
     assert int(model(np.zeros((5, 3), np.float32))) == 15
 
 
