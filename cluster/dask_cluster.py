@@ -69,7 +69,10 @@ def start_local(
         arrived = 0
         with contextlib.suppress(Exception):  # the count only makes the message better
             arrived = len(scheduler_workers(client)) if client is not None else 0
-        close_quietly(client, local)
+        # A close that runs past its own deadline (workers still starting, at a load of 15 on 2 cores) must not
+        # hide why the start failed: the ClusterError below is what the user needs to read.
+        with contextlib.suppress(Exception):
+            close_quietly(client, local)
         hint = f'; if {script} starts the cluster outside `if __name__ == "__main__":`, see above' if script else ""
         raise ClusterError(
             f"Cluster.local: only {arrived} of {processes} worker processes started within {timeout:g} s "
