@@ -4,7 +4,7 @@
 cuda-marked tests run in subprocesses that start with it set. Every one of
 them must pass there: none may be skipped. The simulator runs kernels in
 Python threads, on one core: the tests are split into one shard per core, run
-side by side (the rest of the suite waits meanwhile). A handful of tests take
+side by side (this test's process waits meanwhile). A handful of tests take
 most of the time, so the split weighs each test by its time on the simulator
 (``SIMULATOR_S``) rather than counting tests: split by file, one shard got
 nearly all the work.
