@@ -19,7 +19,10 @@ def test_quick_start_is_two_command_lines() -> None:
     block = re.search(r"```bash\n(.*?)```", quick, flags=re.S)
     assert block is not None
     lines = [line for line in block.group(1).splitlines() if line.strip()]
-    assert lines == ["pip install -e '.[examples]' && cellgraph demo", "pip install -e '.[test]' && pytest -n 2 --dist loadfile"]
+    assert lines == [
+        "pip install -e '.[examples]' && cellgraph demo",
+        "pip install -e '.[test]' && pytest -n 2 --dist loadfile",
+    ]
 
 
 @pytest.mark.parametrize("source", _blocks("python"), ids=lambda s: s.splitlines()[2][:40])
