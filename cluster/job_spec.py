@@ -420,8 +420,9 @@ def check_feeds(graph: Graph, tg: TrainingGraph, arrays: list[Any], batch_size: 
             convert_feed(placeholder, _batch_like(array, batch_size))
         except CellgraphError as err:
             raise TrainingError(
-                f"cg.train: data for placeholder {name!r}, in batches of {batch_size}: {err}"
-                + _swapped(graph, tg.placeholders, arrays, i, batch_size)
+                # The whole array's shape too: the feed error names only the batch's, which hides a wrong width.
+                f"cg.train: data for placeholder {name!r} (an array of shape {tuple(array.shape)}), in batches of "
+                f"{batch_size}: {err}" + _swapped(graph, tg.placeholders, arrays, i, batch_size)
             ) from err
         # Its numbers too, where a cast narrows them (int64 labels into int32, float64 data past float32's range,
         # which a cast makes inf): one pass, before any replica starts, as a Session's feed check does.

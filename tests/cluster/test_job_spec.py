@@ -115,7 +115,9 @@ def test_data_of_the_wrong_width_is_refused_with_session_runs_words(cluster: Clu
     message = refused(cluster, model.loss, (narrow, data.y_train), batch_size=64)
     expected = session_error(model.loss, {model.x: narrow[:64], model.y: data.y_train[:64]})
     assert expected == f"feed for 'x:0' ({model.x.node.where()}) has shape (64, 32), expected (None, 64)"
-    assert message == f"cg.train: data for placeholder 'x:0', in batches of 64: {expected}"
+    assert (
+        message == f"cg.train: data for placeholder 'x:0' (an array of shape (1438, 32)), in batches of 64: {expected}"
+    )
 
 
 def test_labels_of_a_dtype_the_placeholder_cannot_take_are_refused(cluster: Cluster, data: digits.Split) -> None:
@@ -124,7 +126,7 @@ def test_labels_of_a_dtype_the_placeholder_cannot_take_are_refused(cluster: Clus
     message = refused(cluster, model.loss, (data.x_train, labels), batch_size=32)
     expected = session_error(model.loss, {model.x: data.x_train[:32], model.y: labels[:32]})
     assert expected == f"feed for 'y:0' ({model.y.node.where()}) has dtype float32, expected int32"
-    assert message == f"cg.train: data for placeholder 'y:0', in batches of 32: {expected}"
+    assert message == f"cg.train: data for placeholder 'y:0' (an array of shape (1438,)), in batches of 32: {expected}"
 
 
 def test_labels_that_do_not_fit_the_placeholder_are_refused_not_wrapped(cluster: Cluster, data: digits.Split) -> None:
@@ -237,8 +239,8 @@ def test_data_given_out_of_order_is_refused_saying_so(cluster: Cluster, data: di
     message = refused(cluster, model.loss, (data.y_train, data.x_train), batch_size=32)
     expected = session_error(model.loss, {model.x: data.y_train[:32], model.y: data.x_train[:32]})
     assert message == (
-        f"cg.train: data for placeholder 'x:0', in batches of 32: {expected}. The array given for 'x:0' (argument 1) "
-        "would fit placeholder 'y:0': give the data in the loss's placeholder order ('x:0', 'y:0')"
+        f"cg.train: data for placeholder 'x:0' (an array of shape (1438,)), in batches of 32: {expected}. The array "
+        "given for 'x:0' (argument 1) would fit placeholder 'y:0': give the data in the loss's placeholder order ('x:0', 'y:0')"
     )
     # Data of the right order but a wrong width gets no such hint.
     message = refused(cluster, model.loss, (data.x_train[:, :32], data.y_train), batch_size=32)
