@@ -12,7 +12,6 @@ import itertools
 import os
 import sys
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from . import display
 from .devices import DeviceSpec, merge
 from .dtypes import STRING
 from .errors import DTypeError, GraphError
+from .names import NameTable
 from .opdef import OPS, InferContext, OpDef, Shape, TensorSpec
 
 if TYPE_CHECKING:
@@ -251,13 +251,8 @@ class Graph:
         # A number in creation order: how messages tell two graphs apart.
         self.number = next(_graph_numbers)
         self._nodes: dict[str, Node] = {}
-        # Every name prefix ("dense", "dense/matmul") in use, so a new scope or
-        # node gets a fresh name, and removing a cell's nodes frees theirs.
-        self._prefixes: Counter[str] = Counter()
-        # Per taken name, the lowest suffix that may be free: unique_name starts its search there instead of at
-        # _1 (a 20,000-node ONNX chain of one op spent 94 s in that search). Only a hint: each suffix is still
-        # checked, and freeing a suffix below it lowers it (_release).
-        self._suffix_from: dict[str, int] = {}
+        # The names in use, so a new scope or node gets a fresh name, and removing a cell's nodes frees theirs.
+        self._names = NameTable()
         self._name_stack: list[str] = []
         self._device_stack: list[str] = []
         self._control_stack: list[list[Node]] = []
@@ -338,8 +333,7 @@ class Graph:
     def _add(self, node: Node) -> None:
         node.removed = None
         self._nodes[node.name] = node
-        for prefix in _prefixes(node.name):
-            self._prefixes[prefix] += 1
+        self._names.take(node.name)
         if node.cell is not None:
             self.cells.setdefault(node.cell, []).append(node.name)
         self.version += 1
@@ -348,8 +342,7 @@ class Graph:
         """Take ``node`` out; ``why`` (and what to do instead) is what a later use of it is told."""
         node.removed = why
         del self._nodes[node.name]
-        for prefix in _prefixes(node.name):
-            self._release(prefix)
+        self._names.release(node.name)
         if node.cell is not None and node.cell in self.cells:
             names = self.cells[node.cell]
             if node.name in names:
@@ -359,23 +352,7 @@ class Graph:
     def unique_name(self, name: str) -> str:
         """``name`` under the current name scope, suffixed ``_1``, ``_2`` if taken."""
         full = "/".join([*self._name_stack, name]) if self._name_stack else name
-        if full not in self._prefixes:
-            return full
-        i = self._suffix_from.get(full, 1)
-        while f"{full}_{i}" in self._prefixes:
-            i += 1
-        self._suffix_from[full] = i  # not i + 1: the caller may not take the name (a seed is derived from it)
-        return f"{full}_{i}"
-
-    def _release(self, prefix: str) -> None:
-        """One use of name prefix ``prefix`` fewer; when none is left, it is free again, for unique_name too."""
-        self._prefixes[prefix] -= 1
-        if self._prefixes[prefix]:
-            return
-        del self._prefixes[prefix]
-        base, _, suffix = prefix.rpartition("_")
-        if suffix.isdigit() and base in self._suffix_from:
-            self._suffix_from[base] = min(self._suffix_from[base], int(suffix))
+        return self._names.unique(full)
 
     # ---------------------------------------------------------------- scopes
     @contextmanager
@@ -403,12 +380,12 @@ class Graph:
         saved = self._name_stack
         self._name_stack = scope.split("/")
         # Reserve the scope so a sibling scope of the same name gets a suffix.
-        self._prefixes[scope] += 1
+        self._names.reserve(scope)
         try:
             yield scope
         finally:
             self._name_stack = saved
-            self._release(scope)
+            self._names.unreserve(scope)
 
     @contextmanager
     def device(self, spec: str | DeviceSpec | None) -> Iterator[None]:
@@ -542,12 +519,6 @@ def _fmt(shape: Shape) -> str:
     from .shapes import fmt
 
     return fmt(shape)
-
-
-def _prefixes(name: str) -> Iterator[str]:
-    parts = name.split("/")
-    for i in range(1, len(parts) + 1):
-        yield "/".join(parts[:i])
 
 
 def _snake(op: str) -> str:
